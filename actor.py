@@ -1,0 +1,31 @@
+"""Actor: steps envpool environments and streams them to the central server (no model here).
+
+  python actor.py --server=127.0.0.1:50051 --config=configs/cartpole_ppo.py --actor_id=0
+
+Exit codes: 0 training over, 1 server unreachable for actor.give_up_s, 2 rejected by the server.
+"""
+
+import signal
+import sys
+import threading
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from seedlike.actor import Actor
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/cartpole_ppo.py", "Experiment config.")
+_SERVER = flags.DEFINE_string("server", "127.0.0.1:50051", "host:port of the learner.")
+_ACTOR_ID = flags.DEFINE_integer("actor_id", 0, "Distinct id per actor (seeds its envs).")
+
+
+def main(argv):
+    del argv
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    sys.exit(Actor(_CONFIG.value, _SERVER.value, _ACTOR_ID.value, stop).run())
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Sourced by train.sh and test.sh: creates .venv if missing and (re)installs the project whenever
+# setup.py changed since the last install. Set PYTHON to choose the interpreter (3.11+).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+PY="${PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "seedlike needs Python 3.11+"'
+  echo "creating $VENV" >&2
+  "$PY" -m venv "$VENV"
+fi
+STAMP="$VENV/.seedlike-install"
+WANT="$(sha256sum "$ROOT/setup.py" | cut -d' ' -f1)"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+  echo "installing seedlike and its dependencies into $VENV" >&2
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip
+  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]"
+  echo "$WANT" > "$STAMP"
+fi
+export PATH="$VENV/bin:$PATH"

@@ -1,0 +1,95 @@
+"""PPO (Schulman et al. 2017, arXiv:1707.06347): clipped surrogate, value loss, entropy bonus."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from networks import heads
+
+
+class PPOBatch(NamedTuple):
+    """A minibatch of samples; every array has the same leading shape [*S] (any rank).
+
+    obs/extras: dict key -> [*S, *spec.shape]; action int32; behaviour_logp, behaviour_value,
+    advantage, value_target float32; mask float32 (1 for samples that count in the loss).
+    """
+
+    obs: dict
+    extras: dict
+    action: jax.Array
+    behaviour_logp: jax.Array
+    behaviour_value: jax.Array
+    advantage: jax.Array
+    value_target: jax.Array
+    mask: jax.Array
+
+
+def make_ppo_loss(network, config, axis_name: str | None = None):
+    """Returns loss_fn(params, obs_norm, batch) -> (loss, metrics).
+
+    Means are over the masked samples of the whole (possibly device-sharded) minibatch: each device
+    divides its local sum by the mean sample count per device, so that `lax.pmean` of the
+    gradients equals the gradient of the global mean even when devices hold different numbers of
+    masked samples.
+
+    Args:
+      network: a networks.Network.
+      config: the `ppo` config section (clip_eps, vf_coef, ent_coef, normalize_advantages,
+        clip_value, value_clip_eps).
+      axis_name: the pmap axis the minibatch is sharded over, or None on one device.
+    """
+
+    def pmean(x):
+        return x if axis_name is None else jax.lax.pmean(x, axis_name)
+
+    def loss_fn(params, obs_norm, batch: PPOBatch):
+        mask = batch.mask.astype(jnp.float32)
+        per_device = jnp.maximum(pmean(jnp.sum(mask)), 1e-8)
+
+        def mean(x):
+            return jnp.sum(mask * x) / per_device
+
+        logits, value = network.apply(params, obs_norm, batch.obs, batch.extras)
+        logp = heads.log_prob(logits, batch.action)
+        log_ratio = logp - batch.behaviour_logp
+        ratio = jnp.exp(log_ratio)
+
+        advantage = batch.advantage
+        if config.normalize_advantages:
+            adv_mean = pmean(mean(advantage))
+            adv_var = pmean(mean(jnp.square(advantage - adv_mean)))
+            advantage = (advantage - adv_mean) / (jnp.sqrt(adv_var) + 1e-8)
+        advantage = jax.lax.stop_gradient(advantage)
+
+        clipped = jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps)
+        policy_loss = -jnp.minimum(ratio * advantage, clipped * advantage)
+
+        value_error = jnp.square(value - batch.value_target)
+        if config.clip_value:
+            clipped_value = batch.behaviour_value + jnp.clip(
+                value - batch.behaviour_value, -config.value_clip_eps, config.value_clip_eps
+            )
+            value_error = jnp.maximum(value_error, jnp.square(clipped_value - batch.value_target))
+        value_loss = 0.5 * value_error
+        entropy = heads.entropy(logits)
+
+        total = (
+            mean(policy_loss) + config.vf_coef * mean(value_loss) - config.ent_coef * mean(entropy)
+        )
+        metrics = {
+            "loss/total": total,
+            "loss/policy": mean(policy_loss),
+            "loss/value": mean(value_loss),
+            "loss/entropy": mean(entropy),
+            # (ratio - 1) - log ratio: a low-variance, non-negative KL estimate (Schulman 2020).
+            "loss/approx_kl": mean((ratio - 1.0) - log_ratio),
+            "loss/clip_fraction": mean(
+                (jnp.abs(ratio - 1.0) > config.clip_eps).astype(jnp.float32)
+            ),
+        }
+        return total, metrics
+
+    return loss_fn

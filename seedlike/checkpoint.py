@@ -1,0 +1,162 @@
+"""orbax checkpoints of the learner: TrainState (params, optimizer, normalizer, counters), metadata.
+
+Layout: <directory>/<step>/{state, meta}. orbax writes each step into a temporary directory and
+renames it when complete, so a crash mid-save never leaves a half-written step behind. If the newest
+step cannot be read anyway (disk trouble, a file deleted by hand) restore falls back to the
+previous one with a warning. A checkpoint written for a different network or optimizer is refused
+with the names and shapes of the arrays that do not match.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+
+class IncompatibleCheckpoint(ValueError):
+    pass
+
+
+def _dotted(path) -> str:
+    parts = []
+    for key in path:
+        if isinstance(key, jax.tree_util.DictKey):
+            parts.append(str(key.key))
+        elif isinstance(key, jax.tree_util.GetAttrKey):
+            parts.append(key.name)
+        elif isinstance(key, jax.tree_util.SequenceKey):
+            parts.append(str(key.idx))
+        else:
+            parts.append(str(key))
+    return ".".join(parts)
+
+
+def shapes_by_name(tree) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Dotted leaf name -> (shape, dtype name), the naming orbax uses for stored arrays."""
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if leaf is None:
+            continue
+        out[_dotted(path)] = (tuple(np.shape(leaf)), np.dtype(leaf.dtype).name)
+    return out
+
+
+class Checkpointer:
+    def __init__(self, directory: str, max_to_keep: int = 3):
+        self.directory = os.path.abspath(directory)
+        self._manager = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
+            item_handlers={
+                "state": ocp.StandardCheckpointHandler(),
+                "meta": ocp.JsonCheckpointHandler(),
+            },
+        )
+
+    def save(self, step: int, state, meta: dict) -> None:
+        """Saves synchronously (returns once the step is committed)."""
+        state = jax.device_get(state)
+        self._manager.save(
+            int(step),
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
+            ),
+            force=True,
+        )
+        self._manager.wait_until_finished()
+
+    def steps(self) -> list[int]:
+        return sorted(self._manager.all_steps())
+
+    def restore(self, target, step: int | None = None):
+        """Restores (state, meta) into the structure of `target`; None if there is no checkpoint.
+
+        With step=None the newest readable step is used.
+        """
+        steps = self.steps()
+        if step is not None:
+            return self._restore_step(step, target)
+        for candidate in reversed(steps):
+            try:
+                return self._restore_step(candidate, target)
+            except IncompatibleCheckpoint:
+                raise
+            except Exception as e:  # noqa: BLE001 - any read failure means "try an older step"
+                logging.warning(
+                    "checkpoint step %d in %s is unreadable (%s: %s); falling back to an older one",
+                    candidate,
+                    self.directory,
+                    type(e).__name__,
+                    e,
+                )
+        if steps:
+            raise IncompatibleCheckpoint(
+                f"no readable checkpoint in {self.directory} (steps {steps})"
+            )
+        return None
+
+    def _restore_step(self, step: int, target):
+        self.check_compatible(step, target)
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
+        restored = self._manager.restore(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()
+            ),
+        )
+        return restored.state, dict(restored.meta)
+
+    def check_compatible(self, step: int, target) -> None:
+        metadata = self._manager.item_metadata(step)["state"]
+        stored = {
+            leaf.name: (tuple(leaf.shape), np.dtype(leaf.dtype).name)
+            for leaf in jax.tree.leaves(metadata.tree)
+            if hasattr(leaf, "shape")
+        }
+        wanted = shapes_by_name(target)
+        problems = []
+        # Parameters first: they say what changed; optimizer moments follow from them.
+        names = sorted(set(stored) | set(wanted), key=lambda n: (not n.startswith("params."), n))
+        for name in names:
+            if name not in stored:
+                problems.append(
+                    f"{name} is missing from the checkpoint (config has {wanted[name][0]})"
+                )
+            elif name not in wanted:
+                problems.append(
+                    f"{name} {stored[name][0]} is in the checkpoint but not in the config"
+                )
+            elif stored[name] != wanted[name]:
+                problems.append(
+                    f"{name} is {stored[name][1]}{list(stored[name][0])} in the checkpoint, "
+                    f"{wanted[name][1]}{list(wanted[name][0])} in the config"
+                )
+        if problems:
+            shown = "; ".join(problems[:6]) + (
+                f"; and {len(problems) - 6} more" if len(problems) > 6 else ""
+            )
+            raise IncompatibleCheckpoint(
+                f"checkpoint {self.directory}/{step} does not fit the configured network and "
+                f"optimizer: {shown}. Resume with the config that wrote it, or convert it with "
+                "`python -m surgery`."
+            )
+
+    def close(self) -> None:
+        self._manager.close()
+
+
+def params_fingerprint(params) -> str:
+    """A short hash of every parameter's bytes: equal fingerprints mean identical parameters."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        array = np.asarray(leaf)
+        digest.update(_dotted(path).encode())
+        digest.update(array.dtype.str.encode() + str(array.shape).encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()[:16]

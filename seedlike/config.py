@@ -1,0 +1,121 @@
+"""Experiment configs: the defaults every configs/*.py starts from, and their validation.
+
+Configs are ml_collections.ConfigDicts, locked after construction so a misspelled key (in a config
+file or a --config.x.y=v flag) is an error instead of a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+ALGOS = ("ppo",)
+
+
+def base_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.algo = "ppo"  # learning algorithm: "ppo"
+    c.seed = 0  # seeds params, sampling, shuffling and env seeds
+    c.total_env_steps = 1_000_000  # stop after this many env steps (rows) received from actors
+    c.unroll_length = (
+        32  # T: learning steps per unroll (the server sends T+1 steps, last bootstraps)
+    )
+    c.batch_unrolls = 32  # unrolls per learner batch (one policy version)
+
+    c.env = ml_collections.ConfigDict()
+    c.env.name = "CartPole-v1"  # envpool task id
+    c.env.num_envs = 16  # envs per actor
+    c.env.batch_size = 0  # envpool batch per recv; 0 = num_envs (sync), < num_envs = async
+    c.env.num_threads = 0  # envpool worker threads; 0 = envpool's default
+    c.env.kwargs = ml_collections.ConfigDict()  # extra envpool.make kwargs, e.g. episodic_life
+
+    c.network = ml_collections.ConfigDict()
+    c.network.torso = "mlp"  # "mlp"
+    c.network.hidden_sizes = (64, 64)
+    c.network.activation = "tanh"  # tanh | relu | gelu | silu
+    c.network.shared_torso = False  # one torso for policy and value, or one each
+    c.network.normalize_obs = True  # running mean/std normalization of float observations
+    c.network.obs_clip = 5.0  # normalized observations are clipped to +-obs_clip
+
+    c.ppo = ml_collections.ConfigDict()
+    c.ppo.gamma = 0.99
+    c.ppo.gae_lambda = 0.95
+    c.ppo.epochs = 4  # passes over each batch
+    c.ppo.num_minibatches = 4  # minibatches per pass
+    c.ppo.clip_eps = 0.2  # surrogate clipping
+    c.ppo.clip_value = False  # clip the value update around the behaviour value
+    c.ppo.value_clip_eps = 0.2
+    c.ppo.vf_coef = 0.5
+    c.ppo.ent_coef = 0.01
+    c.ppo.normalize_advantages = True  # per minibatch, over all devices
+
+    c.optimizer = ml_collections.ConfigDict()
+    c.optimizer.learning_rate = 2.5e-4
+    c.optimizer.anneal_lr = True  # linear decay to 0 at total_env_steps
+    c.optimizer.max_grad_norm = 0.5  # global-norm clipping
+    c.optimizer.adam_eps = 1e-5
+
+    c.server = ml_collections.ConfigDict()
+    c.server.max_batch_rows = 1024  # flush an inference batch at this many rows ...
+    c.server.batch_timeout_ms = 5.0  # ... or this long after its first request
+    c.server.queue_unrolls = 64  # bounded queue to the learner; full = actors wait (backpressure)
+    c.server.max_actors = 64  # concurrent actor streams
+    c.server.max_envs_per_actor = 4096
+
+    c.actor = ml_collections.ConfigDict()
+    c.actor.backoff_initial_s = 0.1  # first reconnect wait; doubles up to backoff_max_s
+    c.actor.backoff_max_s = 5.0
+    c.actor.give_up_s = 300.0  # exit after this long without a server
+
+    c.log = ml_collections.ConfigDict()
+    c.log.interval_s = 10.0  # one metrics row per interval
+    c.log.wandb_mode = "offline"  # offline | online | disabled (WANDB_MODE overrides)
+    c.log.wandb_project = "seedlike"
+
+    c.checkpoint = ml_collections.ConfigDict()
+    c.checkpoint.interval_s = 300.0  # also saved at the end and on SIGTERM/SIGINT
+    c.checkpoint.max_to_keep = 3
+    return c
+
+
+def validate(config) -> None:
+    """Raises ValueError naming the setting that cannot work."""
+    from seedlike.envs.envpool_env import check_task_id
+
+    def need(ok: bool, message: str):
+        if not ok:
+            raise ValueError(f"invalid config: {message}")
+
+    need(config.algo in ALGOS, f"algo={config.algo!r} is not one of {list(ALGOS)}")
+    check_task_id(config.env.name)
+    need(config.total_env_steps > 0, "total_env_steps must be positive")
+    need(config.unroll_length >= 1, "unroll_length must be >= 1")
+    need(config.batch_unrolls >= 1, "batch_unrolls must be >= 1")
+    need(config.env.num_envs >= 1, "env.num_envs must be >= 1")
+    need(
+        0 <= config.env.batch_size <= config.env.num_envs,
+        f"env.batch_size={config.env.batch_size} must be 0 or in [1, {config.env.num_envs}]",
+    )
+    need(
+        config.ppo.epochs >= 1 and config.ppo.num_minibatches >= 1,
+        "ppo.epochs and ppo.num_minibatches must be >= 1",
+    )
+    need(0.0 < config.ppo.gamma <= 1.0, "ppo.gamma must lie in (0, 1]")
+    need(0.0 <= config.ppo.gae_lambda <= 1.0, "ppo.gae_lambda must lie in [0, 1]")
+    need(config.optimizer.learning_rate >= 0, "optimizer.learning_rate must be >= 0")
+    need(config.server.queue_unrolls >= 1, "server.queue_unrolls must be >= 1")
+    need(config.server.max_actors >= 1, "server.max_actors must be >= 1")
+    need(
+        config.log.wandb_mode in ("offline", "online", "disabled"),
+        "log.wandb_mode must be offline|online|disabled",
+    )
+
+
+def load_config_file(path: str) -> ml_collections.ConfigDict:
+    """Loads get_config() from a configs/*.py file (what --config=path does in the entrypoints)."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()

@@ -1,0 +1,190 @@
+"""envpool adapters: turn any discrete-action envpool task into rows of (env, player) seats.
+
+The adapter speaks envpool's asynchronous API (`async_reset`, `recv`, `send`), which also covers the
+synchronous case (`batch_size == num_envs`). Every call of `recv` returns a `Rows` batch; `send`
+takes one action per row and forwards those of acting rows to envpool.
+
+envpool auto-resets: the step after a terminated/truncated one is a reset whose action is ignored,
+whose reward is 0 and whose `elapsed_step` is 0 (pinned down in tests/test_envpool_protocol.py).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from typing import NamedTuple
+
+import numpy as np
+
+from seedlike.types import ArraySpec, EnvSpec
+
+LEGAL_ACTION_MASK = "legal_action_mask"
+
+
+class Rows(NamedTuple):
+    """One batch of rows from the env; see seedlike.rpc.codec.StepRows for the layout."""
+
+    obs: dict[str, np.ndarray]
+    extras: dict[str, np.ndarray]
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    env_id: np.ndarray
+    player_id: np.ndarray
+    acting: np.ndarray
+
+
+@functools.cache
+def _all_task_ids() -> tuple[str, ...]:
+    import envpool
+
+    return tuple(envpool.list_all_envs())
+
+
+def check_task_id(name: str) -> None:
+    tasks = _all_task_ids()
+    if name not in tasks:
+        close = difflib.get_close_matches(name, tasks, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(
+            f"env.name={name!r} is not an envpool task id.{hint} "
+            "See envpool.list_all_envs() for the full list."
+        )
+
+
+def envpool_kwargs(env_config) -> dict:
+    """The keyword arguments for envpool.make/make_spec from a config's `env` section."""
+    kwargs = dict(env_config.get("kwargs", {}) or {})
+    for key in ("num_envs", "num_threads"):
+        if key in env_config:
+            kwargs[key] = int(env_config[key])
+    batch_size = int(env_config.get("batch_size", 0) or 0)
+    if batch_size:
+        kwargs["batch_size"] = batch_size
+    return kwargs
+
+
+def make_env_spec(env_config) -> EnvSpec:
+    """Reads observation/action specs of the configured task without creating environments."""
+    import envpool
+
+    check_task_id(env_config.name)
+    kwargs = {k: v for k, v in envpool_kwargs(env_config).items() if k not in ("num_threads",)}
+    spec = envpool.make_spec(env_config.name, **kwargs)
+    return spec_from_spaces(
+        env_config.name,
+        spec.observation_space,
+        spec.action_space,
+        num_players=int(spec.config.max_num_players),
+    )
+
+
+def spec_from_spaces(name: str, observation_space, action_space, num_players: int) -> EnvSpec:
+    import gymnasium
+
+    if not isinstance(action_space, gymnasium.spaces.Discrete):
+        raise ValueError(
+            f"{name} has action space {action_space}; seedlike supports discrete actions only"
+        )
+    if isinstance(observation_space, gymnasium.spaces.Dict):
+        observation = {k: _array_spec(f"{name}[{k!r}]", s) for k, s in observation_space.items()}
+    else:
+        observation = {"obs": _array_spec(name, observation_space)}
+    num_actions = int(action_space.n)
+    extras = {}
+    if num_players > 1:
+        extras[LEGAL_ACTION_MASK] = ArraySpec(np.bool_, (num_actions,))
+    return EnvSpec(name, observation, num_actions, num_players, extras)
+
+
+def _array_spec(name: str, space) -> ArraySpec:
+    import gymnasium
+
+    if isinstance(space, gymnasium.spaces.Discrete):
+        return ArraySpec(np.int32, ())
+    if space.dtype is None or space.shape is None:
+        raise ValueError(f"{name}: observation space {space} is not an array")
+    dtype = np.dtype(space.dtype)
+    if dtype == np.float64:
+        dtype = np.dtype(np.float32)
+    return ArraySpec(dtype, space.shape)
+
+
+class EnvpoolAdapter:
+    """Steps an envpool batch and reports rows; one actor owns one adapter."""
+
+    def __init__(self, env_config, spec: EnvSpec, seed: int):
+        import envpool
+
+        self.spec = spec
+        kwargs = envpool_kwargs(env_config)
+        self.num_envs = int(kwargs.get("num_envs", 1))
+        self._env = envpool.make(env_config.name, env_type="gymnasium", seed=int(seed), **kwargs)
+
+    def reset(self) -> None:
+        self._env.async_reset()
+
+    def recv(self) -> Rows:
+        obs, reward, terminated, truncated, info = self._env.recv()
+        env_id = np.asarray(info["env_id"], np.int32)
+        done = np.logical_or(terminated, truncated)
+        if self.spec.num_players == 1:
+            return Rows(
+                obs=self._obs_dict(obs),
+                extras={},
+                reward=np.asarray(reward, np.float32),
+                terminated=np.asarray(terminated, np.bool_),
+                truncated=np.asarray(truncated, np.bool_),
+                env_id=env_id,
+                player_id=np.zeros_like(env_id),
+                acting=~done,
+            )
+        return self._player_rows(obs, reward, terminated, truncated, info, env_id)
+
+    def _player_rows(self, obs, reward, terminated, truncated, info, env_id) -> Rows:
+        # Board games report one row per (env, player); per-env fields are indexed by the position
+        # of the env in this batch, which we recover from the row's env id.
+        row_env = np.asarray(info["players"]["env_id"], np.int32)
+        row_player = np.asarray(info["players"]["id"], np.int32)
+        position = np.empty(self.num_envs, np.int64)
+        position[env_id] = np.arange(env_id.shape[0])
+        pos = position[row_env]
+        row_term = np.asarray(terminated, np.bool_)[pos]
+        row_trunc = np.asarray(truncated, np.bool_)[pos]
+        mover = np.asarray(info["current_player"], np.int32)[pos] == row_player
+        acting = mover & ~(row_term | row_trunc)
+        mask = np.asarray(info[LEGAL_ACTION_MASK], np.bool_)[pos]
+        mask = np.where(acting[:, None], mask, True)
+        return Rows(
+            obs=self._obs_dict(obs),
+            extras={LEGAL_ACTION_MASK: mask},
+            reward=np.asarray(reward, np.float32),
+            terminated=row_term,
+            truncated=row_trunc,
+            env_id=row_env,
+            player_id=row_player,
+            acting=acting,
+        )
+
+    def _obs_dict(self, obs) -> dict[str, np.ndarray]:
+        if isinstance(obs, dict):
+            return {
+                k: np.asarray(obs[k], self.spec.observation[k].dtype) for k in self.spec.observation
+            }
+        return {"obs": np.asarray(obs, self.spec.observation["obs"].dtype)}
+
+    def send(self, action: np.ndarray, rows: Rows) -> None:
+        """Steps the envs of `rows` with the actions of their acting rows."""
+        if self.spec.num_players == 1:
+            self._env.send(np.asarray(action, np.int32), rows.env_id)
+            return
+        # One action per env: the mover's. Envs that just ended still need an (ignored) action.
+        env_ids = np.unique(rows.env_id)
+        per_env = np.zeros(self.num_envs, np.int32)
+        per_env[rows.env_id[rows.acting]] = action[rows.acting]
+        self._env.send(per_env[env_ids], env_ids.astype(np.int32))
+
+    def close(self) -> None:
+        close = getattr(self._env, "close", None)
+        if close is not None:
+            close()

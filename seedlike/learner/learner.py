@@ -1,0 +1,151 @@
+"""The learner service: holds the replicated TrainState and turns batches of unrolls into updates.
+
+One call of `update` is one policy version: prepare (advantages, normalizer statistics) on every
+device, then `epochs` passes of `num_minibatches` pmapped sgd_steps over the whole batch. Samples
+are shuffled globally on the host, so N devices compute the same update as one device.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import numpy as np
+
+from seedlike import devices as devices_lib
+from seedlike.algos.ppo import PPOBatch, make_ppo_loss
+from seedlike.learner import train_state as ts
+from seedlike.types import Unroll
+
+
+class Learner:
+    def __init__(self, config, network, devices=None):
+        self.config = config
+        self.network = network
+        self.devices = list(devices or jax.local_devices())
+        self.num_devices = len(self.devices)
+        self._check_divisibility()
+
+        steps_per_update = config.batch_unrolls * config.unroll_length
+        total_updates = -(-int(config.total_env_steps) // steps_per_update)
+        total_sgd_steps = total_updates * config.ppo.epochs * config.ppo.num_minibatches
+        self.optimizer = ts.make_optimizer(config.optimizer)
+        loss_fn = make_ppo_loss(network, config.ppo, ts.AXIS)
+        lr_fn = ts.make_learning_rate_fn(config.optimizer, total_sgd_steps)
+        self._sgd_step = jax.pmap(
+            ts.make_sgd_step(loss_fn, self.optimizer, lr_fn), ts.AXIS, devices=self.devices
+        )
+        self._prepare = jax.pmap(ts.make_prepare(config.ppo), ts.AXIS, devices=self.devices)
+        self._state = None
+        # Shared with the inference service: see seedlike.devices.compute_lock.
+        self.lock = devices_lib.compute_lock(self.devices)
+
+    def _check_divisibility(self) -> None:
+        c, n = self.config, self.num_devices
+        samples = c.batch_unrolls * c.unroll_length
+        if c.batch_unrolls % n:
+            raise ValueError(
+                f"batch_unrolls={c.batch_unrolls} must be divisible by the {n} devices"
+            )
+        if samples % c.ppo.num_minibatches or (samples // c.ppo.num_minibatches) % n:
+            raise ValueError(
+                f"batch_unrolls*unroll_length={samples} must split into ppo.num_minibatches="
+                f"{c.ppo.num_minibatches} minibatches whose size is divisible by {n} devices"
+            )
+
+    # State ------------------------------------------------------------------------------------
+
+    def init_state(self, rng) -> ts.TrainState:
+        return ts.init_train_state(self.network, self.optimizer, rng)
+
+    def set_state(self, state: ts.TrainState) -> None:
+        """Installs an unreplicated state on every device (leading axis = device)."""
+        sharding = jax.sharding.NamedSharding(
+            jax.sharding.Mesh(np.array(self.devices), (ts.AXIS,)),
+            jax.sharding.PartitionSpec(ts.AXIS),
+        )
+        stacked = jax.tree.map(lambda x: np.stack([np.asarray(x)] * self.num_devices), state)
+        with self.lock:
+            self._state = devices_lib.block(jax.device_put(stacked, sharding))
+            self._version = int(np.asarray(state.updates))
+
+    def state(self) -> ts.TrainState:
+        """The unreplicated state (device 0's copy)."""
+        with self.lock:
+            return devices_lib.block(jax.tree.map(lambda x: x[0], self._state))
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def policy_params(self):
+        """What inference needs, from device 0: network params and observation statistics."""
+        tree = {"params": self._state.params, "obs_norm": self._state.obs_norm}
+        with self.lock:
+            return devices_lib.block(jax.tree.map(lambda x: x[0], tree))
+
+    # Learning ---------------------------------------------------------------------------------
+
+    def update(self, unrolls: Unroll) -> dict[str, float]:
+        """One policy version from stacked unrolls [B, T+1, ...]; returns averaged metrics.
+
+        A non-finite loss or gradient leaves the state untouched and reports nonfinite=1.
+        """
+        c, n = self.config, self.num_devices
+        batch, horizon = unrolls.action.shape[0], unrolls.reward.shape[1]
+        old_state = self._state
+
+        sharded = jax.tree.map(lambda x: x.reshape((n, batch // n) + x.shape[1:]), unrolls)
+        with self.lock:
+            advantage, value_target, obs_norm = devices_lib.block(
+                self._prepare(self._state, sharded)
+            )
+        advantage = np.asarray(advantage).reshape(batch * horizon)
+        value_target = np.asarray(value_target).reshape(batch * horizon)
+
+        samples = _flatten_steps(unrolls, horizon)
+        samples = samples._replace(advantage=advantage, value_target=value_target)
+        rng = np.random.default_rng([int(c.seed), self.version])
+        minibatch = batch * horizon // c.ppo.num_minibatches
+        metrics = []
+        for _ in range(c.ppo.epochs):
+            order = rng.permutation(batch * horizon)
+            for m in range(c.ppo.num_minibatches):
+                idx = order[m * minibatch : (m + 1) * minibatch]
+                mb = jax.tree.map(
+                    lambda x, idx=idx: x[idx].reshape((n, minibatch // n) + x.shape[1:]), samples
+                )
+                with self.lock:
+                    self._state, step_metrics = devices_lib.block(self._sgd_step(self._state, mb))
+                metrics.append(step_metrics)
+
+        metrics = jax.tree.map(lambda *xs: float(np.mean([np.asarray(x)[0] for x in xs])), *metrics)
+        if not all(np.isfinite(v) for v in metrics.values()):
+            bad = sorted(k for k, v in metrics.items() if not np.isfinite(v))
+            logging.error("non-finite %s in learner update %d; update discarded", bad, self.version)
+            self._state = old_state
+            return {**metrics, "nonfinite": 1.0}
+        with self.lock:
+            updates = devices_lib.block(self._state.updates + 1)
+        self._state = self._state.replace(obs_norm=obs_norm, updates=updates)
+        self._version += 1
+        return {**metrics, "nonfinite": 0.0}
+
+
+def _flatten_steps(unrolls: Unroll, horizon: int) -> PPOBatch:
+    """[B, T+1, ...] unrolls -> [B*T, ...] samples (steps 0..T-1; step T only bootstraps)."""
+
+    def flat(x):
+        x = np.asarray(x)[:, :horizon]
+        return x.reshape((-1,) + x.shape[2:])
+
+    return PPOBatch(
+        obs={k: flat(v) for k, v in unrolls.obs.items()},
+        extras={k: flat(v) for k, v in unrolls.extras.items()},
+        action=flat(unrolls.action),
+        behaviour_logp=flat(unrolls.behaviour_logp),
+        behaviour_value=flat(unrolls.behaviour_value),
+        advantage=None,
+        value_target=None,
+        mask=flat(unrolls.valid).astype(np.float32),
+    )

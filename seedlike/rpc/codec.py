@@ -1,0 +1,264 @@
+"""Tensor encoding and validation of every message that crosses the wire.
+
+Decoding never trusts the sender: dtypes come from an allow-list, sizes are checked against the
+byte count before any reshape, and every error names the offending field so the actor's author can
+fix it. Errors are raised as ProtocolError; the service turns them into INVALID_ARGUMENT.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from google.protobuf import message as pb_message
+from google.protobuf import unknown_fields
+
+from seedlike.rpc import seedlike_pb2 as pb
+from seedlike.types import ArraySpec, EnvSpec
+
+# Bump when a message changes meaning; the handshake refuses other versions.
+PROTOCOL_VERSION = 1
+
+ALLOWED_DTYPES = frozenset(
+    [
+        "bool",
+        "uint8",
+        "int8",
+        "uint16",
+        "int16",
+        "int32",
+        "uint32",
+        "int64",
+        "float16",
+        "float32",
+        "float64",
+    ]
+)
+
+
+class ProtocolError(ValueError):
+    """A message violates the protocol. `field` names the offending field, e.g. 'step.reward'."""
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+
+
+def encode(array: np.ndarray) -> pb.Tensor:
+    array = np.asarray(array, order="C")  # (ascontiguousarray would turn a 0-d array into 1-d)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return pb.Tensor(dtype=array.dtype.name, shape=array.shape, data=array.tobytes())
+
+
+def decode(tensor: pb.Tensor, field: str) -> np.ndarray:
+    """Decodes a Tensor into a read-only numpy view of its bytes."""
+    if tensor.dtype not in ALLOWED_DTYPES:
+        raise ProtocolError(field, f"dtype {tensor.dtype!r} is not one of {sorted(ALLOWED_DTYPES)}")
+    shape = tuple(tensor.shape)
+    if any(d < 0 for d in shape):
+        raise ProtocolError(field, f"negative dimension in shape {list(shape)}")
+    dtype = np.dtype(tensor.dtype)
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if expected != len(tensor.data):
+        raise ProtocolError(
+            field,
+            f"shape {list(shape)} of {dtype.name} needs {expected} bytes, got {len(tensor.data)}",
+        )
+    return np.frombuffer(tensor.data, dtype=dtype).reshape(shape)
+
+
+def spec_to_proto(name: str, spec: ArraySpec) -> pb.TensorSpec:
+    return pb.TensorSpec(name=name, dtype=spec.dtype.name, shape=spec.shape)
+
+
+def parse_actor_message(data: bytes) -> pb.ActorMessage:
+    """Parses raw request bytes; garbage and unknown fields are protocol errors."""
+    msg = pb.ActorMessage()
+    try:
+        msg.ParseFromString(data)
+    except pb_message.DecodeError as e:
+        raise ProtocolError(
+            "request",
+            f"not a seedlike.ActorMessage ({e}); is the client speaking protocol "
+            f"version {PROTOCOL_VERSION}?",
+        ) from None
+    _reject_unknown_fields(msg, "request")
+    return msg
+
+
+def _reject_unknown_fields(msg: pb_message.Message, path: str) -> None:
+    unknown = unknown_fields.UnknownFieldSet(msg)
+    if len(unknown):
+        numbers = sorted({f.field_number for f in unknown})
+        raise ProtocolError(
+            path,
+            f"unknown field number(s) {numbers}; client and server disagree on the protocol "
+            f"(server speaks version {PROTOCOL_VERSION})",
+        )
+    for descriptor, value in msg.ListFields():
+        if descriptor.message_type is None:
+            continue
+        name = f"{path}.{descriptor.name}"
+        if descriptor.message_type.GetOptions().map_entry:
+            for key, item in value.items():
+                if isinstance(item, pb_message.Message):
+                    _reject_unknown_fields(item, f"{name}[{key!r}]")
+        elif descriptor.is_repeated:
+            for i, item in enumerate(value):
+                _reject_unknown_fields(item, f"{name}[{i}]")
+        else:
+            _reject_unknown_fields(value, name)
+
+
+def make_hello(spec: EnvSpec, actor_id: int, num_envs: int) -> pb.Hello:
+    return pb.Hello(
+        protocol_version=PROTOCOL_VERSION,
+        actor_id=actor_id,
+        env_name=spec.name,
+        observation=[spec_to_proto(k, v) for k, v in spec.observation.items()],
+        num_actions=spec.num_actions,
+        num_envs=num_envs,
+        num_players=spec.num_players,
+        extras=[spec_to_proto(k, v) for k, v in spec.extras.items()],
+    )
+
+
+def check_hello(hello: pb.Hello, spec: EnvSpec, max_envs: int) -> None:
+    """Raises ProtocolError unless the actor runs the environment the server was configured for."""
+    if hello.protocol_version != PROTOCOL_VERSION:
+        raise ProtocolError(
+            "hello.protocol_version",
+            f"actor speaks version {hello.protocol_version}, server speaks {PROTOCOL_VERSION}; "
+            "run actor and learner from the same seedlike release",
+        )
+    hint = "start the actor with the same --config as the learner"
+    if hello.env_name != spec.name:
+        raise ProtocolError(
+            "hello.env_name", f"actor runs {hello.env_name!r}, server trains {spec.name!r}; {hint}"
+        )
+    _check_specs("hello.observation", hello.observation, spec.observation, hint)
+    _check_specs("hello.extras", hello.extras, spec.extras, hint)
+    if hello.num_actions != spec.num_actions:
+        raise ProtocolError(
+            "hello.num_actions", f"actor has {hello.num_actions}, server {spec.num_actions}; {hint}"
+        )
+    if hello.num_players != spec.num_players:
+        raise ProtocolError(
+            "hello.num_players", f"actor has {hello.num_players}, server {spec.num_players}; {hint}"
+        )
+    if not 0 < hello.num_envs <= max_envs:
+        raise ProtocolError(
+            "hello.num_envs",
+            f"{hello.num_envs} is outside [1, {max_envs}]; raise server.max_envs_per_actor",
+        )
+
+
+def _check_specs(field: str, got, expected: dict[str, ArraySpec], hint: str) -> None:
+    got_specs = {}
+    for s in got:
+        try:
+            got_specs[s.name] = ArraySpec(s.dtype, tuple(s.shape))
+        except TypeError:
+            raise ProtocolError(
+                f"{field}[{s.name!r}].dtype", f"unknown dtype {s.dtype!r}"
+            ) from None
+    if got_specs != expected:
+        fmt = lambda d: {k: str(v) for k, v in sorted(d.items())}  # noqa: E731
+        raise ProtocolError(
+            field, f"actor sends {fmt(got_specs)}, server expects {fmt(expected)}; {hint}"
+        )
+
+
+class StepRows(NamedTuple):
+    """A validated StepBatch: n rows, each an (env, player) seat of the sending actor."""
+
+    obs: dict[str, np.ndarray]  # key -> [n, *spec.shape]
+    extras: dict[str, np.ndarray]  # key -> [n, *spec.shape]
+    reward: np.ndarray  # float32 [n]
+    terminated: np.ndarray  # bool [n]
+    truncated: np.ndarray  # bool [n]
+    env_id: np.ndarray  # int32 [n]
+    player_id: np.ndarray  # int32 [n]
+    acting: np.ndarray  # bool [n]: the env executes this row's action
+
+
+def decode_step(step: pb.StepBatch, spec: EnvSpec, num_envs: int) -> StepRows:
+    """Decodes and validates a StepBatch for a session that announced `num_envs` envs."""
+    env_id = _decode_as(step.env_id, "step.env_id", np.int32, None)
+    n = env_id.shape[0]
+    player_id = _decode_as(step.player_id, "step.player_id", np.int32, n)
+    reward = _decode_as(step.reward, "step.reward", np.float32, n)
+    terminated = _decode_as(step.terminated, "step.terminated", np.bool_, n)
+    truncated = _decode_as(step.truncated, "step.truncated", np.bool_, n)
+    acting = _decode_as(step.acting, "step.acting", np.bool_, n)
+    if n == 0:
+        raise ProtocolError("step.env_id", "a step must carry at least one row")
+    if env_id.min() < 0 or env_id.max() >= num_envs:
+        raise ProtocolError(
+            "step.env_id", f"values must lie in [0, {num_envs}) as announced in hello"
+        )
+    if player_id.min() < 0 or player_id.max() >= spec.num_players:
+        raise ProtocolError("step.player_id", f"values must lie in [0, {spec.num_players})")
+    seats = env_id.astype(np.int64) * spec.num_players + player_id
+    if np.unique(seats).shape[0] != n:
+        raise ProtocolError("step.env_id", "an (env_id, player_id) pair appears twice in one step")
+    if not np.all(np.isfinite(reward)):
+        raise ProtocolError("step.reward", "contains NaN or infinity; fix the environment's reward")
+    obs = _decode_dict(step.observation, "step.observation", spec.observation, n)
+    extras = _decode_dict(step.extras, "step.extras", spec.extras, n)
+    return StepRows(obs, extras, reward, terminated, truncated, env_id, player_id, acting)
+
+
+def _decode_as(tensor: pb.Tensor, field: str, dtype, rows: int | None) -> np.ndarray:
+    array = decode(tensor, field)
+    if array.dtype != dtype:
+        raise ProtocolError(field, f"dtype {array.dtype.name}, expected {np.dtype(dtype).name}")
+    if array.ndim != 1 or (rows is not None and array.shape[0] != rows):
+        want = f"[{rows}]" if rows is not None else "[rows]"
+        raise ProtocolError(field, f"shape {list(array.shape)}, expected {want}")
+    return array
+
+
+def _decode_dict(tensors, field: str, specs: dict[str, ArraySpec], rows: int) -> dict:
+    if set(tensors.keys()) != set(specs):
+        raise ProtocolError(field, f"keys {sorted(tensors.keys())}, expected {sorted(specs)}")
+    out = {}
+    for key, spec in specs.items():
+        name = f"{field}[{key!r}]"
+        array = decode(tensors[key], name)
+        if array.dtype != spec.dtype:
+            raise ProtocolError(name, f"dtype {array.dtype.name}, expected {spec.dtype.name}")
+        if array.shape != (rows, *spec.shape):
+            raise ProtocolError(name, f"shape {list(array.shape)}, expected {[rows, *spec.shape]}")
+        if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+            raise ProtocolError(name, "contains NaN or infinity")
+        out[key] = array
+    return out
+
+
+def encode_step(
+    sequence: int,
+    obs: dict[str, np.ndarray],
+    reward: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    env_id: np.ndarray,
+    player_id: np.ndarray,
+    acting: np.ndarray,
+    extras: dict[str, np.ndarray] | None = None,
+) -> pb.ActorMessage:
+    step = pb.StepBatch(
+        sequence=sequence,
+        reward=encode(np.asarray(reward, np.float32)),
+        terminated=encode(np.asarray(terminated, np.bool_)),
+        truncated=encode(np.asarray(truncated, np.bool_)),
+        env_id=encode(np.asarray(env_id, np.int32)),
+        player_id=encode(np.asarray(player_id, np.int32)),
+        acting=encode(np.asarray(acting, np.bool_)),
+    )
+    for key, value in obs.items():
+        step.observation[key].CopyFrom(encode(value))
+    for key, value in (extras or {}).items():
+        step.extras[key].CopyFrom(encode(value))
+    return pb.ActorMessage(step=step)

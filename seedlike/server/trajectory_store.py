@@ -1,0 +1,186 @@
+"""Per-seat unroll buffers: rows in, complete unrolls of T+1 steps out.
+
+Alignment (see seedlike.types.Unroll): a row carries the observation after the seat's previous
+action and that action's outcome. On arrival the outcome is added to the seat's pending step, then
+a new step is recorded if the row acts (or ends the episode, to keep the final observation's value
+for bootstrapping truncated episodes). In turn-based games the rows of a player who does not move
+only add their reward to the player's pending step.
+
+All bookkeeping is vectorized over the rows of a batch; only complete unrolls are copied out. A
+session (one actor stream) that closes takes its partial unrolls with it: nothing incomplete is
+ever emitted.
+
+Only the inference thread calls into the store, so it needs no locking.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from seedlike.rpc.codec import StepRows
+from seedlike.types import EnvSpec, Unroll
+
+
+@dataclasses.dataclass
+class Episode:
+    session_id: int
+    seat: int
+    episode_return: float
+    length: int
+
+
+class _SessionBuffers:
+    def __init__(self, spec: EnvSpec, num_seats: int, horizon: int):
+        steps = horizon + 1
+        self.obs = {
+            k: np.zeros((num_seats, steps, *s.shape), s.dtype) for k, s in spec.observation.items()
+        }
+        self.extras = {
+            k: np.zeros((num_seats, steps, *s.shape), s.dtype) for k, s in spec.extras.items()
+        }
+        self.action = np.zeros((num_seats, steps), np.int32)
+        self.logp = np.zeros((num_seats, steps), np.float32)
+        self.value = np.zeros((num_seats, steps), np.float32)
+        self.valid = np.zeros((num_seats, steps), np.bool_)
+        self.version = np.zeros((num_seats, steps), np.int32)
+        self.reward = np.zeros((num_seats, steps), np.float32)
+        self.terminated = np.zeros((num_seats, steps), np.bool_)
+        self.truncated = np.zeros((num_seats, steps), np.bool_)
+        self.pos = np.zeros(num_seats, np.int64)  # steps recorded in the current unroll
+        self.in_episode = np.zeros(num_seats, np.bool_)
+        self.episode_return = np.zeros(num_seats, np.float64)
+        self.episode_length = np.zeros(num_seats, np.int64)
+
+    def step_fields(self):
+        return (self.action, self.logp, self.value, self.valid, self.version)
+
+    def outcome_fields(self):
+        return (self.reward, self.terminated, self.truncated)
+
+
+class TrajectoryStore:
+    """Builds unrolls of `horizon` steps for every seat of every open session.
+
+    Args:
+      spec: the environment spec.
+      horizon: T, the number of learning steps per unroll.
+      emit: called with every complete Unroll (may block: that is the learner's backpressure).
+    """
+
+    def __init__(self, spec: EnvSpec, horizon: int, emit: Callable[[Unroll], None]):
+        self.spec = spec
+        self.horizon = horizon
+        self._emit = emit
+        self._sessions: dict[int, _SessionBuffers] = {}
+        self.rows_received = 0
+        self.unrolls_emitted = 0
+        self.steps_dropped = 0
+
+    def open_session(self, session_id: int, num_envs: int) -> None:
+        seats = num_envs * self.spec.num_players
+        self._sessions[session_id] = _SessionBuffers(self.spec, seats, self.horizon)
+
+    def close_session(self, session_id: int) -> int:
+        """Forgets a session and its partial unrolls; returns how many recorded steps were lost."""
+        buffers = self._sessions.pop(session_id, None)
+        if buffers is None:
+            return 0
+        dropped = int(buffers.pos.sum())
+        self.steps_dropped += dropped
+        return dropped
+
+    def has_session(self, session_id: int) -> bool:
+        return session_id in self._sessions
+
+    @property
+    def num_sessions(self) -> int:
+        return len(self._sessions)
+
+    def record(
+        self,
+        session_id: int,
+        rows: StepRows,
+        action: np.ndarray,
+        logp: np.ndarray,
+        value: np.ndarray,
+        version: np.ndarray | int,
+    ) -> list[Episode]:
+        """Records one batch of rows and the policy outputs for them ([n] each).
+
+        Returns the episodes that ended with this batch.
+        """
+        b = self._sessions[session_id]
+        n = rows.reward.shape[0]
+        self.rows_received += n
+        seat = rows.env_id.astype(np.int64) * self.spec.num_players + rows.player_id
+        done = rows.terminated | rows.truncated
+
+        # 1. The outcome of each seat's pending step.
+        pending = b.pos[seat] > 0
+        s, idx = seat[pending], b.pos[seat[pending]] - 1
+        b.reward[s, idx] += rows.reward[pending]
+        b.terminated[s, idx] |= rows.terminated[pending]
+        b.truncated[s, idx] |= rows.truncated[pending]
+
+        # 2. Episode statistics (a seat's first row starts its first episode).
+        live = b.in_episode[seat]
+        b.episode_return[seat] += np.where(live, rows.reward, 0.0)
+        ended = seat[done & live]
+        episodes = [
+            Episode(session_id, int(k), float(b.episode_return[k]), int(b.episode_length[k]))
+            for k in ended
+        ]
+        b.episode_return[seat[done]] = 0.0
+        b.episode_length[seat[done]] = 0
+        b.in_episode[seat] = ~done
+
+        # 3. New steps for rows that act or end an episode.
+        record = rows.acting | done
+        s = seat[record]
+        p = b.pos[s]
+        for key, array in rows.obs.items():
+            b.obs[key][s, p] = array[record]
+        for key, array in rows.extras.items():
+            b.extras[key][s, p] = array[record]
+        valid = rows.acting[record] & ~done[record]
+        version = np.broadcast_to(np.asarray(version, np.int32), (n,))
+        values = (action[record], logp[record], value[record], valid, version[record])
+        for field, v in zip(b.step_fields(), values):
+            field[s, p] = v
+        for field in b.outcome_fields():
+            field[s, p] = 0
+        b.episode_length[s[valid]] += 1
+        b.pos[s] += 1
+
+        # 4. Emit complete unrolls; their last step becomes the first step of the next one.
+        full = s[b.pos[s] == self.horizon + 1]
+        for k in full:
+            self._emit(self._copy_unroll(b, k))
+            self.unrolls_emitted += 1
+            for field in self._all_fields(b):
+                field[k, 0] = field[k, self.horizon]
+            for field in b.outcome_fields():
+                field[k, 0] = 0
+            b.pos[k] = 1
+        return episodes
+
+    def _all_fields(self, b: _SessionBuffers):
+        return [*b.obs.values(), *b.extras.values(), *b.step_fields()]
+
+    def _copy_unroll(self, b: _SessionBuffers, k: int) -> Unroll:
+        t = self.horizon
+        return Unroll(
+            obs={key: v[k].copy() for key, v in b.obs.items()},
+            extras={key: v[k].copy() for key, v in b.extras.items()},
+            action=b.action[k].copy(),
+            behaviour_logp=b.logp[k].copy(),
+            behaviour_value=b.value[k].copy(),
+            valid=b.valid[k].copy(),
+            policy_version=b.version[k].copy(),
+            reward=b.reward[k, :t].copy(),
+            terminated=b.terminated[k, :t].copy(),
+            truncated=b.truncated[k, :t].copy(),
+        )

@@ -1,0 +1,86 @@
+"""Data types shared by actors, server and learner, with their array layouts written down."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class ArraySpec:
+    """Dtype and per-row shape of one named array (no batch dimension)."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+
+    def __str__(self) -> str:
+        return f"{self.dtype.name}{list(self.shape)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """What a policy needs to know about an environment, identical on actors and server.
+
+    Attributes:
+      name: envpool task id.
+      observation: observation key -> per-row spec. Array observations use the key "obs".
+      num_actions: size of the discrete action space.
+      num_players: rows per env per step (1 for single-player games).
+      extras: per-row side inputs to the policy, e.g. "legal_action_mask" bool[num_actions].
+    """
+
+    name: str
+    observation: dict[str, ArraySpec]
+    num_actions: int
+    num_players: int = 1
+    extras: dict[str, ArraySpec] = dataclasses.field(default_factory=dict)
+
+
+class Unroll(NamedTuple):
+    """T+1 consecutive steps of one seat, recorded by the server's trajectory store.
+
+    Step t holds the observation the policy saw and what it did; reward/terminated/truncated at t
+    are the outcome of action t (they arrive with observation t+1). The last step (index T) is only
+    there for its value (bootstrap) and is the first step of the seat's next unroll.
+
+    A step whose observation was terminal (the env auto-resets and ignores the action) has
+    valid=False: it contributes no loss, but its value bootstraps a truncated episode.
+
+    Layout, with a leading batch dimension [B] when unrolls are stacked:
+      obs:            dict key -> [T+1, *spec.shape]
+      extras:         dict key -> [T+1, *spec.shape]
+      action:         int32   [T+1]
+      behaviour_logp: float32 [T+1]  log pi_behaviour(action | obs)
+      behaviour_value:float32 [T+1]
+      valid:          bool    [T+1]  the action was executed by the env
+      policy_version: int32   [T+1]  version of the params that chose the action
+      reward:         float32 [T]
+      terminated:     bool    [T]
+      truncated:      bool    [T]
+      carry:          recurrent state before step 0 (empty tuple for feed-forward policies)
+    """
+
+    obs: dict[str, np.ndarray]
+    extras: dict[str, np.ndarray]
+    action: np.ndarray
+    behaviour_logp: np.ndarray
+    behaviour_value: np.ndarray
+    valid: np.ndarray
+    policy_version: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    carry: Any = ()
+
+
+def stack_unrolls(unrolls: list[Unroll]) -> Unroll:
+    """Stacks unrolls along a new leading batch axis."""
+    import jax
+
+    return jax.tree.map(lambda *xs: np.stack(xs), *unrolls)

@@ -1,0 +1,37 @@
+"""seedlike: SEED-style central-inference reinforcement learning for envpool games, in JAX."""
+
+from setuptools import find_packages, setup
+
+# Versions seen working together on Python 3.11 (CPU); see README "Installation".
+INSTALL_REQUIRES = [
+    "jax==0.10.2",
+    "jaxlib==0.10.2",
+    "flax==0.12.8",
+    "optax==0.2.8",
+    "chex==0.1.92",
+    "numpy==2.4.6",
+    "envpool==1.2.5",
+    "gymnasium==1.4.0",
+    "grpcio==1.85.1",
+    "protobuf==7.36.2",
+    "orbax-checkpoint==0.12.8",
+    "wandb==0.31.0",
+    "absl-py==2.5.1",
+    "ml_collections==1.1.0",
+    "trueskill==0.4.5",
+]
+
+setup(
+    name="seedlike",
+    version="0.1.0",
+    description=__doc__,
+    python_requires=">=3.11",
+    packages=find_packages(
+        include=["seedlike", "seedlike.*", "networks", "networks.*", "surgery", "surgery.*"]
+    ),
+    package_data={"seedlike.rpc": ["*.proto", "*.pyi"]},
+    install_requires=INSTALL_REQUIRES,
+    extras_require={
+        "dev": ["pytest==9.2.0", "ruff==0.17.6", "grpcio-tools==1.85.1"],
+    },
+)

@@ -1,0 +1,215 @@
+"""End to end with real processes: a learner (gRPC server + learning) and actors on loopback."""
+
+import os
+import re
+import signal
+import subprocess
+
+import grpc
+import jax
+import numpy as np
+import pytest
+
+from networks import make_network
+from seedlike.checkpoint import Checkpointer, params_fingerprint
+from seedlike.config import load_config_file
+from seedlike.envs.envpool_env import make_env_spec
+from seedlike.learner import train_state as ts
+from seedlike.rpc import codec
+from seedlike.rpc.service import STREAM_METHOD
+from seedlike.types import ArraySpec, EnvSpec
+from tests.procs import CONFIG, ROOT, Processes, free_port, last, log_text, metrics, wait_for
+
+FAST = ["--config.log.interval_s=1", "--config.total_env_steps=100000000"]
+
+REQUIRED_KEYS = {
+    "time", "env_steps", "learner_updates", "policy_version", "sps", "episodes",
+    "episode_return_mean", "episode_length_mean", "staleness_mean", "sample_reuse", "rfps", "cfps",
+    "inference_batch_mean", "inference_latency_ms_p50", "inference_latency_ms_p99",
+    "loss/total", "loss/policy", "loss/value", "loss/entropy",
+}  # fmt: skip
+
+
+@pytest.fixture
+def procs(tmp_path):
+    p = Processes(tmp_path)
+    yield p
+    p.stop_all()
+
+
+def version(logdir) -> int:
+    return last(logdir, "policy_version", 0) or 0
+
+
+def test_train_sh_learns_cartpole_and_stops_everything(tmp_path):
+    logdir = tmp_path / "run"
+    result = subprocess.run(
+        ["scripts/train.sh", f"--logdir={logdir}", "--config.total_env_steps=120000",
+         "--config.log.interval_s=2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    rows = metrics(logdir)
+    assert REQUIRED_KEYS <= set(rows[-1]), REQUIRED_KEYS - set(rows[-1])
+    returns = [r["episode_return_mean"] for r in rows if r["episode_return_mean"] is not None]
+    assert returns[0] < 60  # a random CartPole policy averages ~22
+    assert max(returns) >= 200, returns
+    assert rows[-1]["env_steps"] >= 120_000
+    assert 0 <= rows[-1]["staleness_mean"] < 5 and rows[-1]["sample_reuse"] > 1
+    address = open(logdir / "server_address").read().strip()
+    leftover = subprocess.run(
+        ["pgrep", "-f", f"--server={address}"], capture_output=True, text=True
+    )
+    assert leftover.stdout.strip() == "", "train.sh left actor processes behind"
+    assert sorted(os.listdir(logdir / "checkpoints"))
+
+
+def test_killed_actor_is_dropped_and_a_restarted_one_reconnects(tmp_path, procs):
+    logdir = str(tmp_path / "run")
+    learner, address = procs.learner(logdir, *FAST)
+    first = procs.actor(address, 0)
+    procs.actor(address, 1)
+    wait_for(
+        lambda: version(logdir) >= 5 and last(logdir, "actors_connected") == 2,
+        120,
+        learner,
+        "training",
+    )
+    assert last(logdir, "steps_dropped") == 0
+
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    killed_at = version(logdir)
+    wait_for(
+        lambda: last(logdir, "actors_connected") == 1 and version(logdir) >= killed_at + 5,
+        120, learner, "training to continue with one actor",
+    )  # fmt: skip
+    # The dead actor's partial unrolls were discarded (every seat had at least one recorded step).
+    assert last(logdir, "steps_dropped") >= 16
+
+    restarted = procs.actor(address, 0)
+    wait_for(lambda: last(logdir, "actors_connected") == 2, 60, learner, "the restarted actor")
+    resumed_at = version(logdir)
+    wait_for(lambda: version(logdir) >= resumed_at + 3, 60, learner, "training with both actors")
+    assert "connected to" in log_text(restarted)
+    learner.send_signal(signal.SIGTERM)
+    assert learner.wait(timeout=60) == 0
+
+
+def _raw_stream(address, messages):
+    channel = grpc.insecure_channel(address)
+    try:
+        call = channel.stream_stream(STREAM_METHOD)(iter(messages), timeout=30)
+        return list(call)
+    finally:
+        channel.close()
+
+
+def test_malformed_requests_are_rejected_while_an_actor_keeps_training(tmp_path, procs):
+    logdir = str(tmp_path / "run")
+    learner, address = procs.learner(logdir, *FAST)
+    actor = procs.actor(address, 0)
+    wait_for(lambda: version(logdir) >= 3, 120, learner, "training")
+
+    spec = EnvSpec("CartPole-v1", {"obs": ArraySpec(np.float32, (4,))}, num_actions=2)
+    hello = codec.pb.ActorMessage(
+        hello=codec.make_hello(spec, actor_id=9, num_envs=2)
+    ).SerializeToString()
+
+    def step(obs, **kw):
+        fields = dict(
+            sequence=0, obs={"obs": obs}, reward=np.zeros(2, np.float32),
+            terminated=np.zeros(2, bool), truncated=np.zeros(2, bool),
+            env_id=np.arange(2, dtype=np.int32), player_id=np.zeros(2, np.int32),
+            acting=np.ones(2, bool),
+        )  # fmt: skip
+        fields.update(kw)
+        return codec.encode_step(**fields).SerializeToString()
+
+    good_obs = np.zeros((2, 4), np.float32)
+    wrong_env = codec.make_hello(EnvSpec("Acrobot-v1", spec.observation, 2), 9, 2)
+    cases = {
+        "garbage": ([b"\xff\xff\xff garbage bytes"], "request: not a seedlike.ActorMessage"),
+        "no hello": ([step(good_obs)], "request.hello"),
+        "wrong env": (
+            [codec.pb.ActorMessage(hello=wrong_env).SerializeToString()],
+            "hello.env_name",
+        ),
+        "wrong dtype": (
+            [hello, step(good_obs.astype(np.float64))],
+            "step.observation['obs']: dtype float64",
+        ),
+        "wrong shape": (
+            [hello, step(np.zeros((2, 5), np.float32))],
+            "step.observation['obs']: shape [2, 5]",
+        ),
+        "unknown field": (
+            [hello, step(good_obs) + b"\x98\x06\x05"],
+            "unknown field number(s) [99]",
+        ),
+        "nan reward": (
+            [hello, step(good_obs, reward=np.array([0, np.nan], np.float32))],
+            "step.reward",
+        ),
+    }
+    for name, (messages, expected) in cases.items():
+        with pytest.raises(grpc.RpcError) as info:
+            _raw_stream(address, messages)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, name
+        assert expected in info.value.details(), (name, info.value.details())
+
+    # A well-formed stream still works after all that, and the real actor never stopped.
+    replies = _raw_stream(address, [hello, step(good_obs)])
+    assert len(replies) == 2
+    rejected_at = version(logdir)
+    wait_for(
+        lambda: version(logdir) >= rejected_at + 3, 60, learner, "training after the bad requests"
+    )
+    wait_for(lambda: last(logdir, "actors_connected") == 1, 10, learner, "bad sessions to close")
+    assert actor.poll() is None
+
+
+def test_sigterm_checkpoints_and_restart_resumes_with_identical_params(tmp_path, procs):
+    logdir = str(tmp_path / "run")
+    port = free_port()
+    learner, address = procs.learner(logdir, *FAST, port=port)
+    actors = [procs.actor(address, i) for i in range(2)]
+    wait_for(lambda: version(logdir) >= 5, 120, learner, "training")
+
+    learner.send_signal(signal.SIGTERM)
+    assert learner.wait(timeout=60) == 0
+    saved = re.findall(
+        r"checkpoint (\d+) saved \(stop requested; params (\w+)\)", log_text(learner)
+    )
+    assert saved, log_text(learner)[-3000:]
+    saved_step, saved_fingerprint = int(saved[-1][0]), saved[-1][1]
+    saved_env_steps = metrics(logdir)[-1]["env_steps"]
+
+    # The checkpoint on disk holds exactly those parameters.
+    config = load_config_file(CONFIG)
+    network = make_network(config.network, make_env_spec(config.env))
+    target = ts.init_train_state(network, ts.make_optimizer(config.optimizer), jax.random.key(0))
+    checkpointer = Checkpointer(os.path.join(logdir, "checkpoints"))
+    state, meta = checkpointer.restore(target)
+    checkpointer.close()
+    assert params_fingerprint(state.params) == saved_fingerprint
+    assert int(state.updates) == saved_step and meta["env_steps"] == saved_env_steps
+
+    # Actors outlive the learner: they keep retrying and rejoin the restarted one on the same port.
+    assert all(a.poll() is None for a in actors)
+    learner, _ = procs.learner(logdir, *FAST, port=port, name="learner2.log")
+    wait_for(lambda: "resumed from" in log_text(learner), 60, learner, "resume")
+    resumed = re.search(
+        r"resumed from .* at env step (\d+), policy version (\d+) \(params (\w+)\)",
+        log_text(learner),
+    )
+    assert resumed.groups() == (str(saved_env_steps), str(saved_step), saved_fingerprint)
+    wait_for(
+        lambda: version(logdir) >= saved_step + 3 and last(logdir, "actors_connected") == 2,
+        120,
+        learner,
+        "resumed training",
+    )
+    assert metrics(logdir)[-1]["env_steps"] > saved_env_steps
+    learner.send_signal(signal.SIGTERM)
+    assert learner.wait(timeout=60) == 0

@@ -1,0 +1,140 @@
+"""The learner update: identical on 1 and 2 devices, on-policy at the first step, NaN-safe."""
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from networks import make_network
+from seedlike.config import base_config
+from seedlike.learner.learner import Learner
+from seedlike.types import ArraySpec, EnvSpec, Unroll
+
+SPEC = EnvSpec("test", {"obs": ArraySpec(np.float32, (4,))}, num_actions=3)
+
+
+def small_config(**overrides) -> ml_collections.ConfigDict:
+    c = base_config()
+    c.unroll_length = 8
+    c.batch_unrolls = 4
+    c.total_env_steps = 10_000
+    c.ppo.num_minibatches = 2
+    c.ppo.epochs = 2
+    c.network.hidden_sizes = (16, 16)
+    c.optimizer.learning_rate = 3e-3
+    c.update(overrides)
+    return c
+
+
+def random_unrolls(network, params, obs_norm, batch, horizon, seed=0) -> Unroll:
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(2.0, 3.0, size=(batch, horizon + 1, 4)).astype(np.float32)
+    logits, values = network.apply(params, obs_norm, {"obs": obs})
+    action = rng.integers(0, 3, size=(batch, horizon + 1)).astype(np.int32)
+    logp = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), action[..., None], -1)[..., 0]
+    terminated = rng.random((batch, horizon)) < 0.1
+    valid = np.ones((batch, horizon + 1), bool)
+    valid[:, 1:] &= ~terminated
+    return Unroll(
+        obs={"obs": obs},
+        extras={},
+        action=action,
+        behaviour_logp=logp.astype(np.float32),
+        behaviour_value=np.asarray(values, np.float32),
+        valid=valid,
+        policy_version=np.zeros((batch, horizon + 1), np.int32),
+        reward=rng.normal(size=(batch, horizon)).astype(np.float32),
+        terminated=terminated,
+        truncated=np.zeros((batch, horizon), bool),
+    )
+
+
+def run_update(devices, config, updates=2):
+    network = make_network(config.network, SPEC)
+    learner = Learner(config, network, devices=devices)
+    state = learner.init_state(jax.random.key(0))
+    learner.set_state(state)
+    metrics = []
+    for i in range(updates):
+        unrolls = random_unrolls(
+            network, state.params, state.obs_norm, config.batch_unrolls, config.unroll_length, i
+        )
+        metrics.append(learner.update(unrolls))
+    return learner.state(), metrics, state
+
+
+def test_one_and_two_devices_compute_the_same_update():
+    assert jax.local_device_count() >= 2, "tests/conftest.py forces 2 CPU devices"
+    config = small_config()
+    one, metrics_one, initial = run_update(jax.local_devices()[:1], config)
+    two, metrics_two, _ = run_update(jax.local_devices()[:2], config)
+    moved = jax.tree.map(
+        lambda a, b: float(np.max(np.abs(np.asarray(a) - np.asarray(b)))),
+        one.params,
+        initial.params,
+    )
+    assert max(jax.tree.leaves(moved)) > 1e-3, "the update must change the parameters"
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), one.params, two.params
+    )
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+        one.opt_state,
+        two.opt_state,
+    )
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+        one.obs_norm,
+        two.obs_norm,
+    )
+    assert int(one.updates) == int(two.updates) == 2
+    assert int(one.sgd_steps) == 2 * config.ppo.epochs * config.ppo.num_minibatches
+    for a, b in zip(metrics_one, metrics_two):
+        for key in a:
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-6, err_msg=key)
+
+
+def test_normalizer_sees_every_step_but_the_bootstrap_one():
+    config = small_config()
+    state, _, initial = run_update(jax.local_devices()[:2], config, updates=1)
+    network = make_network(config.network, SPEC)
+    unrolls = random_unrolls(network, initial.params, initial.obs_norm, 4, 8, seed=0)
+    seen = unrolls.obs["obs"][:, :-1].reshape(-1, 4)
+    assert float(state.obs_norm["obs"].count) == len(seen) == 32
+    np.testing.assert_allclose(state.obs_norm["obs"].mean, seen.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(state.obs_norm["obs"].var, seen.var(0), rtol=1e-4)
+
+
+def test_first_sgd_step_is_on_policy():
+    config = small_config(
+        ppo=ml_collections.ConfigDict(
+            {**small_config().ppo.to_dict(), "epochs": 1, "num_minibatches": 1}
+        )
+    )
+    _, metrics, _ = run_update(jax.local_devices()[:1], config, updates=1)
+    assert metrics[0]["loss/approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics[0]["loss/clip_fraction"] == 0.0
+
+
+def test_non_finite_update_is_discarded():
+    config = small_config()
+    network = make_network(config.network, SPEC)
+    learner = Learner(config, network, devices=jax.local_devices()[:1])
+    state = learner.init_state(jax.random.key(0))
+    learner.set_state(state)
+    unrolls = random_unrolls(network, state.params, state.obs_norm, 4, 8)
+    unrolls.reward[0, 3] = np.inf
+    metrics = learner.update(unrolls)
+    assert metrics["nonfinite"] == 1.0
+    after = learner.state()
+    jax.tree.map(np.testing.assert_array_equal, after.params, state.params)
+    assert int(after.updates) == 0
+
+
+def test_indivisible_batch_is_a_clear_error():
+    with pytest.raises(ValueError, match="batch_unrolls=3 must be divisible by the 2 devices"):
+        Learner(
+            small_config(batch_unrolls=3),
+            make_network(base_config().network, SPEC),
+            jax.local_devices()[:2],
+        )
