@@ -5,6 +5,7 @@
 Exit codes: 0 training over, 1 server unreachable for actor.give_up_s, 2 rejected by the server.
 """
 
+import os
 import signal
 import sys
 import threading
@@ -13,8 +14,14 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from seedlike.actor import Actor
+from seedlike.config import check_override_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/cartpole_ppo.py", "Experiment config.")
+DEFAULT_CONFIG = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "configs", "cartpole_ppo.py"
+)
+# ml_collections applies --config.x overrides while defining the flag; check them first.
+check_override_flags(sys.argv, DEFAULT_CONFIG)
+_CONFIG = config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "Experiment config.")
 _SERVER = flags.DEFINE_string("server", "127.0.0.1:50051", "host:port of the learner.")
 _ACTOR_ID = flags.DEFINE_integer("actor_id", 0, "Distinct id per actor (seeds its envs).")
 

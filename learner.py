@@ -3,18 +3,27 @@
   python learner.py --config=configs/cartpole_ppo.py --logdir=runs/cartpole [--port=50051]
 
 A run restarted with the same --logdir resumes from its latest checkpoint. SIGTERM/SIGINT save a
-checkpoint, end every actor stream and exit.
+checkpoint and exit; actors keep retrying and rejoin the restarted learner. When training completes,
+every actor stream ends normally and the actors exit.
 """
 
+import os
 import signal
+import sys
 import threading
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from seedlike.config import check_override_flags
 from seedlike.training import train
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/cartpole_ppo.py", "Experiment config.")
+DEFAULT_CONFIG = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "configs", "cartpole_ppo.py"
+)
+# ml_collections applies --config.x overrides while defining the flag; check them first.
+check_override_flags(sys.argv, DEFAULT_CONFIG)
+_CONFIG = config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "Experiment config.")
 _LOGDIR = flags.DEFINE_string("logdir", "runs/default", "Run directory (metrics, checkpoints).")
 _BIND = flags.DEFINE_string(
     "bind", "127.0.0.1", "Address to serve actors on (0.0.0.0 for remote actors)."

@@ -110,6 +110,10 @@ class Checkpointer:
         )
         return restored.state, dict(restored.meta)
 
+    def read_meta(self, step: int) -> dict:
+        restored = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        return dict(restored.meta)
+
     def check_compatible(self, step: int, target) -> None:
         metadata = self._manager.item_metadata(step)["state"]
         stored = {
@@ -160,3 +164,46 @@ def params_fingerprint(params) -> str:
         digest.update(array.dtype.str.encode() + str(array.shape).encode())
         digest.update(np.ascontiguousarray(array).tobytes())
     return digest.hexdigest()[:16]
+
+
+def split_checkpoint_path(path: str) -> tuple[str, int | None]:
+    """'<run>/checkpoints', '<run>' or '<run>/checkpoints/<step>' -> (checkpoints dir, step)."""
+    path = os.path.abspath(path)
+    if os.path.basename(path).isdigit():
+        return os.path.dirname(path), int(os.path.basename(path))
+    if os.path.isdir(os.path.join(path, "checkpoints")):
+        return os.path.join(path, "checkpoints"), None
+    return path, None
+
+
+def load_checkpoint(path: str):
+    """Loads a learner checkpoint without knowing its config: (config, network, state, meta).
+
+    The config stored with the checkpoint rebuilds the network and the state structure.
+    """
+    import ml_collections
+
+    from networks import make_network
+    from seedlike.envs.envpool_env import make_env_spec
+    from seedlike.learner import train_state as ts
+
+    directory, step = split_checkpoint_path(path)
+    checkpointer = Checkpointer(directory)
+    try:
+        steps = checkpointer.steps()
+        if not steps:
+            raise FileNotFoundError(f"no checkpoint in {directory}")
+        meta = checkpointer.read_meta(step if step is not None else steps[-1])
+        if "config" not in meta:
+            raise IncompatibleCheckpoint(
+                f"{directory} has no stored config (written by an old seedlike)"
+            )
+        config = ml_collections.ConfigDict(meta["config"])
+        network = make_network(config.network, make_env_spec(config.env))
+        target = ts.init_train_state(
+            network, ts.make_optimizer(config.optimizer), jax.random.key(0)
+        )
+        state, meta = checkpointer.restore(target, step)
+    finally:
+        checkpointer.close()
+    return config, network, state, meta

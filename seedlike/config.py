@@ -119,3 +119,36 @@ def load_config_file(path: str) -> ml_collections.ConfigDict:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.get_config()
+
+
+def check_override_flags(argv: list[str], default_config: str) -> None:
+    """Exits with a readable message if a --config.a.b=v flag names a key the config lacks.
+
+    (ml_collections would otherwise fail deep inside flag parsing with a bare KeyError.)
+    """
+    import sys
+
+    path = default_config
+    for arg in argv[1:]:
+        if arg.startswith("--config="):
+            path = arg.split("=", 1)[1].split(":", 1)[0]
+    overrides = [
+        a[len("--config.") :].split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")
+    ]
+    if not overrides:
+        return
+    try:
+        config = load_config_file(path)
+    except (OSError, SyntaxError) as e:
+        sys.exit(f"cannot load config file {path!r}: {e}")
+    for key in overrides:
+        node = config
+        for i, part in enumerate(key.split(".")):
+            if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+                where = ".".join(key.split(".")[:i]) or "the top level"
+                known = sorted(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
+                sys.exit(
+                    f"unknown config key {key!r} in --config.{key}: {path} has no {part!r} at "
+                    f"{where}; known keys there: {', '.join(known)}"
+                )
+            node = node[part]

@@ -8,6 +8,7 @@ publishes every new policy version back to inference, writes metrics and checkpo
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import queue
@@ -30,6 +31,24 @@ from seedlike.server.trajectory_store import TrajectoryStore
 from seedlike.types import stack_unrolls
 
 ADDRESS_FILE = "server_address"
+
+
+def start_inference(config, spec, network, registry, store, logdir, bind, port, compute_lock=None):
+    """Starts the inference thread and its gRPC server; writes <logdir>/server_address.
+
+    Returns (service, grpc server, "host:port").
+    """
+    service = inference.InferenceService(
+        spec, network, registry, store, config.server, seed=config.seed, compute_lock=compute_lock
+    )
+    service.start()
+    server, bound = serve(service, bind, port, config.server.max_actors)
+    address = f"{bind}:{bound}"
+    os.makedirs(logdir, exist_ok=True)
+    with open(os.path.join(logdir, ADDRESS_FILE), "w") as f:
+        f.write(address + "\n")
+    logging.info("serving actors on %s", address)
+    return service, server, address
 
 
 @dataclasses.dataclass
@@ -94,15 +113,9 @@ def train(
                 continue
 
     store = TrajectoryStore(spec, config.unroll_length, emit)
-    service = inference.InferenceService(
-        spec, network, registry, store, config.server, seed=config.seed, compute_lock=learner.lock
+    service, server, _ = start_inference(
+        config, spec, network, registry, store, logdir, bind, port, compute_lock=learner.lock
     )
-    service.start()
-    server, bound = serve(service, bind, port, config.server.max_actors)
-    address = f"{bind}:{bound}"
-    with open(os.path.join(logdir, ADDRESS_FILE), "w") as f:
-        f.write(address + "\n")
-    logging.info("serving actors on %s", address)
 
     metrics = MetricsWriter(logdir, config, config.log.wandb_mode, config.log.wandb_project)
     env_steps = lambda: base_env_steps + store.rows_received  # noqa: E731
@@ -122,6 +135,8 @@ def train(
                 "env_steps": env_steps(),
                 "episodes": episodes_total,
                 "policy_version": learner.version,
+                # Lets inference_server.py, surgery and evaluation rebuild the network.
+                "config": json.loads(config.to_json()),
             },
         )
         logging.info(
@@ -215,6 +230,8 @@ def _row(interval, now, env_steps, learner, service, store, unrolls, horizon) ->
         "unroll_queue": unrolls.qsize(),
         "steps_dropped": store.steps_dropped,
     }
+    # Learner values are null in an interval without updates, so every row has the same keys.
+    row.update({k: float("nan") for k in learner.metric_keys})
     if interval.updates:
         keys = interval.updates[0].keys()
         row.update({k: float(np.mean([u[k] for u in interval.updates])) for k in keys})

@@ -27,7 +27,8 @@ class Processes:
         self.tmp_path = tmp_path
         self.procs: list[subprocess.Popen] = []
 
-    def _spawn(self, args, log_name) -> subprocess.Popen:
+    def spawn(self, args, log_name) -> subprocess.Popen:
+        """Starts `python *args` in the repository root, logging to tmp_path/log_name."""
         log = open(os.path.join(self.tmp_path, log_name), "ab")
         proc = subprocess.Popen(
             [sys.executable, *args],
@@ -46,7 +47,7 @@ class Processes:
         address_file = os.path.join(logdir, "server_address")
         if os.path.exists(address_file):
             os.remove(address_file)
-        proc = self._spawn(
+        proc = self.spawn(
             ["learner.py", f"--config={config}", f"--logdir={logdir}", f"--port={port}", *flags],
             name,
         )
@@ -59,7 +60,7 @@ class Processes:
         return proc, open(address_file).read().strip()
 
     def actor(self, address, actor_id, *flags, config=CONFIG) -> subprocess.Popen:
-        return self._spawn(
+        return self.spawn(
             [
                 "actor.py",
                 f"--server={address}",

@@ -41,7 +41,7 @@ def version(logdir) -> int:
     return last(logdir, "policy_version", 0) or 0
 
 
-def test_train_sh_learns_cartpole_and_stops_everything(tmp_path):
+def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     logdir = tmp_path / "run"
     result = subprocess.run(
         ["scripts/train.sh", f"--logdir={logdir}", "--config.total_env_steps=120000",
@@ -61,7 +61,24 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path):
         ["pgrep", "-f", f"--server={address}"], capture_output=True, text=True
     )
     assert leftover.stdout.strip() == "", "train.sh left actor processes behind"
-    assert sorted(os.listdir(logdir / "checkpoints"))
+
+    # The final checkpoint serves as a frozen policy that plays as well as it trained.
+    serve_dir = tmp_path / "serve"
+    server = procs.spawn(
+        ["inference_server.py", f"--checkpoint={logdir}", f"--logdir={serve_dir}", "--port=0",
+         "--max_env_steps=30000", "--interval_s=1"],
+        "inference_server.log",
+    )  # fmt: skip
+    wait_for(lambda: (serve_dir / "server_address").exists(), 120, server, "inference server")
+    actor = procs.actor((serve_dir / "server_address").read_text().strip(), 5)
+    assert actor.wait(timeout=300) == 0, log_text(actor)[-3000:]
+    assert server.wait(timeout=60) == 0, log_text(server)[-3000:]
+    served = [r for r in metrics(serve_dir) if r["episode_return_mean"] is not None]
+    assert served and all(r["policy_version"] == rows[-1]["policy_version"] for r in served)
+    mean_return = np.average(
+        [r["episode_return_mean"] for r in served], weights=[r["episodes"] for r in served]
+    )
+    assert mean_return >= 0.8 * max(returns[-3:]), (mean_return, returns)
 
 
 def test_killed_actor_is_dropped_and_a_restarted_one_reconnects(tmp_path, procs):

@@ -9,6 +9,16 @@ import jax.numpy as jnp
 
 from networks import heads
 
+# The metrics a PPO loss reports (all means over the masked samples of a minibatch).
+PPO_METRICS = (
+    "loss/total",
+    "loss/policy",
+    "loss/value",
+    "loss/entropy",
+    "loss/approx_kl",
+    "loss/clip_fraction",
+)
+
 
 class PPOBatch(NamedTuple):
     """A minibatch of samples; every array has the same leading shape [*S] (any rank).

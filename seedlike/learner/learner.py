@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from seedlike import devices as devices_lib
-from seedlike.algos.ppo import PPOBatch, make_ppo_loss
+from seedlike.algos.ppo import PPO_METRICS, PPOBatch, make_ppo_loss
 from seedlike.learner import train_state as ts
 from seedlike.types import Unroll
 
@@ -37,6 +37,7 @@ class Learner:
         )
         self._prepare = jax.pmap(ts.make_prepare(config.ppo), ts.AXIS, devices=self.devices)
         self._state = None
+        self.metric_keys = (*PPO_METRICS, "grad_norm", "learning_rate", "nonfinite")
         # Shared with the inference service: see seedlike.devices.compute_lock.
         self.lock = devices_lib.compute_lock(self.devices)
 

@@ -1,0 +1,45 @@
+"""Serve a frozen checkpoint to actors, without learning: evaluation, demos, fixed opponents.
+
+  python inference_server.py --checkpoint=runs/cartpole/checkpoints --logdir=runs/cartpole_eval
+  python actor.py --server=127.0.0.1:50052 --config=configs/cartpole_ppo.py --actor_id=0
+
+--checkpoint takes a run directory, its checkpoints/ directory (latest step) or one step
+directory. Episode statistics go to <logdir>/metrics.jsonl every --interval_s seconds.
+"""
+
+import json
+import signal
+import threading
+
+from absl import app, flags, logging
+
+from seedlike.serving import serve_checkpoint
+
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Run dir, checkpoints dir or step dir.")
+_LOGDIR = flags.DEFINE_string("logdir", "runs/serve", "Where metrics.jsonl and the address go.")
+_BIND = flags.DEFINE_string("bind", "127.0.0.1", "Address to serve on (0.0.0.0 for remote actors).")
+_PORT = flags.DEFINE_integer("port", 50052, "Port to serve on (0 = any free port).")
+_MAX_ENV_STEPS = flags.DEFINE_integer("max_env_steps", 0, "Stop after this many steps (0 = never).")
+_INTERVAL = flags.DEFINE_float("interval_s", 10.0, "Seconds between metrics rows.")
+flags.mark_flag_as_required("checkpoint")
+
+
+def main(argv):
+    del argv
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    summary = serve_checkpoint(
+        _CHECKPOINT.value,
+        _LOGDIR.value,
+        bind=_BIND.value,
+        port=_PORT.value,
+        stop=stop,
+        max_env_steps=_MAX_ENV_STEPS.value,
+        interval_s=_INTERVAL.value,
+    )
+    logging.info("served: %s", json.dumps(summary))
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,104 @@
+"""Serving a frozen checkpoint: the inference service without learning (evaluation, play)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+
+from seedlike import checkpoint as ckpt_lib
+from seedlike.metrics import MetricsWriter
+from seedlike.server import inference
+from seedlike.server.policy import PolicyRegistry
+from seedlike.server.trajectory_store import TrajectoryStore
+from seedlike.training import start_inference
+
+
+def serve_checkpoint(
+    checkpoint: str,
+    logdir: str,
+    bind: str = "127.0.0.1",
+    port: int = 0,
+    stop: threading.Event | None = None,
+    max_env_steps: int = 0,
+    interval_s: float = 10.0,
+) -> dict:
+    """Serves the policy of `checkpoint` to actors until stopped or `max_env_steps` (0 = forever).
+
+    Every interval appends a row of episode statistics to <logdir>/metrics.jsonl. Returns the
+    statistics over the whole session.
+    """
+    stop = stop or threading.Event()
+    config, network, state, meta = ckpt_lib.load_checkpoint(checkpoint)
+    version = int(state.updates)
+    logging.info(
+        "serving %s (policy version %d, %s, params %s)",
+        checkpoint,
+        version,
+        config.env.name,
+        ckpt_lib.params_fingerprint(state.params),
+    )
+    registry = PolicyRegistry()
+    registry.publish(version, {"params": state.params, "obs_norm": state.obs_norm})
+    # Only episode statistics are wanted: the shortest unrolls, thrown away as they complete.
+    store = TrajectoryStore(network.spec, 1, emit=lambda unroll: None)
+    service, server, _ = start_inference(
+        config, network.spec, network, registry, store, logdir, bind, port
+    )
+    metrics = MetricsWriter(logdir, config, config.log.wandb_mode, config.log.wandb_project)
+    returns, lengths = [], []
+    start = last = time.monotonic()
+    last_rows = 0
+    try:
+        while not stop.is_set() and not (max_env_steps and store.rows_received >= max_env_steps):
+            service.check_alive()
+            stop.wait(0.1)
+            now = time.monotonic()
+            if now - last >= interval_s:
+                last_rows = _write(
+                    metrics, service, store, version, now - last, last_rows, returns, lengths
+                )
+                last = now
+    finally:
+        service.stop(finished=True)
+        server.stop(grace=2.0).wait()
+        _write(
+            metrics, service, store, version, time.monotonic() - last, last_rows, returns, lengths
+        )
+        metrics.close()
+    return {
+        "episodes": len(returns),
+        "episode_return_mean": float(np.mean(returns)) if returns else float("nan"),
+        "episode_length_mean": float(np.mean(lengths)) if lengths else float("nan"),
+        "env_steps": store.rows_received,
+        "seconds": time.monotonic() - start,
+    }
+
+
+def _write(metrics, service, store, version, dt, last_rows, returns, lengths) -> int:
+    stats = service.stats.take()
+    episodes = stats["episodes"]
+    returns.extend(e.episode_return for e in episodes)
+    lengths.extend(e.length for e in episodes)
+    p50, p99 = inference.latency_summary(stats["latency_ms"])
+    rows = store.rows_received
+    metrics.write(
+        {
+            "time": time.time(),
+            "env_steps": rows,
+            "policy_version": version,
+            "sps": (rows - last_rows) / max(dt, 1e-9),
+            "episodes": len(episodes),
+            "episode_return_mean": np.mean([e.episode_return for e in episodes])
+            if episodes
+            else None,
+            "episode_length_mean": np.mean([e.length for e in episodes]) if episodes else None,
+            "inference_batch_mean": inference.batch_summary(stats["batch_rows"]),
+            "inference_latency_ms_p50": p50,
+            "inference_latency_ms_p99": p99,
+            "actors_connected": service.num_sessions,
+        }
+    )
+    return rows
