@@ -11,10 +11,14 @@ def get_config():
     c.unroll_length = 32
     c.batch_unrolls = 32  # 1024 steps per policy version
     # Heavy sample reuse pays on CartPole: 10 x 8 minibatch steps per 1024-step batch reach a
-    # return of 500 in ~70-90k env steps and stay there (benchmarks/RESULTS.md has the sweep).
+    # return of 475+ in ~100-140k env steps and stay at 500 (benchmarks/RESULTS.md has the sweep).
     c.ppo.epochs = 10
     c.ppo.num_minibatches = 8
     c.optimizer.learning_rate = 3e-4
+    # CartPole's observations are O(1) already. With running mean/std normalization the policy
+    # reached 500 and then collapsed in 2 of 3 seeds: as play improves the state distribution
+    # narrows, the statistics keep moving and the inputs of a converged policy drift with them.
+    c.network.normalize_obs = False
     c.log.interval_s = 5.0
     c.lock()
     return c

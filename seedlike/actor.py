@@ -90,8 +90,8 @@ class Actor:
         env = EnvpoolAdapter(self.config.env, self.spec, seed)
         try:
             env.reset()
-            sequence = 0
-            started, last_log = time.monotonic(), time.monotonic()
+            sequence, session_steps = 0, 0
+            started = last_log = time.monotonic()
             while not self.stop.is_set():
                 rows = env.recv()
                 message = codec.encode_step(
@@ -109,10 +109,13 @@ class Actor:
                 actions = client.decode_actions(reply, rows.reward.shape[0], self.spec.num_actions)
                 env.send(actions, rows)
                 sequence += 1
-                self.steps += rows.reward.shape[0]
+                session_steps += rows.reward.shape[0]
                 if time.monotonic() - last_log > 30.0:
                     last_log = time.monotonic()
-                    sps = self.steps / (last_log - started)
-                    logging.info("actor %d: %d steps, %.0f steps/s", self.actor_id, self.steps, sps)
+                    sps = session_steps / (last_log - started)
+                    logging.info(
+                        "actor %d: %d steps, %.0f steps/s", self.actor_id, session_steps, sps
+                    )
         finally:
+            self.steps += session_steps
             env.close()

@@ -57,7 +57,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.server = ml_collections.ConfigDict()
     c.server.max_batch_rows = 1024  # flush an inference batch at this many rows ...
     c.server.batch_timeout_ms = 5.0  # ... or this long after its first request
-    c.server.queue_unrolls = 64  # bounded queue to the learner; full = actors wait (backpressure)
+    # Bounded queue to the learner (0 = batch_unrolls); when full, actors wait (backpressure).
+    # Longer queues raise throughput when acting is bursty but make data staler.
+    c.server.queue_unrolls = 0
     c.server.max_actors = 64  # concurrent actor streams
     c.server.max_envs_per_actor = 4096
 
@@ -102,7 +104,7 @@ def validate(config) -> None:
     need(0.0 < config.ppo.gamma <= 1.0, "ppo.gamma must lie in (0, 1]")
     need(0.0 <= config.ppo.gae_lambda <= 1.0, "ppo.gae_lambda must lie in [0, 1]")
     need(config.optimizer.learning_rate >= 0, "optimizer.learning_rate must be >= 0")
-    need(config.server.queue_unrolls >= 1, "server.queue_unrolls must be >= 1")
+    need(config.server.queue_unrolls >= 0, "server.queue_unrolls must be >= 0")
     need(config.server.max_actors >= 1, "server.max_actors must be >= 1")
     need(
         config.log.wandb_mode in ("offline", "online", "disabled"),

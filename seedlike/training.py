@@ -33,13 +33,13 @@ from seedlike.types import stack_unrolls
 ADDRESS_FILE = "server_address"
 
 
-def start_inference(config, spec, network, registry, store, logdir, bind, port, compute_lock=None):
+def start_inference(config, spec, network, registry, store, logdir, bind, port, guard=None):
     """Starts the inference thread and its gRPC server; writes <logdir>/server_address.
 
     Returns (service, grpc server, "host:port").
     """
     service = inference.InferenceService(
-        spec, network, registry, store, config.server, seed=config.seed, compute_lock=compute_lock
+        spec, network, registry, store, config.server, seed=config.seed, guard=guard
     )
     service.start()
     server, bound = serve(service, bind, port, config.server.max_actors)
@@ -101,7 +101,7 @@ def train(
 
     registry = PolicyRegistry()
     registry.publish(learner.version, learner.policy_params())
-    unrolls: queue.Queue = queue.Queue(maxsize=config.server.queue_unrolls)
+    unrolls: queue.Queue = queue.Queue(maxsize=config.server.queue_unrolls or config.batch_unrolls)
 
     def emit(unroll):
         # Blocking here stalls inference, and with it the actors: backpressure, not stale piles.
@@ -114,7 +114,7 @@ def train(
 
     store = TrajectoryStore(spec, config.unroll_length, emit)
     service, server, _ = start_inference(
-        config, spec, network, registry, store, logdir, bind, port, compute_lock=learner.lock
+        config, spec, network, registry, store, logdir, bind, port, guard=learner.guard
     )
 
     metrics = MetricsWriter(logdir, config, config.log.wandb_mode, config.log.wandb_project)

@@ -38,8 +38,8 @@ class Learner:
         self._prepare = jax.pmap(ts.make_prepare(config.ppo), ts.AXIS, devices=self.devices)
         self._state = None
         self.metric_keys = (*PPO_METRICS, "grad_norm", "learning_rate", "nonfinite")
-        # Shared with the inference service: see seedlike.devices.compute_lock.
-        self.lock = devices_lib.compute_lock(self.devices)
+        # Shared with the inference service: see seedlike.devices.ComputeGuard.
+        self.guard = devices_lib.ComputeGuard(self.devices)
 
     def _check_divisibility(self) -> None:
         c, n = self.config, self.num_devices
@@ -66,14 +66,12 @@ class Learner:
             jax.sharding.PartitionSpec(ts.AXIS),
         )
         stacked = jax.tree.map(lambda x: np.stack([np.asarray(x)] * self.num_devices), state)
-        with self.lock:
-            self._state = devices_lib.block(jax.device_put(stacked, sharding))
-            self._version = int(np.asarray(state.updates))
+        self._state = self.guard(jax.device_put, stacked, sharding)
+        self._version = int(np.asarray(state.updates))
 
     def state(self) -> ts.TrainState:
         """The unreplicated state (device 0's copy)."""
-        with self.lock:
-            return devices_lib.block(jax.tree.map(lambda x: x[0], self._state))
+        return self.guard(_first, self._state)
 
     @property
     def version(self) -> int:
@@ -81,9 +79,7 @@ class Learner:
 
     def policy_params(self):
         """What inference needs, from device 0: network params and observation statistics."""
-        tree = {"params": self._state.params, "obs_norm": self._state.obs_norm}
-        with self.lock:
-            return devices_lib.block(jax.tree.map(lambda x: x[0], tree))
+        return self.guard(_first, {"params": self._state.params, "obs_norm": self._state.obs_norm})
 
     # Learning ---------------------------------------------------------------------------------
 
@@ -97,10 +93,7 @@ class Learner:
         old_state = self._state
 
         sharded = jax.tree.map(lambda x: x.reshape((n, batch // n) + x.shape[1:]), unrolls)
-        with self.lock:
-            advantage, value_target, obs_norm = devices_lib.block(
-                self._prepare(self._state, sharded)
-            )
+        advantage, value_target, obs_norm = self.guard(self._prepare, self._state, sharded)
         advantage = np.asarray(advantage).reshape(batch * horizon)
         value_target = np.asarray(value_target).reshape(batch * horizon)
 
@@ -116,8 +109,7 @@ class Learner:
                 mb = jax.tree.map(
                     lambda x, idx=idx: x[idx].reshape((n, minibatch // n) + x.shape[1:]), samples
                 )
-                with self.lock:
-                    self._state, step_metrics = devices_lib.block(self._sgd_step(self._state, mb))
+                self._state, step_metrics = self.guard(self._sgd_step, self._state, mb)
                 metrics.append(step_metrics)
 
         metrics = jax.tree.map(lambda *xs: float(np.mean([np.asarray(x)[0] for x in xs])), *metrics)
@@ -126,11 +118,15 @@ class Learner:
             logging.error("non-finite %s in learner update %d; update discarded", bad, self.version)
             self._state = old_state
             return {**metrics, "nonfinite": 1.0}
-        with self.lock:
-            updates = devices_lib.block(self._state.updates + 1)
+        updates = self.guard(lambda u: u + 1, self._state.updates)
         self._state = self._state.replace(obs_norm=obs_norm, updates=updates)
         self._version += 1
         return {**metrics, "nonfinite": 0.0}
+
+
+def _first(tree):
+    """Device 0's copy of a replicated tree."""
+    return jax.tree.map(lambda x: x[0], tree)
 
 
 def _flatten_steps(unrolls: Unroll, horizon: int) -> PPOBatch:

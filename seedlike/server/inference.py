@@ -12,7 +12,6 @@ request waiting (nobody else can add to the batch), or `max_batch_rows` rows are
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import itertools
 import logging
@@ -93,7 +92,7 @@ class InferenceService:
         store: TrajectoryStore,
         server_config,
         seed: int = 0,
-        compute_lock=None,
+        guard=None,
     ):
         self.spec = spec
         self.registry = registry
@@ -101,7 +100,7 @@ class InferenceService:
         self.config = server_config
         self.stats = InferenceStats()
         self._policy_step = policy_lib.make_policy_step(network)
-        self._compute_lock = compute_lock or contextlib.nullcontext()
+        self._guard = guard or (lambda fn, *args: fn(*args))
         self._seed = np.uint32(seed)
         self._counter = itertools.count()
         self._inbox: queue.Queue = queue.Queue()
@@ -262,9 +261,9 @@ class InferenceService:
         }
         size = policy_lib.bucket_size(total)
         obs, extras = policy_lib.pad_rows((obs, extras), total, size)
-        with self._compute_lock:
-            out = self._policy_step(params, obs, extras, self._seed, np.uint32(next(self._counter)))
-            action, logp, value = (np.asarray(x)[:total] for x in jax.device_get(out))
+        counter = np.uint32(next(self._counter))
+        out = self._guard(self._policy_step, params, obs, extras, self._seed, counter)
+        action, logp, value = (np.asarray(x)[:total] for x in jax.device_get(out))
 
         now = time.perf_counter()
         offset = 0

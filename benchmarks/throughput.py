@@ -1,0 +1,217 @@
+"""Throughput of the acting path, measured in one run so the numbers compare.
+
+  python benchmarks/throughput.py [--config=configs/cartpole_ppo.py] [--num_actors=2]
+
+Three measurements on the same env settings (the config's env section, --num_actors processes):
+  raw_env_sps:     envpool stepping with random actions, no server: the ceiling.
+  grpc_server_sps: env steps/s the inference server sustains over gRPC on loopback, with clients
+                   that replay one pre-encoded batch (no env cost) and a trivial (linear) policy.
+  train_sps:       end-to-end training SPS of learner.py + actor.py processes (scripts/train.sh).
+Writes JSON to --out (default benchmarks/results/throughput-<time>.json) and prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from absl import app, flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+_CONFIG = flags.DEFINE_string("config", os.path.join(ROOT, "configs", "cartpole_ppo.py"), "Config.")
+_NUM_ACTORS = flags.DEFINE_integer("num_actors", 2, "Actor processes (as scripts/train.sh).")
+_SECONDS = flags.DEFINE_float("seconds", 15.0, "Duration of the raw and gRPC measurements.")
+_TRAIN_STEPS = flags.DEFINE_integer("train_steps", 300_000, "Env steps of the training run.")
+_OUT = flags.DEFINE_string("out", None, "Output JSON path.")
+
+
+def _raw_worker(config_path, seed, seconds, results):
+    from seedlike.config import load_config_file
+    from seedlike.envs.envpool_env import EnvpoolAdapter, make_env_spec
+
+    config = load_config_file(config_path)
+    spec = make_env_spec(config.env)
+    env = EnvpoolAdapter(config.env, spec, seed)
+    rng = np.random.default_rng(seed)
+    env.reset()
+    steps, deadline = 0, None
+    while True:
+        rows = env.recv()
+        if deadline is None:  # start the clock after the first (warm-up) batch
+            deadline, start = time.monotonic() + seconds, time.monotonic()
+        elif time.monotonic() >= deadline:
+            break
+        actions = rng.integers(0, spec.num_actions, rows.reward.shape[0]).astype(np.int32)
+        env.send(actions, rows)
+        steps += rows.reward.shape[0]
+    results.put(steps / (time.monotonic() - start))
+
+
+def _parallel(target, args_list):
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, results)) for args in args_list]
+    for p in procs:
+        p.start()
+    values = [results.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+    return values
+
+
+def raw_env_sps(config_path, num_actors, seconds) -> dict:
+    per_actor = _parallel(_raw_worker, [(config_path, i, seconds) for i in range(num_actors)])
+    return {"raw_env_sps": float(sum(per_actor)), "raw_env_sps_per_actor": per_actor}
+
+
+def _grpc_client(address, config_path, actor_id, seconds, results):
+    from seedlike.config import load_config_file
+    from seedlike.envs.envpool_env import make_env_spec
+    from seedlike.rpc import client, codec
+
+    config = load_config_file(config_path)
+    spec = make_env_spec(config.env)
+    n = int(config.env.num_envs)
+    obs = {k: np.zeros((n, *s.shape), s.dtype) for k, s in spec.observation.items()}
+    extras = {k: np.ones((n, *s.shape), s.dtype) for k, s in spec.extras.items()}
+    zeros = np.zeros(n, np.bool_)
+    connection = client.Connection(address, codec.make_hello(spec, actor_id, n))
+    steps, sequence, start = 0, 0, time.monotonic()
+    while time.monotonic() - start < seconds:
+        message = codec.encode_step(
+            sequence,
+            obs,
+            np.zeros(n, np.float32),
+            zeros,
+            zeros,
+            np.arange(n, dtype=np.int32),
+            np.zeros(n, np.int32),
+            ~zeros,
+            extras,
+        )
+        connection.step(message)
+        sequence += 1
+        steps += n
+    results.put(steps / (time.monotonic() - start))
+    connection.close()
+
+
+def grpc_server_sps(config_path, num_actors, seconds) -> dict:
+    import jax
+    import ml_collections
+
+    from networks import make_network
+    from seedlike.config import load_config_file
+    from seedlike.envs.envpool_env import make_env_spec
+    from seedlike.server.policy import PolicyRegistry
+    from seedlike.server.trajectory_store import TrajectoryStore
+    from seedlike.training import start_inference
+
+    config = load_config_file(config_path)
+    spec = make_env_spec(config.env)
+    trivial = ml_collections.ConfigDict(config.network.to_dict())
+    trivial.hidden_sizes = ()  # linear policy: measures serving, not the network
+    network = make_network(trivial, spec)
+    params = network.init(jax.random.key(0))
+    registry = PolicyRegistry()
+    registry.publish(0, {"params": params, "obs_norm": network.init_obs_norm()})
+    store = TrajectoryStore(spec, config.unroll_length, emit=lambda unroll: None)
+    with tempfile.TemporaryDirectory() as logdir:
+        service, server, address = start_inference(
+            config, spec, network, registry, store, logdir, "127.0.0.1", 0
+        )
+        try:
+            per_actor = _parallel(
+                _grpc_client, [(address, config_path, i, seconds) for i in range(num_actors)]
+            )
+            stats = service.stats.take()
+        finally:
+            service.stop(finished=True)
+            server.stop(0)
+    return {
+        "grpc_server_sps": float(sum(per_actor)),
+        "grpc_rows_per_message": int(config.env.num_envs),
+        "grpc_inference_batch_mean": float(np.mean(stats["batch_rows"])),
+        "grpc_latency_ms_p50": float(np.percentile(stats["latency_ms"], 50)),
+        "grpc_latency_ms_p99": float(np.percentile(stats["latency_ms"], 99)),
+    }
+
+
+def train_sps(config_path, num_actors, steps) -> dict:
+    from seedlike.metrics import read_metrics
+
+    with tempfile.TemporaryDirectory() as logdir:
+        cmd = [
+            os.path.join(ROOT, "scripts", "train.sh"),
+            f"--config={config_path}",
+            f"--num_actors={num_actors}",
+            f"--logdir={logdir}",
+            f"--config.total_env_steps={steps}",
+            "--config.log.interval_s=2",
+            "--config.log.wandb_mode=disabled",
+        ]
+        start = time.monotonic()
+        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+        wall = time.monotonic() - start
+        rows = read_metrics(logdir)
+    # Steady state: from the first metrics row (startup and compilation done) to the last.
+    first, last = rows[0], rows[-1]
+    steady = (last["env_steps"] - first["env_steps"]) / (last["time"] - first["time"])
+    returns = [r["episode_return_mean"] for r in rows if r["episode_return_mean"] is not None]
+    return {
+        "train_sps": float(steady),
+        "train_wall_s": wall,
+        "train_env_steps": last["env_steps"],
+        "train_final_return": returns[-1] if returns else None,
+        "train_staleness_mean": float(np.nanmean([r["staleness_mean"] or np.nan for r in rows])),
+    }
+
+
+def machine() -> dict:
+    import jax
+
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "devices": [str(d) for d in jax.devices()],
+    }
+
+
+def main(argv):
+    del argv
+    config, actors = _CONFIG.value, _NUM_ACTORS.value
+    result = {"config": os.path.relpath(config, ROOT), "num_actors": actors, "machine": machine()}
+    result.update(raw_env_sps(config, actors, _SECONDS.value))
+    result.update(grpc_server_sps(config, actors, _SECONDS.value))
+    result.update(train_sps(config, actors, _TRAIN_STEPS.value))
+    result["train_fraction_of_raw"] = result["train_sps"] / result["raw_env_sps"]
+    result["grpc_fraction_of_raw"] = result["grpc_server_sps"] / result["raw_env_sps"]
+    result["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    out = _OUT.value or os.path.join(
+        ROOT, "benchmarks", "results", f"throughput-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    app.run(main)
