@@ -1,12 +1,15 @@
 """The policy/value network used by the server (acting) and the learner (training).
 
-`Network` bundles a Flax module with the observation preprocessing that happens outside it
-(running mean/std normalization of float inputs, uint8 scaling), so acting and learning run exactly
-the same function of (params, obs_norm, obs).
+`Network` bundles a Flax module with the preprocessing that happens outside it (running mean/std
+normalization of float inputs, uint8 scaling, image layout), so acting and learning run exactly the
+same function of (params, obs_norm, obs, carry).
 
-Parameter layout (module paths, used by surgery):
-  shared torso:   params/torso/dense_i, params/policy_head/logits, params/value_head/value
-  separate torsos: params/policy_torso/dense_i, params/value_torso/dense_i, heads as above
+Parameter paths (used by surgery to locate layers):
+  torso:      params/torso/... (shared), or params/policy_torso/... and params/value_torso/...
+              MLP: dense_i, res_j/dense_{0,1}; Nature CNN: conv_0..2, dense_0;
+              IMPALA CNN: stack_i/{conv, block_j/conv_k}, dense_0
+  core:       params/core/lstm/{ii,if,ig,io,hi,hf,hg,ho} (flax LSTMCell, one Dense per gate)
+  heads:      params/policy_head/logits, params/value_head/value
 """
 
 from __future__ import annotations
@@ -22,42 +25,112 @@ import numpy as np
 from networks import heads, normalization, torsos
 from seedlike.types import EnvSpec
 
+TORSOS = ("mlp", "nature_cnn", "impala_cnn")
+CORES = ("none", "lstm")
 
-class ActorCritic(nn.Module):
-    num_actions: int
-    hidden_sizes: Sequence[int] = (64, 64)
-    activation: str = "tanh"
-    shared_torso: bool = False
+
+class LSTMCore(nn.Module):
+    """An LSTM whose carry is zeroed where `first` marks the first step of an episode."""
+
+    features: int
 
     @nn.compact
-    def __call__(self, features: jax.Array) -> tuple[jax.Array, jax.Array]:
-        if self.shared_torso:
-            policy_h = value_h = torsos.MLP(self.hidden_sizes, self.activation, name="torso")(
-                features
-            )
+    def __call__(self, carry, x: jax.Array, first: jax.Array):
+        carry = jax.tree.map(lambda c: jnp.where(first[:, None], jnp.zeros_like(c), c), carry)
+        return nn.LSTMCell(self.features, name="lstm")(carry, x)
+
+
+class ActorCritic(nn.Module):
+    """Torso -> optional LSTM core -> policy logits and value.
+
+    Inputs are dicts of float arrays with one batch dimension [N, ...]; `image_key` names the
+    image input of CNN torsos ([N, H, W, C]); other inputs are flattened and join the CNN features.
+    """
+
+    num_actions: int
+    torso_kind: str = "mlp"
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    residual_blocks: int = 0
+    shared_torso: bool = False
+    cnn_channels: Sequence[int] | None = None
+    cnn_hidden: int | None = None
+    image_key: str | None = None
+    core_size: int = 0  # 0: feed-forward
+
+    def setup(self):
+        if self.torso_kind == "mlp" and not self.shared_torso:
+            self.policy_torso = self._make_torso()
+            self.value_torso = self._make_torso()
         else:
-            policy_h = torsos.MLP(self.hidden_sizes, self.activation, name="policy_torso")(features)
-            value_h = torsos.MLP(self.hidden_sizes, self.activation, name="value_torso")(features)
-        logits = heads.CategoricalHead(self.num_actions, name="policy_head")(policy_h)
-        value = heads.ValueHead(name="value_head")(value_h)
-        return logits, value
+            self.torso = self._make_torso()
+        if self.core_size:
+            self.core = LSTMCore(self.core_size)
+        self.policy_head = heads.CategoricalHead(self.num_actions)
+        self.value_head = heads.ValueHead()
+
+    def _make_torso(self):
+        if self.torso_kind == "mlp":
+            return torsos.MLP(self.hidden_sizes, self.activation, self.residual_blocks)
+        kwargs = {}
+        if self.cnn_channels is not None:
+            kwargs["channels"] = tuple(self.cnn_channels)
+        if self.cnn_hidden is not None:
+            kwargs["hidden_size"] = self.cnn_hidden
+        if self.torso_kind == "nature_cnn":
+            return torsos.NatureCNN(**kwargs)
+        return torsos.ImpalaCNN(**kwargs)
+
+    def encode(self, inputs: dict) -> tuple[jax.Array, jax.Array]:
+        """Policy and value features [N, F] (the same array for a shared torso)."""
+        if self.torso_kind == "mlp":
+            flat = torsos.flatten_features(inputs, 1)
+            if not self.shared_torso:
+                return self.policy_torso(flat), self.value_torso(flat)
+            h = self.torso(flat)
+            return h, h
+        others = {k: v for k, v in inputs.items() if k != self.image_key}
+        extra = torsos.flatten_features(others, 1) if others else None
+        h = self.torso(inputs[self.image_key], extra)
+        return h, h
+
+    def core_step(self, carry, x: jax.Array, first: jax.Array):
+        return self.core(carry, x, first)
+
+    def outputs(self, policy_h: jax.Array, value_h: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return self.policy_head(policy_h), self.value_head(value_h)
+
+    def __call__(self, inputs: dict, carry=(), first=None):
+        policy_h, value_h = self.encode(inputs)
+        if self.core_size:
+            carry, policy_h = self.core_step(carry, policy_h, first)
+            value_h = policy_h
+        logits, value = self.outputs(policy_h, value_h)
+        return logits, value, carry
 
 
 @dataclasses.dataclass(frozen=True)
 class Network:
-    """A pure (params, obs_norm, obs, extras) -> (logits, value) function and its initializers.
+    """Pure functions of (params, obs_norm, obs, extras[, carry, first]) and their initializers.
 
-    Observations are dicts key -> [*batch, *spec.shape]; any number of leading batch dims.
+    Observations are dicts key -> [*batch, *spec.shape]. Feed-forward networks have carry ().
     """
 
     spec: EnvSpec
-    module: nn.Module
+    module: ActorCritic
     normalize_obs: bool = True
     obs_clip: float = normalization.DEFAULT_CLIP
+    image_layout: str = "HWC"  # layout of spec.observation[module.image_key]
+    image_scale: float = 1.0 / 255.0
+
+    @property
+    def is_recurrent(self) -> bool:
+        return self.module.core_size > 0
 
     def init(self, rng: jax.Array):
-        dummy = {k: jnp.zeros((1, *s.shape), s.dtype) for k, s in self.spec.observation.items()}
-        return self.module.init(rng, self._features(self.init_obs_norm(), dummy, 1))
+        obs = {k: jnp.zeros((1, *s.shape), s.dtype) for k, s in self.spec.observation.items()}
+        inputs = self._inputs(self.init_obs_norm(), obs, 1)
+        return self.module.init(rng, inputs, self.initial_carry(1), jnp.ones((1,), bool))
 
     def init_obs_norm(self) -> dict[str, normalization.RunningStats]:
         """Running statistics for every float observation key (others are not normalized)."""
@@ -69,40 +142,118 @@ class Network:
             if np.issubdtype(s.dtype, np.floating)
         }
 
-    def apply(self, params, obs_norm, obs, extras=None):
-        """Returns masked logits [*batch, A] and values [*batch]."""
-        key = next(iter(self.spec.observation))
-        batch_ndim = obs[key].ndim - len(self.spec.observation[key].shape)
-        logits, value = self.module.apply(params, self._features(obs_norm, obs, batch_ndim))
-        mask = (extras or {}).get("legal_action_mask")
-        return heads.apply_mask(logits, mask), value
+    def initial_carry(self, batch: int):
+        if not self.is_recurrent:
+            return ()
+        zeros = jnp.zeros((batch, self.module.core_size), jnp.float32)
+        return (zeros, zeros)
 
-    def _features(self, obs_norm, obs, batch_ndim: int) -> jax.Array:
+    def step(self, params, obs_norm, obs, extras, carry, first):
+        """One step for a batch: obs [N, ...], carry [N, ...], first bool [N].
+
+        Returns masked logits [N, A], values [N] and the new carry.
+        """
+        inputs = self._inputs(obs_norm, obs, 1)
+        logits, value, carry = self.module.apply(params, inputs, carry, first)
+        return heads.apply_mask(logits, (extras or {}).get("legal_action_mask")), value, carry
+
+    def unroll(self, params, obs_norm, obs, extras, carry, first):
+        """A sequence per batch row: obs [B, T, ...], carry [B, ...], first bool [B, T].
+
+        The torso runs on all B*T steps at once; only the core scans over time. Returns masked
+        logits [B, T, A], values [B, T] and the final carry.
+        """
+        key = next(iter(self.spec.observation))
+        b, t = obs[key].shape[:2]
+        flat = jax.tree.map(lambda x: x.reshape((b * t,) + x.shape[2:]), obs)
+        policy_h, value_h = self.module.apply(
+            params, self._inputs(obs_norm, flat, 1), method=ActorCritic.encode
+        )
+        if self.is_recurrent:
+
+            def scan_step(c, xs):
+                x, f = xs
+                return self.module.apply(params, c, x, f, method=ActorCritic.core_step)
+
+            time_major = jnp.swapaxes(policy_h.reshape((b, t, -1)), 0, 1)
+            carry, h = jax.lax.scan(scan_step, carry, (time_major, jnp.swapaxes(first, 0, 1)))
+            policy_h = value_h = jnp.swapaxes(h, 0, 1).reshape((b * t, -1))
+        logits, value = self.module.apply(params, policy_h, value_h, method=ActorCritic.outputs)
+        logits = logits.reshape((b, t, -1))
+        mask = (extras or {}).get("legal_action_mask")
+        return heads.apply_mask(logits, mask), value.reshape((b, t)), carry
+
+    def apply(self, params, obs_norm, obs, extras=None):
+        """Feed-forward networks only: logits [*batch, A] and values [*batch] for any batch dims."""
+        if self.is_recurrent:
+            raise ValueError("a recurrent network needs step() or unroll() with a carry")
+        key = next(iter(self.spec.observation))
+        batch_shape = obs[key].shape[: obs[key].ndim - len(self.spec.observation[key].shape)]
+        n = int(np.prod(batch_shape, dtype=np.int64))
+        flat = jax.tree.map(lambda x: x.reshape((n,) + x.shape[len(batch_shape) :]), obs)
+        inputs = self._inputs(obs_norm, flat, 1)
+        logits, value, _ = self.module.apply(params, inputs)
+        logits = logits.reshape(batch_shape + (-1,))
+        mask = (extras or {}).get("legal_action_mask")
+        return heads.apply_mask(logits, mask), value.reshape(batch_shape)
+
+    def _inputs(self, obs_norm, obs, batch_ndim: int) -> dict:
         inputs = {}
         for k, s in self.spec.observation.items():
             x = obs[k]
             if k in obs_norm:
                 x = normalization.normalize(obs_norm[k], x, self.obs_clip)
+            elif k == self.module.image_key:
+                x = x.astype(jnp.float32) * self.image_scale
+                if self.image_layout == "CHW":
+                    x = jnp.moveaxis(x, batch_ndim, -1)
             elif s.dtype == np.uint8:
                 x = x.astype(jnp.float32) / 255.0
             inputs[k] = x.astype(jnp.float32)
-        return torsos.flatten_features(inputs, batch_ndim)
+        return inputs
 
 
 def make_network(network_config, spec: EnvSpec) -> Network:
     """Builds the network described by a config's `network` section."""
     torso = network_config.get("torso", "mlp")
+    if torso not in TORSOS:
+        raise ValueError(f"network.torso={torso!r} is not one of {list(TORSOS)}")
+    core = network_config.get("core", "none") or "none"
+    if core not in CORES:
+        raise ValueError(f"network.core={core!r} is not one of {list(CORES)}")
+    shared = bool(network_config.get("shared_torso", False)) or torso != "mlp" or core != "none"
+    image_key, layout = None, "HWC"
     if torso != "mlp":
-        raise ValueError(f"network.torso={torso!r} is not one of ['mlp']")
+        image_key = network_config.get("image_key", "obs")
+        if image_key not in spec.observation or len(spec.observation[image_key].shape) != 3:
+            raise ValueError(
+                f"network.torso={torso!r} needs a [H, W, C] or [C, H, W] image observation "
+                f"network.image_key={image_key!r}; {spec.name} has "
+                f"{ {k: str(v) for k, v in spec.observation.items()} }"
+            )
+        layout = network_config.get("image_layout", "auto")
+        if layout == "auto":
+            shape = spec.observation[image_key].shape
+            layout = "CHW" if shape[0] < shape[-1] else "HWC"
+    channels = network_config.get("cnn_channels", None)
+    cnn_hidden = network_config.get("cnn_hidden", None)
     module = ActorCritic(
         num_actions=spec.num_actions,
-        hidden_sizes=tuple(int(h) for h in network_config.hidden_sizes),
+        torso_kind=torso,
+        hidden_sizes=tuple(int(h) for h in network_config.get("hidden_sizes", (64, 64))),
         activation=network_config.get("activation", "tanh"),
-        shared_torso=bool(network_config.get("shared_torso", False)),
+        residual_blocks=int(network_config.get("residual_blocks", 0)),
+        shared_torso=shared,
+        cnn_channels=tuple(int(c) for c in channels) if channels else None,
+        cnn_hidden=int(cnn_hidden) if cnn_hidden else None,
+        image_key=image_key,
+        core_size=int(network_config.get("core_size", 256)) if core == "lstm" else 0,
     )
     return Network(
         spec=spec,
         module=module,
         normalize_obs=bool(network_config.get("normalize_obs", True)),
         obs_clip=float(network_config.get("obs_clip", normalization.DEFAULT_CLIP)),
+        image_layout=layout,
+        image_scale=float(network_config.get("image_scale", 1.0 / 255.0)),
     )

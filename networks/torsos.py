@@ -1,4 +1,7 @@
-"""Feature extractors ("torsos") from preprocessed observations to a feature vector."""
+"""Feature extractors ("torsos") from preprocessed observations to a feature vector.
+
+Every layer has a fixed name (dense_i, conv_i, stack_i/...) so surgery can locate it by path.
+"""
 
 from __future__ import annotations
 
@@ -18,24 +21,113 @@ def activation_fn(name: str):
     return ACTIVATIONS[name]
 
 
+def _dense(size: int, name: str, scale: float = np.sqrt(2.0)) -> nn.Dense:
+    return nn.Dense(
+        size,
+        kernel_init=nn.initializers.orthogonal(scale),
+        bias_init=nn.initializers.zeros,
+        name=name,
+    )
+
+
+def _conv(channels: int, kernel: int, stride: int, name: str, padding="VALID") -> nn.Conv:
+    return nn.Conv(
+        channels,
+        (kernel, kernel),
+        (stride, stride),
+        padding=padding,
+        kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)),
+        bias_init=nn.initializers.zeros,
+        name=name,
+    )
+
+
 class MLP(nn.Module):
-    """Dense layers named dense_0, dense_1, ... (surgery locates them by these paths)."""
+    """Dense layers dense_0, dense_1, ..., then residual blocks res_0, res_1, ...
+
+    A residual block computes h + dense_1(act(dense_0(h))) at the width of the last layer; surgery
+    inserts new ones with a zero dense_1, which leaves the function unchanged.
+    """
 
     hidden_sizes: Sequence[int]
     activation: str = "tanh"
+    residual_blocks: int = 0
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = activation_fn(self.activation)
         for i, size in enumerate(self.hidden_sizes):
-            x = nn.Dense(
-                size,
-                kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)),
-                bias_init=nn.initializers.zeros,
-                name=f"dense_{i}",
-            )(x)
-            x = act(x)
+            x = act(_dense(size, f"dense_{i}")(x))
+        for i in range(self.residual_blocks):
+            x = ResidualDense(x.shape[-1], self.activation, name=f"res_{i}")(x)
         return x
+
+
+class ResidualDense(nn.Module):
+    features: int
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = activation_fn(self.activation)
+        y = act(_dense(self.features, "dense_0")(x))
+        return x + _dense(self.features, "dense_1")(y)
+
+
+class NatureCNN(nn.Module):
+    """Mnih et al. 2015: conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512. Input [N, H, W, C]."""
+
+    channels: Sequence[int] = (32, 64, 64)
+    hidden_size: int = 512
+
+    @nn.compact
+    def __call__(self, image: jax.Array, extra: jax.Array | None = None) -> jax.Array:
+        kernels, strides = (8, 4, 3), (4, 2, 1)
+        x = image
+        for i, (c, k, s) in enumerate(zip(self.channels, kernels, strides)):
+            x = nn.relu(_conv(c, k, s, f"conv_{i}")(x))
+        x = x.reshape(x.shape[0], -1)
+        if extra is not None:
+            x = jnp.concatenate([x, extra], axis=-1)
+        return nn.relu(_dense(self.hidden_size, "dense_0")(x))
+
+
+class ResidualBlock(nn.Module):
+    channels: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = _conv(self.channels, 3, 1, "conv_0", padding="SAME")(nn.relu(x))
+        y = _conv(self.channels, 3, 1, "conv_1", padding="SAME")(nn.relu(y))
+        return x + y
+
+
+class ImpalaStack(nn.Module):
+    channels: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = _conv(self.channels, 3, 1, "conv", padding="SAME")(x)
+        x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+        x = ResidualBlock(self.channels, name="block_0")(x)
+        return ResidualBlock(self.channels, name="block_1")(x)
+
+
+class ImpalaCNN(nn.Module):
+    """Espeholt et al. 2018: stacks of conv, max-pool and two residual blocks, then dense."""
+
+    channels: Sequence[int] = (16, 32, 32)
+    hidden_size: int = 256
+
+    @nn.compact
+    def __call__(self, image: jax.Array, extra: jax.Array | None = None) -> jax.Array:
+        x = image
+        for i, c in enumerate(self.channels):
+            x = ImpalaStack(c, name=f"stack_{i}")(x)
+        x = nn.relu(x).reshape(x.shape[0], -1)
+        if extra is not None:
+            x = jnp.concatenate([x, extra], axis=-1)
+        return nn.relu(_dense(self.hidden_size, "dense_0")(x))
 
 
 def flatten_features(inputs: dict[str, jax.Array], batch_ndim: int) -> jax.Array:

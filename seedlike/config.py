@@ -29,10 +29,18 @@ def base_config() -> ml_collections.ConfigDict:
     c.env.kwargs = ml_collections.ConfigDict()  # extra envpool.make kwargs, e.g. episodic_life
 
     c.network = ml_collections.ConfigDict()
-    c.network.torso = "mlp"  # "mlp"
-    c.network.hidden_sizes = (64, 64)
-    c.network.activation = "tanh"  # tanh | relu | gelu | silu
-    c.network.shared_torso = False  # one torso for policy and value, or one each
+    c.network.torso = "mlp"  # mlp | nature_cnn | impala_cnn
+    c.network.hidden_sizes = (64, 64)  # mlp layers
+    c.network.activation = "tanh"  # mlp activation: tanh | relu | gelu | silu
+    c.network.residual_blocks = 0  # mlp: residual blocks after the dense layers
+    c.network.shared_torso = False  # mlp only: one torso for policy and value, or one each
+    c.network.cnn_channels = ()  # CNN torsos: conv channels; () = the paper's
+    c.network.cnn_hidden = 0  # CNN torsos: size of the dense layer; 0 = the paper's
+    c.network.image_key = "obs"  # CNN torsos: which observation is the image
+    c.network.image_layout = "auto"  # CHW | HWC | auto (channels = the smaller end dimension)
+    c.network.image_scale = 1.0 / 255.0  # image inputs are multiplied by this
+    c.network.core = "none"  # none | lstm (between torso and heads; the torso is then shared)
+    c.network.core_size = 256  # LSTM units
     c.network.normalize_obs = True  # running mean/std normalization of float observations
     c.network.obs_clip = 5.0  # normalized observations are clipped to +-obs_clip
 
