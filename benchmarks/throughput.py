@@ -124,7 +124,7 @@ def grpc_server_sps(config_path, num_actors, seconds) -> dict:
     params = network.init(jax.random.key(0))
     registry = PolicyRegistry()
     registry.publish(0, {"params": params, "obs_norm": network.init_obs_norm()})
-    store = TrajectoryStore(spec, config.unroll_length, emit=lambda unroll: None)
+    store = TrajectoryStore(spec, config.unroll_length, lambda u: None, network.initial_carry)
     with tempfile.TemporaryDirectory() as logdir:
         service, server, address = start_inference(
             config, spec, network, registry, store, logdir, "127.0.0.1", 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ml_collections
 
-ALGOS = ("ppo",)
+ALGOS = ("ppo", "vtrace")
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -27,6 +27,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.env.batch_size = 0  # envpool batch per recv; 0 = num_envs (sync), < num_envs = async
     c.env.num_threads = 0  # envpool worker threads; 0 = envpool's default
     c.env.kwargs = ml_collections.ConfigDict()  # extra envpool.make kwargs, e.g. episodic_life
+    c.env.obs_indices = ()  # keep only these features of a vector observation (() = all)
 
     c.network = ml_collections.ConfigDict()
     c.network.torso = "mlp"  # mlp | nature_cnn | impala_cnn
@@ -55,6 +56,21 @@ def base_config() -> ml_collections.ConfigDict:
     c.ppo.vf_coef = 0.5
     c.ppo.ent_coef = 0.01
     c.ppo.normalize_advantages = True  # per minibatch, over all devices
+    c.ppo.reward_clip = (
+        0.0  # clip rewards to +-reward_clip for learning (0 = off; returns stay raw)
+    )
+
+    c.vtrace = ml_collections.ConfigDict()
+    c.vtrace.gamma = 0.99
+    c.vtrace.lambda_ = 1.0  # trace coefficient multiplying c_t
+    c.vtrace.clip_rho = 1.0  # rho-bar
+    c.vtrace.clip_pg_rho = 1.0  # rho-bar of the policy-gradient advantage
+    c.vtrace.clip_c = 1.0  # c-bar
+    c.vtrace.vf_coef = 0.5
+    c.vtrace.ent_coef = 0.01
+    c.vtrace.reward_clip = 0.0
+    c.vtrace.epochs = 1  # > 1 replays each batch (IMPALA uses every unroll once)
+    c.vtrace.num_minibatches = 1  # sgd steps per pass (minibatches of whole unrolls)
 
     c.optimizer = ml_collections.ConfigDict()
     c.optimizer.learning_rate = 2.5e-4
@@ -105,12 +121,13 @@ def validate(config) -> None:
         0 <= config.env.batch_size <= config.env.num_envs,
         f"env.batch_size={config.env.batch_size} must be 0 or in [1, {config.env.num_envs}]",
     )
+    algo = config[config.algo]
     need(
-        config.ppo.epochs >= 1 and config.ppo.num_minibatches >= 1,
-        "ppo.epochs and ppo.num_minibatches must be >= 1",
+        algo.epochs >= 1 and algo.num_minibatches >= 1,
+        f"{config.algo}.epochs and {config.algo}.num_minibatches must be >= 1",
     )
-    need(0.0 < config.ppo.gamma <= 1.0, "ppo.gamma must lie in (0, 1]")
-    need(0.0 <= config.ppo.gae_lambda <= 1.0, "ppo.gae_lambda must lie in [0, 1]")
+    need(0.0 < algo.gamma <= 1.0, f"{config.algo}.gamma must lie in (0, 1]")
+    need(config.ppo.gae_lambda <= 1.0 and config.vtrace.lambda_ <= 1.0, "lambdas must be <= 1")
     need(config.optimizer.learning_rate >= 0, "optimizer.learning_rate must be >= 0")
     need(config.server.queue_unrolls >= 0, "server.queue_unrolls must be >= 0")
     need(config.server.max_actors >= 1, "server.max_actors must be >= 1")

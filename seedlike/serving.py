@@ -43,7 +43,7 @@ def serve_checkpoint(
     registry = PolicyRegistry()
     registry.publish(version, {"params": state.params, "obs_norm": state.obs_norm})
     # Only episode statistics are wanted: the shortest unrolls, thrown away as they complete.
-    store = TrajectoryStore(network.spec, 1, emit=lambda unroll: None)
+    store = TrajectoryStore(network.spec, 1, lambda unroll: None, network.initial_carry)
     service, server, _ = start_inference(
         config, network.spec, network, registry, store, logdir, bind, port
     )

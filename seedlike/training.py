@@ -112,7 +112,7 @@ def train(
             except queue.Full:
                 continue
 
-    store = TrajectoryStore(spec, config.unroll_length, emit)
+    store = TrajectoryStore(spec, config.unroll_length, emit, network.initial_carry)
     service, server, _ = start_inference(
         config, spec, network, registry, store, logdir, bind, port, guard=learner.guard
     )
@@ -158,7 +158,7 @@ def train(
                 batch = []
                 interval.staleness.append(_staleness(learner.version, stacked))
                 interval.updates.append(learner.update(stacked))
-                interval.consumed += batch_size * horizon * config.ppo.epochs
+                interval.consumed += batch_size * horizon * learner.epochs
                 registry.publish(learner.version, learner.policy_params())
             now = time.monotonic()
             if now - interval.start >= config.log.interval_s:

@@ -59,11 +59,12 @@ class Unroll(NamedTuple):
       behaviour_logp: float32 [T+1]  log pi_behaviour(action | obs)
       behaviour_value:float32 [T+1]
       valid:          bool    [T+1]  the action was executed by the env
+      first:          bool    [T+1]  first step of an episode (a recurrent core resets before it)
       policy_version: int32   [T+1]  version of the params that chose the action
       reward:         float32 [T]
       terminated:     bool    [T]
       truncated:      bool    [T]
-      carry:          recurrent state before step 0 (empty tuple for feed-forward policies)
+      carry:          recurrent state before step 0, before its reset (() if feed-forward)
     """
 
     obs: dict[str, np.ndarray]
@@ -72,6 +73,7 @@ class Unroll(NamedTuple):
     behaviour_logp: np.ndarray
     behaviour_value: np.ndarray
     valid: np.ndarray
+    first: np.ndarray
     policy_version: np.ndarray
     reward: np.ndarray
     terminated: np.ndarray

@@ -27,14 +27,23 @@ def small_config(**overrides) -> ml_collections.ConfigDict:
 
 
 def random_unrolls(network, params, obs_norm, batch, horizon, seed=0) -> Unroll:
+    """Unrolls whose behaviour log-probs and values come from (params, obs_norm) themselves."""
     rng = np.random.default_rng(seed)
     obs = rng.normal(2.0, 3.0, size=(batch, horizon + 1, 4)).astype(np.float32)
-    logits, values = network.apply(params, obs_norm, {"obs": obs})
+    terminated = rng.random((batch, horizon)) < 0.1
+    truncated = ~terminated & (rng.random((batch, horizon)) < 0.05)
+    valid = np.ones((batch, horizon + 1), bool)
+    valid[:, 1:] &= ~(terminated | truncated)
+    first = np.concatenate([rng.random((batch, 1)) < 0.5, ~valid[:, :-1]], axis=1)
+    carry = jax.tree.map(
+        lambda c: rng.normal(size=c.shape).astype(np.float32), network.initial_carry(batch)
+    )
+    if network.is_recurrent:
+        logits, values, _ = network.unroll(params, obs_norm, {"obs": obs}, {}, carry, first)
+    else:
+        logits, values = network.apply(params, obs_norm, {"obs": obs})
     action = rng.integers(0, 3, size=(batch, horizon + 1)).astype(np.int32)
     logp = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), action[..., None], -1)[..., 0]
-    terminated = rng.random((batch, horizon)) < 0.1
-    valid = np.ones((batch, horizon + 1), bool)
-    valid[:, 1:] &= ~terminated
     return Unroll(
         obs={"obs": obs},
         extras={},
@@ -42,11 +51,30 @@ def random_unrolls(network, params, obs_norm, batch, horizon, seed=0) -> Unroll:
         behaviour_logp=logp.astype(np.float32),
         behaviour_value=np.asarray(values, np.float32),
         valid=valid,
+        first=first,
         policy_version=np.zeros((batch, horizon + 1), np.int32),
         reward=rng.normal(size=(batch, horizon)).astype(np.float32),
         terminated=terminated,
-        truncated=np.zeros((batch, horizon), bool),
+        truncated=truncated,
+        carry=carry,
     )
+
+
+VARIANTS = {
+    "ppo": {},
+    "ppo_lstm": {"network.core": "lstm", "network.core_size": 8},
+    "vtrace": {"algo": "vtrace", "vtrace.num_minibatches": 2},
+    "vtrace_lstm": {"algo": "vtrace", "network.core": "lstm", "network.core_size": 8},
+}
+
+
+def variant_config(name):
+    c = small_config()
+    c.ppo.num_minibatches = 2 if name == "ppo_lstm" else c.ppo.num_minibatches
+    for key, value in VARIANTS[name].items():
+        section, _, field = key.rpartition(".")
+        (c[section] if section else c)[field] = value
+    return c
 
 
 def run_update(devices, config, updates=2):
@@ -63,9 +91,10 @@ def run_update(devices, config, updates=2):
     return learner.state(), metrics, state
 
 
-def test_one_and_two_devices_compute_the_same_update():
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_one_and_two_devices_compute_the_same_update(variant):
     assert jax.local_device_count() >= 2, "tests/conftest.py forces 2 CPU devices"
-    config = small_config()
+    config = variant_config(variant)
     one, metrics_one, initial = run_update(jax.local_devices()[:1], config)
     two, metrics_two, _ = run_update(jax.local_devices()[:2], config)
     moved = jax.tree.map(
@@ -88,7 +117,8 @@ def test_one_and_two_devices_compute_the_same_update():
         two.obs_norm,
     )
     assert int(one.updates) == int(two.updates) == 2
-    assert int(one.sgd_steps) == 2 * config.ppo.epochs * config.ppo.num_minibatches
+    algo = config[config.algo]
+    assert int(one.sgd_steps) == 2 * algo.epochs * algo.num_minibatches
     for a, b in zip(metrics_one, metrics_two):
         for key in a:
             np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-6, err_msg=key)
@@ -105,15 +135,18 @@ def test_normalizer_sees_every_step_but_the_bootstrap_one():
     np.testing.assert_allclose(state.obs_norm["obs"].var, seen.var(0), rtol=1e-4)
 
 
-def test_first_sgd_step_is_on_policy():
-    config = small_config(
-        ppo=ml_collections.ConfigDict(
-            {**small_config().ppo.to_dict(), "epochs": 1, "num_minibatches": 1}
-        )
-    )
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_first_sgd_step_is_on_policy(variant):
+    """Replaying the batch (from the stored carries) reproduces the behaviour policy exactly."""
+    config = variant_config(variant)
+    config[config.algo].epochs = 1
+    config[config.algo].num_minibatches = 1
     _, metrics, _ = run_update(jax.local_devices()[:1], config, updates=1)
-    assert metrics[0]["loss/approx_kl"] == pytest.approx(0.0, abs=1e-6)
-    assert metrics[0]["loss/clip_fraction"] == 0.0
+    if config.algo == "ppo":
+        assert metrics[0]["loss/approx_kl"] == pytest.approx(0.0, abs=1e-6)
+        assert metrics[0]["loss/clip_fraction"] == 0.0
+    else:
+        assert metrics[0]["loss/rho_mean"] == pytest.approx(1.0, abs=1e-5)
 
 
 def test_non_finite_update_is_discarded():

@@ -149,3 +149,39 @@ def test_turn_based_rewards_accumulate_for_the_waiting_player():
     np.testing.assert_array_equal(p1.obs["obs"][:, 0], [1, 3, 4])
     np.testing.assert_array_equal(p1.reward, [0, -1])
     np.testing.assert_array_equal(p1.valid, [True, True, False])
+
+
+def test_carry_is_kept_per_seat_and_stored_at_unroll_start():
+    """A counting 'carry' (carry + 1 per step) shows which carry each unroll starts from."""
+    out = []
+    store = TrajectoryStore(
+        SPEC, horizon=2, emit=out.append, initial_carry=lambda n: (np.zeros((n, 1), np.float32),)
+    )
+    store.open_session(1, num_envs=2)
+
+    def step(batch, env_ids):
+        mask = batch.acting | batch.terminated | batch.truncated
+        first, (carry,) = store.policy_inputs(1, batch, mask)
+        carry = np.where(first[:, None], 0.0, carry)  # what the network's reset does
+        new = (carry + 1.0,)
+        n = batch.reward.shape[0]
+        store.record(1, batch, np.zeros(n, np.int32), np.zeros(n), np.zeros(n), 0, new)
+        return first
+
+    assert step(rows([0.0, 0.0], [0, 0]), [0, 1]).tolist() == [True, True]
+    assert step(rows([1.0, 1.0], [0, 0]), [0, 1]).tolist() == [False, False]
+    # env 0 terminates: its terminal step still continues the episode's carry ...
+    step(rows([2.0, 2.0], [0, 0], terminated=[True, False]), [0, 1])
+    assert len(out) == 2
+    np.testing.assert_array_equal(out[0].carry[0], [0.0])  # before the very first step
+    np.testing.assert_array_equal(out[0].first, [True, False, False])
+    # ... and the next step starts a new episode (first=True, the network resets the carry).
+    first = step(rows([3.0, 3.0], [0, 0]), [0, 1])
+    assert first.tolist() == [True, False]
+    step(rows([4.0, 4.0], [0, 0]), [0, 1])
+    assert len(out) == 4
+    # Second unrolls start at step 2, whose incoming carry counted steps 0 and 1.
+    np.testing.assert_array_equal(out[2].carry[0], [2.0])
+    np.testing.assert_array_equal(out[2].first, [False, True, False])
+    np.testing.assert_array_equal(out[2].valid, [False, True, True])
+    np.testing.assert_array_equal(out[3].carry[0], [2.0])

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from networks import heads
+from seedlike.algos.sequences import forward_sequence
 
 # The metrics a PPO loss reports (all means over the masked samples of a minibatch).
 PPO_METRICS = (
@@ -37,8 +38,11 @@ class PPOBatch(NamedTuple):
     mask: jax.Array
 
 
-def make_ppo_loss(network, config, axis_name: str | None = None):
+def make_ppo_loss(network, config, axis_name: str | None = None, sequence: bool = False):
     """Returns loss_fn(params, obs_norm, batch) -> (loss, metrics).
+
+    With sequence=False the batch is a PPOBatch of independent samples; with sequence=True it is a
+    vtrace.SequenceBatch of whole unrolls (recurrent networks replay them from the stored carry).
 
     Means are over the masked samples of the whole (possibly device-sharded) minibatch: each device
     divides its local sum by the mean sample count per device, so that `lax.pmean` of the
@@ -50,56 +54,75 @@ def make_ppo_loss(network, config, axis_name: str | None = None):
       config: the `ppo` config section (clip_eps, vf_coef, ent_coef, normalize_advantages,
         clip_value, value_clip_eps).
       axis_name: the pmap axis the minibatch is sharded over, or None on one device.
+      sequence: whether batches are whole unrolls.
     """
 
     def pmean(x):
         return x if axis_name is None else jax.lax.pmean(x, axis_name)
 
-    def loss_fn(params, obs_norm, batch: PPOBatch):
-        mask = batch.mask.astype(jnp.float32)
-        per_device = jnp.maximum(pmean(jnp.sum(mask)), 1e-8)
-
-        def mean(x):
-            return jnp.sum(mask * x) / per_device
-
-        logits, value = network.apply(params, obs_norm, batch.obs, batch.extras)
-        logp = heads.log_prob(logits, batch.action)
-        log_ratio = logp - batch.behaviour_logp
-        ratio = jnp.exp(log_ratio)
-
-        advantage = batch.advantage
-        if config.normalize_advantages:
-            adv_mean = pmean(mean(advantage))
-            adv_var = pmean(mean(jnp.square(advantage - adv_mean)))
-            advantage = (advantage - adv_mean) / (jnp.sqrt(adv_var) + 1e-8)
-        advantage = jax.lax.stop_gradient(advantage)
-
-        clipped = jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps)
-        policy_loss = -jnp.minimum(ratio * advantage, clipped * advantage)
-
-        value_error = jnp.square(value - batch.value_target)
-        if config.clip_value:
-            clipped_value = batch.behaviour_value + jnp.clip(
-                value - batch.behaviour_value, -config.value_clip_eps, config.value_clip_eps
+    def loss_fn(params, obs_norm, batch):
+        if sequence:
+            u = batch.unroll
+            horizon = u.reward.shape[1]
+            logits, value = forward_sequence(network, params, obs_norm, u, horizon)
+            step = lambda x: x[:, :horizon]  # noqa: E731
+            samples = PPOBatch(
+                obs=None,
+                extras=None,
+                action=step(u.action),
+                behaviour_logp=step(u.behaviour_logp),
+                behaviour_value=step(u.behaviour_value),
+                advantage=batch.advantage,
+                value_target=batch.value_target,
+                mask=step(u.valid).astype(jnp.float32),
             )
-            value_error = jnp.maximum(value_error, jnp.square(clipped_value - batch.value_target))
-        value_loss = 0.5 * value_error
-        entropy = heads.entropy(logits)
-
-        total = (
-            mean(policy_loss) + config.vf_coef * mean(value_loss) - config.ent_coef * mean(entropy)
-        )
-        metrics = {
-            "loss/total": total,
-            "loss/policy": mean(policy_loss),
-            "loss/value": mean(value_loss),
-            "loss/entropy": mean(entropy),
-            # (ratio - 1) - log ratio: a low-variance, non-negative KL estimate (Schulman 2020).
-            "loss/approx_kl": mean((ratio - 1.0) - log_ratio),
-            "loss/clip_fraction": mean(
-                (jnp.abs(ratio - 1.0) > config.clip_eps).astype(jnp.float32)
-            ),
-        }
-        return total, metrics
+        else:
+            samples = batch
+            logits, value = network.apply(params, obs_norm, batch.obs, batch.extras)
+        return ppo_terms(logits, value, samples, config, pmean)
 
     return loss_fn
+
+
+def ppo_terms(logits, value, batch: PPOBatch, config, pmean):
+    """The PPO objective from the current logits [*S, A] and values [*S] of the batch's samples."""
+    mask = batch.mask.astype(jnp.float32)
+    per_device = jnp.maximum(pmean(jnp.sum(mask)), 1e-8)
+
+    def mean(x):
+        return jnp.sum(mask * x) / per_device
+
+    logp = heads.log_prob(logits, batch.action)
+    log_ratio = logp - batch.behaviour_logp
+    ratio = jnp.exp(log_ratio)
+
+    advantage = batch.advantage
+    if config.normalize_advantages:
+        adv_mean = pmean(mean(advantage))
+        adv_var = pmean(mean(jnp.square(advantage - adv_mean)))
+        advantage = (advantage - adv_mean) / (jnp.sqrt(adv_var) + 1e-8)
+    advantage = jax.lax.stop_gradient(advantage)
+
+    clipped = jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps)
+    policy_loss = -jnp.minimum(ratio * advantage, clipped * advantage)
+
+    value_error = jnp.square(value - batch.value_target)
+    if config.clip_value:
+        clipped_value = batch.behaviour_value + jnp.clip(
+            value - batch.behaviour_value, -config.value_clip_eps, config.value_clip_eps
+        )
+        value_error = jnp.maximum(value_error, jnp.square(clipped_value - batch.value_target))
+    value_loss = 0.5 * value_error
+    entropy = heads.entropy(logits)
+
+    total = mean(policy_loss) + config.vf_coef * mean(value_loss) - config.ent_coef * mean(entropy)
+    metrics = {
+        "loss/total": total,
+        "loss/policy": mean(policy_loss),
+        "loss/value": mean(value_loss),
+        "loss/entropy": mean(entropy),
+        # (ratio - 1) - log ratio: a low-variance, non-negative KL estimate (Schulman 2020).
+        "loss/approx_kl": mean((ratio - 1.0) - log_ratio),
+        "loss/clip_fraction": mean((jnp.abs(ratio - 1.0) > config.clip_eps).astype(jnp.float32)),
+    }
+    return total, metrics

@@ -71,12 +71,22 @@ def make_env_spec(env_config) -> EnvSpec:
     check_task_id(env_config.name)
     kwargs = {k: v for k, v in envpool_kwargs(env_config).items() if k not in ("num_threads",)}
     spec = envpool.make_spec(env_config.name, **kwargs)
-    return spec_from_spaces(
+    spec = spec_from_spaces(
         env_config.name,
         spec.observation_space,
         spec.action_space,
         num_players=int(spec.config.max_num_players),
     )
+    indices = tuple(env_config.get("obs_indices", ()) or ())
+    if indices:
+        obs = spec.observation.get("obs")
+        if obs is None or len(obs.shape) != 1 or not all(0 <= i < obs.shape[0] for i in indices):
+            raise ValueError(
+                f"env.obs_indices={indices} must select features of a vector observation; "
+                f"{env_config.name} has { ({k: str(v) for k, v in spec.observation.items()}) }"
+            )
+        spec.observation["obs"] = ArraySpec(obs.dtype, (len(indices),))
+    return spec
 
 
 def spec_from_spaces(name: str, observation_space, action_space, num_players: int) -> EnvSpec:
@@ -119,6 +129,9 @@ class EnvpoolAdapter:
         self.spec = spec
         kwargs = envpool_kwargs(env_config)
         self.num_envs = int(kwargs.get("num_envs", 1))
+        # Hiding features (e.g. CartPole's velocities) turns a task into a partially observed one.
+        indices = tuple(env_config.get("obs_indices", ()) or ())
+        self._obs_indices = np.asarray(indices, np.int64) if indices else None
         self._env = envpool.make(env_config.name, env_type="gymnasium", seed=int(seed), **kwargs)
 
     def reset(self) -> None:
@@ -171,6 +184,8 @@ class EnvpoolAdapter:
             return {
                 k: np.asarray(obs[k], self.spec.observation[k].dtype) for k in self.spec.observation
             }
+        if self._obs_indices is not None:
+            obs = obs[:, self._obs_indices]
         return {"obs": np.asarray(obs, self.spec.observation["obs"].dtype)}
 
     def send(self, action: np.ndarray, rows: Rows) -> None:

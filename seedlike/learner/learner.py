@@ -3,6 +3,10 @@
 One call of `update` is one policy version: prepare (advantages, normalizer statistics) on every
 device, then `epochs` passes of `num_minibatches` pmapped sgd_steps over the whole batch. Samples
 are shuffled globally on the host, so N devices compute the same update as one device.
+
+Minibatches hold independent steps for feed-forward PPO, and whole unrolls for recurrent networks
+(replayed from the carry stored at the unroll start) and for V-trace (whose targets need the
+current values along the unroll).
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import jax
 import numpy as np
 
 from seedlike import devices as devices_lib
-from seedlike.algos.ppo import PPO_METRICS, PPOBatch, make_ppo_loss
+from seedlike.algos import ppo, vtrace
+from seedlike.algos.sequences import SequenceBatch
 from seedlike.learner import train_state as ts
 from seedlike.types import Unroll
 
@@ -22,36 +27,48 @@ class Learner:
     def __init__(self, config, network, devices=None):
         self.config = config
         self.network = network
+        self.algo_config = config[config.algo]
+        self.epochs = int(self.algo_config.epochs)
+        self.num_minibatches = int(self.algo_config.num_minibatches)
+        self.sequences = network.is_recurrent or config.algo == "vtrace"
         self.devices = list(devices or jax.local_devices())
         self.num_devices = len(self.devices)
         self._check_divisibility()
 
         steps_per_update = config.batch_unrolls * config.unroll_length
         total_updates = -(-int(config.total_env_steps) // steps_per_update)
-        total_sgd_steps = total_updates * config.ppo.epochs * config.ppo.num_minibatches
+        total_sgd_steps = total_updates * self.epochs * self.num_minibatches
         self.optimizer = ts.make_optimizer(config.optimizer)
-        loss_fn = make_ppo_loss(network, config.ppo, ts.AXIS)
+        if config.algo == "ppo":
+            loss_fn = ppo.make_ppo_loss(network, self.algo_config, ts.AXIS, self.sequences)
+            metric_names = ppo.PPO_METRICS
+        else:
+            loss_fn = vtrace.make_vtrace_loss(network, self.algo_config, ts.AXIS)
+            metric_names = vtrace.VTRACE_METRICS
         lr_fn = ts.make_learning_rate_fn(config.optimizer, total_sgd_steps)
         self._sgd_step = jax.pmap(
             ts.make_sgd_step(loss_fn, self.optimizer, lr_fn), ts.AXIS, devices=self.devices
         )
-        self._prepare = jax.pmap(ts.make_prepare(config.ppo), ts.AXIS, devices=self.devices)
+        prepare = ts.make_prepare(self.algo_config, compute_advantages=config.algo == "ppo")
+        self._prepare = jax.pmap(prepare, ts.AXIS, devices=self.devices)
         self._state = None
-        self.metric_keys = (*PPO_METRICS, "grad_norm", "learning_rate", "nonfinite")
+        self._version = 0
+        self.metric_keys = (*metric_names, "grad_norm", "learning_rate", "nonfinite")
         # Shared with the inference service: see seedlike.devices.ComputeGuard.
         self.guard = devices_lib.ComputeGuard(self.devices)
 
     def _check_divisibility(self) -> None:
-        c, n = self.config, self.num_devices
-        samples = c.batch_unrolls * c.unroll_length
+        c, n, m = self.config, self.num_devices, self.num_minibatches
         if c.batch_unrolls % n:
             raise ValueError(
                 f"batch_unrolls={c.batch_unrolls} must be divisible by the {n} devices"
             )
-        if samples % c.ppo.num_minibatches or (samples // c.ppo.num_minibatches) % n:
+        items = c.batch_unrolls if self.sequences else c.batch_unrolls * c.unroll_length
+        what = "batch_unrolls" if self.sequences else "batch_unrolls*unroll_length"
+        if items % m or (items // m) % n:
             raise ValueError(
-                f"batch_unrolls*unroll_length={samples} must split into ppo.num_minibatches="
-                f"{c.ppo.num_minibatches} minibatches whose size is divisible by {n} devices"
+                f"{what}={items} must split into {c.algo}.num_minibatches={m} minibatches whose "
+                f"size is divisible by {n} devices"
             )
 
     # State ------------------------------------------------------------------------------------
@@ -88,28 +105,34 @@ class Learner:
 
         A non-finite loss or gradient leaves the state untouched and reports nonfinite=1.
         """
-        c, n = self.config, self.num_devices
+        n = self.num_devices
         batch, horizon = unrolls.action.shape[0], unrolls.reward.shape[1]
         old_state = self._state
 
         sharded = jax.tree.map(lambda x: x.reshape((n, batch // n) + x.shape[1:]), unrolls)
         advantage, value_target, obs_norm = self.guard(self._prepare, self._state, sharded)
-        advantage = np.asarray(advantage).reshape(batch * horizon)
-        value_target = np.asarray(value_target).reshape(batch * horizon)
+        advantage = np.asarray(advantage).reshape(batch, horizon)
+        value_target = np.asarray(value_target).reshape(batch, horizon)
 
-        samples = _flatten_steps(unrolls, horizon)
-        samples = samples._replace(advantage=advantage, value_target=value_target)
-        rng = np.random.default_rng([int(c.seed), self.version])
-        minibatch = batch * horizon // c.ppo.num_minibatches
+        if self.sequences:
+            items = SequenceBatch(unrolls, advantage, value_target)
+            if self.config.algo == "vtrace":
+                items = SequenceBatch(unrolls)
+            num_items = batch
+        else:
+            items = _flatten_steps(unrolls, horizon, advantage, value_target)
+            num_items = batch * horizon
+        rng = np.random.default_rng([int(self.config.seed), self.version])
+        size = num_items // self.num_minibatches
         metrics = []
-        for _ in range(c.ppo.epochs):
-            order = rng.permutation(batch * horizon)
-            for m in range(c.ppo.num_minibatches):
-                idx = order[m * minibatch : (m + 1) * minibatch]
-                mb = jax.tree.map(
-                    lambda x, idx=idx: x[idx].reshape((n, minibatch // n) + x.shape[1:]), samples
+        for _ in range(self.epochs):
+            order = rng.permutation(num_items)
+            for m in range(self.num_minibatches):
+                idx = order[m * size : (m + 1) * size]
+                minibatch = jax.tree.map(
+                    lambda x, idx=idx: x[idx].reshape((n, size // n) + x.shape[1:]), items
                 )
-                self._state, step_metrics = self.guard(self._sgd_step, self._state, mb)
+                self._state, step_metrics = self.guard(self._sgd_step, self._state, minibatch)
                 metrics.append(step_metrics)
 
         metrics = jax.tree.map(lambda *xs: float(np.mean([np.asarray(x)[0] for x in xs])), *metrics)
@@ -129,20 +152,20 @@ def _first(tree):
     return jax.tree.map(lambda x: x[0], tree)
 
 
-def _flatten_steps(unrolls: Unroll, horizon: int) -> PPOBatch:
+def _flatten_steps(unrolls: Unroll, horizon: int, advantage, value_target) -> ppo.PPOBatch:
     """[B, T+1, ...] unrolls -> [B*T, ...] samples (steps 0..T-1; step T only bootstraps)."""
 
     def flat(x):
         x = np.asarray(x)[:, :horizon]
         return x.reshape((-1,) + x.shape[2:])
 
-    return PPOBatch(
+    return ppo.PPOBatch(
         obs={k: flat(v) for k, v in unrolls.obs.items()},
         extras={k: flat(v) for k, v in unrolls.extras.items()},
         action=flat(unrolls.action),
         behaviour_logp=flat(unrolls.behaviour_logp),
         behaviour_value=flat(unrolls.behaviour_value),
-        advantage=None,
-        value_target=None,
+        advantage=flat(advantage),
+        value_target=flat(value_target),
         mask=flat(unrolls.valid).astype(np.float32),
     )

@@ -88,30 +88,37 @@ def make_sgd_step(loss_fn, optimizer, learning_rate_fn, axis_name: str = AXIS):
     return sgd_step
 
 
-def make_prepare(ppo_config, axis_name: str = AXIS):
+def make_prepare(algo_config, compute_advantages: bool = True, axis_name: str = AXIS):
     """Returns prepare(state, unrolls) -> (advantage, value_target, obs_norm) for pmap.
 
-    unrolls is a device shard of stacked Unrolls [B/n, T+1, ...]. Advantages use the behaviour
-    values recorded while acting (GAE from the rollout values). The returned obs_norm merges this
-    batch's observations (steps 0..T-1; step T is step 0 of the next unroll); the learner installs
-    it after the epochs so that the first epoch sees the network that produced the data.
+    unrolls is a device shard of stacked Unrolls [B/n, T+1, ...]. For PPO, advantages are
+    GAE(lambda) from the behaviour values recorded while acting (zeros without compute_advantages).
+    The returned obs_norm merges this batch's observations (steps 0..T-1; step T is step 0 of the
+    next unroll); the learner installs it after the epochs, so the first epoch sees the network
+    that produced the data.
     """
 
     def single(unroll):
+        reward = unroll.reward
+        if algo_config.get("reward_clip", 0.0):
+            reward = jnp.clip(reward, -algo_config.reward_clip, algo_config.reward_clip)
         discount_t, lambda_t = gae.episode_discounts(
             unroll.terminated,
             unroll.truncated,
             unroll.valid[:-1],
-            ppo_config.gamma,
-            ppo_config.gae_lambda,
+            algo_config.gamma,
+            algo_config.gae_lambda,
         )
         advantage = gae.generalized_advantage_estimation(
-            unroll.reward, discount_t, lambda_t, unroll.behaviour_value
+            reward, discount_t, lambda_t, unroll.behaviour_value
         )
         return advantage, advantage + unroll.behaviour_value[:-1]
 
     def prepare(state: TrainState, unrolls):
-        advantage, value_target = jax.vmap(single)(unrolls)
+        if compute_advantages:
+            advantage, value_target = jax.vmap(single)(unrolls)
+        else:
+            advantage = value_target = jnp.zeros_like(unrolls.reward)
         obs_norm = {}
         for key, stats in state.obs_norm.items():
             x = unrolls.obs[key][:, :-1]

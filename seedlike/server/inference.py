@@ -100,6 +100,7 @@ class InferenceService:
         self.config = server_config
         self.stats = InferenceStats()
         self._policy_step = policy_lib.make_policy_step(network)
+        self._initial_carry = network.initial_carry
         self._guard = guard or (lambda fn, *args: fn(*args))
         self._seed = np.uint32(seed)
         self._counter = itertools.count()
@@ -248,9 +249,15 @@ class InferenceService:
 
     def _run(self, steps: list[_Step]) -> None:
         version, params = self.registry.latest()
+        # Only rows that act or end an episode need the policy (a waiting player's row does not).
         infer = [s.rows.acting | s.rows.terminated | s.rows.truncated for s in steps]
         counts = [int(m.sum()) for m in infer]
         total = sum(counts)
+        known = [self.store.has_session(s.session_id) for s in steps]
+        inputs = [
+            self.store.policy_inputs(s.session_id, s.rows, m) if ok else self._fresh_inputs(c)
+            for s, m, c, ok in zip(steps, infer, counts, known)
+        ]
         obs = {
             k: np.concatenate([s.rows.obs[k][m] for s, m in zip(steps, infer)])
             for k in self.spec.observation
@@ -259,11 +266,16 @@ class InferenceService:
             k: np.concatenate([s.rows.extras[k][m] for s, m in zip(steps, infer)])
             for k in self.spec.extras
         }
+        first = np.concatenate([f for f, _ in inputs])
+        carry = jax.tree.map(lambda *c: np.concatenate(c), *[c for _, c in inputs])
         size = policy_lib.bucket_size(total)
-        obs, extras = policy_lib.pad_rows((obs, extras), total, size)
+        obs, extras, carry = policy_lib.pad_rows((obs, extras, carry), total, size)
+        first = np.concatenate([first, np.ones(size - total, np.bool_)])
         counter = np.uint32(next(self._counter))
-        out = self._guard(self._policy_step, params, obs, extras, self._seed, counter)
-        action, logp, value = (np.asarray(x)[:total] for x in jax.device_get(out))
+        out = self._guard(self._policy_step, params, obs, extras, carry, first, self._seed, counter)
+        action, logp, value, new_carry = jax.tree.map(
+            lambda x: np.asarray(x)[:total], jax.device_get(out)
+        )
 
         now = time.perf_counter()
         offset = 0
@@ -273,20 +285,24 @@ class InferenceService:
             full = [np.zeros(n, np.int32), np.zeros(n, np.float32), np.zeros(n, np.float32)]
             for dst, src in zip(full, (action, logp, value)):
                 dst[mask] = src[offset : offset + count]
+            part = jax.tree.map(lambda c, o=offset, k=count: c[o : o + k], new_carry)
             offset += count
             step.future.set_result((full[0], version))
-            results.append(full)
+            results.append((*full, part))
 
         episodes = []
-        for step, (a, lp, v) in zip(steps, results):
-            if self.store.has_session(step.session_id):
-                episodes.extend(self.store.record(step.session_id, step.rows, a, lp, v, version))
+        for step, (a, lp, v, c), ok in zip(steps, results, known):
+            if ok:
+                episodes.extend(self.store.record(step.session_id, step.rows, a, lp, v, version, c))
         self.stats.add(
             total,
             [(now - s.arrived) * 1000.0 for s in steps],
             sum(s.rows.reward.shape[0] for s in steps),
             episodes,
         )
+
+    def _fresh_inputs(self, count: int):
+        return np.ones(count, np.bool_), jax.tree.map(np.asarray, self._initial_carry(count))
 
 
 def latency_summary(latency_ms: list[float]) -> tuple[float, float]:

@@ -12,19 +12,20 @@ from networks import heads
 
 
 def make_policy_step(network):
-    """Returns step(policy_params, obs, extras, seed, counter) -> (action, logp, value), jitted.
+    """Returns a jitted step(policy_params, obs, extras, carry, first, seed, counter) ->
+    (action, logp, value, new_carry) for a batch of rows.
 
     policy_params is {"params": ..., "obs_norm": ...} as published by the learner. Sampling keys are
     derived from (seed, counter) inside the jit so the host never splits keys on the hot path.
     """
 
-    def step(policy_params, obs, extras, seed, counter):
-        logits, value = network.apply(
-            policy_params["params"], policy_params["obs_norm"], obs, extras
+    def step(policy_params, obs, extras, carry, first, seed, counter):
+        logits, value, carry = network.step(
+            policy_params["params"], policy_params["obs_norm"], obs, extras, carry, first
         )
         key = jax.random.fold_in(jax.random.key(seed), counter)
         action = jax.random.categorical(key, logits).astype(jnp.int32)
-        return action, heads.log_prob(logits, action), value
+        return action, heads.log_prob(logits, action), value, carry
 
     return jax.jit(step)
 

@@ -1,4 +1,4 @@
-"""Per-seat unroll buffers: rows in, complete unrolls of T+1 steps out.
+"""Per-seat unroll buffers and recurrent state: rows in, complete unrolls of T+1 steps out.
 
 Alignment (see seedlike.types.Unroll): a row carries the observation after the seat's previous
 action and that action's outcome. On arrival the outcome is added to the seat's pending step, then
@@ -6,11 +6,13 @@ a new step is recorded if the row acts (or ends the episode, to keep the final o
 for bootstrapping truncated episodes). In turn-based games the rows of a player who does not move
 only add their reward to the player's pending step.
 
+The store also keeps each seat's recurrent carry (SEED RL: actors hold no state). A seat's first
+row and the row after an episode end are marked `first`; the network resets the carry before such a
+step. The carry before step 0 of every unroll is kept so the learner can replay it exactly.
+
 All bookkeeping is vectorized over the rows of a batch; only complete unrolls are copied out. A
 session (one actor stream) that closes takes its partial unrolls with it: nothing incomplete is
-ever emitted.
-
-Only the inference thread calls into the store, so it needs no locking.
+ever emitted. Only the inference thread calls into the store, so it needs no locking.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import jax
 import numpy as np
 
 from seedlike.rpc.codec import StepRows
@@ -33,29 +36,33 @@ class Episode:
 
 
 class _SessionBuffers:
-    def __init__(self, spec: EnvSpec, num_seats: int, horizon: int):
+    def __init__(self, spec: EnvSpec, num_seats: int, horizon: int, carry):
         steps = horizon + 1
-        self.obs = {
-            k: np.zeros((num_seats, steps, *s.shape), s.dtype) for k, s in spec.observation.items()
-        }
-        self.extras = {
-            k: np.zeros((num_seats, steps, *s.shape), s.dtype) for k, s in spec.extras.items()
-        }
-        self.action = np.zeros((num_seats, steps), np.int32)
-        self.logp = np.zeros((num_seats, steps), np.float32)
-        self.value = np.zeros((num_seats, steps), np.float32)
-        self.valid = np.zeros((num_seats, steps), np.bool_)
-        self.version = np.zeros((num_seats, steps), np.int32)
-        self.reward = np.zeros((num_seats, steps), np.float32)
-        self.terminated = np.zeros((num_seats, steps), np.bool_)
-        self.truncated = np.zeros((num_seats, steps), np.bool_)
+
+        def zeros(shape, dtype):
+            return np.zeros((num_seats, steps, *shape), dtype)
+
+        self.obs = {k: zeros(s.shape, s.dtype) for k, s in spec.observation.items()}
+        self.extras = {k: zeros(s.shape, s.dtype) for k, s in spec.extras.items()}
+        self.action = zeros((), np.int32)
+        self.logp = zeros((), np.float32)
+        self.value = zeros((), np.float32)
+        self.valid = zeros((), np.bool_)
+        self.first = zeros((), np.bool_)
+        self.version = zeros((), np.int32)
+        self.reward = zeros((), np.float32)
+        self.terminated = zeros((), np.bool_)
+        self.truncated = zeros((), np.bool_)
         self.pos = np.zeros(num_seats, np.int64)  # steps recorded in the current unroll
         self.in_episode = np.zeros(num_seats, np.bool_)
         self.episode_return = np.zeros(num_seats, np.float64)
         self.episode_length = np.zeros(num_seats, np.int64)
+        self.next_first = np.ones(num_seats, np.bool_)  # the seat's next step starts an episode
+        self.carry = carry  # before the seat's next step
+        self.carry_start = jax.tree.map(np.copy, carry)  # before step 0 of the current unroll
 
     def step_fields(self):
-        return (self.action, self.logp, self.value, self.valid, self.version)
+        return (self.action, self.logp, self.value, self.valid, self.first, self.version)
 
     def outcome_fields(self):
         return (self.reward, self.terminated, self.truncated)
@@ -68,12 +75,21 @@ class TrajectoryStore:
       spec: the environment spec.
       horizon: T, the number of learning steps per unroll.
       emit: called with every complete Unroll (may block: that is the learner's backpressure).
+      initial_carry: n -> zero carries for n seats (a pytree of [n, ...] arrays); None for
+        feed-forward policies.
     """
 
-    def __init__(self, spec: EnvSpec, horizon: int, emit: Callable[[Unroll], None]):
+    def __init__(
+        self,
+        spec: EnvSpec,
+        horizon: int,
+        emit: Callable[[Unroll], None],
+        initial_carry: Callable[[int], object] | None = None,
+    ):
         self.spec = spec
         self.horizon = horizon
         self._emit = emit
+        self._initial_carry = initial_carry or (lambda n: ())
         self._sessions: dict[int, _SessionBuffers] = {}
         self.rows_received = 0
         self.unrolls_emitted = 0
@@ -81,7 +97,8 @@ class TrajectoryStore:
 
     def open_session(self, session_id: int, num_envs: int) -> None:
         seats = num_envs * self.spec.num_players
-        self._sessions[session_id] = _SessionBuffers(self.spec, seats, self.horizon)
+        carry = jax.tree.map(np.array, self._initial_carry(seats))
+        self._sessions[session_id] = _SessionBuffers(self.spec, seats, self.horizon, carry)
 
     def close_session(self, session_id: int) -> int:
         """Forgets a session and its partial unrolls; returns how many recorded steps were lost."""
@@ -99,6 +116,15 @@ class TrajectoryStore:
     def num_sessions(self) -> int:
         return len(self._sessions)
 
+    def _seats(self, rows: StepRows) -> np.ndarray:
+        return rows.env_id.astype(np.int64) * self.spec.num_players + rows.player_id
+
+    def policy_inputs(self, session_id: int, rows: StepRows, mask: np.ndarray):
+        """(first [m], carry [m, ...]) of the m rows selected by `mask`, for the policy step."""
+        b = self._sessions[session_id]
+        seat = self._seats(rows)[mask]
+        return b.next_first[seat], jax.tree.map(lambda c: c[seat], b.carry)
+
     def record(
         self,
         session_id: int,
@@ -107,15 +133,25 @@ class TrajectoryStore:
         logp: np.ndarray,
         value: np.ndarray,
         version: np.ndarray | int,
+        carry=(),
     ) -> list[Episode]:
-        """Records one batch of rows and the policy outputs for them ([n] each).
+        """Records one batch of rows and the policy outputs for them.
+
+        Args:
+          session_id: the sending actor's session.
+          rows: the validated rows [n].
+          action, logp, value: policy outputs [n] (rows that neither act nor end an episode are
+            ignored).
+          version: policy version(s) that chose the actions.
+          carry: the new carries [m, ...] of the rows that act or end an episode, in row order
+            (() for feed-forward policies).
 
         Returns the episodes that ended with this batch.
         """
         b = self._sessions[session_id]
         n = rows.reward.shape[0]
         self.rows_received += n
-        seat = rows.env_id.astype(np.int64) * self.spec.num_players + rows.player_id
+        seat = self._seats(rows)
         done = rows.terminated | rows.truncated
 
         # 1. The outcome of each seat's pending step.
@@ -147,23 +183,39 @@ class TrajectoryStore:
             b.extras[key][s, p] = array[record]
         valid = rows.acting[record] & ~done[record]
         version = np.broadcast_to(np.asarray(version, np.int32), (n,))
-        values = (action[record], logp[record], value[record], valid, version[record])
+        values = (
+            action[record],
+            logp[record],
+            value[record],
+            valid,
+            b.next_first[s],
+            version[record],
+        )
         for field, v in zip(b.step_fields(), values):
             field[s, p] = v
         for field in b.outcome_fields():
             field[s, p] = 0
         b.episode_length[s[valid]] += 1
         b.pos[s] += 1
+        b.next_first[s] = done[record]
+        carry_before = jax.tree.map(lambda c: c[s], b.carry)
+        starts = p == 0
+        for start, before in zip(jax.tree.leaves(b.carry_start), jax.tree.leaves(carry_before)):
+            start[s[starts]] = before[starts]
+        for current, new in zip(jax.tree.leaves(b.carry), jax.tree.leaves(carry)):
+            current[s] = new
 
         # 4. Emit complete unrolls; their last step becomes the first step of the next one.
-        full = s[b.pos[s] == self.horizon + 1]
-        for k in full:
+        for i in np.flatnonzero(b.pos[s] == self.horizon + 1):
+            k = s[i]
             self._emit(self._copy_unroll(b, k))
             self.unrolls_emitted += 1
             for field in self._all_fields(b):
                 field[k, 0] = field[k, self.horizon]
             for field in b.outcome_fields():
                 field[k, 0] = 0
+            for start, before in zip(jax.tree.leaves(b.carry_start), jax.tree.leaves(carry_before)):
+                start[k] = before[i]
             b.pos[k] = 1
         return episodes
 
@@ -179,8 +231,10 @@ class TrajectoryStore:
             behaviour_logp=b.logp[k].copy(),
             behaviour_value=b.value[k].copy(),
             valid=b.valid[k].copy(),
+            first=b.first[k].copy(),
             policy_version=b.version[k].copy(),
             reward=b.reward[k, :t].copy(),
             terminated=b.terminated[k, :t].copy(),
             truncated=b.truncated[k, :t].copy(),
+            carry=jax.tree.map(lambda c: c[k].copy(), b.carry_start),
         )

@@ -1,0 +1,33 @@
+"""Batches of whole unrolls, for losses that need sequences (recurrent networks, V-trace)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+
+
+class SequenceBatch(NamedTuple):
+    """Unrolls [b, T+1, ...] (seedlike.types.Unroll with `first` and `carry`) and, for PPO, the
+    advantages and value targets of steps 0..T-1 [b, T] (None for V-trace)."""
+
+    unroll: object
+    advantage: jax.Array | None = None
+    value_target: jax.Array | None = None
+
+
+def forward_sequence(network, params, obs_norm, unroll, steps: int):
+    """Logits [b, steps, A] and values [b, steps] for the first `steps` steps of the unrolls,
+    replayed from the carry stored at the unroll start (truncated BPTT)."""
+    take = lambda tree: jax.tree.map(lambda x: x[:, :steps], tree)  # noqa: E731
+    if network.is_recurrent:
+        logits, value, _ = network.unroll(
+            params,
+            obs_norm,
+            take(unroll.obs),
+            take(unroll.extras),
+            unroll.carry,
+            unroll.first[:, :steps],
+        )
+        return logits, value
+    return network.apply(params, obs_norm, take(unroll.obs), take(unroll.extras))
