@@ -1,0 +1,50 @@
+"""Self-play league: snapshot pool, payoff matrix, opponent samplers, TrueSkill evaluation and
+scripted reference agents. Everything here is plain Python/numpy state with JSON state dicts; the
+server owns the parameters of snapshots and calls into these objects."""
+
+from seedlike.league import connect_four
+from seedlike.league.connect_four import random_actions
+from seedlike.league.payoff import DRAW, LOSS, WIN, PayoffMatrix
+from seedlike.league.pool import LATEST, OpponentPool, PlayerId, Snapshot, player_id
+from seedlike.league.samplers import (
+    SAMPLERS,
+    LatestSampler,
+    OpenAIFiveSampler,
+    OpponentSampler,
+    PFSPSampler,
+    UniformRecentSampler,
+    make_sampler,
+)
+from seedlike.league.trueskill_eval import (
+    TrueSkillEvaluator,
+    make_env,
+    pick_opponents,
+    rate_references,
+    win_probability,
+)
+
+__all__ = [
+    "DRAW",
+    "LATEST",
+    "LOSS",
+    "SAMPLERS",
+    "WIN",
+    "LatestSampler",
+    "OpenAIFiveSampler",
+    "OpponentPool",
+    "OpponentSampler",
+    "PFSPSampler",
+    "PayoffMatrix",
+    "PlayerId",
+    "Snapshot",
+    "TrueSkillEvaluator",
+    "UniformRecentSampler",
+    "connect_four",
+    "make_env",
+    "make_sampler",
+    "pick_opponents",
+    "player_id",
+    "random_actions",
+    "rate_references",
+    "win_probability",
+]
