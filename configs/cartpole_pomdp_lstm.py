@@ -18,7 +18,7 @@ def get_config():
     c.network.normalize_obs = False
     c.ppo.epochs = 8
     c.ppo.num_minibatches = 4
-    c.optimizer.learning_rate = 1e-3
+    c.optimizer.learning_rate = 3e-3
     c.log.interval_s = 5.0
     c.lock()
     return c

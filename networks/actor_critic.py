@@ -25,7 +25,7 @@ import numpy as np
 from networks import heads, normalization, torsos
 from seedlike.types import EnvSpec
 
-TORSOS = ("mlp", "nature_cnn", "impala_cnn")
+TORSOS = ("mlp", "nature_cnn", "impala_cnn", "small_cnn")
 CORES = ("none", "lstm")
 
 
@@ -77,9 +77,8 @@ class ActorCritic(nn.Module):
             kwargs["channels"] = tuple(self.cnn_channels)
         if self.cnn_hidden is not None:
             kwargs["hidden_size"] = self.cnn_hidden
-        if self.torso_kind == "nature_cnn":
-            return torsos.NatureCNN(**kwargs)
-        return torsos.ImpalaCNN(**kwargs)
+        cnn = {"nature_cnn": torsos.NatureCNN, "impala_cnn": torsos.ImpalaCNN}
+        return cnn.get(self.torso_kind, torsos.SmallCNN)(**kwargs)
 
     def encode(self, inputs: dict) -> tuple[jax.Array, jax.Array]:
         """Policy and value features [N, F] (the same array for a shared torso)."""

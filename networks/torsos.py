@@ -130,6 +130,24 @@ class ImpalaCNN(nn.Module):
         return nn.relu(_dense(self.hidden_size, "dense_0")(x))
 
 
+class SmallCNN(nn.Module):
+    """For small grid images (MiniGrid's 7x7): conv 2x2, max-pool 2x2, conv 2x2, conv 2x2, dense."""
+
+    channels: Sequence[int] = (16, 32, 64)
+    hidden_size: int = 128
+
+    @nn.compact
+    def __call__(self, image: jax.Array, extra: jax.Array | None = None) -> jax.Array:
+        x = nn.relu(_conv(self.channels[0], 2, 1, "conv_0")(image))
+        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        for i, c in enumerate(self.channels[1:], start=1):
+            x = nn.relu(_conv(c, 2, 1, f"conv_{i}")(x))
+        x = x.reshape(x.shape[0], -1)
+        if extra is not None:
+            x = jnp.concatenate([x, extra], axis=-1)
+        return nn.relu(_dense(self.hidden_size, "dense_0")(x))
+
+
 def flatten_features(inputs: dict[str, jax.Array], batch_ndim: int) -> jax.Array:
     """Concatenates the (already float) inputs into [*batch, F] in sorted key order."""
     parts = [

@@ -104,6 +104,7 @@ class Actor:
                     rows.player_id,
                     rows.acting,
                     rows.extras,
+                    rows.game_over,
                 )
                 reply = connection.step(message)
                 actions = client.decode_actions(reply, rows.reward.shape[0], self.spec.num_actions)

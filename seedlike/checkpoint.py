@@ -60,6 +60,10 @@ class Checkpointer:
     def save(self, step: int, state, meta: dict) -> None:
         """Saves synchronously (returns once the step is committed)."""
         state = jax.device_get(state)
+        if int(step) in self._manager.all_steps():
+            # Same policy version saved again (a resume stopped before its first update): the
+            # counters in meta may have moved on, so replace it.
+            self._manager.delete(int(step))
         self._manager.save(
             int(step),
             args=ocp.args.Composite(

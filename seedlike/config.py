@@ -28,9 +28,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.env.num_threads = 0  # envpool worker threads; 0 = envpool's default
     c.env.kwargs = ml_collections.ConfigDict()  # extra envpool.make kwargs, e.g. episodic_life
     c.env.obs_indices = ()  # keep only these features of a vector observation (() = all)
+    c.env.obs_keys = ()  # keep only these keys of a dict observation (() = all)
 
     c.network = ml_collections.ConfigDict()
-    c.network.torso = "mlp"  # mlp | nature_cnn | impala_cnn
+    c.network.torso = "mlp"  # mlp | nature_cnn | impala_cnn | small_cnn (MiniGrid-sized images)
     c.network.hidden_sizes = (64, 64)  # mlp layers
     c.network.activation = "tanh"  # mlp activation: tanh | relu | gelu | silu
     c.network.residual_blocks = 0  # mlp: residual blocks after the dense layers
@@ -87,6 +88,23 @@ def base_config() -> ml_collections.ConfigDict:
     c.server.max_actors = 64  # concurrent actor streams
     c.server.max_envs_per_actor = 4096
 
+    # Two-player games only: self-play against a pool of past snapshots, and TrueSkill evaluation.
+    c.league = ml_collections.ConfigDict()
+    c.league.sampler = "openai_five"  # latest | openai_five | pfsp | uniform_recent
+    c.league.p_latest = ml_collections.config_dict.placeholder(float)  # None: sampler default
+    c.league.quality_eta = 0.01  # OpenAI Five quality step size
+    c.league.pfsp_weighting = "hard"  # hard: (1 - p_win)^pfsp_p | variance: p_win (1 - p_win)
+    c.league.pfsp_p = 2.0
+    c.league.recent_k = 10  # uniform_recent: over the last k snapshots
+    c.league.snapshot_every = 20  # learner updates between snapshots joining the pool
+    c.league.max_snapshots = 50  # oldest snapshots leave the pool beyond this
+    c.league.eval_interval_s = 60.0  # TrueSkill evaluation period (0 = no evaluation)
+    c.league.eval_games = 100  # games against each chosen reference per evaluation
+    c.league.eval_opponents = 2  # references of nearest skill played per evaluation
+    c.league.eval_greedy = False  # evaluate the most likely legal move instead of sampling
+    c.league.reference_every = 200  # policy versions between snapshots promoted to references
+    c.league.reference_games = 200  # round-robin games rating each new reference
+
     c.actor = ml_collections.ConfigDict()
     c.actor.backoff_initial_s = 0.1  # first reconnect wait; doubles up to backoff_max_s
     c.actor.backoff_max_s = 5.0
@@ -96,6 +114,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.log.interval_s = 10.0  # one metrics row per interval
     c.log.wandb_mode = "offline"  # offline | online | disabled (WANDB_MODE overrides)
     c.log.wandb_project = "seedlike"
+    # When set, episode_success_rate = fraction of episodes whose return exceeds it (MiniGrid: 0).
+    c.log.success_threshold = ml_collections.config_dict.placeholder(float)
 
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.interval_s = 300.0  # also saved at the end and on SIGTERM/SIGINT

@@ -22,6 +22,8 @@ from networks import make_network
 from seedlike import checkpoint as ckpt_lib
 from seedlike import config as config_lib
 from seedlike.envs.envpool_env import make_env_spec
+from seedlike.league.evaluation import Evaluation, EvaluationThread
+from seedlike.league.league import League
 from seedlike.learner.learner import Learner
 from seedlike.metrics import MetricsWriter
 from seedlike.rpc.service import serve
@@ -31,15 +33,18 @@ from seedlike.server.trajectory_store import TrajectoryStore
 from seedlike.types import stack_unrolls
 
 ADDRESS_FILE = "server_address"
+LEAGUE_DIR = "league"
 
 
-def start_inference(config, spec, network, registry, store, logdir, bind, port, guard=None):
+def start_inference(
+    config, spec, network, registry, store, logdir, bind, port, guard=None, league=None
+):
     """Starts the inference thread and its gRPC server; writes <logdir>/server_address.
 
     Returns (service, grpc server, "host:port").
     """
     service = inference.InferenceService(
-        spec, network, registry, store, config.server, seed=config.seed, guard=guard
+        spec, network, registry, store, config.server, seed=config.seed, guard=guard, league=league
     )
     service.start()
     server, bound = serve(service, bind, port, config.server.max_actors)
@@ -101,6 +106,7 @@ def train(
 
     registry = PolicyRegistry()
     registry.publish(learner.version, learner.policy_params())
+    league, evaluation = _make_league(config, logdir, network, learner, meta)
     unrolls: queue.Queue = queue.Queue(maxsize=config.server.queue_unrolls or config.batch_unrolls)
 
     def emit(unroll):
@@ -112,10 +118,15 @@ def train(
             except queue.Full:
                 continue
 
-    store = TrajectoryStore(spec, config.unroll_length, emit, network.initial_carry)
+    opponents = league.opponents if league is not None else None
+    store = TrajectoryStore(spec, config.unroll_length, emit, network.initial_carry, opponents)
     service, server, _ = start_inference(
-        config, spec, network, registry, store, logdir, bind, port, guard=learner.guard
+        config, spec, network, registry, store, logdir, bind, port, learner.guard, league
     )
+    evaluator = None
+    if evaluation is not None and config.league.eval_interval_s > 0:
+        evaluator = EvaluationThread(evaluation, registry, config.league.eval_interval_s)
+        evaluator.start()
 
     metrics = MetricsWriter(logdir, config, config.log.wandb_mode, config.log.wandb_project)
     env_steps = lambda: base_env_steps + store.rows_received  # noqa: E731
@@ -124,7 +135,7 @@ def train(
     horizon, batch_size = config.unroll_length, config.batch_unrolls
     row: dict = {}
     batch = []
-    ctx = (learner, service, store, unrolls, horizon)
+    ctx = (learner, service, store, unrolls, horizon, league, evaluator)
 
     def save(reason: str):
         state = learner.state()
@@ -137,6 +148,7 @@ def train(
                 "policy_version": learner.version,
                 # Lets inference_server.py, surgery and evaluation rebuild the network.
                 "config": json.loads(config.to_json()),
+                **_league_state(league, evaluator),
             },
         )
         logging.info(
@@ -160,6 +172,8 @@ def train(
                 interval.updates.append(learner.update(stacked))
                 interval.consumed += batch_size * horizon * learner.epochs
                 registry.publish(learner.version, learner.policy_params())
+                if league is not None and league.wants_snapshot(learner.version):
+                    league.add_snapshot(learner.version, learner.policy_params())
             now = time.monotonic()
             if now - interval.start >= config.log.interval_s:
                 row, episodes_total = _log(metrics, interval, now, env_steps(), episodes_total, ctx)
@@ -170,6 +184,8 @@ def train(
     finally:
         # Freeze the counters first, so the last metrics row and the checkpoint agree.
         finished = not stop.is_set() and env_steps() >= config.total_env_steps
+        if evaluator is not None:
+            evaluator.stop()
         service.stop(finished=finished)
         server.stop(grace=2.0).wait()
         try:
@@ -197,7 +213,36 @@ def _log(metrics, interval, now, env_steps, episodes_total, ctx) -> tuple[dict, 
     return row, episodes_total
 
 
-def _row(interval, now, env_steps, learner, service, store, unrolls, horizon) -> dict:
+def _make_league(config, logdir, network, learner, meta):
+    """League and TrueSkill evaluation for two-player games (None, None otherwise)."""
+    if network.spec.num_players < 2:
+        return None, None
+    snapshots = os.path.join(logdir, LEAGUE_DIR, "snapshots")
+    references = os.path.join(logdir, LEAGUE_DIR, "references")
+    league = League(config.league, seed=config.seed, snapshot_dir=snapshots)
+    evaluation = Evaluation(
+        config.league, config.env.name, network, references, config.seed, learner.guard
+    )
+    if "league" in meta:
+        template = learner.policy_params()
+        league.load_state_dict(meta["league"], template)
+        evaluation.load_state_dict(meta.get("evaluation", {}), template)
+        logging.info("league restored: %d snapshots", len(league.pool))
+    return league, evaluation
+
+
+def _league_state(league, evaluator) -> dict:
+    if league is None:
+        return {}
+    state = {"league": league.state_dict()}
+    if evaluator is not None:
+        state["evaluation"] = evaluator.state_dict()
+    return state
+
+
+def _row(
+    interval, now, env_steps, learner, service, store, unrolls, horizon, league, evaluator
+) -> dict:
     dt = max(now - interval.start, 1e-9)
     stats = service.stats.take()
     episodes = stats["episodes"]
@@ -232,6 +277,15 @@ def _row(interval, now, env_steps, learner, service, store, unrolls, horizon) ->
     }
     # Learner values are null in an interval without updates, so every row has the same keys.
     row.update({k: float("nan") for k in learner.metric_keys})
+    if league is not None:
+        row.update(league.take_metrics())
+    if evaluator is not None:
+        row.update(evaluator.metrics())
+    threshold = learner.config.log.get("success_threshold")
+    if threshold is not None:
+        row["episode_success_rate"] = (
+            float(np.mean([e.episode_return > threshold for e in episodes])) if episodes else None
+        )
     if interval.updates:
         keys = interval.updates[0].keys()
         row.update({k: float(np.mean([u[k] for u in interval.updates])) for k in keys})

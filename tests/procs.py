@@ -116,3 +116,20 @@ def metrics(logdir) -> list[dict]:
 def last(logdir, key, default=None):
     rows = metrics(logdir)
     return rows[-1].get(key, default) if rows else default
+
+
+def train(logdir, config, *flags, timeout=600) -> list[dict]:
+    """Runs scripts/train.sh to completion and returns its metrics rows."""
+    result = subprocess.run(
+        ["scripts/train.sh", f"--logdir={logdir}", f"--config={config}", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return metrics(logdir)
+
+
+def returns(rows) -> list[float]:
+    return [r["episode_return_mean"] for r in rows if r["episode_return_mean"] is not None]

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from seedlike.envs.envpool_env import EnvpoolAdapter, check_task_id, make_env_spec
+from seedlike.types import ArraySpec
 
 
 def env_config(name="CartPole-v1", num_envs=2, batch_size=0, **kwargs):
@@ -115,3 +116,22 @@ def test_two_player_rows_and_terminal_rewards():
 def test_unknown_task_id_suggests_names():
     with pytest.raises(ValueError, match="CartPole-v1"):
         check_task_id("CartPole-v9")
+
+
+def test_atari_episodic_life_marks_lives_and_reports_the_game_end():
+    """terminated flags every lost life; info["terminated"] only the end of the game."""
+    cfg = env_config("Breakout-v5", num_envs=1, episodic_life=True)
+    spec = make_env_spec(cfg)
+    assert spec.observation["obs"] == ArraySpec(np.uint8, (4, 84, 84)) and spec.num_actions == 4
+    env = EnvpoolAdapter(cfg, spec, seed=0)
+    env.reset()
+    rng = np.random.default_rng(0)
+    lives_lost, games = 0, 0
+    for _ in range(400):
+        rows = env.recv()
+        if rows.terminated[0]:
+            lives_lost += 1
+            games += int(rows.game_over[0])
+            assert rows.game_over[0] == (lives_lost % 5 == 0)
+        env.send(rng.integers(0, 4, 1).astype(np.int32), rows)
+    assert lives_lost >= 5 and games >= 1

@@ -59,5 +59,5 @@ def test_replay_from_stored_carry_matches_the_server(tmp_path):
 def rows_to_step(rows):
     return codec.StepRows(
         rows.obs, rows.extras, rows.reward, rows.terminated, rows.truncated, rows.env_id,
-        rows.player_id, rows.acting,
+        rows.player_id, rows.acting, rows.game_over,
     )  # fmt: skip

@@ -18,6 +18,7 @@ def rows(
     player_id=None,
     acting=None,
     extras=None,
+    game_over=None,
 ):
     n = len(obs)
     terminated = np.zeros(n, bool) if terminated is None else np.asarray(terminated)
@@ -32,6 +33,7 @@ def rows(
         env_id=np.arange(n, dtype=np.int32) if env_id is None else np.asarray(env_id, np.int32),
         player_id=np.zeros(n, np.int32) if player_id is None else np.asarray(player_id, np.int32),
         acting=~done if acting is None else np.asarray(acting),
+        game_over=done if game_over is None else np.asarray(game_over),
     )
 
 
@@ -161,7 +163,8 @@ def test_carry_is_kept_per_seat_and_stored_at_unroll_start():
 
     def step(batch, env_ids):
         mask = batch.acting | batch.terminated | batch.truncated
-        first, (carry,) = store.policy_inputs(1, batch, mask)
+        first, (carry,), policy = store.policy_inputs(1, batch, mask)
+        assert (policy == -1).all()
         carry = np.where(first[:, None], 0.0, carry)  # what the network's reset does
         new = (carry + 1.0,)
         n = batch.reward.shape[0]
@@ -185,3 +188,18 @@ def test_carry_is_kept_per_seat_and_stored_at_unroll_start():
     np.testing.assert_array_equal(out[2].first, [False, True, False])
     np.testing.assert_array_equal(out[2].valid, [False, True, True])
     np.testing.assert_array_equal(out[3].carry[0], [2.0])
+
+
+def test_lost_lives_end_learning_episodes_but_statistics_count_whole_games():
+    out = []
+    store = TrajectoryStore(SPEC, horizon=8, emit=out.append)
+    store.open_session(1, num_envs=1)
+    assert feed(store, 1, rows([0.0], [0.0]), action=0) == []
+    feed(store, 1, rows([1.0], [2.0]), action=0)
+    # A life is lost: the learning episode ends (terminated), the game goes on.
+    lost = feed(store, 1, rows([2.0], [1.0], terminated=[True], game_over=[False]), action=0)
+    assert lost == []
+    feed(store, 1, rows([3.0], [0.0]), action=0)
+    feed(store, 1, rows([4.0], [5.0]), action=0)
+    over = feed(store, 1, rows([5.0], [1.0], terminated=[True], game_over=[True]), action=0)
+    assert [(e.episode_return, e.length) for e in over] == [(9.0, 4)]

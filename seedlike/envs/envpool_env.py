@@ -32,6 +32,7 @@ class Rows(NamedTuple):
     env_id: np.ndarray
     player_id: np.ndarray
     acting: np.ndarray
+    game_over: np.ndarray  # the whole game ended (Atari: the last life), for statistics
 
 
 @functools.cache
@@ -77,6 +78,17 @@ def make_env_spec(env_config) -> EnvSpec:
         spec.action_space,
         num_players=int(spec.config.max_num_players),
     )
+    keys = tuple(env_config.get("obs_keys", ()) or ())
+    if keys:
+        missing = sorted(set(keys) - set(spec.observation))
+        if missing:
+            raise ValueError(
+                f"env.obs_keys={keys}: {env_config.name} has no observation {missing}; it has "
+                f"{sorted(spec.observation)}"
+            )
+        for key in list(spec.observation):
+            if key not in keys:
+                del spec.observation[key]
     indices = tuple(env_config.get("obs_indices", ()) or ())
     if indices:
         obs = spec.observation.get("obs")
@@ -142,6 +154,12 @@ class EnvpoolAdapter:
         env_id = np.asarray(info["env_id"], np.int32)
         done = np.logical_or(terminated, truncated)
         if self.spec.num_players == 1:
+            game_over = done
+            if "lives" in info and "terminated" in info:
+                # With episodic_life, `terminated` marks every lost life; info says the game ended.
+                game_over = np.asarray(info["terminated"], np.bool_) | np.asarray(
+                    truncated, np.bool_
+                )
             return Rows(
                 obs=self._obs_dict(obs),
                 extras={},
@@ -151,6 +169,7 @@ class EnvpoolAdapter:
                 env_id=env_id,
                 player_id=np.zeros_like(env_id),
                 acting=~done,
+                game_over=game_over,
             )
         return self._player_rows(obs, reward, terminated, truncated, info, env_id)
 
@@ -177,6 +196,7 @@ class EnvpoolAdapter:
             env_id=row_env,
             player_id=row_player,
             acting=acting,
+            game_over=row_term | row_trunc,
         )
 
     def _obs_dict(self, obs) -> dict[str, np.ndarray]:

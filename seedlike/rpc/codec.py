@@ -181,6 +181,7 @@ class StepRows(NamedTuple):
     env_id: np.ndarray  # int32 [n]
     player_id: np.ndarray  # int32 [n]
     acting: np.ndarray  # bool [n]: the env executes this row's action
+    game_over: np.ndarray  # bool [n]: the game ended (for statistics; see the proto)
 
 
 def decode_step(step: pb.StepBatch, spec: EnvSpec, num_envs: int) -> StepRows:
@@ -192,6 +193,10 @@ def decode_step(step: pb.StepBatch, spec: EnvSpec, num_envs: int) -> StepRows:
     terminated = _decode_as(step.terminated, "step.terminated", np.bool_, n)
     truncated = _decode_as(step.truncated, "step.truncated", np.bool_, n)
     acting = _decode_as(step.acting, "step.acting", np.bool_, n)
+    if step.HasField("game_over"):
+        game_over = _decode_as(step.game_over, "step.game_over", np.bool_, n)
+    else:
+        game_over = terminated | truncated
     if n == 0:
         raise ProtocolError("step.env_id", "a step must carry at least one row")
     if env_id.min() < 0 or env_id.max() >= num_envs:
@@ -207,7 +212,9 @@ def decode_step(step: pb.StepBatch, spec: EnvSpec, num_envs: int) -> StepRows:
         raise ProtocolError("step.reward", "contains NaN or infinity; fix the environment's reward")
     obs = _decode_dict(step.observation, "step.observation", spec.observation, n)
     extras = _decode_dict(step.extras, "step.extras", spec.extras, n)
-    return StepRows(obs, extras, reward, terminated, truncated, env_id, player_id, acting)
+    return StepRows(
+        obs, extras, reward, terminated, truncated, env_id, player_id, acting, game_over
+    )
 
 
 def _decode_as(tensor: pb.Tensor, field: str, dtype, rows: int | None) -> np.ndarray:
@@ -247,6 +254,7 @@ def encode_step(
     player_id: np.ndarray,
     acting: np.ndarray,
     extras: dict[str, np.ndarray] | None = None,
+    game_over: np.ndarray | None = None,
 ) -> pb.ActorMessage:
     step = pb.StepBatch(
         sequence=sequence,
@@ -257,6 +265,8 @@ def encode_step(
         player_id=encode(np.asarray(player_id, np.int32)),
         acting=encode(np.asarray(acting, np.bool_)),
     )
+    if game_over is not None:
+        step.game_over.CopyFrom(encode(np.asarray(game_over, np.bool_)))
     for key, value in obs.items():
         step.observation[key].CopyFrom(encode(value))
     for key, value in (extras or {}).items():

@@ -57,7 +57,7 @@ class Welcome(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., session_id: _Optional[int] = ..., policy_version: _Optional[int] = ...) -> None: ...
 
 class StepBatch(_message.Message):
-    __slots__ = ("sequence", "observation", "reward", "terminated", "truncated", "env_id", "player_id", "extras", "acting")
+    __slots__ = ("sequence", "observation", "reward", "terminated", "truncated", "env_id", "player_id", "extras", "acting", "game_over")
     class ObservationEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +81,7 @@ class StepBatch(_message.Message):
     PLAYER_ID_FIELD_NUMBER: _ClassVar[int]
     EXTRAS_FIELD_NUMBER: _ClassVar[int]
     ACTING_FIELD_NUMBER: _ClassVar[int]
+    GAME_OVER_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     observation: _containers.MessageMap[str, Tensor]
     reward: Tensor
@@ -90,7 +91,8 @@ class StepBatch(_message.Message):
     player_id: Tensor
     extras: _containers.MessageMap[str, Tensor]
     acting: Tensor
-    def __init__(self, sequence: _Optional[int] = ..., observation: _Optional[_Mapping[str, Tensor]] = ..., reward: _Optional[_Union[Tensor, _Mapping]] = ..., terminated: _Optional[_Union[Tensor, _Mapping]] = ..., truncated: _Optional[_Union[Tensor, _Mapping]] = ..., env_id: _Optional[_Union[Tensor, _Mapping]] = ..., player_id: _Optional[_Union[Tensor, _Mapping]] = ..., extras: _Optional[_Mapping[str, Tensor]] = ..., acting: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    game_over: Tensor
+    def __init__(self, sequence: _Optional[int] = ..., observation: _Optional[_Mapping[str, Tensor]] = ..., reward: _Optional[_Union[Tensor, _Mapping]] = ..., terminated: _Optional[_Union[Tensor, _Mapping]] = ..., truncated: _Optional[_Union[Tensor, _Mapping]] = ..., env_id: _Optional[_Union[Tensor, _Mapping]] = ..., player_id: _Optional[_Union[Tensor, _Mapping]] = ..., extras: _Optional[_Mapping[str, Tensor]] = ..., acting: _Optional[_Union[Tensor, _Mapping]] = ..., game_over: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class ActionBatch(_message.Message):
     __slots__ = ("sequence", "action", "policy_version")

@@ -93,6 +93,7 @@ class InferenceService:
         server_config,
         seed: int = 0,
         guard=None,
+        league=None,
     ):
         self.spec = spec
         self.registry = registry
@@ -101,6 +102,7 @@ class InferenceService:
         self.stats = InferenceStats()
         self._policy_step = policy_lib.make_policy_step(network)
         self._initial_carry = network.initial_carry
+        self.league = league
         self._guard = guard or (lambda fn, *args: fn(*args))
         self._seed = np.uint32(seed)
         self._counter = itertools.count()
@@ -248,7 +250,7 @@ class InferenceService:
                 return steps, []
 
     def _run(self, steps: list[_Step]) -> None:
-        version, params = self.registry.latest()
+        version, latest = self.registry.latest()
         # Only rows that act or end an episode need the policy (a waiting player's row does not).
         infer = [s.rows.acting | s.rows.terminated | s.rows.truncated for s in steps]
         counts = [int(m.sum()) for m in infer]
@@ -266,16 +268,10 @@ class InferenceService:
             k: np.concatenate([s.rows.extras[k][m] for s, m in zip(steps, infer)])
             for k in self.spec.extras
         }
-        first = np.concatenate([f for f, _ in inputs])
-        carry = jax.tree.map(lambda *c: np.concatenate(c), *[c for _, c in inputs])
-        size = policy_lib.bucket_size(total)
-        obs, extras, carry = policy_lib.pad_rows((obs, extras, carry), total, size)
-        first = np.concatenate([first, np.ones(size - total, np.bool_)])
-        counter = np.uint32(next(self._counter))
-        out = self._guard(self._policy_step, params, obs, extras, carry, first, self._seed, counter)
-        action, logp, value, new_carry = jax.tree.map(
-            lambda x: np.asarray(x)[:total], jax.device_get(out)
-        )
+        first = np.concatenate([x[0] for x in inputs])
+        carry = jax.tree.map(lambda *c: np.concatenate(c), *[x[1] for x in inputs])
+        policy = np.concatenate([x[2] for x in inputs])
+        action, logp, value, new_carry = self._infer(latest, obs, extras, carry, first, policy)
 
         now = time.perf_counter()
         offset = 0
@@ -293,7 +289,9 @@ class InferenceService:
         episodes = []
         for step, (a, lp, v, c), ok in zip(steps, results, known):
             if ok:
-                episodes.extend(self.store.record(step.session_id, step.rows, a, lp, v, version, c))
+                ended = self.store.record(step.session_id, step.rows, a, lp, v, version, c)
+                self._report_games(ended)
+                episodes.extend(e for e in ended if e.policy < 0)
         self.stats.add(
             total,
             [(now - s.arrived) * 1000.0 for s in steps],
@@ -301,8 +299,47 @@ class InferenceService:
             episodes,
         )
 
+    def _infer(self, latest, obs, extras, carry, first, policy):
+        """Runs each policy on its rows (the learning policy, or league snapshots)."""
+        total = first.shape[0]
+        groups = np.unique(policy)
+        if groups.size == 1 and groups[0] < 0:
+            return self._policy_call(latest, obs, extras, carry, first)
+        action, logp, value = np.zeros(total, np.int32), np.zeros(total), np.zeros(total)
+        new_carry = jax.tree.map(np.zeros_like, carry)
+        for pid in groups:
+            params = latest if pid < 0 else (self.league.params(pid) or latest)
+            idx = np.flatnonzero(policy == pid)
+            part = jax.tree.map(lambda x, idx=idx: x[idx], (obs, extras, carry, first))
+            out = self._policy_call(params, *part)
+            for dst, src in zip((action, logp, value), out[:3]):
+                dst[idx] = src
+            for dst, src in zip(jax.tree.leaves(new_carry), jax.tree.leaves(out[3])):
+                dst[idx] = src
+        return action, logp.astype(np.float32), value.astype(np.float32), new_carry
+
+    def _policy_call(self, params, obs, extras, carry, first):
+        total = first.shape[0]
+        size = policy_lib.bucket_size(total)
+        obs, extras, carry = policy_lib.pad_rows((obs, extras, carry), total, size)
+        first = np.concatenate([first, np.ones(size - total, np.bool_)])
+        counter = np.uint32(next(self._counter))
+        out = self._guard(self._policy_step, params, obs, extras, carry, first, self._seed, counter)
+        return jax.tree.map(lambda x: np.asarray(x)[:total], jax.device_get(out))
+
+    def _report_games(self, ended) -> None:
+        """Pairs the two seats of every finished two-player game and reports the result."""
+        if self.league is None or not ended:
+            return
+        players = self.spec.num_players
+        by_seat = {e.seat: e for e in ended}
+        for e in ended:
+            if e.seat % players == 0 and e.seat + 1 in by_seat:
+                self.league.record(by_seat[e.seat + 1].policy, int(np.sign(e.episode_return)))
+
     def _fresh_inputs(self, count: int):
-        return np.ones(count, np.bool_), jax.tree.map(np.asarray, self._initial_carry(count))
+        carry = jax.tree.map(np.asarray, self._initial_carry(count))
+        return np.ones(count, np.bool_), carry, np.full(count, -1, np.int64)
 
 
 def latency_summary(latency_ms: list[float]) -> tuple[float, float]:

@@ -30,9 +30,10 @@ from seedlike.types import EnvSpec, Unroll
 @dataclasses.dataclass
 class Episode:
     session_id: int
-    seat: int
+    seat: int  # env * num_players + player
     episode_return: float
     length: int
+    policy: int = -1  # who played the seat: -1 the learning policy, else a snapshot version
 
 
 class _SessionBuffers:
@@ -58,6 +59,7 @@ class _SessionBuffers:
         self.episode_return = np.zeros(num_seats, np.float64)
         self.episode_length = np.zeros(num_seats, np.int64)
         self.next_first = np.ones(num_seats, np.bool_)  # the seat's next step starts an episode
+        self.policy = np.full(num_seats, -1, np.int64)  # -1: learning policy; else a snapshot
         self.carry = carry  # before the seat's next step
         self.carry_start = jax.tree.map(np.copy, carry)  # before step 0 of the current unroll
 
@@ -77,6 +79,8 @@ class TrajectoryStore:
       emit: called with every complete Unroll (may block: that is the learner's backpressure).
       initial_carry: n -> zero carries for n seats (a pytree of [n, ...] arrays); None for
         feed-forward policies.
+      opponents: n -> policy ids for n seats of player 1 starting an episode (two-player games
+        with a league); None means the learning policy plays every seat.
     """
 
     def __init__(
@@ -85,8 +89,10 @@ class TrajectoryStore:
         horizon: int,
         emit: Callable[[Unroll], None],
         initial_carry: Callable[[int], object] | None = None,
+        opponents: Callable[[int], np.ndarray] | None = None,
     ):
         self.spec = spec
+        self._opponents = opponents
         self.horizon = horizon
         self._emit = emit
         self._initial_carry = initial_carry or (lambda n: ())
@@ -120,10 +126,18 @@ class TrajectoryStore:
         return rows.env_id.astype(np.int64) * self.spec.num_players + rows.player_id
 
     def policy_inputs(self, session_id: int, rows: StepRows, mask: np.ndarray):
-        """(first [m], carry [m, ...]) of the m rows selected by `mask`, for the policy step."""
+        """(first [m], carry [m, ...], policy [m]) of the m rows selected by `mask`.
+
+        A seat of player 1 whose episode starts here is assigned its opponent for the episode.
+        """
         b = self._sessions[session_id]
         seat = self._seats(rows)[mask]
-        return b.next_first[seat], jax.tree.map(lambda c: c[seat], b.carry)
+        first = b.next_first[seat]
+        if self._opponents is not None:
+            starting = seat[first & (rows.player_id[mask] == 1)]
+            if starting.size:
+                b.policy[starting] = self._opponents(starting.size)
+        return first, jax.tree.map(lambda c: c[seat], b.carry), b.policy[seat]
 
     def record(
         self,
@@ -161,17 +175,25 @@ class TrajectoryStore:
         b.terminated[s, idx] |= rows.terminated[pending]
         b.truncated[s, idx] |= rows.truncated[pending]
 
-        # 2. Episode statistics (a seat's first row starts its first episode).
+        # 2. Episode statistics over whole games (a lost life that ends a learning episode does
+        # not end the game); a seat's first row starts its first game.
+        over = rows.game_over
         live = b.in_episode[seat]
         b.episode_return[seat] += np.where(live, rows.reward, 0.0)
-        ended = seat[done & live]
+        ended = seat[over & live]
         episodes = [
-            Episode(session_id, int(k), float(b.episode_return[k]), int(b.episode_length[k]))
+            Episode(
+                session_id,
+                int(k),
+                float(b.episode_return[k]),
+                int(b.episode_length[k]),
+                int(b.policy[k]),
+            )
             for k in ended
         ]
-        b.episode_return[seat[done]] = 0.0
-        b.episode_length[seat[done]] = 0
-        b.in_episode[seat] = ~done
+        b.episode_return[seat[over]] = 0.0
+        b.episode_length[seat[over]] = 0
+        b.in_episode[seat] = ~over
 
         # 3. New steps for rows that act or end an episode.
         record = rows.acting | done
@@ -181,7 +203,9 @@ class TrajectoryStore:
             b.obs[key][s, p] = array[record]
         for key, array in rows.extras.items():
             b.extras[key][s, p] = array[record]
-        valid = rows.acting[record] & ~done[record]
+        acted = rows.acting[record] & ~done[record]
+        # Only the learning policy's steps are trained on (snapshots' seats are recorded for state).
+        valid = acted & (b.policy[s] < 0)
         version = np.broadcast_to(np.asarray(version, np.int32), (n,))
         values = (
             action[record],
@@ -195,7 +219,7 @@ class TrajectoryStore:
             field[s, p] = v
         for field in b.outcome_fields():
             field[s, p] = 0
-        b.episode_length[s[valid]] += 1
+        b.episode_length[s[acted]] += 1
         b.pos[s] += 1
         b.next_first[s] = done[record]
         carry_before = jax.tree.map(lambda c: c[s], b.carry)
@@ -208,8 +232,9 @@ class TrajectoryStore:
         # 4. Emit complete unrolls; their last step becomes the first step of the next one.
         for i in np.flatnonzero(b.pos[s] == self.horizon + 1):
             k = s[i]
-            self._emit(self._copy_unroll(b, k))
-            self.unrolls_emitted += 1
+            if b.valid[k, : self.horizon].any():
+                self._emit(self._copy_unroll(b, k))
+                self.unrolls_emitted += 1
             for field in self._all_fields(b):
                 field[k, 0] = field[k, self.horizon]
             for field in b.outcome_fields():

@@ -1,0 +1,33 @@
+"""Self-play PPO on ConnectFour-v1 against a league of past snapshots (OpenAI Five sampling:
+80% latest, 20% past by quality), with TrueSkill evaluation against random, the scripted agent
+(win if you can, block if you must) and frozen snapshots."""
+
+from seedlike.config import base_config
+
+
+def get_config():
+    c = base_config()
+    c.env.name = "ConnectFour-v1"
+    c.env.num_envs = 32  # per actor; each env has two seats
+    c.total_env_steps = 20_000_000
+    c.unroll_length = 16
+    c.batch_unrolls = 64
+    c.network.hidden_sizes = (256, 256)
+    c.network.activation = "relu"
+    c.network.normalize_obs = False  # boolean board planes
+    c.ppo.gamma = 1.0  # a game is short and only its result counts
+    c.ppo.gae_lambda = 0.95
+    c.ppo.epochs = 4
+    c.ppo.num_minibatches = 4
+    c.ppo.ent_coef = 0.01
+    c.optimizer.learning_rate = 3e-4
+    c.optimizer.anneal_lr = False
+    c.league.sampler = "openai_five"
+    c.league.snapshot_every = 20
+    c.league.eval_interval_s = 120.0
+    c.league.eval_games = 100
+    c.league.reference_every = 300
+    c.log.interval_s = 30.0
+    c.checkpoint.interval_s = 600.0
+    c.lock()
+    return c

@@ -1,0 +1,53 @@
+"""Play two agents against each other for N games of a two-player envpool game and report
+win/draw/loss from the first agent's side with a 95% confidence interval.
+
+  python play.py --a=runs/connect4 --b=scripted --games=400
+  python play.py --a=runs/connect4/checkpoints/300 --b=runs/connect4/checkpoints/100 --greedy
+
+An agent is a run directory or checkpoint, `random` or `scripted` (Connect Four). envpool picks the
+first mover at random each game, so both agents play both colours; results are also split by it.
+"""
+
+import json
+
+from absl import app, flags
+
+from seedlike.league import games
+
+_A = flags.DEFINE_string("a", None, "First agent: checkpoint path, random or scripted.")
+_B = flags.DEFINE_string("b", "random", "Second agent: checkpoint path, random or scripted.")
+_ENV = flags.DEFINE_string("env", None, "envpool task (default: the checkpoint's env).")
+_GAMES = flags.DEFINE_integer("games", 400, "Number of games.")
+_GREEDY = flags.DEFINE_bool("greedy", False, "Checkpoints play their most likely legal move.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the envs and of sampling.")
+_JSON = flags.DEFINE_bool("json", False, "Print the result as JSON.")
+flags.mark_flag_as_required("a")
+
+
+def main(argv):
+    del argv
+    a, b = (games.make_agent(x, greedy=_GREEDY.value) for x in (_A.value, _B.value))
+    env = _ENV.value or next(
+        (x.network.spec.name for x in (a, b) if isinstance(x, games.NetworkAgent)), None
+    )
+    if env is None:
+        raise app.UsageError("--env is needed when neither agent is a checkpoint")
+    result = games.play_match(env, a, b, _GAMES.value, seed=_SEED.value)
+    summary = games.summarize(result)
+    if _JSON.value:
+        print(json.dumps(summary))
+        return
+    lo, hi = summary["win_rate_ci95"]
+    print(f"{a.name} vs {b.name} on {env}, {summary['games']} games")
+    print(
+        f"  win {summary['wins']}  draw {summary['draws']}  loss {summary['losses']}   "
+        f"win rate {summary['win_rate']:.3f} (95% CI {lo:.3f}-{hi:.3f})"
+    )
+    print(
+        f"  moving first: win rate {summary['win_rate_first']:.3f}   "
+        f"moving second: {summary['win_rate_second']:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,185 @@
+"""TrueSkill evaluation of the learning policy against a fixed reference pool (OpenAI Five App. J).
+
+References: the random agent (anchored at mu = 0), the scripted agent where the game has one, and
+frozen snapshots of the learning policy promoted every `league.reference_every` policy versions.
+References are rated once, by round-robin games against the references already there, and their
+ratings never change afterwards. Each evaluation starts a new agent version at the previous mu
+(with the prior sigma) and plays it only against the references of nearest skill.
+
+Runs in its own thread of the learner process and plays games locally with envpool.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from seedlike.league import games
+from seedlike.league.league import load_snapshot, save_snapshot
+from seedlike.league.trueskill_eval import TrueSkillEvaluator, rate_references
+
+RANDOM = "random"
+SCRIPTED = "scripted"
+
+
+def base_references(env_name: str) -> dict:
+    references = {RANDOM: games.RandomAgent()}
+    if env_name.startswith("ConnectFour"):
+        references[SCRIPTED] = games.ScriptedConnectFour()
+    return references
+
+
+class Evaluation:
+    """Args:
+    league_config: the `league` config section (eval_games, eval_opponents, eval_greedy,
+      reference_every).
+    env_name: the two-player envpool task.
+    network: the learning policy's networks.Network (snapshot references use it too).
+    snapshot_dir: where reference snapshots are saved (and reloaded from on resume).
+    guard: runs JAX computations (seedlike.devices.ComputeGuard).
+    """
+
+    def __init__(self, league_config, env_name, network, snapshot_dir=None, seed=0, guard=None):
+        self.config = league_config
+        self.env_name = env_name
+        self.network = network
+        self.snapshot_dir = snapshot_dir
+        self.guard = guard
+        self._seed = seed
+        self._round = 0
+        self._next_reference = int(league_config.reference_every)
+        self.agents = base_references(env_name)
+        self.evaluator: TrueSkillEvaluator | None = None
+        self._step = games.make_agent_step(network, bool(league_config.eval_greedy))
+        self.win_rates: dict[str, float] = {}
+
+    def _games(self, a, b, n: int) -> games.MatchResult:
+        self._round += 1
+        return games.play_match(self.env_name, a, b, n, seed=self._seed * 7919 + self._round)
+
+    def setup(self) -> None:
+        """Rates the base references by a round-robin among them (random at mu = 0)."""
+        names = list(self.agents)
+        n = int(self.config.reference_games)
+        results = {}
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                results[(a, b)] = self._games(self.agents[a], self.agents[b], n).outcomes
+        if len(names) == 1:
+            results[(RANDOM, RANDOM)] = self._games(
+                self.agents[RANDOM], self.agents[RANDOM], n
+            ).outcomes
+        ratings = rate_references(results, anchor=RANDOM)
+        self.evaluator = TrueSkillEvaluator(ratings)
+        logging.info("TrueSkill references: %s", {k: round(r.mu, 2) for k, r in ratings.items()})
+
+    def add_reference(self, version: int, policy_params) -> None:
+        """Freezes the policy of `version` as a reference, rated once against the others."""
+        name = f"v{version}"
+        agent = self._network_agent(policy_params, name)
+        rater = TrueSkillEvaluator(self.evaluator.references)
+        n = int(self.config.reference_games)
+        for reference in list(self.evaluator.references):
+            for outcome in self._games(agent, self.agents[reference], n).outcomes:
+                rater.update(reference, outcome)
+        if self.snapshot_dir is not None:
+            save_snapshot(self.snapshot_dir, version, policy_params)
+        references = {**self.evaluator.references, name: rater.rating}
+        self._replace_references(references)
+        self.agents[name] = agent
+        logging.info("TrueSkill reference %s rated mu=%.2f", name, rater.rating.mu)
+
+    def _replace_references(self, references) -> None:
+        state = self.evaluator.state_dict()
+        state["references"] = [[n, r.mu, r.sigma] for n, r in references.items()]
+        self.evaluator = TrueSkillEvaluator.from_state_dict(state)
+
+    def _network_agent(self, policy_params, name):
+        greedy = bool(self.config.eval_greedy)
+        return games.NetworkAgent(
+            self.network, policy_params, name, greedy, guard=self.guard, step=self._step
+        )
+
+    def evaluate(self, version: int, policy_params) -> dict:
+        """Rates the policy of `version` and returns the metrics to log."""
+        if self.evaluator is None:
+            self.setup()
+        every = int(self.config.reference_every)
+        if every and version >= self._next_reference:
+            self.add_reference(version, policy_params)
+            self._next_reference = (version // every + 1) * every
+        agent = self._network_agent(policy_params, "current")
+        self.evaluator.next_agent()
+        n = int(self.config.eval_games)
+        for name in self.evaluator.pick_opponents(int(self.config.eval_opponents)):
+            result = self._games(agent, self.agents[name], n)
+            for outcome in result.outcomes:
+                self.evaluator.update(name, outcome)
+            self.win_rates[name] = result.win_rate()
+        metrics = {**self.evaluator.metrics(), "trueskill_version": version}
+        metrics.update({f"eval/win_rate_vs_{k}": v for k, v in self.win_rates.items()})
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {
+            "evaluator": self.evaluator.state_dict() if self.evaluator else None,
+            "win_rates": self.win_rates,
+            "next_reference": self._next_reference,
+        }
+
+    def load_state_dict(self, state: dict, target_params) -> None:
+        if state.get("evaluator") is None:
+            return
+        self.evaluator = TrueSkillEvaluator.from_state_dict(state["evaluator"])
+        self.win_rates = dict(state.get("win_rates", {}))
+        self._next_reference = int(state.get("next_reference", self._next_reference))
+        for name in self.evaluator.references:
+            if name not in self.agents:
+                params = load_snapshot(self.snapshot_dir, int(str(name)[1:]), target_params)
+                self.agents[name] = self._network_agent(params, name)
+
+
+class EvaluationThread(threading.Thread):
+    """Every `league.eval_interval_s`, evaluates the latest published policy."""
+
+    def __init__(self, evaluation: Evaluation, registry, interval_s: float):
+        super().__init__(name="evaluation", daemon=True)
+        self.evaluation = evaluation
+        self._registry = registry
+        self._interval_s = interval_s
+        self._stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self._metrics: dict = {}
+        self._state = evaluation.state_dict()
+
+    def run(self) -> None:
+        last = -1
+        while not self._stop_event.wait(self._interval_s if last >= 0 else 1.0):
+            version, params = self._registry.latest()
+            if version == last:
+                continue
+            start = time.monotonic()
+            try:
+                metrics = self.evaluation.evaluate(version, params)
+                state = self.evaluation.state_dict()
+            except Exception:  # noqa: BLE001 - evaluation must never take training down
+                logging.exception("evaluation of policy version %d failed", version)
+                continue
+            metrics["eval/seconds"] = time.monotonic() - start
+            with self._lock:
+                self._metrics, self._state = metrics, state
+            last = version
+
+    def metrics(self) -> dict:
+        with self._lock:
+            return dict(self._metrics)
+
+    def state_dict(self) -> dict:
+        """The state after the last completed evaluation (never one in the middle of it)."""
+        with self._lock:
+            return self._state
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=120)

@@ -1,0 +1,224 @@
+"""Playing two-player envpool games between agents, locally (no server): evaluation, TrueSkill
+reference ratings and the `play.py` command.
+
+An agent maps the acting rows of a batch to actions. Agents here: uniformly random legal moves, the
+scripted Connect Four agent, and a network policy (from published params or a checkpoint).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Protocol
+
+import jax
+import ml_collections
+import numpy as np
+
+from seedlike.envs.envpool_env import LEGAL_ACTION_MASK, EnvpoolAdapter, make_env_spec
+from seedlike.league import connect_four
+
+
+class Agent(Protocol):
+    name: str
+
+    def reset(self, num_envs: int) -> None:
+        """Called before a match: forget any per-env state."""
+
+    def act(
+        self, obs: dict, legal_mask: np.ndarray, env_id: np.ndarray, first: np.ndarray, rng
+    ) -> np.ndarray:
+        """Actions int32 [n] for n acting rows (obs [n, ...], legal_mask bool [n, A])."""
+
+
+class RandomAgent:
+    name = "random"
+
+    def reset(self, num_envs: int) -> None:
+        pass
+
+    def act(self, obs, legal_mask, env_id, first, rng) -> np.ndarray:
+        return connect_four.random_actions(None, legal_mask, rng)
+
+
+class ScriptedConnectFour:
+    """Win if you can, block if you must, else a random legal column."""
+
+    name = "scripted"
+
+    def reset(self, num_envs: int) -> None:
+        pass
+
+    def act(self, obs, legal_mask, env_id, first, rng) -> np.ndarray:
+        return connect_four.scripted_actions(obs["obs"], legal_mask, rng)
+
+
+def make_agent_step(network, greedy: bool):
+    """A jitted (params, obs, extras, carry, first, key) -> (actions, carry) for NetworkAgents."""
+
+    def step(params, obs, extras, carry, first, key):
+        logits, _, carry = network.step(
+            params["params"], params["obs_norm"], obs, extras, carry, first
+        )
+        sampled = jax.random.categorical(key, logits)
+        return (logits.argmax(-1) if greedy else sampled).astype(np.int32), carry
+
+    return jax.jit(step)
+
+
+class NetworkAgent:
+    """A network policy: samples from it, or plays its most likely legal move (greedy).
+
+    Args:
+      network, policy_params: the policy ({"params", "obs_norm"}).
+      step: a shared make_agent_step(network, greedy) to avoid compiling once per agent.
+      guard: runs the computation (seedlike.devices.ComputeGuard inside the learner process).
+    """
+
+    def __init__(self, network, policy_params, name="network", greedy=False, guard=None, step=None):
+        self.name = name
+        self.network = network
+        self.policy_params = policy_params
+        self.greedy = greedy
+        self._guard = guard or (lambda fn, *args: fn(*args))
+        self._step = step or make_agent_step(network, greedy)
+        self._carry = None
+
+    def reset(self, num_envs: int) -> None:
+        self._carry = jax.tree.map(np.asarray, self.network.initial_carry(num_envs))
+
+    def act(self, obs, legal_mask, env_id, first, rng) -> np.ndarray:
+        from seedlike.server.policy import bucket_size, pad_rows
+
+        n = env_id.shape[0]
+        size = bucket_size(n)  # a few padded shapes instead of one compilation per row count
+        carry = jax.tree.map(lambda c: c[env_id], self._carry)
+        extras = {LEGAL_ACTION_MASK: legal_mask}
+        obs, extras, carry = pad_rows((obs, extras, carry), n, size)
+        first = np.concatenate([first, np.ones(size - n, np.bool_)])
+        key = jax.random.key(int(rng.integers(2**31)))
+        actions, carry = self._guard(self._step, self.policy_params, obs, extras, carry, first, key)
+        for store, new in zip(jax.tree.leaves(self._carry), jax.tree.leaves(carry)):
+            store[env_id] = np.asarray(new)[:n]
+        return np.asarray(actions)[:n]
+
+
+def checkpoint_agent(path: str, greedy: bool = False, name: str | None = None) -> NetworkAgent:
+    from seedlike.checkpoint import load_checkpoint
+
+    _, network, state, meta = load_checkpoint(path)
+    params = {"params": state.params, "obs_norm": state.obs_norm}
+    label = name or f"{path}@{meta.get('policy_version', int(state.updates))}"
+    return NetworkAgent(network, params, name=label, greedy=greedy)
+
+
+def make_agent(spec: str, greedy: bool = False):
+    """'random', 'scripted' (Connect Four) or a checkpoint path."""
+    if spec == "random":
+        return RandomAgent()
+    if spec == "scripted":
+        return ScriptedConnectFour()
+    return checkpoint_agent(spec, greedy=greedy)
+
+
+@dataclasses.dataclass
+class MatchResult:
+    """Outcomes from the first agent's point of view (+1 win, 0 draw, -1 loss)."""
+
+    outcomes: list[int]
+    first_mover: list[bool]  # whether the first agent moved first in each game
+
+    @property
+    def wins(self) -> int:
+        return sum(o > 0 for o in self.outcomes)
+
+    @property
+    def draws(self) -> int:
+        return sum(o == 0 for o in self.outcomes)
+
+    @property
+    def losses(self) -> int:
+        return sum(o < 0 for o in self.outcomes)
+
+    def win_rate(self, moved_first: bool | None = None) -> float:
+        picked = [
+            o
+            for o, f in zip(self.outcomes, self.first_mover)
+            if moved_first is None or f == moved_first
+        ]
+        return sum(o > 0 for o in picked) / max(len(picked), 1)
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion (95% for z = 1.96)."""
+    if trials == 0:
+        return 0.0, 1.0
+    p = successes / trials
+    denom = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denom
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def play_match(
+    env_name: str, agent_a, agent_b, num_games: int, seed: int = 0, num_envs: int = 16
+) -> MatchResult:
+    """Plays num_games of a two-player envpool game, agent_a as player 0 and agent_b as player 1.
+
+    envpool picks the first mover at random every game, so both agents play both colours.
+    """
+    env_config = ml_collections.ConfigDict(
+        {"name": env_name, "num_envs": min(num_envs, num_games), "batch_size": 0, "num_threads": 0}
+    )
+    spec = make_env_spec(env_config)
+    if spec.num_players != 2:
+        raise ValueError(f"{env_name} is not a two-player game")
+    env = EnvpoolAdapter(env_config, spec, seed)
+    n_envs = env.num_envs
+    agents = (agent_a, agent_b)
+    for agent in agents:
+        agent.reset(n_envs)
+    rng = np.random.default_rng(seed)
+    result = MatchResult([], [])
+    first_mover = np.full(n_envs, -1)  # player who moved first in each env's current game
+    first = np.ones((2, n_envs), bool)  # per player: next move starts a game (carry reset)
+    env.reset()
+    while len(result.outcomes) < num_games:
+        rows = env.recv()
+        done = rows.terminated | rows.truncated
+        actions = np.zeros(rows.reward.shape[0], np.int32)
+        for i in np.flatnonzero(done & (rows.player_id == 0)):
+            e = rows.env_id[i]
+            if len(result.outcomes) < num_games:
+                result.outcomes.append(int(np.sign(rows.reward[i])))
+                result.first_mover.append(bool(first_mover[e] == 0))
+            first_mover[e], first[:, e] = -1, True
+        for p, agent in enumerate(agents):
+            mine = rows.acting & (rows.player_id == p)
+            if not mine.any():
+                continue
+            env_ids = rows.env_id[mine]
+            fresh = first_mover[env_ids] < 0
+            first_mover[env_ids[fresh]] = p
+            obs = {k: v[mine] for k, v in rows.obs.items()}
+            mask = rows.extras[LEGAL_ACTION_MASK][mine]
+            actions[mine] = agent.act(obs, mask, env_ids, first[p, env_ids], rng)
+            first[p, env_ids] = False
+        env.send(actions, rows)
+    env.close()
+    return result
+
+
+def summarize(result: MatchResult) -> dict:
+    """Counts, win rate with its 95% Wilson interval, and win rates by who moved first."""
+    n = len(result.outcomes)
+    return {
+        "games": n,
+        "wins": result.wins,
+        "draws": result.draws,
+        "losses": result.losses,
+        "win_rate": result.wins / max(n, 1),
+        "win_rate_ci95": wilson_interval(result.wins, n),
+        "win_rate_first": result.win_rate(moved_first=True),
+        "win_rate_second": result.win_rate(moved_first=False),
+    }

@@ -1,0 +1,1095 @@
+"""Function-preserving transforms of seedlike parameter trees (Net2Net; OpenAI Five sec. 3.3, B).
+
+Every op is a pure function `params -> OpResult`: the new parameter tree plus a `ParamMap` saying
+where each entry of every changed leaf came from, so that optimizer moments (surgery/optimizer.py),
+recurrent carries and action indices can follow the parameters.
+
+Layers are located by module path ("params/policy_torso/dense_0"; the leading "params" may be
+omitted) and the layers that read a layer's output are found from the naming scheme of
+networks/actor_critic.py, whatever the nesting:
+
+  MLP dense_i         -> dense_{i+1}; the last one -> the residual stream (every res_j/dense_0
+                         reads it, every res_j/dense_1 adds to it) and the torso's consumers
+  MLP res_j/dense_0   -> res_j/dense_1
+  Nature conv_i       -> conv_{i+1}; conv_2 -> dense_0 rows, (h, w, c) flatten order
+  IMPALA stack_i/conv -> the stack's stream (block_j/conv_0 read it, block_j/conv_1 add to it),
+                         then stack_{i+1}/conv or dense_0 rows; stack_i/block_j/conv_0 -> conv_1
+  torso output        -> core/lstm/{ii,if,ig,io} if there is a core, else the heads
+  core/lstm (h)       -> core/lstm/{hi,hf,hg,ho} rows and the heads
+
+Widening a layer ("a space" of units) inserts entries into three kinds of slots: the layer's own
+kernel columns and bias (UNIT: new entries random, or copies of existing units), the residual
+writers of the same stream (RESIDUAL: new entries zero, or copies) and the readers' kernel rows
+(READER: new entries zero, or the rows of a unit and its copies divided by the copy count).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping, Sequence
+
+import jax
+import numpy as np
+
+Path = tuple[str, ...]
+
+UNIT, RESIDUAL, READER = "unit", "residual", "reader"
+TORSOS = ("torso", "policy_torso", "value_torso")
+CORE = ("params", "core", "lstm")
+LSTM_INPUT_GATES = ("ii", "if", "ig", "io")
+LSTM_HIDDEN_GATES = ("hi", "hf", "hg", "ho")
+POLICY_HEAD = ("params", "policy_head", "logits")
+VALUE_HEAD = ("params", "value_head", "value")
+MODES = ("random", "replicate")
+# Statistics an AxisMap can carry: parameters, Adam's first and second moments, plain indices.
+KINDS = ("param", "first_moment", "second_moment", "index")
+
+
+class SurgeryError(ValueError):
+    """A surgery request that cannot be applied; the message names the layer and the shapes."""
+
+
+# Paths and flat trees ----------------------------------------------------------------------------
+
+
+def as_path(path: str | Sequence[str]) -> Path:
+    """'params/policy_torso/dense_0', 'policy_torso/dense_0' or a tuple -> ('params', ...)."""
+    parts = tuple(p for p in path.split("/") if p) if isinstance(path, str) else tuple(path)
+    if not parts or parts[0] != "params":
+        parts = ("params", *parts)
+    return parts
+
+
+def path_str(path: Sequence[str]) -> str:
+    return "/".join(path)
+
+
+def flatten_params(tree) -> dict[Path, object]:
+    """Nested dicts -> {path tuple: leaf}."""
+    out: dict[Path, object] = {}
+
+    def visit(node, prefix):
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                visit(value, (*prefix, str(key)))
+        else:
+            out[prefix] = node
+
+    visit(tree, ())
+    return out
+
+
+def unflatten_params(flat: Mapping[Path, object]) -> dict:
+    """{path tuple: leaf} -> nested dicts (keys sorted, as jax orders them anyway)."""
+    root: dict = {}
+    for path in sorted(flat):
+        node = root
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = flat[path]
+    return root
+
+
+def layer_paths(params) -> list[str]:
+    """Every layer (module with a kernel) of a parameter tree, as 'params/...' strings."""
+    return sorted(path_str(p[:-1]) for p in flatten_params(params) if p[-1] == "kernel")
+
+
+# Maps --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class AxisMap:
+    """How one axis of an array maps from the old array to the new one.
+
+    New entry j is `scale[j] * old[src[j]]` if src[j] >= 0 and a new entry if src[j] == -1.
+    Gradient-like statistics of entry j are `grad_scale[j]` times the old entry's (Adam's second
+    moment gets grad_scale**2): a Net2Wider copy's incoming weights see 1/n of the old gradient
+    because its readers' rows were divided by n, while the divided rows see the full gradient.
+
+    Attributes:
+      src: int64 [new_size], old index or -1.
+      scale: float64 [new_size].
+      grad_scale: float64 [new_size].
+      old_size: length of the old axis.
+    """
+
+    src: np.ndarray
+    scale: np.ndarray
+    grad_scale: np.ndarray
+    old_size: int
+
+    @classmethod
+    def from_src(cls, src, old_size: int, scale=None, grad_scale=None) -> AxisMap:
+        src = np.asarray(src, np.int64)
+        ones = np.ones(src.shape, np.float64)
+        return cls(
+            src=src,
+            scale=ones if scale is None else np.asarray(scale, np.float64),
+            grad_scale=ones if grad_scale is None else np.asarray(grad_scale, np.float64),
+            old_size=int(old_size),
+        )
+
+    @classmethod
+    def identity(cls, size: int) -> AxisMap:
+        return cls.from_src(np.arange(size), size)
+
+    @classmethod
+    def append(cls, old_size: int, new_size: int) -> AxisMap:
+        """Old entries first, then new_size - old_size new ones."""
+        src = np.concatenate([np.arange(old_size), -np.ones(new_size - old_size, np.int64)])
+        return cls.from_src(src, old_size)
+
+    @property
+    def new_size(self) -> int:
+        return int(self.src.shape[0])
+
+    @property
+    def new_entries(self) -> np.ndarray:
+        """Indices (in the new axis) of the entries that have no old source."""
+        return np.flatnonzero(self.src < 0)
+
+    @property
+    def old_positions(self) -> np.ndarray:
+        """For every old entry, the new index holding it unscaled first (its original slot)."""
+        out = np.full(self.old_size, -1, np.int64)
+        for j in range(self.new_size - 1, -1, -1):
+            if self.src[j] >= 0:
+                out[self.src[j]] = j
+        return out
+
+    def then(self, other: AxisMap) -> AxisMap:
+        """This map followed by `other` (whose old axis is this map's new axis)."""
+        if other.old_size != self.new_size:
+            raise SurgeryError(f"cannot compose axis maps: {self.new_size} -> {other.old_size}")
+        ok = other.src >= 0
+        idx = np.where(ok, other.src, 0)
+        return AxisMap(
+            src=np.where(ok, self.src[idx], -1),
+            scale=np.where(ok, self.scale[idx] * other.scale, other.scale),
+            grad_scale=np.where(ok, self.grad_scale[idx] * other.grad_scale, other.grad_scale),
+            old_size=self.old_size,
+        )
+
+    def factor(self, kind: str) -> np.ndarray:
+        if kind == "param":
+            return self.scale
+        if kind == "first_moment":
+            return self.grad_scale
+        if kind == "second_moment":
+            return self.grad_scale**2
+        if kind == "index":
+            return np.ones_like(self.scale)
+        raise ValueError(f"kind={kind!r} is not one of {KINDS}")
+
+    def apply(self, x, axis: int = -1, kind: str = "param", fill: float = 0.0) -> np.ndarray:
+        """Gathers x along `axis`; new entries get `fill`. x keeps its dtype."""
+        x = np.asarray(x)
+        axis = axis % x.ndim
+        if x.shape[axis] != self.old_size:
+            raise SurgeryError(
+                f"axis {axis} of an array of shape {list(x.shape)} has {x.shape[axis]} entries, "
+                f"the map expects {self.old_size}"
+            )
+        out = np.take(x, np.maximum(self.src, 0), axis=axis).astype(np.float64)
+        bshape = [1] * x.ndim
+        bshape[axis] = self.new_size
+        out = out * self.factor(kind).reshape(bshape)
+        out = np.where((self.src >= 0).reshape(bshape), out, fill)
+        return out.astype(x.dtype)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LeafMap:
+    """Where one leaf of the new tree comes from.
+
+    Attributes:
+      source: path of the old leaf, or None for a new leaf (all entries new).
+      shape: the new shape.
+      dtype: dtype name of the new leaf.
+      axes: (axis, AxisMap) for every axis that changes; other axes are kept.
+    """
+
+    source: Path | None
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    axes: tuple[tuple[int, AxisMap], ...] = ()
+
+    def apply(self, old, kind: str = "param") -> np.ndarray:
+        if self.source is None:
+            return np.zeros(self.shape, self.dtype)
+        out = np.asarray(old)
+        for axis, amap in self.axes:
+            out = amap.apply(out, axis, kind)
+        if tuple(out.shape) != tuple(self.shape):
+            raise SurgeryError(
+                f"{path_str(self.source)}: mapped shape {list(out.shape)} != {list(self.shape)}"
+            )
+        return out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ParamMap:
+    """How an op maps a parameter tree: new leaf path -> LeafMap for every leaf that changed.
+
+    Leaves not listed keep their path and values. No leaf is ever removed (surgery only adds).
+    The same map transforms any tree of the parameters' structure: the parameters themselves
+    (without the random entries an op adds), or optimizer statistics (surgery/optimizer.py).
+    """
+
+    leaves: Mapping[Path, LeafMap] = dataclasses.field(default_factory=dict)
+
+    def apply(self, tree, kind: str = "param") -> dict:
+        flat = flatten_params(tree)
+        out = dict(flat)
+        for path, leaf_map in self.leaves.items():
+            if leaf_map.source is not None and leaf_map.source not in flat:
+                raise SurgeryError(f"{path_str(leaf_map.source)} is not in the tree")
+            out[path] = leaf_map.apply(
+                None if leaf_map.source is None else flat[leaf_map.source], kind
+            )
+        return unflatten_params(out)
+
+    def then(self, other: ParamMap) -> ParamMap:
+        """This map followed by `other` (which maps the tree this map produces)."""
+        leaves = dict(self.leaves)
+        for path, lm in other.leaves.items():
+            first = self.leaves.get(lm.source) if lm.source is not None else None
+            if lm.source is None or first is None:
+                leaves[path] = lm
+            elif first.source is None:
+                leaves[path] = LeafMap(None, lm.shape, lm.dtype)
+            else:
+                leaves[path] = LeafMap(first.source, lm.shape, lm.dtype, first.axes + lm.axes)
+        return ParamMap(leaves)
+
+    def describe(self) -> dict[str, str]:
+        """'path' -> 'old shape -> new shape' (or 'new'), for logs and reports."""
+        out = {}
+        for path, lm in sorted(self.leaves.items()):
+            if lm.source is None:
+                out[path_str(path)] = f"new {list(lm.shape)}"
+            else:
+                moved = "" if lm.source == path else f" from {path_str(lm.source)}"
+                olds = list(lm.shape)
+                for axis, amap in reversed(lm.axes):
+                    olds[axis] = amap.old_size
+                out[path_str(path)] = f"{olds} -> {list(lm.shape)}{moved}"
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionInfo:
+    """What bringing new discrete actions in needs.
+
+    With a zero kernel column the new action's logit is the constant `bias`, so its probability
+    is exp(bias) / (Z(x) + exp(bias)); the old actions keep their logits. Masking the new actions
+    (`legal_mask_old`) reproduces the old policy exactly: use it in the games that do not have
+    the new action yet, and enable it in a growing fraction of games (`annealed_legal_mask`),
+    OpenAI Five App. B.
+
+    Attributes:
+      num_actions_old, num_actions_new: sizes of the action spaces.
+      new_actions: indices of the new actions in the new action space.
+      bias: the new actions' logit.
+      rule: how the bias was chosen: "given", "bound" (guaranteed for every input whose head
+        features lie in [-feature_bound, feature_bound]) or "batch" (from a batch of logits).
+      max_new_prob: upper bound on the total probability of the new actions (over every input
+        for rule "bound", over the batch for "batch"; nan for "given").
+      kl_bound: the matching bound on KL(old || new) = -log(1 - max_new_prob).
+    """
+
+    num_actions_old: int
+    num_actions_new: int
+    new_actions: tuple[int, ...]
+    bias: float
+    rule: str
+    max_new_prob: float
+    kl_bound: float
+
+    @property
+    def legal_mask_old(self) -> np.ndarray:
+        """bool [num_actions_new]: True for the old actions, False for the new ones."""
+        mask = np.ones(self.num_actions_new, bool)
+        mask[list(self.new_actions)] = False
+        return mask
+
+
+def annealed_legal_mask(info: ActionInfo, fraction: float, rng, batch: int) -> np.ndarray:
+    """bool [batch, num_actions_new]: the new actions are legal in a `fraction` of the rows.
+
+    Draw one row per game at episode start and keep it for the episode, raising `fraction` from
+    0 to 1 over training (OpenAI Five anneals new actions in from 0% to 100% of games).
+    """
+    enabled = generator(rng).uniform(size=batch) < fraction
+    mask = np.tile(info.legal_mask_old, (batch, 1))
+    mask[:, list(info.new_actions)] = enabled[:, None]
+    return mask
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OpResult:
+    """The result of one op.
+
+    Attributes:
+      params: the new parameter tree.
+      param_map: how every changed leaf maps from the old tree.
+      carry_map: LSTM units (last axis of the carry's c and h), if the op changed them.
+      action_map: the logits axis, if the op changed the actions.
+      action_info: see ActionInfo, for add_actions.
+      exact: whether the op preserves the function exactly (up to float rounding).
+    """
+
+    params: dict
+    param_map: ParamMap
+    carry_map: AxisMap | None = None
+    action_map: AxisMap | None = None
+    action_info: ActionInfo | None = None
+    exact: bool = True
+
+
+def pad_carry(carry, carry_map: AxisMap | None):
+    """Maps an LSTM carry (c, h), each [..., units], to the widened core (new units 0 or copies)."""
+    if carry_map is None or carry == ():
+        return carry
+    return tuple(carry_map.apply(np.asarray(x), -1, "index") for x in carry)
+
+
+# Network structure -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Slot:
+    """One axis of one leaf that indexes the units being widened.
+
+    The axis holds `offset` other entries, then `positions` blocks of the units (a flattened
+    [H, W, C] feature map has H*W blocks of C), then `rest` other entries (None: any number).
+    """
+
+    path: Path
+    axis: int
+    role: str
+    offset: int = 0
+    positions: int = 1
+    rest: int | None = 0
+
+
+def _kernel(flat, layer: Path) -> np.ndarray:
+    if layer + ("kernel",) not in flat:
+        layers = sorted({path_str(p[:-1]) for p in flat if p[-1] == "kernel"})
+        raise SurgeryError(f"no layer {path_str(layer)}; the network has {', '.join(layers)}")
+    return np.asarray(flat[layer + ("kernel",)])
+
+
+def _unit_slots(flat, layer: Path, role: str = UNIT) -> list[_Slot]:
+    kernel = _kernel(flat, layer)
+    slots = [_Slot(layer + ("kernel",), kernel.ndim - 1, role)]
+    if layer + ("bias",) in flat:
+        slots.append(_Slot(layer + ("bias",), 0, role))
+    return slots
+
+
+def _reader_slots(flat, layer: Path, **layout) -> list[_Slot]:
+    kernel = _kernel(flat, layer)
+    return [_Slot(layer + ("kernel",), kernel.ndim - 2, READER, **layout)]
+
+
+def _indices(flat, prefix: Path, stem: str) -> list[int]:
+    """Sorted i of every child `stem_i` of prefix."""
+    n = len(prefix)
+    found = set()
+    for p in flat:
+        if len(p) > n and p[:n] == prefix:
+            m = re.fullmatch(rf"{stem}_(\d+)", p[n])
+            if m:
+                found.add(int(m.group(1)))
+    return sorted(found)
+
+
+def _torsos(flat) -> list[str]:
+    return sorted({p[1] for p in flat if len(p) > 1 and p[0] == "params" and p[1] in TORSOS})
+
+
+def _torso_kind(flat, torso: str) -> str:
+    root = ("params", torso)
+    if _indices(flat, root, "stack"):
+        return "impala_cnn"
+    if _indices(flat, root, "conv"):
+        return "nature_cnn"
+    return "mlp"
+
+
+def _has_core(flat) -> bool:
+    return any(p[:3] == CORE for p in flat)
+
+
+def _consumer_slots(flat, torso: str | None) -> list[_Slot]:
+    """The readers of a torso's output: the LSTM input kernels, or the head(s) it feeds."""
+    if _has_core(flat):
+        return [s for g in LSTM_INPUT_GATES for s in _reader_slots(flat, CORE + (g,))]
+    heads = {"policy_torso": [POLICY_HEAD], "value_torso": [VALUE_HEAD]}
+    return [s for h in heads.get(torso, [POLICY_HEAD, VALUE_HEAD]) for s in _reader_slots(flat, h)]
+
+
+def _mlp_stream_slots(flat, torso: str) -> list[_Slot]:
+    """Every slot of the residual stream after the MLP's last dense layer (its writer excluded)."""
+    root = ("params", torso)
+    slots = []
+    for j in _indices(flat, root, "res"):
+        slots += _unit_slots(flat, root + (f"res_{j}", "dense_1"), RESIDUAL)
+        slots += _reader_slots(flat, root + (f"res_{j}", "dense_0"))
+    return slots + _consumer_slots(flat, torso)
+
+
+def _impala_stream_slots(flat, torso: str, i: int, positions: int | None) -> list[_Slot]:
+    """Residual writers and readers of stack_i's output, then the next stack or dense_0."""
+    root = ("params", torso)
+    stack = root + (f"stack_{i}",)
+    slots = []
+    for j in _indices(flat, stack, "block"):
+        slots += _unit_slots(flat, stack + (f"block_{j}", "conv_1"), RESIDUAL)
+        slots += _reader_slots(flat, stack + (f"block_{j}", "conv_0"))
+    if i + 1 in _indices(flat, root, "stack"):
+        return slots + _reader_slots(flat, root + (f"stack_{i + 1}", "conv"))
+    return slots + _flatten_reader(flat, root + ("dense_0",), positions, f"stack_{i}")
+
+
+def _flatten_reader(flat, dense: Path, positions: int | None, what: str) -> list[_Slot]:
+    if not positions:
+        raise SurgeryError(
+            f"widening {what}, the last conv layer of {path_str(dense[:2])}, needs "
+            "feature_positions (H*W of its feature map) to place the new rows of "
+            f"{path_str(dense)}/kernel"
+        )
+    return _reader_slots(flat, dense, positions=positions, rest=None)
+
+
+def _tied_layers(flat, layer: Path) -> list[Path]:
+    """Layers whose width the modules tie to `layer`'s: the inner layer of every residual block
+    of the stream `layer` writes (ResidualDense and IMPALA ResidualBlock use the stream width)."""
+    if len(layer) < 3 or layer[1] not in TORSOS:
+        return []
+    root, name = layer[:2], "/".join(layer[2:])
+    if _torso_kind(flat, layer[1]) == "mlp" and (m := re.fullmatch(r"dense_(\d+)", name)):
+        if int(m.group(1)) == _indices(flat, root, "dense")[-1]:
+            return [root + (f"res_{j}", "dense_0") for j in _indices(flat, root, "res")]
+    if m := re.fullmatch(r"stack_(\d+)/conv", name):
+        stack = root + (f"stack_{m.group(1)}",)
+        return [stack + (f"block_{j}", "conv_0") for j in _indices(flat, stack, "block")]
+    return []
+
+
+def _layer_slots(flat, layer: Path, positions: int | None) -> list[_Slot]:
+    """The UNIT slots of `layer` followed by every other slot indexing its output units."""
+    _kernel(flat, layer)
+    where = path_str(layer)
+    if len(layer) >= 2 and layer[1] in ("core",):
+        raise SurgeryError(f"{where} is the LSTM core: use widen_lstm")
+    if layer == POLICY_HEAD:
+        raise SurgeryError(f"{where} is the policy head: use add_actions")
+    if layer == VALUE_HEAD:
+        raise SurgeryError(f"{where} is the value head: its single output cannot be widened")
+    if len(layer) < 3 or layer[1] not in TORSOS:
+        raise SurgeryError(f"{where} is not a torso layer")
+    torso, rest = layer[1], layer[2:]
+    root = ("params", torso)
+    kind = _torso_kind(flat, torso)
+    units = _unit_slots(flat, layer)
+    name = "/".join(rest)
+
+    if kind == "mlp":
+        if m := re.fullmatch(r"dense_(\d+)", name):
+            i = int(m.group(1))
+            if i + 1 in _indices(flat, root, "dense"):
+                return units + _reader_slots(flat, root + (f"dense_{i + 1}",))
+            return units + _mlp_stream_slots(flat, torso)
+        if m := re.fullmatch(r"res_(\d+)/dense_0", name):
+            return units + _reader_slots(flat, root + (f"res_{m.group(1)}", "dense_1"))
+        if re.fullmatch(r"res_(\d+)/dense_1", name):
+            last = _indices(flat, root, "dense")
+            stream = path_str(root + (f"dense_{last[-1]}",)) if last else "the input"
+            raise SurgeryError(
+                f"{where} adds into the residual stream; widen the stream's writer ({stream})"
+            )
+    elif kind == "nature_cnn":
+        if m := re.fullmatch(r"conv_(\d+)", name):
+            i = int(m.group(1))
+            if i + 1 in _indices(flat, root, "conv"):
+                return units + _reader_slots(flat, root + (f"conv_{i + 1}",))
+            return units + _flatten_reader(flat, root + ("dense_0",), positions, name)
+        if name == "dense_0":
+            return units + _consumer_slots(flat, torso)
+    else:
+        if m := re.fullmatch(r"stack_(\d+)/conv", name):
+            return units + _impala_stream_slots(flat, torso, int(m.group(1)), positions)
+        if m := re.fullmatch(r"stack_(\d+)/block_(\d+)/conv_0", name):
+            block = root + (f"stack_{m.group(1)}", f"block_{m.group(2)}")
+            return units + _reader_slots(flat, block + ("conv_1",))
+        if m := re.fullmatch(r"stack_(\d+)/block_(\d+)/conv_1", name):
+            raise SurgeryError(
+                f"{where} adds into stack_{m.group(1)}'s stream; widen "
+                f"{path_str(root + (f'stack_{m.group(1)}', 'conv'))} instead"
+            )
+        if name == "dense_0":
+            return units + _consumer_slots(flat, torso)
+    raise SurgeryError(f"{where}: no rule for widening this layer of a {kind} torso")
+
+
+# The widening primitive --------------------------------------------------------------------------
+
+
+def _slot_axis_map(slot: _Slot, space: AxisMap, counts: np.ndarray, length: int):
+    """The AxisMap of one slot's axis, and Net2Wider group ids (-1: not in a copied group)."""
+    d = space.old_size
+    rest = length - slot.offset - slot.positions * d
+    if rest < 0 or (slot.rest is not None and rest != slot.rest):
+        want = slot.offset + slot.positions * d + (slot.rest or 0)
+        raise SurgeryError(
+            f"{path_str(slot.path)} has {length} entries on axis {slot.axis}, expected {want} "
+            f"({slot.positions} x {d} units"
+            + (f" after {slot.offset} others" if slot.offset else "")
+            + "): the layer does not match the network being widened"
+        )
+    n = np.where(space.src >= 0, counts[np.maximum(space.src, 0)], 1).astype(np.float64)
+    if slot.role == READER:
+        scale, grad = 1.0 / n, np.ones_like(n)
+    else:
+        scale, grad = np.ones_like(n), 1.0 / n
+    srcs = [np.arange(slot.offset)]
+    scales, grads, groups = [np.ones(slot.offset)], [np.ones(slot.offset)], [-np.ones(slot.offset)]
+    for p in range(slot.positions):
+        base = slot.offset + p * d
+        srcs.append(np.where(space.src >= 0, base + space.src, -1))
+        scales.append(scale)
+        grads.append(grad)
+        copied = n > 1
+        groups.append(np.where(copied, p * d + np.maximum(space.src, 0), -1))
+    tail = np.arange(slot.offset + slot.positions * d, length)
+    srcs.append(tail)
+    scales.append(np.ones(len(tail)))
+    grads.append(np.ones(len(tail)))
+    groups.append(-np.ones(len(tail)))
+    amap = AxisMap.from_src(
+        np.concatenate(srcs), length, np.concatenate(scales), np.concatenate(grads)
+    )
+    return amap, np.concatenate(groups).astype(np.int64)
+
+
+def _std(old: np.ndarray, scale: float) -> float:
+    """`scale` times the RMS of the existing entries (1/sqrt(fan in) if they are all zero)."""
+    rms = float(np.sqrt(np.mean(np.square(old.astype(np.float64))))) if old.size else 0.0
+    if rms == 0.0:
+        rms = 1.0 / math.sqrt(max(int(np.prod(old.shape[:-1])), 1))
+    return scale * rms
+
+
+def generator(rng) -> np.random.Generator:
+    """A numpy Generator from a jax PRNG key, an int seed or a Generator (returned as is).
+
+    Surgery runs once, offline, on the host: numpy avoids compiling a jax kernel per shape.
+    """
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if isinstance(rng, int | np.integer):
+        return np.random.default_rng(int(rng))
+    if jax.dtypes.issubdtype(getattr(rng, "dtype", None), jax.dtypes.prng_key):
+        rng = jax.random.key_data(rng)
+    return np.random.default_rng(np.asarray(rng, np.uint32).ravel().tolist())
+
+
+def _fill_leaf(new, old, slots, axis_maps, groups, rng, init_scale, reader_noise, copy_noise):
+    """Adds random values to the new entries of one leaf (see _widen_space)."""
+    shape = new.shape
+    is_new = {UNIT: np.zeros(shape, bool), RESIDUAL: np.zeros(shape, bool)}
+    reader_new = np.zeros(shape, bool)
+    for slot, amap in zip(slots, axis_maps):
+        bshape = [1] * len(shape)
+        bshape[slot.axis] = amap.new_size
+        entry_new = np.broadcast_to((amap.src < 0).reshape(bshape), shape)
+        if slot.role == READER:
+            reader_new |= entry_new
+        else:
+            is_new[slot.role] |= entry_new
+    out = new.astype(np.float64)
+    # New units' incoming weights are random (symmetry breaking); their biases, and residual
+    # writers into new stream entries, start at zero.
+    if slots[0].path[-1] == "kernel" and is_new[UNIT].any():
+        out = np.where(is_new[UNIT], _std(old, init_scale) * rng.standard_normal(shape), out)
+    reader_only = reader_new & ~is_new[UNIT] & ~is_new[RESIDUAL]
+    if reader_noise > 0 and reader_only.any():
+        out = np.where(reader_only, _std(old, reader_noise) * rng.standard_normal(shape), out)
+    if copy_noise > 0:
+        for slot, group in zip(slots, groups):
+            if slot.role != READER or not (group >= 0).any():
+                continue
+            # Noise whose mean over each group (a unit and its copies) is zero: the copies have
+            # identical activations, so their readers' sum is unchanged and the copies diverge.
+            eps = np.moveaxis(_std(old, copy_noise) * rng.standard_normal(shape), slot.axis, 0)
+            valid = group >= 0
+            ids, inverse = np.unique(group[valid], return_inverse=True)
+            sums = np.zeros((len(ids),) + eps.shape[1:])
+            np.add.at(sums, inverse, eps[valid])
+            counts = np.bincount(inverse).reshape((-1,) + (1,) * (eps.ndim - 1))
+            eps[valid] -= (sums / counts)[inverse]
+            eps[~valid] = 0.0
+            out = out + np.moveaxis(eps, 0, slot.axis)
+    return out.astype(new.dtype)
+
+
+def _widen_space(
+    params, slots, space: AxisMap, rng, init_scale=0.1, reader_noise=0.0, copy_noise=0.0
+) -> tuple[dict, ParamMap]:
+    """Inserts the entries `space` describes into every slot; returns (params, ParamMap).
+
+    Copied entries take their source entry times the slot's scale; new entries are filled:
+    UNIT kernels N(0, (init_scale * rms)^2), UNIT biases and RESIDUAL entries 0, READER entries 0
+    (or N(0, (reader_noise * rms)^2)); READER rows of copied groups get copy_noise-scaled noise
+    that sums to zero over each group.
+    """
+    rng = generator(rng)
+    flat = flatten_params(params)
+    counts = np.bincount(space.src[space.src >= 0], minlength=space.old_size)
+    by_leaf: dict[Path, list[_Slot]] = {}
+    for slot in slots:
+        by_leaf.setdefault(slot.path, []).append(slot)
+    out = dict(flat)
+    leaves = {}
+    for path, leaf_slots in sorted(by_leaf.items()):
+        old = np.asarray(flat[path])
+        maps, groups = [], []
+        shape = list(old.shape)
+        for slot in leaf_slots:
+            amap, group = _slot_axis_map(slot, space, counts, old.shape[slot.axis])
+            maps.append(amap)
+            groups.append(group)
+            shape[slot.axis] = amap.new_size
+        axes = tuple((s.axis, m) for s, m in zip(leaf_slots, maps))
+        leaf_map = LeafMap(path, tuple(shape), old.dtype.name, axes)
+        new = leaf_map.apply(old, "param")
+        out[path] = _fill_leaf(
+            new, old, leaf_slots, maps, groups, rng, init_scale, reader_noise, copy_noise
+        )
+        leaves[path] = leaf_map
+    return unflatten_params(out), ParamMap(leaves)
+
+
+def _space_map(old: int, new: int, mode: str, rng, what: str) -> AxisMap:
+    if new < old:
+        raise SurgeryError(f"{what} would shrink from {old} to {new}; surgery only adds units")
+    if mode not in MODES:
+        raise SurgeryError(f"{what}: mode={mode!r} is not one of {list(MODES)}")
+    if mode == "random" or new == old:
+        return AxisMap.append(old, new)
+    if old == 0:
+        raise SurgeryError(f"{what} has no units to replicate")
+    copies = generator(rng).choice(old, new - old, replace=new - old > old)
+    return AxisMap.from_src(np.concatenate([np.arange(old), copies]), old)
+
+
+# Ops ---------------------------------------------------------------------------------------------
+
+
+def _widen_layer(params, path, size, rng, mode, init_scale, noise, feature_positions, ndim, what):
+    layer = as_path(path)
+    flat = flatten_params(params)
+    kernel = _kernel(flat, layer)
+    if kernel.ndim != ndim:
+        raise SurgeryError(
+            f"{path_str(layer)} has a kernel of shape {list(kernel.shape)}, not a {what} layer"
+        )
+    slots = _layer_slots(flat, layer, feature_positions)
+    tied = _tied_layers(flat, layer)
+    rng = generator(rng)
+    old = kernel.shape[-1]
+    copy_noise = noise if mode == "replicate" else 0.0
+    space = _space_map(old, int(size), mode, rng, path_str(layer))
+    params, pmap = _widen_space(params, slots, space, rng, init_scale, 0.0, copy_noise)
+    for inner in tied:
+        # The block's inner layer had the stream width; it keeps it (new units exact as usual).
+        flat = flatten_params(params)
+        inner_space = _space_map(old, int(size), mode, rng, path_str(inner))
+        inner_slots = _layer_slots(flat, inner, None)
+        params, inner_map = _widen_space(
+            params, inner_slots, inner_space, rng, init_scale, 0.0, copy_noise
+        )
+        pmap = pmap.then(inner_map)
+    return OpResult(params, pmap)
+
+
+def widen_dense(
+    params,
+    path,
+    width: int,
+    *,
+    rng,
+    mode: str = "random",
+    init_scale: float = 0.1,
+    noise: float = 1e-2,
+) -> OpResult:
+    """Widens a Dense layer of a torso to `width` units; exact.
+
+    mode="random": new units' incoming weights ~ N(0, (init_scale * rms(kernel))^2), biases 0,
+    every reader's rows for them 0 (Net2Net / OpenAI Five eq. 6). mode="replicate": Net2Wider,
+    new units copy randomly chosen units, the readers' rows of a unit and its n-1 copies are
+    divided by n, plus zero-sum noise (`noise` * rms of the reader) across the copies' rows.
+
+    Args:
+      params: a Flax parameter tree {"params": ...}.
+      path: the layer, e.g. "params/policy_torso/dense_1" or "torso/dense_0".
+      width: new number of units (>= the current one).
+      rng: a jax PRNG key, an int seed or a numpy Generator.
+    """
+    return _widen_layer(params, path, width, rng, mode, init_scale, noise, None, 2, "Dense")
+
+
+def widen_conv(
+    params,
+    path,
+    channels: int,
+    *,
+    rng,
+    feature_positions: int | None = None,
+    mode: str = "random",
+    init_scale: float = 0.1,
+    noise: float = 1e-2,
+) -> OpResult:
+    """Widens a conv layer of a CNN torso to `channels` filters; exact. Modes as widen_dense.
+
+    New filters are random; the next conv's input channels for them are 0. For the last conv
+    (Nature conv_2, the last IMPALA stack) the readers are dense_0's rows, laid out (h, w, c):
+    `feature_positions` = H*W of that feature map is needed to place the new rows.
+    """
+    return _widen_layer(
+        params, path, channels, rng, mode, init_scale, noise, feature_positions, 4, "conv"
+    )
+
+
+def widen_lstm(
+    params, size: int, *, rng, mode: str = "random", noise: float = 0.0, init_scale: float = 0.1
+) -> OpResult:
+    """Widens the LSTM core to `size` units, gate by gate; returns the carry map too.
+
+    The input kernels ii/if/ig/io and recurrent hi/hf/hg/ho get new columns (random at
+    init_scale * rms) and the recurrent kernels new rows; biases get zeros; the heads' rows for
+    the new units are 0; the carry (c, h) is padded with zeros.
+
+    noise=0 (exact): the new recurrent rows into old units are 0, so old units never see the new
+    h and the function is unchanged. noise>0 (OpenAI Five App. B, where exactness is not
+    achievable for a trained network): those rows and the heads' new rows are N(0, (noise *
+    rms)^2); the error grows with noise (surgery.verify measures it). mode="replicate" copies
+    units instead (exact; noise is then zero-sum symmetry-breaking noise on the copies' rows).
+    """
+    flat = flatten_params(params)
+    if not _has_core(flat):
+        raise SurgeryError(f"the network has no LSTM core ({path_str(CORE)}) to widen")
+    old = _kernel(flat, CORE + ("hi",)).shape[0]
+    slots = []
+    for g in LSTM_INPUT_GATES + LSTM_HIDDEN_GATES:
+        slots += _unit_slots(flat, CORE + (g,))
+    for g in LSTM_HIDDEN_GATES:
+        slots += _reader_slots(flat, CORE + (g,))
+    slots += _reader_slots(flat, POLICY_HEAD) + _reader_slots(flat, VALUE_HEAD)
+    rng = generator(rng)
+    space = _space_map(old, int(size), mode, rng, path_str(CORE))
+    replicate = mode == "replicate"
+    new, pmap = _widen_space(
+        params,
+        slots,
+        space,
+        rng,
+        init_scale=init_scale,
+        reader_noise=0.0 if replicate else noise,
+        copy_noise=noise if replicate else 0.0,
+    )
+    exact = replicate or noise == 0.0 or space.new_size == space.old_size
+    return OpResult(new, pmap, carry_map=space, exact=exact)
+
+
+def _feature_src(old_shapes, new_shapes) -> tuple[np.ndarray, int]:
+    """Index map of the flattened, sorted-key concatenation of observations (torsos.py)."""
+    removed = sorted(set(old_shapes) - set(new_shapes))
+    if removed:
+        raise SurgeryError(
+            f"observation keys {removed} would be removed; surgery only adds features (keep "
+            "deprecated observations and feed constants, OpenAI Five App. B)"
+        )
+    offsets, pos = {}, 0
+    for key in sorted(old_shapes):
+        offsets[key] = pos
+        pos += int(np.prod(old_shapes[key], dtype=np.int64))
+    parts = []
+    for key in sorted(new_shapes):
+        new_shape = tuple(int(d) for d in new_shapes[key])
+        if key not in old_shapes:
+            parts.append(np.full(int(np.prod(new_shape, dtype=np.int64)), -1))
+            continue
+        old_shape = tuple(int(d) for d in old_shapes[key])
+        if len(old_shape) != len(new_shape) or any(o > n for o, n in zip(old_shape, new_shape)):
+            raise SurgeryError(
+                f"observation {key!r} changes from {list(old_shape)} to {list(new_shape)}; "
+                "only growing each dimension (new entries after the old ones) is supported"
+            )
+        index = np.full(new_shape, -1, np.int64)
+        index[tuple(slice(0, o) for o in old_shape)] = (
+            np.arange(int(np.prod(old_shape, dtype=np.int64))).reshape(old_shape) + offsets[key]
+        )
+        parts.append(index.ravel())
+    src = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return src, pos
+
+
+def add_input_features(
+    params,
+    old_shapes: Mapping[str, Sequence[int]],
+    new_shapes: Mapping[str, Sequence[int]],
+    *,
+    image_key: str | None = None,
+) -> OpResult:
+    """Adds observation features: zero rows in the first layer's kernel at their positions. Exact.
+
+    MLP inputs are the observations flattened and concatenated in sorted key order
+    (torsos.flatten_features), so a new key's rows go between its neighbours' and a grown key's
+    new entries interleave with its old ones (the old array sits at the origin of the new one).
+    CNN torsos: the non-image keys follow the conv features in dense_0's rows; new image channels
+    (image_key, shapes [H, W, C]) get zero input channels in the first conv.
+
+    Args:
+      params: a Flax parameter tree.
+      old_shapes, new_shapes: observation key -> per-row shape; keys may be added, never removed.
+      image_key: the image observation of a CNN torso (None for MLP torsos).
+    """
+    flat = flatten_params(params)
+    old_shapes, new_shapes = dict(old_shapes), dict(new_shapes)
+    torsos = _torsos(flat)
+    cnn = [t for t in torsos if _torso_kind(flat, t) != "mlp"]
+    if image_key is not None or cnn:
+        return _add_cnn_inputs(params, flat, old_shapes, new_shapes, image_key, cnn)
+    src, old_size = _feature_src(old_shapes, new_shapes)
+    space = AxisMap.from_src(src, old_size)
+    slots = []
+    for torso in torsos or [None]:
+        if torso is None:
+            slots += _consumer_slots(flat, None)
+        elif 0 in _indices(flat, ("params", torso), "dense"):
+            slots += _reader_slots(flat, ("params", torso, "dense_0"))
+        else:
+            slots += _mlp_stream_slots(flat, torso)
+    try:
+        new, pmap = _widen_space(params, slots, space, 0)
+    except SurgeryError as e:
+        raise SurgeryError(
+            f"{e}; observations {old_shapes} flatten to {old_size} features"
+        ) from None
+    return OpResult(new, pmap)
+
+
+def _add_cnn_inputs(params, flat, old_shapes, new_shapes, image_key, cnn):
+    if image_key is None or len(cnn) != 1:
+        raise SurgeryError(f"a CNN torso ({cnn}) needs image_key to add observations")
+    torso = cnn[0]
+    root = ("params", torso)
+    if image_key not in old_shapes or image_key not in new_shapes:
+        raise SurgeryError(f"image observation {image_key!r} must be in old and new shapes")
+    old_img, new_img = tuple(old_shapes.pop(image_key)), tuple(new_shapes.pop(image_key))
+    maps: dict[Path, LeafMap] = {}
+    if old_img != new_img:
+        if len(old_img) != 3 or old_img[:2] != new_img[:2] or new_img[2] < old_img[2]:
+            raise SurgeryError(
+                f"image {image_key!r} changes from {list(old_img)} to {list(new_img)} ([H, W, C]);"
+                " only adding channels is supported"
+            )
+        impala = _torso_kind(flat, torso) == "impala_cnn"
+        first = root + (("stack_0", "conv") if impala else ("conv_0",))
+        channels = AxisMap.append(old_img[2], new_img[2])
+        params, pmap = _widen_space(params, _reader_slots(flat, first), channels, 0)
+        maps.update(pmap.leaves)
+    src, old_size = _feature_src(old_shapes, new_shapes)
+    if len(src) != old_size or (src != np.arange(old_size)).any():
+        flat = flatten_params(params)
+        rows = _kernel(flat, root + ("dense_0",)).shape[0]
+        slot = _Slot(root + ("dense_0", "kernel"), 0, READER, offset=rows - old_size)
+        params, pmap = _widen_space(params, [slot], AxisMap.from_src(src, old_size), 0)
+        maps.update(pmap.leaves)
+    return OpResult(params, ParamMap(maps))
+
+
+def extend_obs_norm(obs_norm: Mapping, template: Mapping) -> dict:
+    """Observation normalizer statistics for the new observations.
+
+    Old statistics are kept (embedded at the origin of a grown key, count unchanged); new
+    features get mean 0, var 1. Keys only in `template` (the new network's init_obs_norm()) start
+    from it, with count 0, so their first batch sets their statistics from real data.
+    """
+    removed = sorted(set(obs_norm) - set(template))
+    if removed:
+        raise SurgeryError(f"normalizer statistics for {removed} have no place in the new network")
+    out = {}
+    for key, fresh in template.items():
+        if key not in obs_norm:
+            out[key] = fresh
+            continue
+        old = obs_norm[key]
+        shape = np.shape(fresh.mean)
+        if np.ndim(old.mean) != len(shape) or any(o > n for o, n in zip(np.shape(old.mean), shape)):
+            raise SurgeryError(
+                f"normalizer statistics of {key!r} change from {list(np.shape(old.mean))} to "
+                f"{list(shape)}; only growing is supported"
+            )
+        window = tuple(slice(0, o) for o in np.shape(old.mean))
+        mean = np.zeros(shape, np.asarray(old.mean).dtype)
+        var = np.ones(shape, np.asarray(old.var).dtype)
+        mean[window], var[window] = np.asarray(old.mean), np.asarray(old.var)
+        out[key] = old.replace(mean=mean, var=var, count=np.asarray(old.count))
+    return out
+
+
+def add_actions(
+    params,
+    num_new: int = 1,
+    *,
+    positions: Sequence[int] | None = None,
+    bias: float | None = None,
+    tolerance: float = 1e-6,
+    feature_bound: float | None = None,
+    logits=None,
+) -> OpResult:
+    """Adds discrete actions: zero kernel columns in policy_head/logits and a constant bias.
+
+    With a zero column the new logit is the constant b, so KL(old || new) = log(1 + k e^b / Z(x))
+    (k new actions, Z(x) the old partition function) is not constant over inputs; b is chosen so
+    that the new actions' total probability stays below `tolerance` (then KL <= tolerance):
+      bias given:     used as is;
+      feature_bound:  guaranteed for every input whose head features lie in [-B, B] (tanh MLP,
+                      LSTM h: B = 1), via log Z(x) >= max_a (c_a - B * ||W[:, a]||_1);
+      logits:         from the smallest log Z over a batch of old logits [N, A] (holds on that
+                      batch only; surgery.verify reports the achieved KL on its batch).
+    The old actions' logits are unchanged; mask the new actions (ActionInfo.legal_mask_old) to
+    keep the old policy exactly and anneal them in (annealed_legal_mask).
+
+    Args:
+      positions: indices of the new actions in the new action space (default: appended).
+    """
+    flat = flatten_params(params)
+    kernel = _kernel(flat, POLICY_HEAD)
+    b_old = np.asarray(flat[POLICY_HEAD + ("bias",)], np.float64)
+    a_old = kernel.shape[1]
+    a_new = a_old + int(num_new)
+    if num_new < 1:
+        raise SurgeryError(f"{path_str(POLICY_HEAD)}: num_new={num_new} must be >= 1")
+    if positions is None:
+        positions = list(range(a_old, a_new))
+    positions = sorted(int(p) for p in positions)
+    if (
+        len(positions) != num_new
+        or len(set(positions)) != num_new
+        or not all(0 <= p < a_new for p in positions)
+    ):
+        raise SurgeryError(f"positions {positions} must be {num_new} distinct indices < {a_new}")
+    src = np.full(a_new, -1, np.int64)
+    src[np.setdiff1d(np.arange(a_new), positions)] = np.arange(a_old)
+    amap = AxisMap.from_src(src, a_old)
+    k = float(num_new)
+    # The largest new-action probability with KL <= tolerance, a hair lower against rounding.
+    target = -math.expm1(-tolerance) * (1.0 - 1e-6)
+    if bias is not None:
+        rule, log_z = "given", None
+    elif feature_bound is not None:
+        w1 = np.sum(np.abs(np.asarray(kernel, np.float64)), axis=0)
+        rule, log_z = "bound", float(np.max(b_old - feature_bound * w1))
+    elif logits is not None:
+        logits = np.asarray(logits, np.float64)
+        if logits.shape[-1] != a_old:
+            raise SurgeryError(f"logits have {logits.shape[-1]} actions, the head has {a_old}")
+        rule, log_z = "batch", float(np.min(_logsumexp(logits.reshape(-1, a_old))))
+    else:
+        raise SurgeryError("add_actions needs bias, feature_bound or a batch of logits")
+    if log_z is None:
+        max_prob = kl = float("nan")
+    else:
+        bias = log_z + math.log(target / k)
+        max_prob = min(k * math.exp(bias - log_z), 1.0)
+        kl = -math.log1p(-max_prob) if max_prob < 1.0 else float("inf")
+    info = ActionInfo(
+        num_actions_old=a_old,
+        num_actions_new=a_new,
+        new_actions=tuple(positions),
+        bias=float(bias),
+        rule=rule,
+        max_new_prob=max_prob,
+        kl_bound=kl,
+    )
+    kernel_map = LeafMap(
+        POLICY_HEAD + ("kernel",), (kernel.shape[0], a_new), kernel.dtype.name, ((1, amap),)
+    )
+    bias_leaf = np.asarray(flat[POLICY_HEAD + ("bias",)])
+    bias_map = LeafMap(POLICY_HEAD + ("bias",), (a_new,), bias_leaf.dtype.name, ((0, amap),))
+    out = dict(flat)
+    out[POLICY_HEAD + ("kernel",)] = kernel_map.apply(kernel)
+    out[POLICY_HEAD + ("bias",)] = amap.apply(bias_leaf, 0, fill=float(bias))
+    pmap = ParamMap({POLICY_HEAD + ("kernel",): kernel_map, POLICY_HEAD + ("bias",): bias_map})
+    return OpResult(unflatten_params(out), pmap, action_map=amap, action_info=info)
+
+
+def _logsumexp(x: np.ndarray) -> np.ndarray:
+    m = np.max(x, axis=-1)
+    return m + np.log(np.sum(np.exp(x - m[..., None]), axis=-1))
+
+
+def add_residual_block(
+    params, torso: str, *, rng, index: int | None = None, init_scale: float = 1.0
+) -> OpResult:
+    """Inserts a residual block res_k into an MLP torso; exact because its dense_1 is zero.
+
+    The block computes h + dense_1(act(dense_0(h))) at the stream width; dense_0 gets a fresh
+    orthogonal init (scale sqrt(2) * init_scale, as networks/torsos.py), dense_1 kernel and bias
+    are 0, so gradients reach dense_1 at once. Blocks at and after `index` (default: the end)
+    move up by one (res_j -> res_{j+1}). The config gains network.residual_blocks += 1.
+
+    Args:
+      torso: "torso", "policy_torso" or "value_torso" (or "params/<torso>").
+    """
+    root = as_path(torso)
+    flat = flatten_params(params)
+    if len(root) != 2 or root[1] not in TORSOS or root[1] not in _torsos(flat):
+        raise SurgeryError(
+            f"no torso {path_str(root)}; the network has "
+            f"{[path_str(('params', t)) for t in _torsos(flat)]}"
+        )
+    if _torso_kind(flat, root[1]) != "mlp":
+        raise SurgeryError(f"{path_str(root)} is a CNN torso; residual blocks are for MLP torsos")
+    blocks = _indices(flat, root, "res")
+    dense = _indices(flat, root, "dense")
+    if dense:
+        width = _kernel(flat, root + (f"dense_{dense[-1]}",)).shape[1]
+    elif blocks:
+        width = _kernel(flat, root + (f"res_{blocks[0]}", "dense_1")).shape[1]
+    else:
+        raise SurgeryError(f"{path_str(root)} has no layer that sets the stream width")
+    index = len(blocks) if index is None else int(index)
+    if not 0 <= index <= len(blocks):
+        raise SurgeryError(f"{path_str(root)}: index {index} not in [0, {len(blocks)}]")
+    leaves: dict[Path, LeafMap] = {}
+    out = {p: v for p, v in flat.items() if not (p[:2] == root and p[2].startswith("res_"))}
+    for j in blocks:
+        for p, v in flat.items():
+            if p[:3] == root + (f"res_{j}",):
+                dst = root + (f"res_{j + 1 if j >= index else j}",) + p[3:]
+                out[dst] = v
+                if dst != p:
+                    leaves[dst] = LeafMap(p, tuple(np.shape(v)), np.asarray(v).dtype.name)
+    block = root + (f"res_{index}",)
+    # Orthogonal init (as networks/torsos.py), with the sign fix that makes it uniform.
+    q, r = np.linalg.qr(generator(rng).standard_normal((width, width)))
+    kernel = math.sqrt(2.0) * init_scale * q * np.sign(np.diag(r))
+    new = {
+        block + ("dense_0", "kernel"): np.asarray(kernel, np.float32),
+        block + ("dense_0", "bias"): np.zeros(width, np.float32),
+        block + ("dense_1", "kernel"): np.zeros((width, width), np.float32),
+        block + ("dense_1", "bias"): np.zeros(width, np.float32),
+    }
+    out.update(new)
+    leaves.update({p: LeafMap(None, v.shape, v.dtype.name) for p, v in new.items()})
+    # A new leaf's optimizer moments are zeros; its values are set here, not by the map.
+    return OpResult(unflatten_params(out), ParamMap(leaves))

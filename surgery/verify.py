@@ -1,0 +1,315 @@
+"""Checks that surgery preserved the policy: old vs new network on steps and multi-step unrolls.
+
+OpenAI Five App. B: "it is crucial to ensure agent behavior is unchanged after surgery". Both
+networks see the same random observations (new features random too: their weights are zero, so
+any value must give the same outputs) and, for recurrent networks, the same random non-zero
+carries (the old carry padded for the new core).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from networks import heads
+from surgery.ops import AxisMap, generator, pad_carry
+
+LEGAL_ACTION_MASK = "legal_action_mask"
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyReport:
+    """Old vs new policy on a batch of single steps and of unrolls.
+
+    Attributes:
+      step_max_abs_logits, unroll_max_abs_logits: max |new - old| over the old actions' logits.
+      step_max_abs_value, unroll_max_abs_value: max |new - old| of the value.
+      mean_kl, max_kl: KL(old || new) per sample (over all new actions), mean and max over
+        steps and unroll steps.
+      max_new_action_prob: the largest total probability of new actions (0 without new ones).
+      logits_scale, value_scale: max |old logit| and max |old value| over the batch.
+      batch_size, unroll_length: what was compared.
+    """
+
+    step_max_abs_logits: float
+    step_max_abs_value: float
+    unroll_max_abs_logits: float
+    unroll_max_abs_value: float
+    mean_kl: float
+    max_kl: float
+    max_new_action_prob: float
+    logits_scale: float
+    value_scale: float
+    batch_size: int
+    unroll_length: int
+
+    @property
+    def max_abs_logits(self) -> float:
+        return max(self.step_max_abs_logits, self.unroll_max_abs_logits)
+
+    @property
+    def max_abs_value(self) -> float:
+        return max(self.step_max_abs_value, self.unroll_max_abs_value)
+
+    @property
+    def error(self) -> float:
+        """The number compared with a tolerance: max of KL and of |Δ logits| and |Δ value|
+        relative to the outputs' scale floored at 1 (absolute for O(1) outputs). A trained
+        value head outputs O(100): an exact surgery then differs by float32 rounding ~1e-5,
+        because the wider matmuls sum in another order."""
+        return max(
+            self.max_abs_logits / max(1.0, self.logits_scale),
+            self.max_abs_value / max(1.0, self.value_scale),
+            self.max_kl,
+        )
+
+    def ok(self, tolerance: float) -> bool:
+        return bool(self.error <= tolerance)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def __str__(self) -> str:
+        return (
+            f"max|Δlogits| {self.max_abs_logits:.3g} (step {self.step_max_abs_logits:.3g}, "
+            f"{self.unroll_length}-step unroll {self.unroll_max_abs_logits:.3g})  "
+            f"max|Δvalue| {self.max_abs_value:.3g}  KL(old||new) mean {self.mean_kl:.3g} "
+            f"max {self.max_kl:.3g}  max p(new actions) {self.max_new_action_prob:.3g}  "
+            f"error {self.error:.3g} (scales: logits {self.logits_scale:.3g}, value "
+            f"{self.value_scale:.3g}; {self.batch_size} rows)"
+        )
+
+
+def _sample(gen: np.random.Generator, spec_entry, stats, shape) -> np.ndarray:
+    full = (*shape, *spec_entry.shape)
+    dtype = spec_entry.dtype
+    if np.issubdtype(dtype, np.floating):
+        x = gen.standard_normal(full)
+        if stats is not None:
+            x = np.asarray(stats.mean) + np.sqrt(np.asarray(stats.var)) * x
+        return x.astype(dtype)
+    if dtype == np.bool_:
+        return gen.random(full) < 0.5
+    high = 256 if dtype == np.uint8 else 10
+    return gen.integers(0, high, full).astype(dtype)
+
+
+def sample_observations(spec, obs_norm, rng, batch_shape) -> dict:
+    """Random observations key -> [*batch_shape, *shape] of `spec`.
+
+    Float features are drawn around the normalizer's statistics when there are some (the range
+    the network was trained on), N(0, 1) otherwise; integer and image features uniformly.
+    """
+    gen = generator(rng)
+    return {
+        k: _sample(gen, s, (obs_norm or {}).get(k), tuple(batch_shape))
+        for k, s in sorted(spec.observation.items())
+    }
+
+
+def extend_observations(obs, old_spec, new_spec, new_obs_norm, rng) -> dict:
+    """The new spec's observations holding `obs` (old spec) where the old features were.
+
+    New keys and the new entries of grown keys are random (same batch shape).
+    """
+    key0 = next(iter(old_spec.observation))
+    batch_shape = np.shape(obs[key0])[: np.ndim(obs[key0]) - len(old_spec.observation[key0].shape)]
+    out = sample_observations(new_spec, new_obs_norm, rng, batch_shape)
+    for k, old in obs.items():
+        window = (Ellipsis, *(slice(0, d) for d in old_spec.observation[k].shape))
+        out[k][window] = np.asarray(old)
+    return out
+
+
+def _legal_masks(old_spec, new_spec, rng, batch_shape, action_map: AxisMap | None):
+    if LEGAL_ACTION_MASK not in old_spec.extras:
+        return {}, {}
+    old = generator(rng).random((*batch_shape, old_spec.num_actions)) < 0.7
+    old[..., 0] |= ~old.any(axis=-1)  # at least one legal action per row
+    new = np.ones((*batch_shape, new_spec.num_actions), bool)  # new actions legal: worst case
+    positions = _old_positions(action_map, old_spec.num_actions)
+    new[..., positions] = old
+    return {LEGAL_ACTION_MASK: old}, {LEGAL_ACTION_MASK: new}
+
+
+def _old_positions(action_map: AxisMap | None, num_actions: int) -> np.ndarray:
+    return np.arange(num_actions) if action_map is None else action_map.old_positions
+
+
+def random_carry(network, rng, batch: int):
+    """A random non-zero LSTM carry (c ~ N(0, 1), h ~ U(-1, 1)), or () for feed-forward."""
+    if not network.is_recurrent:
+        return ()
+    gen = generator(rng)
+    size = network.module.core_size
+    return (
+        gen.standard_normal((batch, size)).astype(np.float32),
+        gen.uniform(-1.0, 1.0, (batch, size)).astype(np.float32),
+    )
+
+
+def _logsumexp(x: np.ndarray) -> np.ndarray:
+    m = np.max(x, axis=-1, keepdims=True)
+    return m + np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))
+
+
+def _compare(old_logits, old_value, new_logits, new_value, positions):
+    old_logits = np.asarray(old_logits, np.float64)
+    new_logits = np.asarray(new_logits, np.float64)
+    kept = new_logits[..., positions]
+    d_logits = float(np.max(np.abs(kept - old_logits), initial=0.0))
+    d_value = float(np.max(np.abs(np.asarray(new_value) - np.asarray(old_value)), initial=0.0))
+    logp_old = old_logits - _logsumexp(old_logits)
+    logp_new = new_logits - _logsumexp(new_logits)
+    p_old = np.exp(logp_old)
+    # KL in float64 from the two log-softmaxes; only the old actions carry old probability mass.
+    kl = np.sum(p_old * (logp_old - logp_new[..., positions]), axis=-1)
+    p_new_old = np.sum(np.exp(logp_new[..., positions]), axis=-1)
+    new_mass = 0.0
+    if new_logits.shape[-1] > len(positions):
+        new_mass = max(float(np.max(1.0 - p_new_old, initial=0.0)), 0.0)
+    legal = old_logits[old_logits > heads.MASKED_LOGIT / 2]  # masked logits are -1e9
+    scales = (float(np.max(np.abs(legal), initial=0.0)), float(np.max(np.abs(old_value))))
+    return d_logits, d_value, kl.ravel(), new_mass, scales
+
+
+def verify(
+    old_network,
+    old_params,
+    old_obs_norm,
+    new_network,
+    new_params,
+    new_obs_norm,
+    *,
+    rng,
+    carry_map: AxisMap | None = None,
+    action_map: AxisMap | None = None,
+    batch_size: int = 32,
+    unroll_length: int = 8,
+) -> VerifyReport:
+    """Compares old and new policies on random steps and unrolls from random non-zero carries.
+
+    Args:
+      old_network, new_network: networks.Network before and after surgery.
+      old_params, old_obs_norm, new_params, new_obs_norm: their parameters and normalizers.
+      rng: a jax PRNG key, an int seed or a numpy Generator.
+      carry_map: how the LSTM units map (surgery.PlanResult.carry_map); None: unchanged.
+      action_map: how the actions map (PlanResult.action_map); None: unchanged.
+      batch_size: B rows of single steps and of unrolls.
+      unroll_length: T steps per unroll (episode starts drawn at random after step 0).
+
+    Returns:
+      A VerifyReport; logits are compared over the old actions, KL over all new actions.
+    """
+    verifier = Verifier(old_network, new_network, batch_size, unroll_length)
+    return verifier(
+        old_params,
+        old_obs_norm,
+        new_params,
+        new_obs_norm,
+        rng=rng,
+        carry_map=carry_map,
+        action_map=action_map,
+    )
+
+
+def _steps(network, params, obs_norm, step_inputs, unroll_inputs, rows: int):
+    """Feed-forward logits and values of step rows [B] and unroll rows [B, T] in one call."""
+    (obs, extras, _), (u_obs, u_extras, _) = step_inputs, unroll_inputs
+
+    def join(a, b):
+        return jnp.concatenate([a, b.reshape((rows,) + b.shape[2:])])
+
+    all_obs = {k: join(obs[k], u_obs[k]) for k in obs}
+    all_extras = {k: join(extras[k], u_extras[k]) for k in extras}
+    first = jnp.zeros((rows + len(next(iter(obs.values()))),), bool)
+    return network.step(params, obs_norm, all_obs, all_extras, (), first)[:2]
+
+
+class Verifier:
+    """`verify` for one pair of networks, compiled once and reusable (e.g. for every snapshot)."""
+
+    def __init__(self, old_network, new_network, batch_size: int = 32, unroll_length: int = 8):
+        self.old_network, self.new_network = old_network, new_network
+        self.batch_size, self.unroll_length = batch_size, unroll_length
+
+        recurrent = old_network.is_recurrent or new_network.is_recurrent
+
+        def outputs(old_p, old_n, new_p, new_n, step_inputs, unroll_inputs):
+            (o_step, n_step, step_first) = step_inputs
+            (o_unroll, n_unroll, unroll_first) = unroll_inputs
+            if not recurrent:
+                # A feed-forward unroll is B*T independent steps: one step call for all rows
+                # computes the same thing and halves the graph to compile.
+                b, t = unroll_first.shape
+                old_l, old_v = _steps(old_network, old_p, old_n, o_step, o_unroll, b * t)
+                new_l, new_v = _steps(new_network, new_p, new_n, n_step, n_unroll, b * t)
+                shape = (b, t)
+                return (
+                    (old_l[: -b * t], old_v[: -b * t]),
+                    (new_l[: -b * t], new_v[: -b * t]),
+                    (old_l[-b * t :].reshape(*shape, -1), old_v[-b * t :].reshape(shape)),
+                    (new_l[-b * t :].reshape(*shape, -1), new_v[-b * t :].reshape(shape)),
+                )
+            return (
+                old_network.step(old_p, old_n, *o_step, step_first)[:2],
+                new_network.step(new_p, new_n, *n_step, step_first)[:2],
+                old_network.unroll(old_p, old_n, *o_unroll, unroll_first)[:2],
+                new_network.unroll(new_p, new_n, *n_unroll, unroll_first)[:2],
+            )
+
+        # One jit for all four calls: eager execution would compile every op for its shapes.
+        self._outputs = jax.jit(outputs)
+
+    def __call__(
+        self,
+        old_params,
+        old_obs_norm,
+        new_params,
+        new_obs_norm,
+        *,
+        rng,
+        carry_map: AxisMap | None = None,
+        action_map: AxisMap | None = None,
+    ) -> VerifyReport:
+        """See `verify`."""
+        old_spec, new_spec = self.old_network.spec, self.new_network.spec
+        positions = _old_positions(action_map, old_spec.num_actions)
+        gen = generator(rng)
+        batch_size, unroll_length = self.batch_size, self.unroll_length
+
+        def inputs(shape):
+            old_obs = sample_observations(old_spec, old_obs_norm, gen, shape)
+            new_obs = extend_observations(old_obs, old_spec, new_spec, new_obs_norm, gen)
+            old_extras, new_extras = _legal_masks(old_spec, new_spec, gen, shape, action_map)
+            old_carry = random_carry(self.old_network, gen, batch_size)
+            new_carry = pad_carry(old_carry, carry_map)
+            return (old_obs, old_extras, old_carry), (new_obs, new_extras, new_carry)
+
+        step_inputs = (*inputs((batch_size,)), np.zeros((batch_size,), bool))
+        shape = (batch_size, unroll_length)
+        first = gen.random(shape) < 0.1
+        first[:, 0] = False
+        unroll_inputs = (*inputs(shape), first)
+        old_s, new_s, old_u, new_u = self._outputs(
+            old_params, old_obs_norm, new_params, new_obs_norm, step_inputs, unroll_inputs
+        )
+        step = _compare(*old_s, *new_s, positions)
+        unroll = _compare(*old_u, *new_u, positions)
+        kl = np.concatenate([step[2], unroll[2]])
+        return VerifyReport(
+            step_max_abs_logits=step[0],
+            step_max_abs_value=step[1],
+            unroll_max_abs_logits=unroll[0],
+            unroll_max_abs_value=unroll[1],
+            mean_kl=float(np.mean(kl)),
+            max_kl=float(np.max(kl)),
+            max_new_action_prob=max(step[3], unroll[3]),
+            logits_scale=max(step[4][0], unroll[4][0]),
+            value_scale=max(step[4][1], unroll[4][1]),
+            batch_size=batch_size,
+            unroll_length=unroll_length,
+        )

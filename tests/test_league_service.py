@@ -1,0 +1,131 @@
+"""The league inside the server: opponent assignment, training masks, per-policy inference,
+results, and the league state surviving a checkpoint round trip."""
+
+import json
+
+import jax
+import ml_collections
+import numpy as np
+
+from networks import make_network
+from seedlike.config import base_config
+from seedlike.league.league import LEARNER, League
+from seedlike.rpc.codec import StepRows, make_hello
+from seedlike.server.inference import InferenceService
+from seedlike.server.policy import PolicyRegistry
+from seedlike.server.trajectory_store import TrajectoryStore
+from seedlike.types import ArraySpec, EnvSpec
+
+SPEC = EnvSpec(
+    "TicTacToe-v1",
+    {"obs": ArraySpec(np.bool_, (3, 3, 2))},
+    num_actions=9,
+    num_players=2,
+    extras={"legal_action_mask": ArraySpec(np.bool_, (9,))},
+)
+
+
+def league_config(**overrides):
+    c = base_config().league
+    c = ml_collections.ConfigDict(c.to_dict())
+    c.update(overrides)
+    return c
+
+
+def forced_params(network, action):
+    """Params whose policy plays `action` (logit bias +50) whatever the board."""
+    params = network.init(jax.random.key(0))
+    bias = np.zeros(SPEC.num_actions, np.float32)
+    bias[action] = 50.0
+    params["params"]["policy_head"]["logits"]["bias"] = bias
+    params["params"]["policy_head"]["logits"]["kernel"] *= 0.0
+    return {"params": params, "obs_norm": {}}
+
+
+def board_rows(n_envs, acting_player, first=False, done=False):
+    """Both rows of n envs: one player to move."""
+    env_id = np.repeat(np.arange(n_envs, dtype=np.int32), 2)
+    player = np.tile(np.array([0, 1], np.int32), n_envs)
+    acting = (player == acting_player) & (not done)
+    flag = np.full(2 * n_envs, done)
+    return StepRows(
+        obs={"obs": np.zeros((2 * n_envs, 3, 3, 2), bool)},
+        extras={"legal_action_mask": np.ones((2 * n_envs, 9), bool)},
+        reward=np.where(flag, np.where(player == 0, 1.0, -1.0), 0.0).astype(np.float32),
+        terminated=flag,
+        truncated=np.zeros(2 * n_envs, bool),
+        env_id=env_id,
+        player_id=player,
+        acting=acting,
+        game_over=flag,
+    )
+
+
+def test_snapshots_play_their_seats_and_are_not_trained_on(tmp_path):
+    c = base_config()
+    c.network.hidden_sizes = (8,)
+    network = make_network(c.network, SPEC)
+    league = League(
+        league_config(sampler="uniform_recent", p_latest=0.0), snapshot_dir=str(tmp_path)
+    )
+    league.add_snapshot(5, forced_params(network, 4))
+    registry = PolicyRegistry()
+    registry.publish(9, forced_params(network, 0))
+    unrolls = []
+    store = TrajectoryStore(SPEC, 2, unrolls.append, network.initial_carry, league.opponents)
+    service = InferenceService(SPEC, network, registry, store, c.server, league=league)
+    service.start()
+    try:
+        session = service.open_session(make_hello(SPEC, 0, 4))
+        moves = []
+        for turn in range(6):
+            actions, _ = service.submit(session, board_rows(4, turn % 2)).result(timeout=30)
+            moves.append(actions.reshape(4, 2)[:, turn % 2])
+        service.submit(session, board_rows(4, 0, done=True)).result(timeout=30)
+    finally:
+        service.stop(finished=True)
+    moves = np.array(moves)
+    assert (moves[0::2] == 0).all(), "player 0 is the learning policy (plays 0)"
+    assert (moves[1::2] == 4).all(), "player 1 is snapshot 5 (plays 4)"
+    # Only the learner's seats produced unrolls, and every valid step is one of its moves.
+    assert unrolls and all(u.action[u.valid].tolist() == [0] * u.valid.sum() for u in unrolls)
+    assert all(u.valid.any() for u in unrolls)
+    metrics = league.take_metrics()
+    assert metrics["league/games_vs_pool"] == 4 and metrics["league/win_rate_vs_pool"] == 1.0
+    assert league.payoff.counts("latest", 5) == (4.0, 0.0, 0.0)
+
+
+def test_opponents_follow_the_sampler():
+    league = League(league_config(sampler="openai_five"), seed=0)
+    assert (league.opponents(100) == LEARNER).all(), "empty pool: pure self-play"
+    for v in (10, 20):
+        league.add_snapshot(v, {"w": np.zeros(1)})
+    picks = league.opponents(4000)
+    assert abs(np.mean(picks == LEARNER) - 0.8) < 0.03
+    assert set(np.unique(picks)) == {LEARNER, 10, 20}
+
+
+def test_league_state_survives_a_checkpoint_round_trip(tmp_path):
+    c = base_config()
+    c.network.hidden_sizes = (8,)
+    network = make_network(c.network, SPEC)
+    league = League(
+        league_config(sampler="openai_five", max_snapshots=2), snapshot_dir=str(tmp_path)
+    )
+    for v in (10, 20, 30):
+        league.add_snapshot(v, forced_params(network, v % 9))
+    league.record(20, 1)
+    league.record(30, -1)
+    state = json.loads(json.dumps(league.state_dict()))  # as stored in checkpoint metadata
+
+    restored = League(
+        league_config(sampler="openai_five", max_snapshots=2), snapshot_dir=str(tmp_path)
+    )
+    restored.load_state_dict(state, forced_params(network, 0))
+    assert restored.pool.ids == [20, 30]  # 10 left the pool (max_snapshots=2)
+    np.testing.assert_allclose(restored.pool.qualities(), league.pool.qualities())
+    assert restored.payoff.counts("latest", 20) == (1.0, 0.0, 0.0)
+    assert restored.payoff.counts("latest", 30) == (0.0, 0.0, 1.0)
+    for v in (20, 30):
+        jax.tree.map(np.testing.assert_array_equal, restored.params(v), league.params(v))
+    assert restored.params(10) is None
