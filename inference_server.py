@@ -13,6 +13,7 @@ import threading
 
 from absl import app, flags, logging
 
+from seedlike import xla_flags
 from seedlike.serving import serve_checkpoint
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Run dir, checkpoints dir or step dir.")
@@ -26,6 +27,7 @@ flags.mark_flag_as_required("checkpoint")
 
 def main(argv):
     del argv
+    xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -15,6 +15,7 @@ import threading
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from seedlike import xla_flags
 from seedlike.config import check_override_flags
 from seedlike.training import train
 
@@ -33,6 +34,7 @@ _PORT = flags.DEFINE_integer("port", 50051, "Port to serve actors on (0 = any fr
 
 def main(argv):
     del argv
+    xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
     stop = threading.Event()
 
     def on_signal(signum, frame):

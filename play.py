@@ -12,6 +12,7 @@ import json
 
 from absl import app, flags
 
+from seedlike import xla_flags
 from seedlike.league import games
 
 _A = flags.DEFINE_string("a", None, "First agent: checkpoint path, random or scripted.")
@@ -26,6 +27,7 @@ flags.mark_flag_as_required("a")
 
 def main(argv):
     del argv
+    xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
     a, b = (games.make_agent(x, greedy=_GREEDY.value) for x in (_A.value, _B.value))
     env = _ENV.value or next(
         (x.network.spec.name for x in (a, b) if isinstance(x, games.NetworkAgent)), None

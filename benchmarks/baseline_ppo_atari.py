@@ -44,6 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from networks import heads  # noqa: E402
+from networks.torsos import space_to_depth, space_to_depth_kernel  # noqa: E402
 from seedlike.algos import gae, ppo  # noqa: E402
 
 # How Conv computes a convolution; all are the same function (see Conv).
@@ -127,25 +128,6 @@ class PPOConfig:
 
 # ---------------------------------------------------------------------------------------------
 # Network
-
-
-def space_to_depth(x: jax.Array, block: int) -> jax.Array:
-    """[N, H, W, C] -> [N, H/b, W/b, b*b*C], channel index (dy * b + dx) * C + c."""
-    n, h, w, c = x.shape
-    x = x.reshape(n, h // block, block, w // block, block, c)
-    return x.transpose(0, 1, 3, 2, 4, 5).reshape(n, h // block, w // block, block * block * c)
-
-
-def space_to_depth_kernel(kernel: jax.Array, block: int) -> jax.Array:
-    """[k, k, C, F] HWIO -> [k/b, k/b, b*b*C, F], matching space_to_depth's channel order.
-
-    A VALID stride-b convolution with a k x k kernel (k a multiple of b) equals a VALID stride-1
-    convolution with this (k/b) x (k/b) kernel over space_to_depth(x, b): output (i, j) reads input
-    rows b*i + ky with ky = b*p + dy, i.e. block row i + p, offset dy.
-    """
-    k, _, c, f = kernel.shape
-    kernel = kernel.reshape(k // block, block, k // block, block, c, f)
-    return kernel.transpose(0, 2, 1, 3, 4, 5).reshape(k // block, k // block, block * block * c, f)
 
 
 def im2col(x: jax.Array, k: int) -> jax.Array:

@@ -12,7 +12,6 @@ Writes JSON to --out (default benchmarks/results/throughput-<time>.json) and pri
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 import platform
@@ -26,6 +25,9 @@ from absl import app, flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import results_io  # noqa: E402
 
 _CONFIG = flags.DEFINE_string("config", os.path.join(ROOT, "configs", "cartpole_ppo.py"), "Config.")
 _NUM_ACTORS = flags.DEFINE_integer("num_actors", 2, "Actor processes (as scripts/train.sh).")
@@ -204,13 +206,7 @@ def main(argv):
     result["train_fraction_of_raw"] = result["train_sps"] / result["raw_env_sps"]
     result["grpc_fraction_of_raw"] = result["grpc_server_sps"] / result["raw_env_sps"]
     result["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    out = _OUT.value or os.path.join(
-        ROOT, "benchmarks", "results", f"throughput-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(result, f, indent=2)
-    print(json.dumps(result, indent=2))
+    results_io.write("throughput", result, _OUT.value)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ def get_config():
     c = base_config()
     c.env.name = "ConnectFour-v1"
     c.env.num_envs = 32  # per actor; each env has two seats
-    c.total_env_steps = 20_000_000
+    c.total_env_steps = 200_000_000  # stop it when it is good enough
     c.unroll_length = 16
     c.batch_unrolls = 64
     c.network.hidden_sizes = (256, 256)

@@ -57,6 +57,7 @@ class ActorCritic(nn.Module):
     cnn_hidden: int | None = None
     image_key: str | None = None
     core_size: int = 0  # 0: feed-forward
+    space_to_depth: bool = True  # Nature CNN: its stride-2 conv over 2x2 blocks (same function)
 
     def setup(self):
         if self.torso_kind == "mlp" and not self.shared_torso:
@@ -77,6 +78,8 @@ class ActorCritic(nn.Module):
             kwargs["channels"] = tuple(self.cnn_channels)
         if self.cnn_hidden is not None:
             kwargs["hidden_size"] = self.cnn_hidden
+        if self.torso_kind == "nature_cnn":
+            kwargs["space_to_depth"] = self.space_to_depth
         cnn = {"nature_cnn": torsos.NatureCNN, "impala_cnn": torsos.ImpalaCNN}
         return cnn.get(self.torso_kind, torsos.SmallCNN)(**kwargs)
 
@@ -247,6 +250,7 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         cnn_hidden=int(cnn_hidden) if cnn_hidden else None,
         image_key=image_key,
         core_size=int(network_config.get("core_size", 256)) if core == "lstm" else 0,
+        space_to_depth=bool(network_config.get("space_to_depth", True)),
     )
     return Network(
         spec=spec,

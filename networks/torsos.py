@@ -74,18 +74,68 @@ class ResidualDense(nn.Module):
         return x + _dense(self.features, "dense_1")(y)
 
 
+def space_to_depth(x: jax.Array, block: int) -> jax.Array:
+    """[N, H, W, C] -> [N, H/b, W/b, b*b*C], channel index (dy * b + dx) * C + c."""
+    n, h, w, c = x.shape
+    x = x.reshape(n, h // block, block, w // block, block, c)
+    return x.transpose(0, 1, 3, 2, 4, 5).reshape(n, h // block, w // block, block * block * c)
+
+
+def space_to_depth_kernel(kernel: jax.Array, block: int) -> jax.Array:
+    """[k, k, C, F] -> [k/b, k/b, b*b*C, F] in space_to_depth's channel order.
+
+    A VALID stride-b convolution with a k x k kernel (k a multiple of b) is the VALID stride-1
+    convolution of space_to_depth(x, b) with this kernel: output (i, j) reads input rows
+    b*i + ky, ky = b*p + dy, i.e. block row i + p at offset dy.
+    """
+    k, _, c, f = kernel.shape
+    kernel = kernel.reshape(k // block, block, k // block, block, c, f)
+    return kernel.transpose(0, 2, 1, 3, 4, 5).reshape(k // block, k // block, block * block * c, f)
+
+
+class StridedConv(nn.Module):
+    """A VALID strided conv with nn.Conv's parameters (kernel [k, k, C, F], bias), optionally
+    computed as a stride-1 conv over space-to-depth blocks: the same function, but XLA:CPU's
+    input gradient of the stride-2 4x4 conv of the Nature CNN is ~5x faster that way."""
+
+    features: int
+    kernel_size: int
+    stride: int
+    space_to_depth: bool = False
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        k, s = self.kernel_size, self.stride
+        kernel = self.param(
+            "kernel", nn.initializers.orthogonal(np.sqrt(2.0)), (k, k, x.shape[-1], self.features)
+        )
+        bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        if self.space_to_depth and s > 1 and k % s == 0 and x.shape[1] % s == 0 == x.shape[2] % s:
+            x, kernel, k, s = space_to_depth(x, s), space_to_depth_kernel(kernel, s), k // s, 1
+        y = jax.lax.conv_general_dilated(
+            x, kernel, (s, s), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
+        return y + bias
+
+
 class NatureCNN(nn.Module):
-    """Mnih et al. 2015: conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512. Input [N, H, W, C]."""
+    """Mnih et al. 2015: conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512. Input [N, H, W, C].
+
+    space_to_depth computes the second conv over 2x2 blocks (see StridedConv): identical function
+    and parameters, a faster update on CPU (benchmarks/RESULTS.md).
+    """
 
     channels: Sequence[int] = (32, 64, 64)
     hidden_size: int = 512
+    space_to_depth: bool = True
 
     @nn.compact
     def __call__(self, image: jax.Array, extra: jax.Array | None = None) -> jax.Array:
         kernels, strides = (8, 4, 3), (4, 2, 1)
         x = image
         for i, (c, k, s) in enumerate(zip(self.channels, kernels, strides)):
-            x = nn.relu(_conv(c, k, s, f"conv_{i}")(x))
+            s2d = self.space_to_depth and i == 1
+            x = nn.relu(StridedConv(c, k, s, s2d, name=f"conv_{i}")(x))
         x = x.reshape(x.shape[0], -1)
         if extra is not None:
             x = jnp.concatenate([x, extra], axis=-1)

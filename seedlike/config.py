@@ -41,6 +41,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.network.image_key = "obs"  # CNN torsos: which observation is the image
     c.network.image_layout = "auto"  # CHW | HWC | auto (channels = the smaller end dimension)
     c.network.image_scale = 1.0 / 255.0  # image inputs are multiplied by this
+    c.network.space_to_depth = True  # nature_cnn: stride-2 conv as stride-1 over 2x2 blocks
     c.network.core = "none"  # none | lstm (between torso and heads; the torso is then shared)
     c.network.core_size = 256  # LSTM units
     c.network.normalize_obs = True  # running mean/std normalization of float observations
@@ -104,6 +105,15 @@ def base_config() -> ml_collections.ConfigDict:
     c.league.eval_greedy = False  # evaluate the most likely legal move instead of sampling
     c.league.reference_every = 200  # policy versions between snapshots promoted to references
     c.league.reference_games = 200  # round-robin games rating each new reference
+
+    # Bring an environment change in gradually after surgery (OpenAI Five App. B): the share of new
+    # episodes with the change ramps from 0 to 1 over `updates` policy versions from start_version;
+    # without it, new_actions are illegal and new_obs_features (indices into "obs") read 0.
+    c.anneal = ml_collections.ConfigDict()
+    c.anneal.start_version = 0
+    c.anneal.updates = 0  # 0: no annealing
+    c.anneal.new_actions = ()
+    c.anneal.new_obs_features = ()
 
     c.actor = ml_collections.ConfigDict()
     c.actor.backoff_initial_s = 0.1  # first reconnect wait; doubles up to backoff_max_s

@@ -28,6 +28,7 @@ from seedlike.learner.learner import Learner
 from seedlike.metrics import MetricsWriter
 from seedlike.rpc.service import serve
 from seedlike.server import inference
+from seedlike.server.anneal import Annealing
 from seedlike.server.policy import PolicyRegistry
 from seedlike.server.trajectory_store import TrajectoryStore
 from seedlike.types import stack_unrolls
@@ -37,14 +38,23 @@ LEAGUE_DIR = "league"
 
 
 def start_inference(
-    config, spec, network, registry, store, logdir, bind, port, guard=None, league=None
-):
+    config, spec, network, registry, store, logdir, bind, port, guard=None, league=None,
+    annealing=None,
+):  # fmt: skip
     """Starts the inference thread and its gRPC server; writes <logdir>/server_address.
 
     Returns (service, grpc server, "host:port").
     """
     service = inference.InferenceService(
-        spec, network, registry, store, config.server, seed=config.seed, guard=guard, league=league
+        spec,
+        network,
+        registry,
+        store,
+        config.server,
+        seed=config.seed,
+        guard=guard,
+        league=league,
+        annealing=annealing,
     )
     service.start()
     server, bound = serve(service, bind, port, config.server.max_actors)
@@ -119,9 +129,14 @@ def train(
                 continue
 
     opponents = league.opponents if league is not None else None
-    store = TrajectoryStore(spec, config.unroll_length, emit, network.initial_carry, opponents)
+    annealing = Annealing.from_config(config.anneal)
+    changes = (lambda n: service.changes(n)) if annealing else None  # noqa: E731
+    store_spec = annealing.server_spec(spec) if annealing else spec
+    store = TrajectoryStore(
+        store_spec, config.unroll_length, emit, network.initial_carry, opponents, changes
+    )
     service, server, _ = start_inference(
-        config, spec, network, registry, store, logdir, bind, port, learner.guard, league
+        config, spec, network, registry, store, logdir, bind, port, learner.guard, league, annealing
     )
     evaluator = None
     if evaluation is not None and config.league.eval_interval_s > 0:
@@ -277,6 +292,8 @@ def _row(
     }
     # Learner values are null in an interval without updates, so every row has the same keys.
     row.update({k: float("nan") for k in learner.metric_keys})
+    if service.annealing is not None:
+        row["anneal_fraction"] = service.annealing.fraction(learner.version)
     if league is not None:
         row.update(league.take_metrics())
     if evaluator is not None:

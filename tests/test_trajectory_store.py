@@ -163,7 +163,7 @@ def test_carry_is_kept_per_seat_and_stored_at_unroll_start():
 
     def step(batch, env_ids):
         mask = batch.acting | batch.terminated | batch.truncated
-        first, (carry,), policy = store.policy_inputs(1, batch, mask)
+        first, (carry,), policy, _ = store.policy_inputs(1, batch, mask)
         assert (policy == -1).all()
         carry = np.where(first[:, None], 0.0, carry)  # what the network's reset does
         new = (carry + 1.0,)

@@ -48,6 +48,7 @@ class Evaluation:
         self.guard = guard
         self._seed = seed
         self._round = 0
+        self.stop = threading.Event()  # set to abandon an evaluation under way
         self._next_reference = int(league_config.reference_every)
         self.agents = base_references(env_name)
         self.evaluator: TrueSkillEvaluator | None = None
@@ -56,7 +57,8 @@ class Evaluation:
 
     def _games(self, a, b, n: int) -> games.MatchResult:
         self._round += 1
-        return games.play_match(self.env_name, a, b, n, seed=self._seed * 7919 + self._round)
+        seed = self._seed * 7919 + self._round
+        return games.play_match(self.env_name, a, b, n, seed=seed, stop=self.stop)
 
     def setup(self) -> None:
         """Rates the base references by a round-robin among them (random at mu = 0)."""
@@ -163,6 +165,8 @@ class EvaluationThread(threading.Thread):
             try:
                 metrics = self.evaluation.evaluate(version, params)
                 state = self.evaluation.state_dict()
+            except games.Interrupted:
+                return
             except Exception:  # noqa: BLE001 - evaluation must never take training down
                 logging.exception("evaluation of policy version %d failed", version)
                 continue
@@ -182,4 +186,5 @@ class EvaluationThread(threading.Thread):
 
     def stop(self) -> None:
         self._stop_event.set()
-        self.join(timeout=120)
+        self.evaluation.stop.set()
+        self.join(timeout=60)

@@ -160,12 +160,23 @@ def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+class Interrupted(Exception):
+    """play_match was asked to stop before its games were done."""
+
+
 def play_match(
-    env_name: str, agent_a, agent_b, num_games: int, seed: int = 0, num_envs: int = 16
+    env_name: str,
+    agent_a,
+    agent_b,
+    num_games: int,
+    seed: int = 0,
+    num_envs: int = 16,
+    stop=None,
 ) -> MatchResult:
     """Plays num_games of a two-player envpool game, agent_a as player 0 and agent_b as player 1.
 
-    envpool picks the first mover at random every game, so both agents play both colours.
+    envpool picks the first mover at random every game, so both agents play both colours. Raises
+    Interrupted as soon as the threading.Event `stop` is set.
     """
     env_config = ml_collections.ConfigDict(
         {"name": env_name, "num_envs": min(num_envs, num_games), "batch_size": 0, "num_threads": 0}
@@ -184,6 +195,9 @@ def play_match(
     first = np.ones((2, n_envs), bool)  # per player: next move starts a game (carry reset)
     env.reset()
     while len(result.outcomes) < num_games:
+        if stop is not None and stop.is_set():
+            env.close()
+            raise Interrupted()
         rows = env.recv()
         done = rows.terminated | rows.truncated
         actions = np.zeros(rows.reward.shape[0], np.int32)

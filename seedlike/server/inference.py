@@ -24,7 +24,7 @@ import numpy as np
 
 from seedlike.rpc import codec
 from seedlike.server import policy as policy_lib
-from seedlike.server.trajectory_store import Episode, TrajectoryStore
+from seedlike.server.trajectory_store import Episode, PolicyInputs, TrajectoryStore
 
 
 class ServerStopping(RuntimeError):
@@ -94,6 +94,7 @@ class InferenceService:
         seed: int = 0,
         guard=None,
         league=None,
+        annealing=None,
     ):
         self.spec = spec
         self.registry = registry
@@ -103,6 +104,8 @@ class InferenceService:
         self._policy_step = policy_lib.make_policy_step(network)
         self._initial_carry = network.initial_carry
         self.league = league
+        self.annealing = annealing
+        self._anneal_rng = np.random.default_rng(seed + 1)
         self._guard = guard or (lambda fn, *args: fn(*args))
         self._seed = np.uint32(seed)
         self._counter = itertools.count()
@@ -260,17 +263,22 @@ class InferenceService:
             self.store.policy_inputs(s.session_id, s.rows, m) if ok else self._fresh_inputs(c)
             for s, m, c, ok in zip(steps, infer, counts, known)
         ]
+        if self.annealing is not None:
+            for step, mask, x in zip(steps, infer, inputs):
+                changed = np.ones(mask.shape[0], np.bool_)
+                changed[mask] = x.changed
+                step.rows = self.annealing.apply(step.rows, changed, self.spec.num_actions)
         obs = {
             k: np.concatenate([s.rows.obs[k][m] for s, m in zip(steps, infer)])
-            for k in self.spec.observation
+            for k in self.store.spec.observation
         }
         extras = {
             k: np.concatenate([s.rows.extras[k][m] for s, m in zip(steps, infer)])
-            for k in self.spec.extras
+            for k in self.store.spec.extras
         }
-        first = np.concatenate([x[0] for x in inputs])
-        carry = jax.tree.map(lambda *c: np.concatenate(c), *[x[1] for x in inputs])
-        policy = np.concatenate([x[2] for x in inputs])
+        first = np.concatenate([x.first for x in inputs])
+        carry = jax.tree.map(lambda *c: np.concatenate(c), *[x.carry for x in inputs])
+        policy = np.concatenate([x.policy for x in inputs])
         action, logp, value, new_carry = self._infer(latest, obs, extras, carry, first, policy)
 
         now = time.perf_counter()
@@ -337,9 +345,14 @@ class InferenceService:
             if e.seat % players == 0 and e.seat + 1 in by_seat:
                 self.league.record(by_seat[e.seat + 1].policy, int(np.sign(e.episode_return)))
 
-    def _fresh_inputs(self, count: int):
+    def _fresh_inputs(self, count: int) -> PolicyInputs:
         carry = jax.tree.map(np.asarray, self._initial_carry(count))
-        return np.ones(count, np.bool_), carry, np.full(count, -1, np.int64)
+        ones = np.ones(count, np.bool_)
+        return PolicyInputs(ones, carry, np.full(count, -1, np.int64), ones)
+
+    def changes(self, n: int) -> np.ndarray:
+        """Whether n starting episodes have the change being annealed in (store callback)."""
+        return self._anneal_rng.random(n) < self.annealing.fraction(self.registry.version)
 
 
 def latency_summary(latency_ms: list[float]) -> tuple[float, float]:

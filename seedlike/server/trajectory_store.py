@@ -19,12 +19,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import numpy as np
 
 from seedlike.rpc.codec import StepRows
 from seedlike.types import EnvSpec, Unroll
+
+
+class PolicyInputs(NamedTuple):
+    first: np.ndarray  # bool [m]: the step starts an episode (the core resets)
+    carry: object  # [m, ...] recurrent state before the step
+    policy: np.ndarray  # int64 [m]: -1 the learning policy, else a snapshot version
+    changed: np.ndarray  # bool [m]: the episode has the change being annealed in
 
 
 @dataclasses.dataclass
@@ -60,6 +68,7 @@ class _SessionBuffers:
         self.episode_length = np.zeros(num_seats, np.int64)
         self.next_first = np.ones(num_seats, np.bool_)  # the seat's next step starts an episode
         self.policy = np.full(num_seats, -1, np.int64)  # -1: learning policy; else a snapshot
+        self.changed = np.ones(num_seats, np.bool_)  # the episode has an annealed-in change
         self.carry = carry  # before the seat's next step
         self.carry_start = jax.tree.map(np.copy, carry)  # before step 0 of the current unroll
 
@@ -81,6 +90,8 @@ class TrajectoryStore:
         feed-forward policies.
       opponents: n -> policy ids for n seats of player 1 starting an episode (two-player games
         with a league); None means the learning policy plays every seat.
+      changes: n -> bool [n], whether n starting episodes have an environment change that is
+        being annealed in (seedlike.server.anneal); None means always.
     """
 
     def __init__(
@@ -90,9 +101,11 @@ class TrajectoryStore:
         emit: Callable[[Unroll], None],
         initial_carry: Callable[[int], object] | None = None,
         opponents: Callable[[int], np.ndarray] | None = None,
+        changes: Callable[[int], np.ndarray] | None = None,
     ):
         self.spec = spec
         self._opponents = opponents
+        self._changes = changes
         self.horizon = horizon
         self._emit = emit
         self._initial_carry = initial_carry or (lambda n: ())
@@ -125,10 +138,11 @@ class TrajectoryStore:
     def _seats(self, rows: StepRows) -> np.ndarray:
         return rows.env_id.astype(np.int64) * self.spec.num_players + rows.player_id
 
-    def policy_inputs(self, session_id: int, rows: StepRows, mask: np.ndarray):
-        """(first [m], carry [m, ...], policy [m]) of the m rows selected by `mask`.
+    def policy_inputs(self, session_id: int, rows: StepRows, mask: np.ndarray) -> PolicyInputs:
+        """What the policy step needs for the m rows selected by `mask`.
 
-        A seat of player 1 whose episode starts here is assigned its opponent for the episode.
+        Seats whose episode starts here get their opponent (player 1 in a league) and draw
+        whether the episode has the change being annealed in.
         """
         b = self._sessions[session_id]
         seat = self._seats(rows)[mask]
@@ -137,7 +151,10 @@ class TrajectoryStore:
             starting = seat[first & (rows.player_id[mask] == 1)]
             if starting.size:
                 b.policy[starting] = self._opponents(starting.size)
-        return first, jax.tree.map(lambda c: c[seat], b.carry), b.policy[seat]
+        if self._changes is not None and first.any():
+            b.changed[seat[first]] = self._changes(int(first.sum()))
+        carry = jax.tree.map(lambda c: c[seat], b.carry)
+        return PolicyInputs(first, carry, b.policy[seat], b.changed[seat])
 
     def record(
         self,

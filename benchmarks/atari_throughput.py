@@ -1,0 +1,192 @@
+"""Atari PPO throughput: seedlike (learner.py + actors) against single-process JAX + envpool PPO.
+
+  python benchmarks/atari_throughput.py [--env=Breakout-v5] [--train_steps=40960]
+
+Measured in one session, same network (Nature CNN), batch (8 envs x 128 steps) and update schedule
+(4 epochs x 4 minibatches of 256):
+  baseline_tuned: benchmarks/baseline_ppo_atari.py with XLA's own convolutions and the
+                  space-to-depth second conv (the same XLA settings seedlike uses);
+  baseline_plain: the same trainer with this jaxlib's default convolutions (YNNPACK) and the
+                  textbook conv, i.e. what a straightforward JAX trainer gets here;
+  seedlike:       scripts/train.sh --config=configs/atari_ppo.py, 2 actors x 4 envs;
+and where the time of one env step goes in seedlike (microseconds per env step, each part timed
+alone in this process). Writes JSON to --out and prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import results_io  # noqa: E402
+
+from seedlike import xla_flags  # noqa: E402
+
+_ENV = flags.DEFINE_string("env", "Breakout-v5", "envpool Atari task.")
+_ITERATIONS = flags.DEFINE_integer("baseline_iterations", 10, "Baseline iterations (2 warm up).")
+_TRAIN_STEPS = flags.DEFINE_integer("train_steps", 40_960, "Env steps of the seedlike run.")
+_OUT = flags.DEFINE_string("out", None, "Output JSON path.")
+
+
+def baseline(tuned: bool, iterations: int, env: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "baseline.json")
+        cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "baseline_ppo_atari.py")]
+        cmd += [f"--iterations={iterations}", f"--env_id={env}", f"--out={out}"]
+        if not tuned:
+            cmd += ["--conv_impl=conv", "--ynn_convolutions"]
+        env_vars = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, env=env_vars)
+        with open(out) as f:
+            summary = json.load(f)["summary"]
+    return {
+        "sps": summary["steady_sps"],
+        "update_fraction": summary["update_fraction"],
+        "update_s": summary.get("median", {}).get("update_s"),
+    }
+
+
+def seedlike_sps(env: str, steps: int) -> dict:
+    from seedlike.metrics import read_metrics
+
+    with tempfile.TemporaryDirectory() as logdir:
+        cmd = [os.path.join(ROOT, "scripts", "train.sh"), "--config=configs/atari_ppo.py"]
+        cmd += [f"--config.env.name={env}", f"--config.total_env_steps={steps}"]
+        cmd += [f"--logdir={logdir}", "--config.log.interval_s=10"]
+        cmd += ["--config.log.wandb_mode=disabled"]
+        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+        rows = read_metrics(logdir)
+    steady = rows[1:-1] or rows  # the first interval compiles; the last is a partial one
+    first, last = steady[0], steady[-1]
+    prev = rows[rows.index(first) - 1] if rows.index(first) > 0 else first
+    sps = (last["env_steps"] - prev["env_steps"]) / (last["time"] - prev["time"])
+    return {
+        "sps": sps,
+        "staleness_mean": sum(r["staleness_mean"] or 0 for r in steady) / len(steady),
+        "inference_batch_mean": sum(r["inference_batch_mean"] for r in steady) / len(steady),
+        "inference_latency_ms_p50": sum(r["inference_latency_ms_p50"] for r in steady)
+        / len(steady),
+    }
+
+
+def _timed(fn, repeats: int) -> tuple[float, float]:
+    """(seconds per call, cores used) of fn()."""
+    fn()
+    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
+    return wall / repeats, cpu / wall
+
+
+def breakdown(env: str) -> dict:
+    """Microseconds of CPU time per env step for each stage of seedlike's path."""
+    import jax
+    import numpy as np
+
+    from networks import make_network
+    from seedlike.config import load_config_file
+    from seedlike.envs.envpool_env import EnvpoolAdapter, make_env_spec
+    from seedlike.learner.learner import Learner
+    from seedlike.rpc import codec
+    from seedlike.rpc import seedlike_pb2 as pb
+    from seedlike.server.policy import make_policy_step
+    from seedlike.server.trajectory_store import TrajectoryStore
+    from seedlike.types import stack_unrolls
+
+    config = load_config_file(os.path.join(ROOT, "configs", "atari_ppo.py"))
+    config.unlock()
+    config.env.name = env
+    spec = make_env_spec(config.env)
+    network = make_network(config.network, spec)
+    n = int(config.env.num_envs)  # rows per actor message
+    out = {}
+
+    actor = EnvpoolAdapter(config.env, spec, 0)
+    actor.reset()
+    rng = np.random.default_rng(0)
+
+    def env_step():
+        rows = actor.recv()
+        actor.send(rng.integers(0, spec.num_actions, rows.reward.shape[0]).astype(np.int32), rows)
+
+    s, cores = _timed(env_step, 200)
+    out["actor_env_step"] = s * cores / n * 1e6
+    rows = actor.recv()
+    fields = (rows.obs, rows.reward, rows.terminated, rows.truncated, rows.env_id)
+    args = (*fields, rows.player_id, rows.acting, rows.extras, rows.game_over)
+    message = codec.encode_step(0, *args)
+    data = message.SerializeToString()
+    s, cores = _timed(lambda: codec.encode_step(0, *args).SerializeToString(), 500)
+    out["actor_encode"] = s * cores / n * 1e6
+    s, cores = _timed(lambda: codec.decode_step(codec.parse_actor_message(data).step, spec, n), 500)
+    out["server_decode_validate"] = s * cores / n * 1e6
+    reply = pb.ServerMessage(actions=pb.ActionBatch(action=codec.encode(np.zeros(n, np.int32))))
+    s, cores = _timed(lambda: reply.SerializeToString(), 500)
+    out["server_encode_reply"] = s * cores / n * 1e6
+
+    params = {"params": network.init(jax.random.key(0)), "obs_norm": {}}
+    step = make_policy_step(network)
+    batch = 2 * n  # both actors in one call, as the batcher does
+    obs = {"obs": np.zeros((batch, *spec.observation["obs"].shape), np.uint8)}
+    first = np.zeros(batch, bool)
+
+    def infer():
+        jax.block_until_ready(step(params, obs, {}, (), first, np.uint32(0), np.uint32(0)))
+
+    s, cores = _timed(infer, 100)
+    out["server_inference"] = s * cores / batch * 1e6
+
+    store = TrajectoryStore(spec, config.unroll_length, lambda u: None)
+    store.open_session(1, n)
+    step_rows = codec.decode_step(message.step, spec, n)
+    zeros = np.zeros(n, np.int32)
+    s, cores = _timed(lambda: store.record(1, step_rows, zeros, zeros * 0.0, zeros * 0.0, 0), 500)
+    out["server_trajectory_store"] = s * cores / n * 1e6
+
+    learner = Learner(config, network, devices=jax.local_devices()[:1])
+    learner.set_state(learner.init_state(jax.random.key(0)))
+    unrolls = []
+    store = TrajectoryStore(spec, config.unroll_length, unrolls.append)
+    store.open_session(1, n)
+    while len(unrolls) < config.batch_unrolls:
+        store.record(1, step_rows, zeros, zeros * 0.0, zeros * 0.0, 0)
+    stacked = stack_unrolls(unrolls[: config.batch_unrolls])
+    steps = config.batch_unrolls * config.unroll_length
+    s, cores = _timed(lambda: stack_unrolls(unrolls[: config.batch_unrolls]), 3)
+    out["learner_stack_batch"] = s * cores / steps * 1e6
+    s, cores = _timed(lambda: learner.update(stacked), 3)
+    out["learner_update"] = s * cores / steps * 1e6
+    out["total"] = sum(out.values())
+    return {k: round(v, 1) for k, v in out.items()}
+
+
+def main(argv):
+    del argv
+    xla_flags.tune_cpu()
+    env = _ENV.value
+    result = {"env": env, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    result["baseline_plain"] = baseline(False, max(4, _ITERATIONS.value // 2), env)
+    result["baseline_tuned"] = baseline(True, _ITERATIONS.value, env)
+    result["seedlike"] = seedlike_sps(env, _TRAIN_STEPS.value)
+    result["seedlike_vs_tuned"] = result["seedlike"]["sps"] / result["baseline_tuned"]["sps"]
+    result["seedlike_vs_plain"] = result["seedlike"]["sps"] / result["baseline_plain"]["sps"]
+    result["cpu_us_per_env_step"] = breakdown(env)
+    results_io.write("atari_throughput", result, _OUT.value)
+
+
+if __name__ == "__main__":
+    app.run(main)

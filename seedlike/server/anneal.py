@@ -1,0 +1,64 @@
+"""Annealing an environment change into training (OpenAI Five App. B).
+
+After surgery adds an action or observation features, the change is brought in gradually: each new
+episode "has" the change with probability f, which ramps linearly from 0 to 1 over
+`anneal.updates` policy versions starting at `anneal.start_version`. In an episode without it the
+new actions are illegal (masked) and the new observation features read 0, exactly as the network
+saw the world before surgery. The server applies this per seat, before inference and before
+recording, so the learner trains on exactly what the policy saw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from seedlike.envs.envpool_env import LEGAL_ACTION_MASK
+from seedlike.rpc.codec import StepRows
+from seedlike.types import ArraySpec, EnvSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class Annealing:
+    start_version: int
+    updates: int
+    new_actions: tuple[int, ...]
+    new_obs_features: tuple[int, ...]  # indices into the flat features of observation "obs"
+
+    @classmethod
+    def from_config(cls, anneal_config) -> Annealing | None:
+        if not anneal_config or int(anneal_config.get("updates", 0)) <= 0:
+            return None
+        return cls(
+            int(anneal_config.start_version),
+            int(anneal_config.updates),
+            tuple(int(a) for a in anneal_config.new_actions),
+            tuple(int(i) for i in anneal_config.new_obs_features),
+        )
+
+    def fraction(self, version: int) -> float:
+        """Share of new episodes that have the change at this policy version."""
+        return float(np.clip((version - self.start_version) / self.updates, 0.0, 1.0))
+
+    def server_spec(self, spec: EnvSpec) -> EnvSpec:
+        """The spec the server records with: a legal-action mask is added if actions anneal."""
+        if not self.new_actions or LEGAL_ACTION_MASK in spec.extras:
+            return spec
+        extras = {**spec.extras, LEGAL_ACTION_MASK: ArraySpec(np.bool_, (spec.num_actions,))}
+        return dataclasses.replace(spec, extras=extras)
+
+    def apply(self, rows: StepRows, changed: np.ndarray, num_actions: int) -> StepRows:
+        """Rows as the policy sees them: without the change where `changed` [n] is False."""
+        old = ~changed
+        obs, extras = rows.obs, dict(rows.extras)
+        if self.new_obs_features and old.any():
+            flat = rows.obs["obs"].reshape(rows.obs["obs"].shape[0], -1).copy()
+            flat[np.ix_(old, np.asarray(self.new_obs_features))] = 0
+            obs = {**rows.obs, "obs": flat.reshape(rows.obs["obs"].shape)}
+        if self.new_actions:
+            n = rows.reward.shape[0]
+            mask = extras.get(LEGAL_ACTION_MASK, np.ones((n, num_actions), np.bool_)).copy()
+            mask[np.ix_(old, np.asarray(self.new_actions))] = False
+            extras[LEGAL_ACTION_MASK] = mask
+        return rows._replace(obs=obs, extras=extras)
