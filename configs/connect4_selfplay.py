@@ -11,8 +11,11 @@ def get_config():
     c.env.num_envs = 32  # per actor; each env has two seats
     c.total_env_steps = 200_000_000  # stop it when it is good enough
     c.unroll_length = 16
-    c.batch_unrolls = 64
-    c.network.hidden_sizes = (256, 256)
+    # Large batches steady self-play: 4096 steps per update. In 10-minute pilots this config beat
+    # the scripted agent in 47% of games, against 25-30% for 1024-step batches with (256, 256)
+    # and 38% for a 3x3 conv torso (board_cnn, 64 channels; better per update, half the SPS).
+    c.batch_unrolls = 256
+    c.network.hidden_sizes = (512, 512, 256)
     c.network.activation = "relu"
     c.network.normalize_obs = False  # boolean board planes
     c.ppo.gamma = 1.0  # a game is short and only its result counts
@@ -24,7 +27,7 @@ def get_config():
     c.optimizer.anneal_lr = False
     c.league.sampler = "openai_five"
     c.league.snapshot_every = 20
-    c.league.eval_interval_s = 120.0
+    c.league.eval_interval_s = 180.0
     c.league.eval_games = 100
     c.league.reference_every = 300
     c.log.interval_s = 30.0

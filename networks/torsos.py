@@ -198,6 +198,23 @@ class SmallCNN(nn.Module):
         return nn.relu(_dense(self.hidden_size, "dense_0")(x))
 
 
+class BoardCNN(nn.Module):
+    """For board games (Connect Four's 6x7 planes): 3x3 SAME convs, then a dense layer."""
+
+    channels: Sequence[int] = (32, 32)
+    hidden_size: int = 256
+
+    @nn.compact
+    def __call__(self, image: jax.Array, extra: jax.Array | None = None) -> jax.Array:
+        x = image
+        for i, c in enumerate(self.channels):
+            x = nn.relu(_conv(c, 3, 1, f"conv_{i}", padding="SAME")(x))
+        x = x.reshape(x.shape[0], -1)
+        if extra is not None:
+            x = jnp.concatenate([x, extra], axis=-1)
+        return nn.relu(_dense(self.hidden_size, "dense_0")(x))
+
+
 def flatten_features(inputs: dict[str, jax.Array], batch_ndim: int) -> jax.Array:
     """Concatenates the (already float) inputs into [*batch, F] in sorted key order."""
     parts = [

@@ -31,7 +31,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.env.obs_keys = ()  # keep only these keys of a dict observation (() = all)
 
     c.network = ml_collections.ConfigDict()
-    c.network.torso = "mlp"  # mlp | nature_cnn | impala_cnn | small_cnn (MiniGrid-sized images)
+    # mlp | nature_cnn | impala_cnn | small_cnn (MiniGrid-sized images) | board_cnn (board games)
+    c.network.torso = "mlp"
     c.network.hidden_sizes = (64, 64)  # mlp layers
     c.network.activation = "tanh"  # mlp activation: tanh | relu | gelu | silu
     c.network.residual_blocks = 0  # mlp: residual blocks after the dense layers

@@ -55,7 +55,9 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     assert returns[0] < 60  # a random CartPole policy averages ~22
     assert max(returns) >= 200, returns
     assert rows[-1]["env_steps"] >= 120_000
-    assert 0 <= rows[-1]["staleness_mean"] < 5 and rows[-1]["sample_reuse"] > 1
+    # The final row may cover a moment without an update (its learner values are null).
+    learned = [r for r in rows if r["staleness_mean"] is not None]
+    assert 0 <= learned[-1]["staleness_mean"] < 5 and learned[-1]["sample_reuse"] > 1
     address = open(logdir / "server_address").read().strip()
     leftover = subprocess.run(
         ["pgrep", "-f", f"--server={address}"], capture_output=True, text=True

@@ -45,3 +45,9 @@ def test_selfplay_tictactoe_beats_the_random_agent(tmp_path):
     result = games.play_match("TicTacToe-v1", agent, games.RandomAgent(), 300, seed=1)
     # Random against random wins ~45% of games as either colour; the trained agent far more.
     assert result.win_rate() > 0.7, games.summarize(result)
+
+    # Resuming restores the league: the pool, its snapshots and the TrueSkill references.
+    pool = rows[-1]["league/pool_size"]
+    resumed = train(logdir, TICTACTOE, "--config.total_env_steps=270000", *QUICK)
+    assert resumed[-1]["league/pool_size"] >= pool
+    assert resumed[-1]["env_steps"] > rows[-1]["env_steps"]

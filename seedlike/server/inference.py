@@ -316,7 +316,9 @@ class InferenceService:
         action, logp, value = np.zeros(total, np.int32), np.zeros(total), np.zeros(total)
         new_carry = jax.tree.map(np.zeros_like, carry)
         for pid in groups:
-            params = latest if pid < 0 else (self.league.params(pid) or latest)
+            # A snapshot that left the pool mid-episode is played by the latest policy.
+            params = latest if pid < 0 else self.league.params(pid)
+            params = latest if params is None else params
             idx = np.flatnonzero(policy == pid)
             part = jax.tree.map(lambda x, idx=idx: x[idx], (obs, extras, carry, first))
             out = self._policy_call(params, *part)
