@@ -25,7 +25,7 @@ import numpy as np
 from networks import heads, normalization, torsos
 from seedlike.types import EnvSpec
 
-TORSOS = ("mlp", "nature_cnn", "impala_cnn", "small_cnn", "board_cnn")
+TORSOS = ("mlp", *torsos.CNN_TORSOS)
 CORES = ("none", "lstm")
 
 
@@ -80,13 +80,7 @@ class ActorCritic(nn.Module):
             kwargs["hidden_size"] = self.cnn_hidden
         if self.torso_kind == "nature_cnn":
             kwargs["space_to_depth"] = self.space_to_depth
-        cnn = {
-            "nature_cnn": torsos.NatureCNN,
-            "impala_cnn": torsos.ImpalaCNN,
-            "small_cnn": torsos.SmallCNN,
-            "board_cnn": torsos.BoardCNN,
-        }
-        return cnn[self.torso_kind](**kwargs)
+        return torsos.CNN_TORSOS[self.torso_kind](**kwargs)
 
     def encode(self, inputs: dict) -> tuple[jax.Array, jax.Array]:
         """Policy and value features [N, F] (the same array for a shared torso)."""

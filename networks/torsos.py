@@ -215,6 +215,15 @@ class BoardCNN(nn.Module):
         return nn.relu(_dense(self.hidden_size, "dense_0")(x))
 
 
+# The image torsos selectable by network.torso (surgery reads their default sizes from here too).
+CNN_TORSOS = {
+    "nature_cnn": NatureCNN,
+    "impala_cnn": ImpalaCNN,
+    "small_cnn": SmallCNN,
+    "board_cnn": BoardCNN,
+}
+
+
 def flatten_features(inputs: dict[str, jax.Array], batch_ndim: int) -> jax.Array:
     """Concatenates the (already float) inputs into [*batch, F] in sorted key order."""
     parts = [

@@ -413,11 +413,13 @@ def _torsos(flat) -> list[str]:
 
 
 def _torso_kind(flat, torso: str) -> str:
+    """ "impala_cnn" (residual stacks), "conv_chain" (conv_0, conv_1, ... then dense_0: the Nature,
+    small and board CNNs; pooling between convs does not change which units read which) or "mlp"."""
     root = ("params", torso)
     if _indices(flat, root, "stack"):
         return "impala_cnn"
     if _indices(flat, root, "conv"):
-        return "nature_cnn"
+        return "conv_chain"
     return "mlp"
 
 
@@ -513,7 +515,7 @@ def _layer_slots(flat, layer: Path, positions: int | None) -> list[_Slot]:
             raise SurgeryError(
                 f"{where} adds into the residual stream; widen the stream's writer ({stream})"
             )
-    elif kind == "nature_cnn":
+    elif kind == "conv_chain":
         if m := re.fullmatch(r"conv_(\d+)", name):
             i = int(m.group(1))
             if i + 1 in _indices(flat, root, "conv"):

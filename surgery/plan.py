@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import ClassVar
 
+import jax
 import ml_collections
 import numpy as np
 
@@ -36,7 +37,7 @@ class Layout:
     """What ops need to know about a network beyond its parameter tree.
 
     Attributes:
-      torso: "mlp", "nature_cnn" or "impala_cnn".
+      torso: "mlp" or one of networks.torsos.CNN_TORSOS.
       image_key: the image observation of CNN torsos.
       image_layout: "HWC" or "CHW": how the image observation is laid out in the env spec.
       feature_positions: H*W of the last conv feature map (rows of dense_0 per channel).
@@ -52,9 +53,9 @@ class Layout:
 
 def _cnn_resolved(module) -> tuple[tuple[int, ...], int]:
     """(channels, hidden size) of a CNN torso, defaults filled in as networks/torsos.py does."""
-    cls = torsos.NatureCNN if module.torso_kind == "nature_cnn" else torsos.ImpalaCNN
-    channels = tuple(module.cnn_channels) if module.cnn_channels else tuple(cls.channels)
-    return channels, int(module.cnn_hidden or cls.hidden_size)
+    default_channels, default_hidden = _default_cnn(module.torso_kind)
+    channels = tuple(module.cnn_channels) if module.cnn_channels else default_channels
+    return channels, int(module.cnn_hidden or default_hidden)
 
 
 def layout_of(network) -> Layout:
@@ -67,16 +68,15 @@ def layout_of(network) -> Layout:
         bound = 1.0 if not m.residual_blocks else None
     if m.torso_kind == "mlp":
         return Layout(feature_bound=bound)
-    shape = network.spec.observation[m.image_key].shape
-    h, w, _ = _hwc(shape, network.image_layout)
-    channels, _ = _cnn_resolved(m)
-    if m.torso_kind == "nature_cnn":
-        for k, s in zip((8, 4, 3), (4, 2, 1)):
-            h, w = (h - k) // s + 1, (w - k) // s + 1
-    else:
-        for _ in channels:  # SAME convs, then max-pool 3x3 stride 2 SAME
-            h, w = -(-h // 2), -(-w // 2)
-    return Layout(m.torso_kind, m.image_key, network.image_layout, h * w, bound)
+    # dense_0 reads the flattened last feature map, then the other (flattened) observations;
+    # its kernel's rows give H*W whatever the convs, strides and pools of the torso.
+    shapes = jax.eval_shape(network.init, jax.random.key(0))
+    rows = shapes["params"]["torso"]["dense_0"]["kernel"].shape[0]
+    others = sum(
+        int(np.prod(s.shape)) for k, s in network.spec.observation.items() if k != m.image_key
+    )
+    positions = (rows - others) // _cnn_resolved(m)[0][-1]
+    return Layout(m.torso_kind, m.image_key, network.image_layout, positions, bound)
 
 
 def _hwc(shape, layout: str) -> tuple[int, ...]:
@@ -603,7 +603,7 @@ def config_from_params(config, params) -> ml_collections.ConfigDict:
 
 
 def _default_cnn(torso: str | None) -> tuple[tuple[int, ...], int]:
-    cls = torsos.NatureCNN if torso == "nature_cnn" else torsos.ImpalaCNN
+    cls = torsos.CNN_TORSOS[torso]
     return tuple(cls.channels), int(cls.hidden_size)
 
 

@@ -336,6 +336,8 @@ CNN_SPEC = EnvSpec(
     [
         ("nature_cnn", ((3, 4, 5), 8), ((5, 4, 7), 11)),  # conv_2: 2x2 positions interleave
         ("impala_cnn", ((3, 4), 8), ((4, 6), 9)),  # stack streams + residual blocks
+        ("small_cnn", ((3, 4, 5), 8), ((5, 4, 7), 11)),  # a max-pool between conv_0 and conv_1
+        ("board_cnn", ((3, 4), 8), ((4, 6), 9)),  # SAME convs keep all 44x44 positions
     ],
 )
 def test_widen_cnn_channels_is_exact(torso, old, new):
@@ -346,7 +348,9 @@ def test_widen_cnn_channels_is_exact(torso, old, new):
     observation = {"obs": ArraySpec(np.uint8, (44, 44, 4)), "w": ArraySpec(F32, (1,))}
     more = dataclasses.replace(CNN_SPEC, observation={**CNN_SPEC.observation, **observation})
     old_net, new_net = cnn(CNN_SPEC, *old), cnn(more, *new)
-    assert layout_of(old_net).feature_positions == (4 if torso == "nature_cnn" else 121)
+    # H*W of the last feature map of a 44x44 image, worked out by hand for each torso.
+    positions = {"nature_cnn": 2 * 2, "impala_cnn": 11 * 11, "small_cnn": 19 * 19}
+    assert layout_of(old_net).feature_positions == positions.get(torso, 44 * 44)
     params = random_params(old_net, 8)
     plan, result = derive_and_apply(old_net, new_net, params, mode="random")
     kinds = [op.kind for op in plan.ops]
