@@ -12,17 +12,20 @@ def get_config():
     c.total_env_steps = 200_000_000  # stop it when it is good enough
     c.unroll_length = 16
     # Large batches steady self-play: 4096 steps per update. In 10-minute pilots this config beat
-    # the scripted agent in 47% of games, against 25-30% for 1024-step batches with (256, 256)
+    # the scripted agent in 43-47% of games, against 25-30% for 1024-step batches with (256, 256)
     # and 38% for a 3x3 conv torso (board_cnn, 64 channels; better per update, half the SPS).
     c.batch_unrolls = 256
     c.network.hidden_sizes = (512, 512, 256)
     c.network.activation = "relu"
     c.network.normalize_obs = False  # boolean board planes
-    c.ppo.gamma = 1.0  # a game is short and only its result counts
+    # gamma < 1 makes winning now worth more than winning later (with gamma = 1 a policy that can
+    # win has no reason to do so at once, and the scripted agent then blocks); entropy 0.03 keeps
+    # exploring. 10-minute pilot: 97% against random (92% with gamma 1, entropy 0.01).
+    c.ppo.gamma = 0.98
     c.ppo.gae_lambda = 0.95
     c.ppo.epochs = 4
     c.ppo.num_minibatches = 4
-    c.ppo.ent_coef = 0.01
+    c.ppo.ent_coef = 0.03
     c.optimizer.learning_rate = 3e-4
     c.optimizer.anneal_lr = False
     c.league.sampler = "openai_five"

@@ -21,6 +21,7 @@ from seedlike.types import ArraySpec, EnvSpec
 from tests.procs import CONFIG, ROOT, Processes, free_port, last, log_text, metrics, wait_for
 
 FAST = ["--config.log.interval_s=1", "--config.total_env_steps=100000000"]
+ONE_DEVICE = {**os.environ, "XLA_FLAGS": ""}
 
 REQUIRED_KEYS = {
     "time", "env_steps", "learner_updates", "policy_version", "sps", "episodes",
@@ -81,6 +82,39 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
         [r["episode_return_mean"] for r in served], weights=[r["episodes"] for r in served]
     )
     assert mean_return >= 0.8 * max(returns[-3:]), (mean_return, returns)
+
+
+def test_curriculum_sh_continues_one_run_across_environments(tmp_path):
+    """CartPole-v0 (episodes end at 200 steps) then CartPole-v1 (500): one run, one step counter."""
+    # The script is under test, not pmap: one device starts the learner twice as fast here.
+    logdir = tmp_path / "run"
+    result = subprocess.run(
+        ["scripts/curriculum.sh", f"--logdir={logdir}",
+         "--stages=CartPole-v0:20000,CartPole-v1:40000", "--config.log.interval_s=1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=ONE_DEVICE,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    resumed = re.findall(r"resumed from \S+ at env step (\d+)", result.stderr)
+    assert len(resumed) == 1 and int(resumed[0]) >= 20_000, result.stderr[-4000:]
+    rows = metrics(logdir)
+    first = [r for r in rows if r["env_steps"] <= int(resumed[0])]
+    assert first and all(
+        r["episode_length_mean"] is None or r["episode_length_mean"] <= 200 for r in first
+    )
+    assert rows[-1]["env_steps"] >= 40_000
+    checkpoints = Checkpointer(str(logdir / "checkpoints"))
+    try:
+        meta = checkpoints.read_meta(checkpoints.steps()[-1])
+    finally:
+        checkpoints.close()
+    assert meta["config"]["env"]["name"] == "CartPole-v1" and meta["env_steps"] >= 40_000
+
+    bad = subprocess.run(
+        ["scripts/curriculum.sh", f"--logdir={logdir}",
+         "--stages=CartPole-v1:40000,CartPole-v0:100"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "STEPS increasing" in bad.stderr
 
 
 def test_killed_actor_is_dropped_and_a_restarted_one_reconnects(tmp_path, procs):
