@@ -7,7 +7,8 @@
 #       --config=configs/minigrid_doorkey_lstm.py [--logdir=runs/NAME] [any scripts/train.sh flag]
 #
 # ENV:STEPS ends the stage when the run's env-step counter (cumulative over stages) reaches STEPS.
-# Rerunning the same command with the same --logdir resumes: finished stages return at once.
+# Rerunning the same command with the same --logdir resumes: a finished stage ends right after its
+# restore.
 # Ctrl-C (or SIGTERM) checkpoints and stops without starting the next stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."

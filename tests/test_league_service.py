@@ -6,9 +6,12 @@ import json
 import jax
 import ml_collections
 import numpy as np
+import trueskill
 
 from networks import make_network
 from seedlike.config import base_config
+from seedlike.envs.envpool_env import make_env_spec
+from seedlike.league.evaluation import Evaluation
 from seedlike.league.league import LEARNER, League
 from seedlike.rpc.codec import StepRows, make_hello
 from seedlike.server.inference import InferenceService
@@ -129,3 +132,31 @@ def test_league_state_survives_a_checkpoint_round_trip(tmp_path):
     for v in (20, 30):
         jax.tree.map(np.testing.assert_array_equal, restored.params(v), league.params(v))
     assert restored.params(10) is None
+
+
+def test_evaluation_reports_win_rates_only_for_the_references_it_just_played():
+    """A reference left behind by the rating (here random, once the agent sits at the scripted
+    agent's level) must not keep reporting the win rate of an old version."""
+    config = base_config()
+    config.env.name = "ConnectFour-v1"
+    config.network.hidden_sizes = (16,)
+    config.network.normalize_obs = False
+    network = make_network(config.network, make_env_spec(config.env))
+    params = {"params": network.init(jax.random.key(0)), "obs_norm": {}}
+    evaluation = Evaluation(
+        league_config(eval_games=4, eval_opponents=1, reference_every=0, reference_games=20),
+        "ConnectFour-v1",
+        network,
+    )
+    evaluation.setup()
+    references = evaluation.evaluator.references
+    assert set(references) == {"random", "scripted"}
+    rated = {}
+    for version, nearest in enumerate(["random", "scripted"]):
+        evaluation.evaluator.rating = trueskill.Rating(mu=references[nearest].mu, sigma=0.5)
+        metrics = evaluation.evaluate(version, params)
+        rated[nearest] = {k for k in metrics if k.startswith("eval/win_rate_vs_")}
+    assert rated == {
+        "random": {"eval/win_rate_vs_random"},
+        "scripted": {"eval/win_rate_vs_scripted"},
+    }

@@ -114,6 +114,9 @@ class Evaluation:
         agent = self._network_agent(policy_params, "current")
         self.evaluator.next_agent()
         n = int(self.config.eval_games)
+        # Only this version's games: a reference the rating has left behind (random, early) would
+        # otherwise keep reporting the win rate of a long-gone version.
+        self.win_rates = {}
         for name in self.evaluator.pick_opponents(int(self.config.eval_opponents)):
             result = self._games(agent, self.agents[name], n)
             for outcome in result.outcomes:
