@@ -3,7 +3,7 @@
 # checkpoint in the same --logdir with another env, which must have the same observation and
 # action spaces (an incompatible one fails the restore with the layer and shapes named).
 #
-#   scripts/curriculum.sh --stages=MiniGrid-DoorKey-5x5-v0:500000,MiniGrid-DoorKey-8x8-v0:3000000 \
+#   scripts/curriculum.sh --stages=MiniGrid-DoorKey-5x5-v0:500000,MiniGrid-DoorKey-8x8-v0:2000000 \
 #       --config=configs/minigrid_doorkey_lstm.py [--logdir=runs/NAME] [any scripts/train.sh flag]
 #
 # ENV:STEPS ends the stage when the run's env-step counter (cumulative over stages) reaches STEPS.
