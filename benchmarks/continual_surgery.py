@@ -67,6 +67,7 @@ _OUT = flags.DEFINE_string("out", None, "Output JSON path.")
 COMMON = ["--config.log.wandb_mode=disabled", "--config.log.interval_s=2"]
 # A constant learning rate, so continuing and starting over follow the same schedule.
 CONSTANT_LR = ["--config.optimizer.anneal_lr=False"]
+NEW_HIDDEN = "(128,128)"  # the small policy's hidden 64 after surgery
 
 
 def task() -> Task:
@@ -142,12 +143,12 @@ def one_seed(t: Task, seed: int, tmp: str) -> dict:
     old, new, scratch = (os.path.join(tmp, f"{name}-{seed}") for name in ("old", "new", "scratch"))
     seed_flag = f"--config.seed={seed}"
     old_obs, new_obs = obs_flag("config", t.old_obs), obs_flag("config", t.new_obs)
-    big = "--config.network.hidden_sizes=(128,128)"
+    big = f"network.hidden_sizes={NEW_HIDDEN}"
     train(old, config, seed_flag, old_obs, f"--config.total_env_steps={t.old_steps}")
     surgery = run([
         sys.executable, "-m", "surgery", f"--checkpoint={old}", f"--out={new}",
         f"--new_config={config}", f"--new_config.seed={seed}", obs_flag("new_config", t.new_obs),
-        "--new_config.network.hidden_sizes=(128,128)", "--new_config.optimizer.anneal_lr=False",
+        f"--new_config.{big}", "--new_config.optimizer.anneal_lr=False",
         "--lr_zero_updates=5",
     ])  # fmt: skip
     with open(os.path.join(new, "surgery.json")) as f:
@@ -155,14 +156,16 @@ def one_seed(t: Task, seed: int, tmp: str) -> dict:
     before = evaluate(old, t.eval_steps, tmp, config, [old_obs])
     after = evaluate(new, t.eval_steps, tmp, config, [new_obs])
 
-    old_end = read_metrics(old)[-1]["env_steps"]
+    old_last = read_metrics(old)[-1]
+    old_end = old_last["env_steps"]
     budget = old_end + t.new_steps
     train(new, os.path.join(new, "config.py"), f"--config.total_env_steps={budget}")
-    train(scratch, config, seed_flag, new_obs, big, f"--config.total_env_steps={t.new_steps}")
+    train(scratch, config, seed_flag, new_obs, f"--config.{big}",
+          f"--config.total_env_steps={t.new_steps}")  # fmt: skip
     return {
         "seed": seed,
         "old_env_steps": old_end,
-        "old_final_return": read_metrics(old)[-1]["episode_return_mean"],
+        "old_final_return": old_last["episode_return_mean"],
         "verification": report,
         "surgery_stdout_tail": surgery.stdout.strip().splitlines()[-3:],
         "eval_before_surgery": before,

@@ -13,16 +13,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Only --stages and --logdir (fixed once for all stages) are read here; the rest is train.sh's.
 stages=""
-config="configs/cartpole_ppo.py"
 logdir=""
 passthrough=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --stages=*) stages="${1#*=}" ;;
     --stages) stages="$2"; shift ;;
-    --config=*) config="${1#*=}" ;;
-    --config) config="$2"; shift ;;
     --logdir=*) logdir="${1#*=}" ;;
     --logdir) logdir="$2"; shift ;;
     --config.env.name=* | --config.total_env_steps=*)
@@ -35,10 +33,12 @@ if [ -z "$stages" ]; then
   echo "curriculum.sh: --stages=ENV:STEPS[,ENV:STEPS...] is required" >&2; exit 2
 fi
 if [ -z "$logdir" ]; then
-  logdir="runs/$(basename "$config" .py)-curriculum-$(date +%Y%m%d-%H%M%S)"
+  logdir="runs/curriculum-$(date +%Y%m%d-%H%M%S)"
 fi
 
 IFS=',' read -r -a stage_list <<< "$stages"
+envs=()
+ends=()
 previous=0
 for stage in "${stage_list[@]}"; do
   env="${stage%:*}"
@@ -46,6 +46,8 @@ for stage in "${stage_list[@]}"; do
   if [ "$env" = "$stage" ] || ! [[ "$steps" =~ ^[0-9]+$ ]] || [ "$steps" -le "$previous" ]; then
     echo "curriculum.sh: bad stage '$stage': want ENV:STEPS with STEPS increasing" >&2; exit 2
   fi
+  envs+=("$env")
+  ends+=("$steps")
   previous="$steps"
 done
 
@@ -57,12 +59,10 @@ stop() {
   exit 130
 }
 trap stop INT TERM
-for stage in "${stage_list[@]}"; do
-  env="${stage%:*}"
-  steps="${stage##*:}"
-  echo "curriculum: $env until env step $steps (logdir $logdir)" >&2
-  scripts/train.sh --config="$config" --logdir="$logdir" --config.env.name="$env" \
-    --config.total_env_steps="$steps" "${passthrough[@]}" &
+for i in "${!envs[@]}"; do
+  echo "curriculum: ${envs[i]} until env step ${ends[i]} (logdir $logdir)" >&2
+  scripts/train.sh --logdir="$logdir" --config.env.name="${envs[i]}" \
+    --config.total_env_steps="${ends[i]}" "${passthrough[@]}" &
   child=$!
   status=0
   wait "$child" || status=$?
