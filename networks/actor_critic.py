@@ -58,6 +58,12 @@ class ActorCritic(nn.Module):
     image_key: str | None = None
     core_size: int = 0  # 0: feed-forward
     space_to_depth: bool = True  # Nature CNN: its stride-2 conv over 2x2 blocks (same function)
+    cnn_kernel: int = 0  # board CNN: conv kernel size (0 = 3)
+    cnn_padding: str = ""  # board CNN: SAME | VALID ("" = SAME)
+    # Left-right symmetric boards: "columns" (an action per column, Connect Four) or "cells" (an
+    # action per cell, row-major, TicTacToe). "" = off. See `mirror_actions`.
+    mirror: str = ""
+    board_width: int = 0  # W of the mirrored board
 
     def setup(self):
         if self.torso_kind == "mlp" and not self.shared_torso:
@@ -80,10 +86,25 @@ class ActorCritic(nn.Module):
             kwargs["hidden_size"] = self.cnn_hidden
         if self.torso_kind == "nature_cnn":
             kwargs["space_to_depth"] = self.space_to_depth
+        if self.cnn_kernel:
+            kwargs["kernel_size"] = self.cnn_kernel
+        if self.cnn_padding:
+            kwargs["padding"] = self.cnn_padding
         return torsos.CNN_TORSOS[self.torso_kind](**kwargs)
 
     def encode(self, inputs: dict) -> tuple[jax.Array, jax.Array]:
-        """Policy and value features [N, F] (the same array for a shared torso)."""
+        """Policy and value features [N, F] (the same array for a shared torso).
+
+        A mirrored network returns [N, 2F]: the features of the board and of its mirror image,
+        which `outputs` turns into one equivariant policy and one invariant value.
+        """
+        if not self.mirror:
+            return self._encode(inputs)
+        flipped = {k: jnp.flip(v, axis=2) for k, v in inputs.items()}  # [N, H, W, C]: W
+        (p, v), (pm, vm) = self._encode(inputs), self._encode(flipped)
+        return jnp.concatenate([p, pm], -1), jnp.concatenate([v, vm], -1)
+
+    def _encode(self, inputs: dict) -> tuple[jax.Array, jax.Array]:
         if self.torso_kind == "mlp":
             flat = torsos.flatten_features(inputs, 1)
             if not self.shared_torso:
@@ -99,7 +120,18 @@ class ActorCritic(nn.Module):
         return self.core(carry, x, first)
 
     def outputs(self, policy_h: jax.Array, value_h: jax.Array) -> tuple[jax.Array, jax.Array]:
-        return self.policy_head(policy_h), self.value_head(value_h)
+        if not self.mirror:
+            return self.policy_head(policy_h), self.value_head(value_h)
+        # pi(a | s) from the average of the logits for s and, with actions mirrored back, for
+        # mirror(s): the policy is exactly equivariant and the value invariant, and every game
+        # teaches both orientations.
+        p, pm = jnp.split(policy_h, 2, axis=-1)
+        v, vm = jnp.split(value_h, 2, axis=-1)
+        mirrored = self.policy_head(pm)[
+            ..., mirror_actions(self.mirror, self.num_actions, self.board_width)
+        ]
+        logits = 0.5 * (self.policy_head(p) + mirrored)
+        return logits, 0.5 * (self.value_head(v) + self.value_head(vm))
 
     def __call__(self, inputs: dict, carry=(), first=None):
         policy_h, value_h = self.encode(inputs)
@@ -108,6 +140,20 @@ class ActorCritic(nn.Module):
             value_h = policy_h
         logits, value = self.outputs(policy_h, value_h)
         return logits, value, carry
+
+
+def mirror_actions(kind: str, num_actions: int, width: int) -> np.ndarray:
+    """Index array m with m[a] = the action that mirrors a left-right on a board W wide.
+
+    "columns": action a is column a of the board (Connect Four), so m[a] = A - 1 - a.
+    "cells": action a is cell (a // W, a % W), so m[a] = row * W + W - 1 - col (TicTacToe).
+    """
+    if kind == "columns":
+        return np.arange(num_actions)[::-1].copy()
+    if kind == "cells":
+        cells = np.arange(num_actions).reshape(-1, width)
+        return cells[:, ::-1].reshape(-1).copy()
+    raise ValueError(f"network.mirror={kind!r} is not one of '', 'columns', 'cells'")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,6 +284,17 @@ def make_network(network_config, spec: EnvSpec) -> Network:
             layout = "CHW" if shape[0] < shape[-1] else "HWC"
     channels = network_config.get("cnn_channels", None)
     cnn_hidden = network_config.get("cnn_hidden", None)
+    kernel = int(network_config.get("cnn_kernel", 0) or 0)
+    padding = network_config.get("cnn_padding", "") or ""
+    if (kernel or padding) and torso != "board_cnn":
+        raise ValueError(
+            f"network.cnn_kernel / network.cnn_padding apply to the board_cnn torso only, not "
+            f"network.torso={torso!r}; leave them at 0 / ''"
+        )
+    if padding not in ("", "SAME", "VALID"):
+        raise ValueError(f"network.cnn_padding={padding!r} is not one of '', 'SAME', 'VALID'")
+    mirror = network_config.get("mirror", "") or ""
+    board_width = _check_mirror(mirror, spec, core) if mirror else 0
     module = ActorCritic(
         num_actions=spec.num_actions,
         torso_kind=torso,
@@ -250,6 +307,10 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         image_key=image_key,
         core_size=int(network_config.get("core_size", 256)) if core == "lstm" else 0,
         space_to_depth=bool(network_config.get("space_to_depth", True)),
+        cnn_kernel=kernel,
+        cnn_padding=padding,
+        mirror=mirror,
+        board_width=board_width,
     )
     return Network(
         spec=spec,
@@ -259,3 +320,28 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         image_layout=layout,
         image_scale=float(network_config.get("image_scale", 1.0 / 255.0)),
     )
+
+
+def _check_mirror(mirror: str, spec: EnvSpec, core: str) -> int:
+    """The board width W, after checking that `mirror` fits the env's spaces."""
+    shapes = {k: tuple(s.shape) for k, s in spec.observation.items()}
+    fix = "set network.mirror='' for this env"
+    if core != "none":
+        raise ValueError(
+            f"network.mirror={mirror!r} needs a feed-forward network (core none); {fix}"
+        )
+    if any(len(s) != 3 or s[0] < s[-1] for s in shapes.values()):
+        raise ValueError(
+            f"network.mirror={mirror!r} flips [H, W, C] board observations; {spec.name} has "
+            f"{shapes}; {fix}"
+        )
+    height, width = next(iter(shapes.values()))[:2]
+    actions = {"columns": width, "cells": height * width}.get(mirror)
+    if actions is None:
+        mirror_actions(mirror, spec.num_actions, width)  # raises for an unknown kind
+    if spec.num_actions != actions or any(s[1] != width for s in shapes.values()):
+        raise ValueError(
+            f"network.mirror={mirror!r} needs {actions} actions and boards {width} wide; "
+            f"{spec.name} has {spec.num_actions} actions and observations {shapes}; {fix}"
+        )
+    return width

@@ -199,16 +199,22 @@ class SmallCNN(nn.Module):
 
 
 class BoardCNN(nn.Module):
-    """For board games (Connect Four's 6x7 planes): 3x3 SAME convs, then a dense layer."""
+    """For board games (Connect Four's 6x7 planes): convs (3x3 SAME by default), then a dense layer.
+
+    One 4x4 VALID conv suits Connect Four: every line of four on the board lies inside one of its
+    12 windows, so each channel can read a line pattern directly.
+    """
 
     channels: Sequence[int] = (32, 32)
     hidden_size: int = 256
+    kernel_size: int = 3
+    padding: str = "SAME"
 
     @nn.compact
     def __call__(self, image: jax.Array, extra: jax.Array | None = None) -> jax.Array:
         x = image
         for i, c in enumerate(self.channels):
-            x = nn.relu(_conv(c, 3, 1, f"conv_{i}", padding="SAME")(x))
+            x = nn.relu(_conv(c, self.kernel_size, 1, f"conv_{i}", padding=self.padding)(x))
         x = x.reshape(x.shape[0], -1)
         if extra is not None:
             x = jnp.concatenate([x, extra], axis=-1)

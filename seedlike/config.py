@@ -43,6 +43,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.network.image_layout = "auto"  # CHW | HWC | auto (channels = the smaller end dimension)
     c.network.image_scale = 1.0 / 255.0  # image inputs are multiplied by this
     c.network.space_to_depth = True  # nature_cnn: stride-2 conv as stride-1 over 2x2 blocks
+    c.network.cnn_kernel = 0  # board_cnn: conv kernel size; 0 = 3
+    c.network.cnn_padding = ""  # board_cnn: SAME | VALID; "" = SAME
+    # Left-right symmetric board games: average the network over the board and its mirror image
+    # (exactly equivariant policy): columns (an action per column) | cells (per cell) | "" = off
+    c.network.mirror = ""
     c.network.core = "none"  # none | lstm (between torso and heads; the torso is then shared)
     c.network.core_size = 256  # LSTM units
     c.network.normalize_obs = True  # running mean/std normalization of float observations

@@ -422,6 +422,9 @@ def derive_plan(
     same("network.activation", om.activation, nm.activation)
     same("network.shared_torso (as built)", om.shared_torso, nm.shared_torso)
     same("network.image_key", om.image_key, nm.image_key)
+    same("network.mirror", om.mirror, nm.mirror)
+    same("network.cnn_kernel", om.cnn_kernel, nm.cnn_kernel)
+    same("network.cnn_padding", om.cnn_padding, nm.cnn_padding)
     same("network.normalize_obs", old.normalize_obs, new.normalize_obs)
     if old.normalize_obs:
         same("network.obs_clip", old.obs_clip, new.obs_clip)

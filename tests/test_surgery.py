@@ -338,11 +338,16 @@ CNN_SPEC = EnvSpec(
         ("impala_cnn", ((3, 4), 8), ((4, 6), 9)),  # stack streams + residual blocks
         ("small_cnn", ((3, 4, 5), 8), ((5, 4, 7), 11)),  # a max-pool between conv_0 and conv_1
         ("board_cnn", ((3, 4), 8), ((4, 6), 9)),  # SAME convs keep all 44x44 positions
+        ("board_cnn_valid4", ((3, 4), 8), ((4, 6), 9)),  # two 4x4 VALID convs: 38x38 positions
     ],
 )
 def test_widen_cnn_channels_is_exact(torso, old, new):
+    extra = {}
+    if torso == "board_cnn_valid4":
+        torso, extra = "board_cnn", {"cnn_kernel": 4, "cnn_padding": "VALID"}
+
     def cnn(spec, channels, hidden):
-        return make_net(spec, torso=torso, cnn_channels=channels, cnn_hidden=hidden)
+        return make_net(spec, torso=torso, cnn_channels=channels, cnn_hidden=hidden, **extra)
 
     # One more image channel and one more (non-image) feature after the conv features.
     observation = {"obs": ArraySpec(np.uint8, (44, 44, 4)), "w": ArraySpec(F32, (1,))}
@@ -350,13 +355,29 @@ def test_widen_cnn_channels_is_exact(torso, old, new):
     old_net, new_net = cnn(CNN_SPEC, *old), cnn(more, *new)
     # H*W of the last feature map of a 44x44 image, worked out by hand for each torso.
     positions = {"nature_cnn": 2 * 2, "impala_cnn": 11 * 11, "small_cnn": 19 * 19}
-    assert layout_of(old_net).feature_positions == positions.get(torso, 44 * 44)
+    expected = 38 * 38 if extra else positions.get(torso, 44 * 44)
+    assert layout_of(old_net).feature_positions == expected
     params = random_params(old_net, 8)
     plan, result = derive_and_apply(old_net, new_net, params, mode="random")
     kinds = [op.kind for op in plan.ops]
     assert kinds[0] == "add_observations" and "widen_conv" in kinds and kinds[-1] == "widen_dense"
     report = check(old_net, new_net, params, random_obs_norm(old_net, 8), result, batch_size=8)
     assert_exact(report)
+
+
+def test_widening_a_mirrored_board_network_is_exact_and_mirror_cannot_be_switched():
+    board = EnvSpec("ConnectFour-v1", {"obs": ArraySpec(np.int8, (6, 7, 2))}, 7, 2)
+    kw = {"normalize_obs": False, "activation": "relu", "mirror": "columns"}
+    old_net = make_net(board, hidden_sizes=(8, 6), **kw)
+    new_net = make_net(board, hidden_sizes=(12, 6), **kw)
+    params = random_params(old_net, 4)
+    plan, result = derive_and_apply(old_net, new_net, params)
+    assert [op.kind for op in plan.ops] == ["widen_dense", "widen_dense"]  # policy, value
+    assert_exact(check(old_net, new_net, params, {}, result))
+    with pytest.raises(surgery.PlanError, match="network.mirror changes from 'columns' to ''"):
+        surgery.derive_plan(
+            old_net, make_net(board, hidden_sizes=(8, 6), normalize_obs=False, activation="relu")
+        )
 
 
 def test_derived_plan_for_everything_at_once_and_json_round_trip():
