@@ -58,8 +58,8 @@ class ActorCritic(nn.Module):
     image_key: str | None = None
     core_size: int = 0  # 0: feed-forward
     space_to_depth: bool = True  # Nature CNN: its stride-2 conv over 2x2 blocks (same function)
-    cnn_kernel: int = 0  # board CNN: conv kernel size (0 = 3)
-    cnn_padding: str = ""  # board CNN: SAME | VALID ("" = SAME)
+    cnn_kernel: int = 0  # board CNN: conv kernel size (0 for other torsos)
+    cnn_padding: str = ""  # board CNN: SAME | VALID ("" for other torsos)
     # Left-right symmetric boards: "columns" (an action per column, Connect Four) or "cells" (an
     # action per cell, row-major, TicTacToe). "" = off. See `mirror_actions`.
     mirror: str = ""
@@ -293,6 +293,8 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         )
     if padding not in ("", "SAME", "VALID"):
         raise ValueError(f"network.cnn_padding={padding!r} is not one of '', 'SAME', 'VALID'")
+    if torso == "board_cnn":  # resolved, so that 0 / "" and 3 / "SAME" build the same module
+        kernel, padding = kernel or 3, padding or "SAME"
     mirror = network_config.get("mirror", "") or ""
     board_width = _check_mirror(mirror, spec, core) if mirror else 0
     module = ActorCritic(

@@ -115,6 +115,9 @@ def test_valid_4x4_board_conv_reads_the_12_windows_of_a_connect_four_board():
     params = network.init(jax.random.key(0))["params"]["torso"]
     assert params["conv_0"]["kernel"].shape == (4, 4, 2, 5)
     assert params["dense_0"]["kernel"].shape == (3 * 4 * 5, 8)  # 3x4 windows of 5 channels
+    default = build(CONNECT_FOUR, torso="board_cnn")
+    explicit = build(CONNECT_FOUR, torso="board_cnn", cnn_kernel=3, cnn_padding="SAME")
+    assert default.module == explicit.module  # so surgery sees no change between them
     with pytest.raises(ValueError, match="board_cnn torso only"):
         build(CONNECT_FOUR, torso="mlp", cnn_kernel=4)
     with pytest.raises(ValueError, match="cnn_padding='FULL'"):
