@@ -296,7 +296,7 @@ def make_network(network_config, spec: EnvSpec) -> Network:
     if torso == "board_cnn":  # resolved, so that 0 / "" and 3 / "SAME" build the same module
         kernel, padding = kernel or 3, padding or "SAME"
     mirror = network_config.get("mirror", "") or ""
-    board_width = _check_mirror(mirror, spec, core) if mirror else 0
+    board_width = _check_mirror(mirror, spec, core, layout) if mirror else 0
     module = ActorCritic(
         num_actions=spec.num_actions,
         torso_kind=torso,
@@ -324,7 +324,7 @@ def make_network(network_config, spec: EnvSpec) -> Network:
     )
 
 
-def _check_mirror(mirror: str, spec: EnvSpec, core: str) -> int:
+def _check_mirror(mirror: str, spec: EnvSpec, core: str, layout: str) -> int:
     """The board width W, after checking that `mirror` fits the env's spaces."""
     shapes = {k: tuple(s.shape) for k, s in spec.observation.items()}
     fix = "set network.mirror='' for this env"
@@ -332,7 +332,8 @@ def _check_mirror(mirror: str, spec: EnvSpec, core: str) -> int:
         raise ValueError(
             f"network.mirror={mirror!r} needs a feed-forward network (core none); {fix}"
         )
-    if any(len(s) != 3 or s[0] < s[-1] for s in shapes.values()):
+    # The flip is of axis W of [N, H, W, C]; an image declared CHW would be flipped along H.
+    if layout == "CHW" or any(len(s) != 3 or s[0] < s[-1] for s in shapes.values()):
         raise ValueError(
             f"network.mirror={mirror!r} flips [H, W, C] board observations; {spec.name} has "
             f"{shapes}; {fix}"

@@ -98,6 +98,8 @@ def test_mirror_rejects_envs_and_networks_it_does_not_fit():
         build(CONNECT_FOUR, mirror="columns", core="lstm")
     with pytest.raises(ValueError, match="is not one of '', 'columns', 'cells'"):
         build(CONNECT_FOUR, mirror="diagonal")
+    with pytest.raises(ValueError, match=r"flips \[H, W, C\] board observations"):
+        build(CONNECT_FOUR, mirror="columns", torso="board_cnn", image_layout="CHW")
     vector = EnvSpec("CartPole-v1", {"obs": ArraySpec(np.float32, (4,))}, 2)
     with pytest.raises(ValueError, match=r"flips \[H, W, C\] board observations"):
         build(vector, mirror="columns")
