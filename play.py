@@ -3,9 +3,13 @@ win/draw/loss from the first agent's side with a 95% confidence interval.
 
   python play.py --a=runs/connect4 --b=scripted --games=400
   python play.py --a=runs/connect4/checkpoints/300 --b=runs/connect4/checkpoints/100 --greedy
+  python play.py --a=runs/connect4 --b=scripted --search_depth=3
+  python play.py --a=runs/connect4/league/snapshots/400 --b=scripted
 
-An agent is a run directory or checkpoint, `random` or `scripted` (Connect Four). envpool picks the
-first mover at random each game, so both agents play both colours; results are also split by it.
+An agent is a run directory, a checkpoint, a league snapshot, `random` or `scripted` (Connect
+Four). envpool picks the first mover at random each game, so both agents play both colours;
+results are also split by it. With --search_depth, network agents look that many plies ahead over
+the true rules and judge the positions beyond by their value head (seedlike/league/search.py).
 """
 
 import json
@@ -15,11 +19,21 @@ from absl import app, flags
 from seedlike import xla_flags
 from seedlike.league import games
 
-_A = flags.DEFINE_string("a", None, "First agent: checkpoint path, random or scripted.")
-_B = flags.DEFINE_string("b", "random", "Second agent: checkpoint path, random or scripted.")
+_A = flags.DEFINE_string(
+    "a", None, "First agent: run, checkpoint or snapshot path, random or scripted."
+)
+_B = flags.DEFINE_string(
+    "b", "random", "Second agent: run, checkpoint or snapshot path, random or scripted."
+)
 _ENV = flags.DEFINE_string("env", None, "envpool task (default: the checkpoint's env).")
 _GAMES = flags.DEFINE_integer("games", 400, "Number of games.")
 _GREEDY = flags.DEFINE_bool("greedy", False, "Checkpoints play their most likely legal move.")
+_SEARCH = flags.DEFINE_integer(
+    "search_depth",
+    0,
+    "Checkpoints pick moves by negamax this many plies deep over the true rules, with their value "
+    "head at the leaves (Connect Four, TicTacToe; 0: play the policy).",
+)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the envs and of sampling.")
 _JSON = flags.DEFINE_bool("json", False, "Print the result as JSON.")
 flags.mark_flag_as_required("a")
@@ -28,10 +42,11 @@ flags.mark_flag_as_required("a")
 def main(argv):
     del argv
     xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
-    a, b = (games.make_agent(x, greedy=_GREEDY.value) for x in (_A.value, _B.value))
-    env = _ENV.value or next(
-        (x.network.spec.name for x in (a, b) if isinstance(x, games.NetworkAgent)), None
+    a, b = (
+        games.make_agent(x, greedy=_GREEDY.value, search_depth=_SEARCH.value)
+        for x in (_A.value, _B.value)
     )
+    env = _ENV.value or next((x.network.spec.name for x in (a, b) if hasattr(x, "network")), None)
     if env is None:
         raise app.UsageError("--env is needed when neither agent is a checkpoint")
     result = games.play_match(env, a, b, _GAMES.value, seed=_SEED.value)

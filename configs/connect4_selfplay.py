@@ -1,6 +1,10 @@
 """Self-play PPO on ConnectFour-v1 against a league of past snapshots (OpenAI Five sampling:
 80% latest, 20% past by quality), with TrueSkill evaluation against random, the scripted agent
-(win if you can, block if you must) and frozen snapshots."""
+(win if you can, block if you must) and frozen snapshots.
+
+Play the result with its value head searching three plies ahead (benchmarks/RESULTS.md):
+  python play.py --a=runs/c4 --b=scripted --games=400 --search_depth=3
+"""
 
 from seedlike.config import base_config
 

@@ -13,30 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from seedlike.league import search
+
 ROWS, COLS = 6, 7
 MINE, THEIRS = 0, 1
 
 
 def has_four(stones: np.ndarray) -> np.ndarray:
-    """Whether each board has four stones in a line.
-
-    Args:
-      stones: bool [n, 6, 7], one player's stones.
-
-    Returns:
-      bool [n].
-    """
-    s = stones
-    horizontal = s[:, :, 0:4] & s[:, :, 1:5] & s[:, :, 2:6] & s[:, :, 3:7]
-    vertical = s[:, 0:3] & s[:, 1:4] & s[:, 2:5] & s[:, 3:6]
-    diagonal = s[:, 0:3, 0:4] & s[:, 1:4, 1:5] & s[:, 2:5, 2:6] & s[:, 3:6, 3:7]
-    anti_diagonal = s[:, 0:3, 3:7] & s[:, 1:4, 2:6] & s[:, 2:5, 1:5] & s[:, 3:6, 0:4]
-    return (
-        horizontal.any((1, 2))
-        | vertical.any((1, 2))
-        | diagonal.any((1, 2))
-        | anti_diagonal.any((1, 2))
-    )
+    """Whether each board (bool [n, 6, 7], one player's stones) has four in a line: bool [n]."""
+    return search.has_line(stones, 4)
 
 
 def winning_moves(stones: np.ndarray, occupied: np.ndarray, legal_mask: np.ndarray) -> np.ndarray:

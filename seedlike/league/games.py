@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Protocol
 
 import jax
@@ -16,7 +17,7 @@ import ml_collections
 import numpy as np
 
 from seedlike.envs.envpool_env import LEGAL_ACTION_MASK, EnvpoolAdapter, make_env_spec
-from seedlike.league import connect_four
+from seedlike.league import connect_four, search
 
 
 class Agent(Protocol):
@@ -103,22 +104,45 @@ class NetworkAgent:
         return np.asarray(actions)[:n]
 
 
-def checkpoint_agent(path: str, greedy: bool = False, name: str | None = None) -> NetworkAgent:
+def load_policy(path: str):
+    """(network, {"params", "obs_norm"}, label) of a run, a checkpoint or a league snapshot
+    (<run>/league/snapshots/<version>; the run's checkpoint supplies the network config)."""
     from seedlike.checkpoint import load_checkpoint
+    from seedlike.league.league import load_snapshot
 
+    path = os.path.abspath(path)
+    snapshots, version = os.path.split(path)
+    if os.path.basename(snapshots) == "snapshots" and version.isdigit():
+        run = os.path.dirname(os.path.dirname(snapshots))
+        _, network, state, _ = load_checkpoint(run)
+        target = {"params": state.params, "obs_norm": state.obs_norm}
+        return network, load_snapshot(snapshots, int(version), target), f"{run}@v{version}"
     _, network, state, meta = load_checkpoint(path)
     params = {"params": state.params, "obs_norm": state.obs_norm}
-    label = name or f"{path}@{meta.get('policy_version', int(state.updates))}"
+    return network, params, f"{path}@{meta.get('policy_version', int(state.updates))}"
+
+
+def checkpoint_agent(
+    path: str, greedy: bool = False, name: str | None = None, search_depth: int = 0
+):
+    """The policy of a run, checkpoint or league snapshot; with search_depth > 0 it plays by
+    negamax search to that depth with its value head at the leaves (seedlike.league.search)."""
+    network, params, label = load_policy(path)
+    label = name or label
+    if search_depth > 0:
+        return search.SearchAgent(
+            network, params, search_depth, name=f"{label}+search{search_depth}"
+        )
     return NetworkAgent(network, params, name=label, greedy=greedy)
 
 
-def make_agent(spec: str, greedy: bool = False):
-    """'random', 'scripted' (Connect Four) or a checkpoint path."""
+def make_agent(spec: str, greedy: bool = False, search_depth: int = 0):
+    """'random', 'scripted' (Connect Four), or a run, checkpoint or league snapshot path."""
     if spec == "random":
         return RandomAgent()
     if spec == "scripted":
         return ScriptedConnectFour()
-    return checkpoint_agent(spec, greedy=greedy)
+    return checkpoint_agent(spec, greedy=greedy, search_depth=search_depth)
 
 
 @dataclasses.dataclass
