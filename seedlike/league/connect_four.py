@@ -15,7 +15,6 @@ import numpy as np
 
 from seedlike.league import search
 
-ROWS, COLS = 6, 7
 MINE, THEIRS = 0, 1
 
 
@@ -35,17 +34,8 @@ def winning_moves(stones: np.ndarray, occupied: np.ndarray, legal_mask: np.ndarr
     Returns:
       bool [n, 7].
     """
-    n = stones.shape[0]
-    # The stone lands on the lowest free cell: row 5 - (stones already in the column).
-    landing = ROWS - 1 - occupied.sum(axis=1)  # [n, 7]; -1 for a full column
-    wins = np.zeros((n, COLS), np.bool_)
-    rows = np.arange(n)
-    for col in range(COLS):
-        ok = legal_mask[:, col] & (landing[:, col] >= 0)
-        after = stones.copy()
-        after[rows[ok], landing[ok, col], col] = True
-        wins[:, col] = ok & has_four(after)
-    return wins
+    win = search.GAMES["ConnectFour-v1"].moves(stones, occupied & ~stones)[2]
+    return win & legal_mask
 
 
 def _random_choice(candidates: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -69,6 +69,13 @@ class LineGame:
     def num_actions(self) -> int:
         return self.cols if self.gravity else self.rows * self.cols
 
+    def legal(self, mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+        """bool [n, A]: the moves that are legal (a column with room, or an empty cell)."""
+        occupied = mine | theirs
+        if self.gravity:
+            return ~occupied[:, 0, :]
+        return ~occupied.reshape(occupied.shape[0], -1)
+
     def moves(self, mine: np.ndarray, theirs: np.ndarray):
         """The result of every move of the player to move.
 
@@ -76,17 +83,14 @@ class LineGame:
           after: bool [n, A, rows, cols], the mover's stones after each move.
           legal, win, full: bool [n, A]: the move is legal, completes a line, fills the board.
         """
-        n = mine.shape[0]
         occupied = mine | theirs
+        legal = self.legal(mine, theirs)
+        i, a = np.nonzero(legal)
         after = np.repeat(mine[:, None], self.num_actions, axis=1)
         if self.gravity:
-            landing = self.rows - 1 - occupied.sum(axis=1)  # [n, cols]; -1 when full
-            legal = landing >= 0
-            i, a = np.nonzero(legal)
+            landing = self.rows - 1 - occupied.sum(axis=1)  # [n, cols]: the lowest free row
             after[i, a, landing[i, a], a] = True
         else:
-            legal = ~occupied.reshape(n, -1)
-            i, a = np.nonzero(legal)
             after[i, a, a // self.cols, a % self.cols] = True
         win = np.zeros_like(legal)
         win[i, a] = has_line(after[i, a], self.line)
@@ -157,10 +161,9 @@ class SearchAgent:
     Args:
       network, policy_params: the policy ({"params", "obs_norm"}).
       depth: plies to look ahead, 1..MAX_DEPTH.
-      guard: runs the computation (seedlike.devices.ComputeGuard inside the learner process).
     """
 
-    def __init__(self, network, policy_params, depth: int, name="search", guard=None):
+    def __init__(self, network, policy_params, depth: int, name="search"):
         if not 1 <= depth <= MAX_DEPTH:
             raise ValueError(f"search depth must be 1..{MAX_DEPTH}, got {depth}")
         if network.is_recurrent:
@@ -173,12 +176,10 @@ class SearchAgent:
         self.policy_params = policy_params
         self.depth = depth
         self.name = name
-        self._guard = guard or (lambda fn, *args: fn(*args))
         self._dtype = network.spec.observation["obs"].dtype
         self._apply = jax.jit(
             lambda p, obs, extras: network.apply(p["params"], p["obs_norm"], obs, extras)
         )
-        self.positions_evaluated = 0
 
     def reset(self, num_envs: int) -> None:
         pass
@@ -187,17 +188,14 @@ class SearchAgent:
         """Policy logits [m, A] and values [m] of m positions (from the side of the mover)."""
         from seedlike.server.policy import bucket_size, pad_rows
 
-        m = mine.shape[0]
-        self.positions_evaluated += m
         logits, values = [], []
-        for start in range(0, m, chunk):
+        for start in range(0, mine.shape[0], chunk):
             mi, th = mine[start : start + chunk], theirs[start : start + chunk]
             n = mi.shape[0]
             obs = {"obs": np.stack([mi, th], axis=-1).astype(self._dtype)}
-            legal = self.game.moves(mi, th)[1]
-            extras = {LEGAL_ACTION_MASK: legal}
+            extras = {LEGAL_ACTION_MASK: self.game.legal(mi, th)}
             obs, extras = pad_rows((obs, extras), n, bucket_size(n))
-            lo, v = self._guard(self._apply, self.policy_params, obs, extras)
+            lo, v = self._apply(self.policy_params, obs, extras)
             logits.append(np.asarray(lo)[:n])
             values.append(np.asarray(v)[:n])
         return np.concatenate(logits), np.concatenate(values)
