@@ -244,3 +244,5 @@ def test_league_snapshots_load_as_agents(tmp_path):
     jax.tree.map(np.testing.assert_array_equal, params["params"], snapshot["params"])
     with pytest.raises(AssertionError):  # and not the checkpoint's params
         jax.tree.map(np.testing.assert_array_equal, params["params"], state.params)
+    with pytest.raises(FileNotFoundError, match="no league snapshot 8 .* 1 snapshots: 7$"):
+        games.load_policy(str(tmp_path / "league" / "snapshots" / "8"))

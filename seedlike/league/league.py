@@ -143,6 +143,22 @@ def load_snapshot(directory: str, version: int, target_params):
     import jax
     import orbax.checkpoint as ocp
 
+    path = _snapshot_path(directory, version)
+    if not os.path.isdir(path):
+        present = []
+        if os.path.isdir(directory):
+            present = sorted(int(v) for v in os.listdir(directory) if v.isdigit())
+        raise FileNotFoundError(
+            f"no league snapshot {version} in {directory}; it holds {len(present)} snapshots: "
+            f"{_summary(present) or 'none'}"
+        )
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_params)
     with ocp.StandardCheckpointer() as checkpointer:
-        return checkpointer.restore(_snapshot_path(directory, version), abstract)
+        return checkpointer.restore(path, abstract)
+
+
+def _summary(versions: list[int]) -> str:
+    """Sorted versions as '20, 40, 60, ..., 2600' (the first three and the last)."""
+    if len(versions) <= 4:
+        return ", ".join(map(str, versions))
+    return ", ".join(map(str, versions[:3])) + f", ..., {versions[-1]}"
