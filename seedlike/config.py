@@ -111,6 +111,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.league.eval_greedy = False  # evaluate the most likely legal move instead of sampling
     c.league.reference_every = 200  # policy versions between snapshots promoted to references
     c.league.reference_games = 200  # round-robin games rating each new reference
+    # Built-in opponents (AlphaStar and TLeague mix fixed bots into the pool): with probability
+    # p_bots a new episode's opponent is one of `bots` ("random"; "scripted" for Connect Four).
+    c.league.bots = ()
+    c.league.p_bots = 0.0
 
     # Bring an environment change in gradually after surgery (OpenAI Five App. B): the share of new
     # episodes with the change ramps from 0 to 1 over `updates` policy versions from start_version;

@@ -6,13 +6,15 @@ import json
 import jax
 import ml_collections
 import numpy as np
+import pytest
 import trueskill
 
 from networks import make_network
 from seedlike.config import base_config
 from seedlike.envs.envpool_env import make_env_spec
+from seedlike.league import games
 from seedlike.league.evaluation import Evaluation
-from seedlike.league.league import LEARNER, League
+from seedlike.league.league import BOTS, LEARNER, League
 from seedlike.rpc.codec import StepRows, make_hello
 from seedlike.server.inference import InferenceService
 from seedlike.server.policy import PolicyRegistry
@@ -33,6 +35,12 @@ def league_config(**overrides):
     c = ml_collections.ConfigDict(c.to_dict())
     c.update(overrides)
     return c
+
+
+def tiny_network():
+    c = base_config()
+    c.network.hidden_sizes = (8,)
+    return c, make_network(c.network, SPEC)
 
 
 def forced_params(network, action):
@@ -64,30 +72,40 @@ def board_rows(n_envs, acting_player, first=False, done=False):
     )
 
 
-def test_snapshots_play_their_seats_and_are_not_trained_on(tmp_path):
-    c = base_config()
-    c.network.hidden_sizes = (8,)
-    network = make_network(c.network, SPEC)
-    league = League(
-        league_config(sampler="uniform_recent", p_latest=0.0), snapshot_dir=str(tmp_path)
-    )
-    league.add_snapshot(5, forced_params(network, 4))
+def play_six_turns(config, network, league, only_legal=None):
+    """Four TicTacToe envs through an InferenceService, players alternating for six turns (the
+    learning policy plays cell 0), then every game ends. only_legal[turn]: the one legal cell.
+
+    Returns the acting player's moves [6, 4] and the unrolls sent to the learner.
+    """
     registry = PolicyRegistry()
     registry.publish(9, forced_params(network, 0))
     unrolls = []
     store = TrajectoryStore(SPEC, 2, unrolls.append, network.initial_carry, league.opponents)
-    service = InferenceService(SPEC, network, registry, store, c.server, league=league)
+    service = InferenceService(SPEC, network, registry, store, config.server, league=league)
     service.start()
     try:
         session = service.open_session(make_hello(SPEC, 0, 4))
         moves = []
         for turn in range(6):
-            actions, _ = service.submit(session, board_rows(4, turn % 2)).result(timeout=30)
+            rows = board_rows(4, turn % 2)
+            if only_legal is not None:
+                rows.extras["legal_action_mask"][:] = np.eye(9, dtype=bool)[only_legal[turn]]
+            actions, _ = service.submit(session, rows).result(timeout=30)
             moves.append(actions.reshape(4, 2)[:, turn % 2])
         service.submit(session, board_rows(4, 0, done=True)).result(timeout=30)
     finally:
         service.stop(finished=True)
-    moves = np.array(moves)
+    return np.array(moves), unrolls
+
+
+def test_snapshots_play_their_seats_and_are_not_trained_on(tmp_path):
+    c, network = tiny_network()
+    league = League(
+        league_config(sampler="uniform_recent", p_latest=0.0), snapshot_dir=str(tmp_path)
+    )
+    league.add_snapshot(5, forced_params(network, 4))
+    moves, unrolls = play_six_turns(c, network, league)
     assert (moves[0::2] == 0).all(), "player 0 is the learning policy (plays 0)"
     assert (moves[1::2] == 4).all(), "player 1 is snapshot 5 (plays 4)"
     # Only the learner's seats produced unrolls, and every valid step is one of its moves.
@@ -96,6 +114,35 @@ def test_snapshots_play_their_seats_and_are_not_trained_on(tmp_path):
     metrics = league.take_metrics()
     assert metrics["league/games_vs_pool"] == 4 and metrics["league/win_rate_vs_pool"] == 1.0
     assert league.payoff.counts("latest", 5) == (4.0, 0.0, 0.0)
+
+
+def test_bots_play_their_seats_are_not_trained_on_and_report_win_rates():
+    """With p_bots = 1 every opponent is the random bot: it plays the only legal cell it is given,
+    its steps never reach the learner, and its games do not enter the payoff matrix."""
+    c, network = tiny_network()
+    league = League(league_config(bots=("random",), p_bots=1.0))
+    moves, unrolls = play_six_turns(c, network, league, only_legal=np.arange(6))
+    np.testing.assert_array_equal(moves, np.repeat(np.arange(6)[:, None], 4, 1))
+    trained = np.concatenate([u.action[u.valid] for u in unrolls])
+    assert sorted(trained.tolist()) == [0] * 4 + [2] * 4 + [4] * 4, "the learner's moves only"
+    metrics = league.take_metrics()
+    assert metrics["league/win_rate_vs_random"] == 1.0 and metrics["league/games_vs_pool"] == 0
+    assert league.payoff.players() == []
+
+
+def test_bots_are_mixed_in_at_their_share_and_checked():
+    league = League(league_config(sampler="openai_five", bots=("random", "scripted"), p_bots=0.3))
+    league.add_snapshot(10, {"w": np.zeros(1)})
+    picks = league.opponents(6000)
+    assert abs(np.mean(picks == BOTS["random"]) - 0.15) < 0.02
+    assert abs(np.mean(picks == BOTS["scripted"]) - 0.15) < 0.02
+    assert abs(np.mean(picks == LEARNER) - 0.7 * 0.8) < 0.03
+    with pytest.raises(ValueError, match=r"unknown league.bots \['minimax'\]"):
+        League(league_config(bots=("minimax",), p_bots=0.5))
+    with pytest.raises(ValueError, match=r"p_bots = 0.2 with league.bots = \(\)"):
+        League(league_config(p_bots=0.2))
+    with pytest.raises(ValueError, match="scripted bot plays ConnectFour-v1, not TicTacToe-v1"):
+        games.make_bot("scripted", SPEC)
 
 
 def test_opponents_follow_the_sampler():
@@ -109,9 +156,7 @@ def test_opponents_follow_the_sampler():
 
 
 def test_league_state_survives_a_checkpoint_round_trip(tmp_path):
-    c = base_config()
-    c.network.hidden_sizes = (8,)
-    network = make_network(c.network, SPEC)
+    c, network = tiny_network()
     league = League(
         league_config(sampler="openai_five", max_snapshots=2), snapshot_dir=str(tmp_path)
     )

@@ -3,7 +3,8 @@
 In a two-player game every env has two seats. The learning policy always plays player 0 (envpool
 picks the first mover at random, so it plays both colours); at the start of every episode player 1
 gets an opponent from the configured sampler: the learning policy itself (self-play) or a frozen
-snapshot. Steps played by snapshots are recorded (they keep recurrent state) but never trained on.
+snapshot; with `league.bots`, sometimes a built-in bot. Steps played by snapshots and bots are
+recorded (snapshots keep recurrent state) but never trained on.
 
 Thread safety: the inference thread asks for opponents and snapshot params and reports results; the
 learner thread adds snapshots and saves the state. One lock guards everything.
@@ -23,6 +24,9 @@ from seedlike.league.samplers import make_sampler
 
 # The learning policy's id in seat/policy arrays (snapshots use their policy version, >= 0).
 LEARNER = -1
+# Built-in opponents (league.bots) play seats under these ids; like snapshots, never trained on.
+BOTS = {"random": -2, "scripted": -3}
+BOT_NAMES = {v: k for k, v in BOTS.items()}
 
 
 def sampler_kwargs(league_config) -> dict:
@@ -56,13 +60,28 @@ class League:
         self._lock = threading.Lock()
         self._rng = np.random.default_rng(seed)
         self._results: list[tuple[int, int]] = []  # (opponent, outcome) since the last metrics
+        unknown = sorted(set(league_config.bots) - set(BOTS))
+        if unknown:
+            raise ValueError(f"unknown league.bots {unknown}; choose from {sorted(BOTS)}")
+        self.bots = [BOTS[name] for name in league_config.bots]
+        self.p_bots = float(league_config.p_bots)
+        if not 0.0 <= self.p_bots <= 1.0 or (self.p_bots > 0) != bool(self.bots):
+            raise ValueError(
+                f"league.p_bots = {self.p_bots} with league.bots = {tuple(league_config.bots)}: "
+                "set p_bots in (0, 1] together with at least one bot, or p_bots = 0 and no bots"
+            )
 
     # Inference thread -------------------------------------------------------------------------
 
     def opponents(self, n: int) -> np.ndarray:
-        """Policy ids (LEARNER or a snapshot version) for n new episodes of player 1."""
+        """Policy ids (LEARNER, a snapshot version or a bot) for n new episodes of player 1."""
         with self._lock:
-            picks = [self.sampler.sample(self._rng) for _ in range(n)]
+            picks = [
+                self._rng.choice(self.bots)
+                if self.bots and self._rng.random() < self.p_bots
+                else self.sampler.sample(self._rng)
+                for _ in range(n)
+            ]
         return np.array([LEARNER if p == LATEST else int(p) for p in picks], np.int64)
 
     def params(self, policy: int):
@@ -74,7 +93,7 @@ class League:
         """The learning policy's result (+1/0/-1) against `opponent` in one game."""
         with self._lock:
             self._results.append((int(opponent), int(outcome)))
-            if opponent != LEARNER:
+            if opponent >= 0:  # a snapshot in the pool
                 self.payoff.record(LATEST, int(opponent), int(outcome))
                 self.sampler.update(int(opponent), int(outcome))
 
@@ -116,10 +135,14 @@ class League:
         with self._lock:
             results, self._results = self._results, []
             pool_size = len(self.pool)
-        vs_pool = [o for p, o in results if p != LEARNER]
+        vs_pool = [o for p, o in results if p >= 0]
         out = {"league/pool_size": pool_size, "league/games_vs_pool": len(vs_pool)}
         out["league/win_rate_vs_pool"] = np.mean([o > 0 for o in vs_pool]) if vs_pool else None
         out["league/score_vs_pool"] = np.mean([(o + 1) / 2 for o in vs_pool]) if vs_pool else None
+        for bot in self.bots:
+            vs_bot = [o for p, o in results if p == bot]
+            rate = np.mean([o > 0 for o in vs_bot]) if vs_bot else None
+            out[f"league/win_rate_vs_{BOT_NAMES[bot]}"] = rate
         return out
 
 

@@ -22,6 +22,9 @@ import time
 import jax
 import numpy as np
 
+from seedlike.envs.envpool_env import LEGAL_ACTION_MASK
+from seedlike.league import games
+from seedlike.league.league import BOT_NAMES, LEARNER
 from seedlike.rpc import codec
 from seedlike.server import policy as policy_lib
 from seedlike.server.trajectory_store import Episode, PolicyInputs, TrajectoryStore
@@ -104,6 +107,10 @@ class InferenceService:
         self._policy_step = policy_lib.make_policy_step(network)
         self._initial_carry = network.initial_carry
         self.league = league
+        self._bot_rng = np.random.default_rng(seed + 3)
+        self._bots = (
+            {bot: games.make_bot(BOT_NAMES[bot], spec) for bot in league.bots} if league else {}
+        )
         self.annealing = annealing
         self._anneal_rng = np.random.default_rng(seed + 1)
         self._guard = guard or (lambda fn, *args: fn(*args))
@@ -299,7 +306,7 @@ class InferenceService:
             if ok:
                 ended = self.store.record(step.session_id, step.rows, a, lp, v, version, c)
                 self._report_games(ended)
-                episodes.extend(e for e in ended if e.policy < 0)
+                episodes.extend(e for e in ended if e.policy == LEARNER)
         self.stats.add(
             total,
             [(now - s.arrived) * 1000.0 for s in steps],
@@ -308,19 +315,22 @@ class InferenceService:
         )
 
     def _infer(self, latest, obs, extras, carry, first, policy):
-        """Runs each policy on its rows (the learning policy, or league snapshots)."""
+        """Runs each policy on its rows (the learning policy, league snapshots or bots)."""
         total = first.shape[0]
         groups = np.unique(policy)
-        if groups.size == 1 and groups[0] < 0:
+        if groups.size == 1 and groups[0] == LEARNER:
             return self._policy_call(latest, obs, extras, carry, first)
         action, logp, value = np.zeros(total, np.int32), np.zeros(total), np.zeros(total)
         new_carry = jax.tree.map(np.zeros_like, carry)
         for pid in groups:
-            # A snapshot that left the pool mid-episode is played by the latest policy.
-            params = latest if pid < 0 else self.league.params(pid)
-            params = latest if params is None else params
             idx = np.flatnonzero(policy == pid)
             part = jax.tree.map(lambda x, idx=idx: x[idx], (obs, extras, carry, first))
+            if pid in self._bots:  # no network: logp, value and carry stay 0
+                action[idx] = self._bots[pid](part[0], part[1][LEGAL_ACTION_MASK], self._bot_rng)
+                continue
+            # A snapshot that left the pool mid-episode is played by the latest policy.
+            params = latest if pid == LEARNER else self.league.params(pid)
+            params = latest if params is None else params
             out = self._policy_call(params, *part)
             for dst, src in zip((action, logp, value), out[:3]):
                 dst[idx] = src

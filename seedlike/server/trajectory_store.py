@@ -31,7 +31,7 @@ from seedlike.types import EnvSpec, Unroll
 class PolicyInputs(NamedTuple):
     first: np.ndarray  # bool [m]: the step starts an episode (the core resets)
     carry: object  # [m, ...] recurrent state before the step
-    policy: np.ndarray  # int64 [m]: -1 the learning policy, else a snapshot version
+    policy: np.ndarray  # int64 [m]: -1 the learning policy, a snapshot version, or a bot (< -1)
     changed: np.ndarray  # bool [m]: the episode has the change being annealed in
 
 
@@ -41,7 +41,7 @@ class Episode:
     seat: int  # env * num_players + player
     episode_return: float
     length: int
-    policy: int = -1  # who played the seat: -1 the learning policy, else a snapshot version
+    policy: int = -1  # who played the seat: -1 the learning policy, a snapshot version or a bot
 
 
 class _SessionBuffers:
@@ -67,7 +67,7 @@ class _SessionBuffers:
         self.episode_return = np.zeros(num_seats, np.float64)
         self.episode_length = np.zeros(num_seats, np.int64)
         self.next_first = np.ones(num_seats, np.bool_)  # the seat's next step starts an episode
-        self.policy = np.full(num_seats, -1, np.int64)  # -1: learning policy; else a snapshot
+        self.policy = np.full(num_seats, -1, np.int64)  # -1: learning policy; else an opponent
         self.changed = np.ones(num_seats, np.bool_)  # the episode has an annealed-in change
         self.carry = carry  # before the seat's next step
         self.carry_start = jax.tree.map(np.copy, carry)  # before step 0 of the current unroll
@@ -222,7 +222,7 @@ class TrajectoryStore:
             b.extras[key][s, p] = array[record]
         acted = rows.acting[record] & ~done[record]
         # Only the learning policy's steps are trained on (snapshots' seats are recorded for state).
-        valid = acted & (b.policy[s] < 0)
+        valid = acted & (b.policy[s] == -1)
         version = np.broadcast_to(np.asarray(version, np.int32), (n,))
         values = (
             action[record],
