@@ -55,19 +55,16 @@ class ScriptedConnectFour:
 
 
 def make_bot(name: str, spec):
-    """A built-in league opponent: (obs, legal_mask, rng) -> int32 actions, checked against the
-    env in `spec` (an EnvSpec)."""
+    """A built-in league opponent (an Agent without per-env state), checked against the env in
+    `spec` (an EnvSpec)."""
+    bots = {"random": RandomAgent, "scripted": ScriptedConnectFour}
+    if name not in bots:
+        raise ValueError(f"unknown bot {name!r}; choose from {sorted(bots)}")
     if LEGAL_ACTION_MASK not in spec.extras:
         raise ValueError(f"league bots need a legal-action mask; {spec.name} has none")
-    if name == "random":
-        return lambda obs, legal_mask, rng: connect_four.random_actions(None, legal_mask, rng)
-    if name == "scripted":
-        if spec.name != "ConnectFour-v1":
-            raise ValueError(f"the scripted bot plays ConnectFour-v1, not {spec.name}")
-        return lambda obs, legal_mask, rng: connect_four.scripted_actions(
-            obs["obs"], legal_mask, rng
-        )
-    raise ValueError(f"unknown bot {name!r}; choose from random, scripted")
+    if name == "scripted" and spec.name != "ConnectFour-v1":
+        raise ValueError(f"the scripted bot plays ConnectFour-v1, not {spec.name}")
+    return bots[name]()
 
 
 def make_agent_step(network, greedy: bool):

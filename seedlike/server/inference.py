@@ -326,7 +326,8 @@ class InferenceService:
             idx = np.flatnonzero(policy == pid)
             part = jax.tree.map(lambda x, idx=idx: x[idx], (obs, extras, carry, first))
             if pid in self._bots:  # no network: logp, value and carry stay 0
-                action[idx] = self._bots[pid](part[0], part[1][LEGAL_ACTION_MASK], self._bot_rng)
+                mask = part[1][LEGAL_ACTION_MASK]
+                action[idx] = self._bots[pid].act(part[0], mask, idx, part[3], self._bot_rng)
                 continue
             # A snapshot that left the pool mid-episode is played by the latest policy.
             params = latest if pid == LEARNER else self.league.params(pid)
