@@ -101,11 +101,10 @@ def breakdown(env: str) -> dict:
     from seedlike.config import load_config_file
     from seedlike.envs.envpool_env import EnvpoolAdapter, make_env_spec
     from seedlike.learner.learner import Learner
+    from seedlike.policy import PolicyRunner
     from seedlike.rpc import codec
     from seedlike.rpc import seedlike_pb2 as pb
-    from seedlike.server.policy import make_policy_step
-    from seedlike.server.trajectory_store import TrajectoryStore
-    from seedlike.types import stack_unrolls
+    from seedlike.server.trajectory_store import BatchQueue, StepRecord, TrajectoryStore
 
     config = load_config_file(os.path.join(ROOT, "configs", "atari_ppo.py"))
     config.unlock()
@@ -126,11 +125,9 @@ def breakdown(env: str) -> dict:
     s, cores = _timed(env_step, 200)
     out["actor_env_step"] = s * cores / n * 1e6
     rows = actor.recv()
-    fields = (rows.obs, rows.reward, rows.terminated, rows.truncated, rows.env_id)
-    args = (*fields, rows.player_id, rows.acting, rows.extras, rows.game_over)
-    message = codec.encode_step(0, *args)
+    message = codec.encode_step(0, rows)
     data = message.SerializeToString()
-    s, cores = _timed(lambda: codec.encode_step(0, *args).SerializeToString(), 500)
+    s, cores = _timed(lambda: codec.encode_step(0, rows).SerializeToString(), 500)
     out["actor_encode"] = s * cores / n * 1e6
     s, cores = _timed(lambda: codec.decode_step(codec.parse_actor_message(data).step, spec, n), 500)
     out["server_decode_validate"] = s * cores / n * 1e6
@@ -139,35 +136,37 @@ def breakdown(env: str) -> dict:
     out["server_encode_reply"] = s * cores / n * 1e6
 
     params = {"params": network.init(jax.random.key(0)), "obs_norm": {}}
-    step = make_policy_step(network)
+    runner = PolicyRunner(network)
     batch = 2 * n  # both actors in one call, as the batcher does
     obs = {"obs": np.zeros((batch, *spec.observation["obs"].shape), np.uint8)}
     first = np.zeros(batch, bool)
-
-    def infer():
-        jax.block_until_ready(step(params, obs, {}, (), first, np.uint32(0), np.uint32(0)))
-
-    s, cores = _timed(infer, 100)
+    s, cores = _timed(lambda: runner.step(params, obs, {}, (), first), 100)
     out["server_inference"] = s * cores / batch * 1e6
 
-    store = TrajectoryStore(spec, config.unroll_length, lambda u: None)
-    store.open_session(1, n)
-    step_rows = codec.decode_step(message.step, spec, n)
-    zeros = np.zeros(n, np.int32)
-    s, cores = _timed(lambda: store.record(1, step_rows, zeros, zeros * 0.0, zeros * 0.0, 0), 500)
+    # The store writes complete unrolls straight into learner batches (no stacking later).
+    batches = BatchQueue()
+    store = TrajectoryStore(spec, config.unroll_length, config.batch_unrolls, batches)
+    seats = np.arange(n)
+    store.open(seats)
+    rows = codec.decode_step(message.step, spec, n)
+    zeros, ones = np.zeros(n, np.float32), np.ones(n, bool)
+    step = StepRecord(
+        seats, rows.reward, rows.terminated, rows.truncated, rows.acting, rows.game_over, ones,
+        rows.obs, {}, ~ones, np.full(n, -1), (), zeros.astype(np.int32), zeros, zeros, 0,
+    )  # fmt: skip
+    full = []
+
+    def record():
+        store.record(step)
+        full.append(batches.get(timeout=0))  # the learner takes each full batch
+
+    s, cores = _timed(record, 500)
     out["server_trajectory_store"] = s * cores / n * 1e6
 
     learner = Learner(config, network, devices=jax.local_devices()[:1])
     learner.set_state(learner.init_state(jax.random.key(0)))
-    unrolls = []
-    store = TrajectoryStore(spec, config.unroll_length, unrolls.append)
-    store.open_session(1, n)
-    while len(unrolls) < config.batch_unrolls:
-        store.record(1, step_rows, zeros, zeros * 0.0, zeros * 0.0, 0)
-    stacked = stack_unrolls(unrolls[: config.batch_unrolls])
+    stacked = next(b for b in full if b is not None)
     steps = config.batch_unrolls * config.unroll_length
-    s, cores = _timed(lambda: stack_unrolls(unrolls[: config.batch_unrolls]), 3)
-    out["learner_stack_batch"] = s * cores / steps * 1e6
     s, cores = _timed(lambda: learner.update(stacked), 3)
     out["learner_update"] = s * cores / steps * 1e6
     out["total"] = sum(out.values())

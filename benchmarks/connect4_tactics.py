@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import results_io  # noqa: E402
 
-from seedlike.league import games, search  # noqa: E402
+from seedlike.league import games, players, search  # noqa: E402
 
 _AGENTS = flags.DEFINE_list("agents", None, "Runs, checkpoints or league snapshots.")
 _GAMES = flags.DEFINE_integer("games", 400, "Games against the scripted agent per agent.")
@@ -85,7 +85,7 @@ class Probe:
 def measure(agent, num_games: int, seed: int) -> dict:
     probe = Probe(agent)
     result = games.play_match(
-        "ConnectFour-v1", probe, games.ScriptedConnectFour(), num_games, seed=seed
+        "ConnectFour-v1", probe, players.ScriptedConnectFour(), num_games, seed=seed
     )
     return {"win_rate_vs_scripted": round(result.wins / num_games, 4), **probe.summary()}
 
@@ -96,7 +96,7 @@ def main(argv):
         raise app.UsageError("--agents: at least one run, checkpoint or league snapshot")
     result = {
         "games": _GAMES.value,
-        "random": measure(games.RandomAgent(), _GAMES.value, _SEED.value),
+        "random": measure(players.RandomAgent(), _GAMES.value, _SEED.value),
     }
     for path in _AGENTS.value:
         agent = games.checkpoint_agent(path, greedy=True)

@@ -6,18 +6,24 @@ Three measurements on the same env settings (the config's env section, --num_act
   raw_env_sps:     envpool stepping with random actions, no server: the ceiling.
   grpc_server_sps: env steps/s the inference server sustains over gRPC on loopback, with clients
                    that replay one pre-encoded batch (no env cost) and a trivial (linear) policy.
+  actor_sps_sync / actor_sps_async: env steps/s of real actor processes against that server, with
+                   all of an actor's envs in one request (env.batch_size 0) or half of them per
+                   request (envpool's asynchronous mode: one half steps while the other half's
+                   request is answered).
   train_sps:       end-to-end training SPS of learner.py + actor.py processes (scripts/train.sh).
 Writes JSON to --out (default benchmarks/results/throughput-<time>.json) and prints it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import platform
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -32,7 +38,9 @@ import results_io  # noqa: E402
 _CONFIG = flags.DEFINE_string("config", os.path.join(ROOT, "configs", "cartpole_ppo.py"), "Config.")
 _NUM_ACTORS = flags.DEFINE_integer("num_actors", 2, "Actor processes (as scripts/train.sh).")
 _SECONDS = flags.DEFINE_float("seconds", 15.0, "Duration of the raw and gRPC measurements.")
-_TRAIN_STEPS = flags.DEFINE_integer("train_steps", 300_000, "Env steps of the training run.")
+_TRAIN_STEPS = flags.DEFINE_integer(
+    "train_steps", 300_000, "Env steps of the training run (0: no training run)."
+)
 _OUT = flags.DEFINE_string("out", None, "Output JSON path.")
 
 
@@ -79,6 +87,7 @@ def _grpc_client(address, config_path, actor_id, seconds, results):
     from seedlike.config import load_config_file
     from seedlike.envs.envpool_env import make_env_spec
     from seedlike.rpc import client, codec
+    from seedlike.types import Rows
 
     config = load_config_file(config_path)
     spec = make_env_spec(config.env)
@@ -86,20 +95,14 @@ def _grpc_client(address, config_path, actor_id, seconds, results):
     obs = {k: np.zeros((n, *s.shape), s.dtype) for k, s in spec.observation.items()}
     extras = {k: np.ones((n, *s.shape), s.dtype) for k, s in spec.extras.items()}
     zeros = np.zeros(n, np.bool_)
+    rows = Rows(
+        obs, extras, np.zeros(n, np.float32), zeros, zeros, np.arange(n, dtype=np.int32),
+        np.zeros(n, np.int32), ~zeros, zeros,
+    )  # fmt: skip
     connection = client.Connection(address, codec.make_hello(spec, actor_id, n))
     steps, sequence, start = 0, 0, time.monotonic()
     while time.monotonic() - start < seconds:
-        message = codec.encode_step(
-            sequence,
-            obs,
-            np.zeros(n, np.float32),
-            zeros,
-            zeros,
-            np.arange(n, dtype=np.int32),
-            np.zeros(n, np.int32),
-            ~zeros,
-            extras,
-        )
+        message = codec.encode_step(sequence, rows)
         connection.step(message)
         sequence += 1
         steps += n
@@ -107,15 +110,19 @@ def _grpc_client(address, config_path, actor_id, seconds, results):
     connection.close()
 
 
-def grpc_server_sps(config_path, num_actors, seconds) -> dict:
+@contextlib.contextmanager
+def trivial_server(config_path):
+    """The inference service in this process, serving a trivial (linear) policy, with full
+    learner batches taken and dropped: what serving costs, without a network or learning.
+    Yields (service, store, address)."""
     import jax
     import ml_collections
 
     from networks import make_network
     from seedlike.config import load_config_file
     from seedlike.envs.envpool_env import make_env_spec
-    from seedlike.server.policy import PolicyRegistry
-    from seedlike.server.trajectory_store import TrajectoryStore
+    from seedlike.policy import PolicyRegistry
+    from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
     from seedlike.training import start_inference
 
     config = load_config_file(config_path)
@@ -126,26 +133,79 @@ def grpc_server_sps(config_path, num_actors, seconds) -> dict:
     params = network.init(jax.random.key(0))
     registry = PolicyRegistry()
     registry.publish(0, {"params": params, "obs_norm": network.init_obs_norm()})
-    store = TrajectoryStore(spec, config.unroll_length, lambda u: None, network.initial_carry)
+    batches = BatchQueue()
+    store = TrajectoryStore(
+        spec, config.unroll_length, config.batch_unrolls, batches, network.initial_carry(1)
+    )
+    drained = threading.Event()
+
+    def drain():
+        while not drained.is_set():
+            batches.get(timeout=0.1)
+
+    threading.Thread(target=drain, daemon=True).start()
     with tempfile.TemporaryDirectory() as logdir:
         service, server, address = start_inference(
-            config, spec, network, registry, store, logdir, "127.0.0.1", 0
+            config, network, registry, store, logdir, "127.0.0.1", 0
         )
         try:
-            per_actor = _parallel(
-                _grpc_client, [(address, config_path, i, seconds) for i in range(num_actors)]
-            )
-            stats = service.stats.take()
+            yield service, store, address
         finally:
+            drained.set()
             service.stop(finished=True)
             server.stop(0)
+
+
+def grpc_server_sps(config_path, num_actors, seconds) -> dict:
+    with trivial_server(config_path) as (service, _, address):
+        per_actor = _parallel(
+            _grpc_client, [(address, config_path, i, seconds) for i in range(num_actors)]
+        )
+        stats = service.stats.take()
     return {
         "grpc_server_sps": float(sum(per_actor)),
-        "grpc_rows_per_message": int(config.env.num_envs),
         "grpc_inference_batch_mean": float(np.mean(stats["batch_rows"])),
         "grpc_latency_ms_p50": float(np.percentile(stats["latency_ms"], 50)),
         "grpc_latency_ms_p99": float(np.percentile(stats["latency_ms"], 99)),
     }
+
+
+def _actor_worker(address, config_path, actor_id, batch_size):
+    from seedlike.actor import Actor
+    from seedlike.config import load_config_file
+
+    config = load_config_file(config_path)
+    config.unlock()
+    config.env.batch_size = batch_size
+    Actor(config, address, actor_id).run()
+
+
+def actor_sps(config_path, num_actors, seconds, batch_size) -> float:
+    """Env steps/s of real actor processes (envpool) against the trivial server: the acting side
+    with env.batch_size = `batch_size` (0: all envs in lockstep; less: envpool's asynchronous
+    mode, the envs of one request step while another is being answered)."""
+    ctx = mp.get_context("spawn")
+    with trivial_server(config_path) as (service, store, address):
+        procs = [
+            ctx.Process(target=_actor_worker, args=(address, config_path, i, batch_size))
+            for i in range(num_actors)
+        ]
+        for p in procs:
+            p.start()
+        try:
+            deadline = time.monotonic() + 120
+            while service.num_sessions < num_actors or store.rows_received == 0:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("actors did not connect")
+                time.sleep(0.1)
+            time.sleep(min(5.0, seconds / 3))  # envs started, inference compiled
+            rows, start = store.rows_received, time.monotonic()
+            time.sleep(seconds)
+            return (store.rows_received - rows) / (time.monotonic() - start)
+        finally:
+            for p in procs:
+                p.kill()
+                p.join()
 
 
 def train_sps(config_path, num_actors, steps) -> dict:
@@ -202,8 +262,15 @@ def main(argv):
     result = {"config": os.path.relpath(config, ROOT), "num_actors": actors, "machine": machine()}
     result.update(raw_env_sps(config, actors, _SECONDS.value))
     result.update(grpc_server_sps(config, actors, _SECONDS.value))
-    result.update(train_sps(config, actors, _TRAIN_STEPS.value))
-    result["train_fraction_of_raw"] = result["train_sps"] / result["raw_env_sps"]
+    from seedlike.config import load_config_file
+
+    half = int(load_config_file(config).env.num_envs) // 2
+    result["actor_sps_sync"] = actor_sps(config, actors, _SECONDS.value, batch_size=0)
+    result["actor_sps_async"] = actor_sps(config, actors, _SECONDS.value, batch_size=half)
+    result["actor_async_vs_sync"] = result["actor_sps_async"] / result["actor_sps_sync"]
+    if _TRAIN_STEPS.value:
+        result.update(train_sps(config, actors, _TRAIN_STEPS.value))
+        result["train_fraction_of_raw"] = result["train_sps"] / result["raw_env_sps"]
     result["grpc_fraction_of_raw"] = result["grpc_server_sps"] / result["raw_env_sps"]
     result["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     results_io.write("throughput", result, _OUT.value)

@@ -94,19 +94,7 @@ class Actor:
             started = last_log = time.monotonic()
             while not self.stop.is_set():
                 rows = env.recv()
-                message = codec.encode_step(
-                    sequence,
-                    rows.obs,
-                    rows.reward,
-                    rows.terminated,
-                    rows.truncated,
-                    rows.env_id,
-                    rows.player_id,
-                    rows.acting,
-                    rows.extras,
-                    rows.game_over,
-                )
-                reply = connection.step(message)
+                reply = connection.step(codec.encode_step(sequence, rows))
                 actions = client.decode_actions(reply, rows.reward.shape[0], self.spec.num_actions)
                 env.send(actions, rows)
                 sequence += 1

@@ -87,10 +87,14 @@ def base_config() -> ml_collections.ConfigDict:
     c.optimizer.adam_eps = 1e-5
 
     c.server = ml_collections.ConfigDict()
-    c.server.max_batch_rows = 1024  # flush an inference batch at this many rows ...
-    c.server.batch_timeout_ms = 5.0  # ... or this long after its first request
-    # Bounded queue to the learner (0 = batch_unrolls); when full, actors wait (backpressure).
-    # Longer queues raise throughput when acting is bursty but make data staler.
+    # An inference batch takes every request waiting, up to max_batch_rows rows, and closes when
+    # every actor that can still send is in it, or batch_timeout_ms after gathering started
+    # (seedlike/server/batcher.py).
+    c.server.max_batch_rows = 1024
+    c.server.batch_timeout_ms = 5.0
+    # Unrolls that may wait for the learner, in whole batches (0 = one batch): with one, acting
+    # fills the next batch while the learner trains and then waits (backpressure). More raise
+    # throughput when acting is bursty but make data staler.
     c.server.queue_unrolls = 0
     c.server.max_actors = 64  # concurrent actor streams
     c.server.max_envs_per_actor = 4096

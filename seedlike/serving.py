@@ -10,8 +10,8 @@ import numpy as np
 
 from seedlike import checkpoint as ckpt_lib
 from seedlike.metrics import MetricsWriter
+from seedlike.policy import PolicyRegistry
 from seedlike.server import inference
-from seedlike.server.policy import PolicyRegistry
 from seedlike.server.trajectory_store import TrajectoryStore
 from seedlike.training import start_inference
 
@@ -42,11 +42,8 @@ def serve_checkpoint(
     )
     registry = PolicyRegistry()
     registry.publish(version, {"params": state.params, "obs_norm": state.obs_norm})
-    # Only episode statistics are wanted: the shortest unrolls, thrown away as they complete.
-    store = TrajectoryStore(network.spec, 1, lambda unroll: None, network.initial_carry)
-    service, server, _ = start_inference(
-        config, network.spec, network, registry, store, logdir, bind, port
-    )
+    store = TrajectoryStore(network.spec)  # episode statistics only, no unrolls
+    service, server, _ = start_inference(config, network, registry, store, logdir, bind, port)
     metrics = MetricsWriter(logdir, config, config.log.wandb_mode, config.log.wandb_project)
     returns, lengths = [], []
     start = last = time.monotonic()
@@ -80,8 +77,8 @@ def serve_checkpoint(
 def _write(metrics, service, store, version, dt, last_rows, returns, lengths) -> int:
     stats = service.stats.take()
     episodes = stats["episodes"]
-    returns.extend(e.episode_return for e in episodes)
-    lengths.extend(e.length for e in episodes)
+    returns.extend(episodes.episode_return.tolist())
+    lengths.extend(episodes.length.tolist())
     p50, p99 = inference.latency_summary(stats["latency_ms"])
     rows = store.rows_received
     metrics.write(
@@ -90,11 +87,9 @@ def _write(metrics, service, store, version, dt, last_rows, returns, lengths) ->
             "env_steps": rows,
             "policy_version": version,
             "sps": (rows - last_rows) / max(dt, 1e-9),
-            "episodes": len(episodes),
-            "episode_return_mean": np.mean([e.episode_return for e in episodes])
-            if episodes
-            else None,
-            "episode_length_mean": np.mean([e.length for e in episodes]) if episodes else None,
+            "episodes": len(episodes.seat),
+            "episode_return_mean": np.mean(episodes.episode_return) if len(episodes.seat) else None,
+            "episode_length_mean": np.mean(episodes.length) if len(episodes.seat) else None,
             "inference_batch_mean": inference.batch_summary(stats["batch_rows"]),
             "inference_latency_ms_p50": p50,
             "inference_latency_ms_p99": p99,

@@ -1,8 +1,10 @@
-"""The central server process: inference service + trajectory store + learner, wired together.
+"""The learner process: its parts, wired together once (`build`), and the learner loop (`train`).
 
-Threads: gRPC handlers (one per actor stream) -> the inference thread (batching, policy step,
-trajectory store) -> a bounded queue of unrolls -> the learner loop (this function's thread), which
-publishes every new policy version back to inference, writes metrics and checkpoints.
+A row flows one way: gRPC handlers (seedlike.rpc.service, one per actor stream) -> the inference
+pipeline (seedlike.server.inference: batching, policy, trajectory store) -> learner batches
+(seedlike.server.trajectory_store.BatchQueue) -> the learner loop here, which publishes every new
+policy version back to inference, snapshots it into the league, and writes metrics and
+checkpoints.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import dataclasses
 import json
 import logging
 import os
-import queue
 import threading
 import time
 
@@ -24,37 +25,29 @@ from seedlike import config as config_lib
 from seedlike.envs.envpool_env import make_env_spec
 from seedlike.league.evaluation import Evaluation, EvaluationThread
 from seedlike.league.league import League
+from seedlike.league.players import LEARNER
 from seedlike.learner.learner import Learner
 from seedlike.metrics import MetricsWriter
+from seedlike.policy import PolicyRegistry
 from seedlike.rpc.service import serve
 from seedlike.server import inference
 from seedlike.server.anneal import Annealing
-from seedlike.server.policy import PolicyRegistry
-from seedlike.server.trajectory_store import TrajectoryStore
-from seedlike.types import stack_unrolls
+from seedlike.server.matchmaking import Matchmaker
+from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
 
 ADDRESS_FILE = "server_address"
 LEAGUE_DIR = "league"
 
 
 def start_inference(
-    config, spec, network, registry, store, logdir, bind, port, guard=None, league=None,
-    annealing=None,
+    config, network, registry, store, logdir, bind, port, matchmaker=None, guard=None
 ):  # fmt: skip
-    """Starts the inference thread and its gRPC server; writes <logdir>/server_address.
+    """Starts the inference pipeline and its gRPC server; writes <logdir>/server_address.
 
     Returns (service, grpc server, "host:port").
     """
     service = inference.InferenceService(
-        spec,
-        network,
-        registry,
-        store,
-        config.server,
-        seed=config.seed,
-        guard=guard,
-        league=league,
-        annealing=annealing,
+        store.spec, network, registry, store, config.server, matchmaker, config.seed, guard
     )
     service.start()
     server, bound = serve(service, bind, port, config.server.max_actors)
@@ -67,15 +60,132 @@ def start_inference(
 
 
 @dataclasses.dataclass
-class _Interval:
-    """Accumulates learner-side values between two metrics rows."""
+class Interval:
+    """What the learner loop accumulates between two metrics rows."""
 
     start: float
     env_steps: int
     unrolls_emitted: int
     updates: list = dataclasses.field(default_factory=list)
     staleness: list = dataclasses.field(default_factory=list)
-    consumed: int = 0
+    consumed: int = 0  # learning steps consumed by gradient steps, every epoch counted
+    learn_s: float = 0.0
+
+
+@dataclasses.dataclass
+class LearnerProcess:
+    """Everything the learner process runs, built once from the config."""
+
+    config: object
+    logdir: str
+    learner: Learner
+    checkpointer: ckpt_lib.Checkpointer
+    registry: PolicyRegistry
+    league: League | None
+    evaluator: EvaluationThread | None
+    batches: BatchQueue
+    store: TrajectoryStore
+    service: inference.InferenceService
+    server: object  # grpc.Server
+    metrics: MetricsWriter
+    base_env_steps: int
+    episodes_total: int
+
+    def env_steps(self) -> int:
+        """Rows received from actors since the run began, across restarts."""
+        return self.base_env_steps + self.store.rows_received
+
+    def learn(self, batch, interval: Interval) -> None:
+        """One update from a learner batch; publishes the new policy version."""
+        learner = self.learner
+        start = time.perf_counter()
+        interval.staleness.append(_staleness(learner.version, batch))
+        interval.updates.append(learner.update(batch))
+        interval.consumed += batch.reward.size * learner.epochs
+        self.registry.publish(learner.version, learner.policy_params())
+        if self.league is not None and self.league.wants_snapshot(learner.version):
+            self.league.add_snapshot(learner.version, learner.policy_params())
+        interval.learn_s += time.perf_counter() - start
+
+    def log(self, interval: Interval, now: float) -> dict:
+        row = metrics_row(self, interval, now)
+        self.episodes_total += row["episodes"]
+        row["episodes_total"] = self.episodes_total
+        self.metrics.write(row)
+        return row
+
+    def save(self, reason: str) -> None:
+        state = self.learner.state()
+        meta = {
+            "env_steps": self.env_steps(),
+            "episodes": self.episodes_total,
+            "policy_version": self.learner.version,
+            # Lets inference_server.py, surgery and evaluation rebuild the network.
+            "config": json.loads(self.config.to_json()),
+        }
+        if self.league is not None:
+            meta["league"] = self.league.state_dict()
+            if self.evaluator is not None:
+                meta["evaluation"] = self.evaluator.state_dict()
+        self.checkpointer.save(self.learner.version, state, meta)
+        logging.info(
+            "checkpoint %d saved (%s; params %s)",
+            self.learner.version,
+            reason,
+            ckpt_lib.params_fingerprint(state.params),
+        )
+
+
+def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> LearnerProcess:
+    """Restores or initializes the learner, and starts serving actors and evaluation."""
+    config_lib.validate(config)
+    os.makedirs(logdir, exist_ok=True)
+    spec = make_env_spec(config.env)
+    network = make_network(config.network, spec)
+    learner = Learner(config, network)
+    logging.info("learner on %d device(s): %s", learner.num_devices, learner.devices)
+    checkpointer = ckpt_lib.Checkpointer(
+        os.path.join(logdir, "checkpoints"), config.checkpoint.max_to_keep
+    )
+    meta = _restore(learner, checkpointer, config.seed)
+    registry = PolicyRegistry()
+    registry.publish(learner.version, learner.policy_params())
+    league, evaluation = _make_league(config, logdir, network, learner, meta)
+
+    annealing = Annealing.from_config(config.anneal)
+    matchmaker = Matchmaker(spec, league, annealing, config.seed)
+    slots = -(-int(config.server.queue_unrolls or config.batch_unrolls) // config.batch_unrolls)
+    batches = BatchQueue(slots)
+    store = TrajectoryStore(
+        annealing.server_spec(spec) if annealing else spec,
+        config.unroll_length,
+        config.batch_unrolls,
+        batches,
+        network.initial_carry(1),
+    )
+    service, server, _ = start_inference(
+        config, network, registry, store, logdir, bind, port, matchmaker, learner.guard
+    )
+    evaluator = None
+    if evaluation is not None and config.league.eval_interval_s > 0:
+        evaluator = EvaluationThread(evaluation, registry, config.league.eval_interval_s)
+        evaluator.start()
+    return LearnerProcess(
+        config=config,
+        logdir=logdir,
+        learner=learner,
+        checkpointer=checkpointer,
+        registry=registry,
+        league=league,
+        evaluator=evaluator,
+        batches=batches,
+        store=store,
+        service=service,
+        server=server,
+        metrics=MetricsWriter(logdir, config, config.log.wandb_mode, config.log.wandb_project),
+        base_env_steps=int(meta.get("env_steps", 0)),
+        episodes_total=int(meta.get("episodes", 0)),
+    )
 
 
 def train(
@@ -85,147 +195,57 @@ def train(
 
     Writes <logdir>/server_address once actors can connect. Returns the last metrics row.
     """
-    config_lib.validate(config)
     stop = stop or threading.Event()
-    os.makedirs(logdir, exist_ok=True)
-    spec = make_env_spec(config.env)
-    network = make_network(config.network, spec)
-    learner = Learner(config, network)
-    logging.info("learner on %d device(s): %s", learner.num_devices, learner.devices)
-
-    checkpointer = ckpt_lib.Checkpointer(
-        os.path.join(logdir, "checkpoints"), config.checkpoint.max_to_keep
-    )
-    initial = learner.init_state(jax.random.key(config.seed))
-    restored = checkpointer.restore(initial)
-    meta = {}
-    if restored is None:
-        learner.set_state(initial)
-    else:
-        state, meta = restored
-        learner.set_state(state)
-        logging.info(
-            "resumed from %s at env step %d, policy version %d (params %s)",
-            checkpointer.directory,
-            meta["env_steps"],
-            learner.version,
-            ckpt_lib.params_fingerprint(state.params),
-        )
-    base_env_steps = int(meta.get("env_steps", 0))
-    episodes_total = int(meta.get("episodes", 0))
-
-    registry = PolicyRegistry()
-    registry.publish(learner.version, learner.policy_params())
-    league, evaluation = _make_league(config, logdir, network, learner, meta)
-    unrolls: queue.Queue = queue.Queue(maxsize=config.server.queue_unrolls or config.batch_unrolls)
-
-    def emit(unroll):
-        # Blocking here stalls inference, and with it the actors: backpressure, not stale piles.
-        while not stop.is_set():
-            try:
-                unrolls.put(unroll, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    opponents = league.opponents if league is not None else None
-    annealing = Annealing.from_config(config.anneal)
-    changes = (lambda n: service.changes(n)) if annealing else None  # noqa: E731
-    store_spec = annealing.server_spec(spec) if annealing else spec
-    store = TrajectoryStore(
-        store_spec, config.unroll_length, emit, network.initial_carry, opponents, changes
-    )
-    service, server, _ = start_inference(
-        config, spec, network, registry, store, logdir, bind, port, learner.guard, league, annealing
-    )
-    evaluator = None
-    if evaluation is not None and config.league.eval_interval_s > 0:
-        evaluator = EvaluationThread(evaluation, registry, config.league.eval_interval_s)
-        evaluator.start()
-
-    metrics = MetricsWriter(logdir, config, config.log.wandb_mode, config.log.wandb_project)
-    env_steps = lambda: base_env_steps + store.rows_received  # noqa: E731
-    interval = _Interval(time.monotonic(), env_steps(), 0)
+    p = build(config, logdir, bind, port)
+    interval = Interval(time.monotonic(), p.env_steps(), 0)
     last_checkpoint = time.monotonic()
-    horizon, batch_size = config.unroll_length, config.batch_unrolls
     row: dict = {}
-    batch = []
-    ctx = (learner, service, store, unrolls, horizon, league, evaluator)
-
-    def save(reason: str):
-        state = learner.state()
-        checkpointer.save(
-            learner.version,
-            state,
-            {
-                "env_steps": env_steps(),
-                "episodes": episodes_total,
-                "policy_version": learner.version,
-                # Lets inference_server.py, surgery and evaluation rebuild the network.
-                "config": json.loads(config.to_json()),
-                **_league_state(league, evaluator),
-            },
-        )
-        logging.info(
-            "checkpoint %d saved (%s; params %s)",
-            learner.version,
-            reason,
-            ckpt_lib.params_fingerprint(state.params),
-        )
-
     try:
-        while not stop.is_set() and env_steps() < config.total_env_steps:
-            service.check_alive()
-            try:
-                batch.append(unrolls.get(timeout=0.1))
-            except queue.Empty:
-                pass
-            if len(batch) == batch_size:
-                stacked = stack_unrolls(batch)
-                batch = []
-                interval.staleness.append(_staleness(learner.version, stacked))
-                interval.updates.append(learner.update(stacked))
-                interval.consumed += batch_size * horizon * learner.epochs
-                registry.publish(learner.version, learner.policy_params())
-                if league is not None and league.wants_snapshot(learner.version):
-                    league.add_snapshot(learner.version, learner.policy_params())
+        while not stop.is_set() and p.env_steps() < config.total_env_steps:
+            p.service.check_alive()
+            batch = p.batches.get(timeout=0.1)
+            if batch is not None:
+                p.learn(batch, interval)
             now = time.monotonic()
             if now - interval.start >= config.log.interval_s:
-                row, episodes_total = _log(metrics, interval, now, env_steps(), episodes_total, ctx)
-                interval = _Interval(now, env_steps(), store.unrolls_emitted)
+                row = p.log(interval, now)
+                interval = Interval(now, p.env_steps(), p.store.unrolls_emitted)
             if now - last_checkpoint >= config.checkpoint.interval_s:
-                save("interval")
+                p.save("interval")
                 last_checkpoint = now
     finally:
         # Freeze the counters first, so the last metrics row and the checkpoint agree.
-        finished = not stop.is_set() and env_steps() >= config.total_env_steps
-        if evaluator is not None:
-            evaluator.stop()
-        service.stop(finished=finished)
-        server.stop(grace=2.0).wait()
+        finished = not stop.is_set() and p.env_steps() >= config.total_env_steps
+        if p.evaluator is not None:
+            p.evaluator.stop()
+        p.service.stop(finished=finished)
+        p.server.stop(grace=2.0).wait()
         try:
-            row, episodes_total = _log(
-                metrics, interval, time.monotonic(), env_steps(), episodes_total, ctx
-            )
-            save("training complete" if finished else "stop requested")
+            row = p.log(interval, time.monotonic())
+            p.save("training complete" if finished else "stop requested")
         finally:
-            metrics.close()
-            checkpointer.close()
+            p.metrics.close()
+            p.checkpointer.close()
     return row
 
 
-def _staleness(version: int, unrolls) -> float:
-    """Mean policy versions between acting and learning, over the steps that count in the loss."""
-    behaviour = unrolls.policy_version[unrolls.valid]
-    return float(np.mean(version - behaviour)) if behaviour.size else 0.0
-
-
-def _log(metrics, interval, now, env_steps, episodes_total, ctx) -> tuple[dict, int]:
-    row = _row(interval, now, env_steps, *ctx)
-    episodes_total += row["episodes"]
-    row["episodes_total"] = episodes_total
-    metrics.write(row)
-    return row, episodes_total
+def _restore(learner, checkpointer, seed: int) -> dict:
+    """Installs the latest checkpoint's state (or a fresh one); returns its metadata."""
+    initial = learner.init_state(jax.random.key(seed))
+    restored = checkpointer.restore(initial)
+    if restored is None:
+        learner.set_state(initial)
+        return {}
+    state, meta = restored
+    learner.set_state(state)
+    logging.info(
+        "resumed from %s at env step %d, policy version %d (params %s)",
+        checkpointer.directory,
+        meta["env_steps"],
+        learner.version,
+        ckpt_lib.params_fingerprint(state.params),
+    )
+    return meta
 
 
 def _make_league(config, logdir, network, learner, meta):
@@ -246,63 +266,61 @@ def _make_league(config, logdir, network, learner, meta):
     return league, evaluation
 
 
-def _league_state(league, evaluator) -> dict:
-    if league is None:
-        return {}
-    state = {"league": league.state_dict()}
-    if evaluator is not None:
-        state["evaluation"] = evaluator.state_dict()
-    return state
+def _staleness(version: int, unrolls) -> float:
+    """Mean policy versions between acting and learning, over the steps that count in the loss."""
+    behaviour = unrolls.policy_version[unrolls.valid]
+    return float(np.mean(version - behaviour)) if behaviour.size else 0.0
 
 
-def _row(
-    interval, now, env_steps, learner, service, store, unrolls, horizon, league, evaluator
-) -> dict:
+def _mean(values) -> float:
+    return float(np.mean(values)) if len(values) else float("nan")
+
+
+def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
+    """One metrics row (README, "Metrics") for the interval that ends `now`."""
     dt = max(now - interval.start, 1e-9)
-    stats = service.stats.take()
+    stats = p.service.stats.take()
     episodes = stats["episodes"]
+    mine = episodes.policy == LEARNER
+    returns, lengths = episodes.episode_return[mine], episodes.length[mine]
     p50, p99 = inference.latency_summary(stats["latency_ms"])
-    rfps = (store.unrolls_emitted - interval.unrolls_emitted) * horizon / dt
+    env_steps = p.env_steps()
+    steps = max(env_steps - interval.env_steps, 1)
+    rfps = (p.store.unrolls_emitted - interval.unrolls_emitted) * p.config.unroll_length / dt
     cfps = interval.consumed / dt
     row = {
         "time": time.time(),
         "env_steps": env_steps,
-        "learner_updates": learner.version,
-        "policy_version": learner.version,
+        "learner_updates": p.learner.version,
+        "policy_version": p.learner.version,
         "sps": (env_steps - interval.env_steps) / dt,
-        "episodes": len(episodes),
-        "episode_return_mean": float(np.mean([e.episode_return for e in episodes]))
-        if episodes
-        else float("nan"),
-        "episode_length_mean": float(np.mean([e.length for e in episodes]))
-        if episodes
-        else float("nan"),
-        "staleness_mean": float(np.mean(interval.staleness))
-        if interval.staleness
-        else float("nan"),
+        "episodes": int(mine.sum()),
+        "episode_return_mean": _mean(returns),
+        "episode_length_mean": _mean(lengths),
+        "staleness_mean": _mean(interval.staleness),
         "rfps": rfps,
         "cfps": cfps,
         "sample_reuse": cfps / rfps if rfps > 0 else float("nan"),
         "inference_batch_mean": inference.batch_summary(stats["batch_rows"]),
         "inference_latency_ms_p50": p50,
         "inference_latency_ms_p99": p99,
-        "actors_connected": service.num_sessions,
-        "unroll_queue": unrolls.qsize(),
-        "steps_dropped": store.steps_dropped,
+        "actors_connected": p.service.num_sessions,
+        "unroll_queue": p.batches.qsize() * p.config.batch_unrolls,
+        "steps_dropped": p.store.steps_dropped,
     }
+    busy = {**stats["busy_s"], "learn": interval.learn_s}
+    row.update({f"time/{stage}": s / steps * 1e6 for stage, s in busy.items()})
     # Learner values are null in an interval without updates, so every row has the same keys.
-    row.update({k: float("nan") for k in learner.metric_keys})
-    if service.annealing is not None:
-        row["anneal_fraction"] = service.annealing.fraction(learner.version)
-    if league is not None:
-        row.update(league.take_metrics())
-    if evaluator is not None:
-        row.update(evaluator.metrics())
-    threshold = learner.config.log.get("success_threshold")
+    row.update({k: float("nan") for k in p.learner.metric_keys})
+    if p.service.matchmaker.annealing is not None:
+        row["anneal_fraction"] = p.service.matchmaker.annealing.fraction(p.learner.version)
+    if p.league is not None:
+        row.update(p.league.take_metrics())
+    if p.evaluator is not None:
+        row.update(p.evaluator.metrics())
+    threshold = p.config.log.get("success_threshold")
     if threshold is not None:
-        row["episode_success_rate"] = (
-            float(np.mean([e.episode_return > threshold for e in episodes])) if episodes else None
-        )
+        row["episode_success_rate"] = _mean(returns > threshold) if returns.size else None
     if interval.updates:
         keys = interval.updates[0].keys()
         row.update({k: float(np.mean([u[k] for u in interval.updates])) for k in keys})

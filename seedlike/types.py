@@ -7,6 +7,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+# The extras key of a two-player game's per-row legal moves, bool [num_actions].
+LEGAL_ACTION_MASK = "legal_action_mask"
+
 
 @dataclasses.dataclass(frozen=True)
 class ArraySpec:
@@ -40,6 +43,37 @@ class EnvSpec:
     num_actions: int
     num_players: int = 1
     extras: dict[str, ArraySpec] = dataclasses.field(default_factory=dict)
+
+
+class Rows(NamedTuple):
+    """One batch of n rows from an actor: each row is one (env, player) seat of that actor.
+
+    A row's observation is the state after the seat's previous action; reward, terminated and
+    truncated are the outcome of that action. The env executes the row's next action only if
+    `acting` (in a turn-based game only the player to move acts; the other rows report rewards
+    and episode ends).
+
+    Layout:
+      obs:        dict key -> [n, *spec.shape]
+      extras:     dict key -> [n, *spec.shape], e.g. LEGAL_ACTION_MASK bool [n, num_actions]
+      reward:     float32 [n]
+      terminated: bool    [n]
+      truncated:  bool    [n]
+      env_id:     int32   [n]  in [0, num_envs) of the sending actor
+      player_id:  int32   [n]  in [0, spec.num_players)
+      acting:     bool    [n]  the env executes this row's action
+      game_over:  bool    [n]  the whole game ended (Atari: the last life), for statistics
+    """
+
+    obs: dict[str, np.ndarray]
+    extras: dict[str, np.ndarray]
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    env_id: np.ndarray
+    player_id: np.ndarray
+    acting: np.ndarray
+    game_over: np.ndarray
 
 
 class Unroll(NamedTuple):

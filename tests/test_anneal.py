@@ -1,19 +1,24 @@
 """Annealing a new action and new observation features into a fraction of episodes."""
 
+import jax
 import ml_collections
 import numpy as np
 
-from seedlike.rpc.codec import StepRows
+from networks import make_network
+from seedlike.config import base_config
+from seedlike.policy import PolicyRegistry
 from seedlike.server.anneal import Annealing
-from seedlike.server.trajectory_store import TrajectoryStore
-from seedlike.types import ArraySpec, EnvSpec
+from seedlike.server.inference import InferenceService
+from seedlike.server.matchmaking import Matchmaker
+from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
+from seedlike.types import ArraySpec, EnvSpec, Rows
 
 SPEC = EnvSpec("t", {"obs": ArraySpec(np.float32, (3,))}, num_actions=4)
 
 
 def rows(n, obs=1.0):
     zeros = np.zeros(n, bool)
-    return StepRows(
+    return Rows(
         {"obs": np.full((n, 3), obs, np.float32)}, {}, np.zeros(n, np.float32), zeros, zeros,
         np.arange(n, dtype=np.int32), np.zeros(n, np.int32), ~zeros, zeros,
     )  # fmt: skip
@@ -37,30 +42,55 @@ def test_episodes_without_the_change_see_the_old_world():
     a = annealing()
     spec = a.server_spec(SPEC)
     assert spec.extras["legal_action_mask"].shape == (4,)
-    out = a.apply(rows(3), np.array([True, False, True]), 4)
-    np.testing.assert_array_equal(out.obs["obs"][:, 2], [1.0, 0.0, 1.0])
-    np.testing.assert_array_equal(out.obs["obs"][:, :2], 1.0)
-    np.testing.assert_array_equal(out.extras["legal_action_mask"][:, 3], [True, False, True])
-    assert out.extras["legal_action_mask"][:, :3].all()
+    batch = rows(3)
+    obs, extras = a.apply(batch.obs, batch.extras, np.array([True, False, True]), 4)
+    np.testing.assert_array_equal(obs["obs"][:, 2], [1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(obs["obs"][:, :2], 1.0)
+    np.testing.assert_array_equal(extras["legal_action_mask"][:, 3], [True, False, True])
+    assert extras["legal_action_mask"][:, :3].all()
+    np.testing.assert_array_equal(batch.obs["obs"], 1.0)  # the actor's rows are not changed
 
 
-def test_the_store_draws_the_change_once_per_episode():
+def test_each_episode_draws_the_change_once_and_the_learner_sees_what_the_policy_saw():
+    """Through a real inference pipeline: half of the episodes (fraction 0.5) have the change.
+    Without it the policy, which prefers the new action 3, cannot play it and sees feature 2 as 0;
+    the recorded unrolls hold exactly those inputs, and an episode keeps its draw until it ends."""
+    a = annealing(start_version=0, updates=2)
+    config = base_config()
+    config.network.hidden_sizes = ()
+    config.network.normalize_obs = False
+    network = make_network(config.network, SPEC)
+    params = network.init(jax.random.key(0))
+    params["params"]["policy_head"]["logits"]["bias"] = np.array([0, 0, 0, 50], np.float32)
+    params["params"]["policy_head"]["logits"]["kernel"] *= 0.0
+    registry = PolicyRegistry()
+    registry.publish(1, {"params": params, "obs_norm": {}})  # fraction(1) = 0.5
+    batches = BatchQueue(slots=1000)
+    store = TrajectoryStore(a.server_spec(SPEC), 4, 1, batches)
+    service = InferenceService(
+        SPEC, network, registry, store, config.server, Matchmaker(SPEC, annealing=a)
+    )
+    service.start()
+    try:
+        session = service.open_session(0, 64)
+        for step in range(9):  # episodes of 3 actions and an end
+            done = np.full(64, step % 4 == 3)
+            batch = rows(64)._replace(terminated=done, acting=~done, game_over=done)
+            service.submit(session, batch).result(timeout=30)
+        service.flush()
+    finally:
+        service.stop(finished=True)
+    unrolls = [jax.tree.map(lambda x: x[0], b) for b in iter(lambda: batches.get(0), None)]
+    assert len(unrolls) == 128  # per env: steps 0-4, then 4-8
     draws = []
-
-    def changes(n):
-        draws.append(n)
-        return np.arange(n) % 2 == 0
-
-    a = annealing()
-    store = TrajectoryStore(a.server_spec(SPEC), 4, lambda u: None, changes=changes)
-    store.open_session(1, num_envs=4)
-    batch = rows(4)
-    mask = np.ones(4, bool)
-    first = store.policy_inputs(1, batch, mask)
-    np.testing.assert_array_equal(first.changed, [True, False, True, False])
-    batch = a.apply(batch, first.changed, 4)
-    zeros = np.zeros(4)
-    store.record(1, batch, np.zeros(4, np.int32), zeros, zeros, 0)
-    second = store.policy_inputs(1, rows(4), mask)
-    np.testing.assert_array_equal(second.changed, first.changed)  # kept within the episode
-    assert draws == [4]
+    for u in unrolls:
+        start = 0 if u.first[0] else 1  # the first unroll starts with episode 1's first step
+        changed = u.obs["obs"][start : start + 3, 2] == 1.0
+        assert changed.all() or not changed.any(), "the change is drawn once per episode"
+        mask = u.extras["legal_action_mask"][start : start + 3, 3]
+        np.testing.assert_array_equal(mask, changed)
+        np.testing.assert_array_equal(u.action[start : start + 3] == 3, changed)
+        draws.append(changed[0])
+    first, second = np.array(draws[:64]), np.array(draws[64:])
+    assert 0.3 < first.mean() < 0.7 and 0.3 < second.mean() < 0.7
+    assert (first != second).any(), "every episode draws anew"

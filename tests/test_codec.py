@@ -5,7 +5,7 @@ import pytest
 
 from seedlike.rpc import codec
 from seedlike.rpc import seedlike_pb2 as pb
-from seedlike.types import ArraySpec, EnvSpec
+from seedlike.types import ArraySpec, EnvSpec, Rows
 
 SPEC = EnvSpec("CartPole-v1", {"obs": ArraySpec(np.float32, (4,))}, num_actions=2)
 
@@ -22,7 +22,8 @@ def good_step(n=3, **overrides):
         acting=np.ones(n, bool),
     )
     fields.update(overrides)
-    return codec.encode_step(**fields)
+    sequence = fields.pop("sequence")
+    return codec.encode_step(sequence, Rows(extras={}, game_over=None, **fields))
 
 
 @pytest.mark.parametrize(

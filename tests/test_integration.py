@@ -17,7 +17,7 @@ from seedlike.envs.envpool_env import make_env_spec
 from seedlike.learner import train_state as ts
 from seedlike.rpc import codec
 from seedlike.rpc.service import STREAM_METHOD
-from seedlike.types import ArraySpec, EnvSpec
+from seedlike.types import ArraySpec, EnvSpec, Rows
 from tests.procs import CONFIG, ROOT, Processes, free_port, last, log_text, metrics, wait_for
 
 FAST = ["--config.log.interval_s=1", "--config.total_env_steps=100000000"]
@@ -177,7 +177,9 @@ def test_malformed_requests_are_rejected_while_an_actor_keeps_training(tmp_path,
             acting=np.ones(2, bool),
         )  # fmt: skip
         fields.update(kw)
-        return codec.encode_step(**fields).SerializeToString()
+        sequence = fields.pop("sequence")
+        rows = Rows(extras={}, game_over=None, **fields)
+        return codec.encode_step(sequence, rows).SerializeToString()
 
     good_obs = np.zeros((2, 4), np.float32)
     wrong_env = codec.make_hello(EnvSpec("Acrobot-v1", spec.observation, 2), 9, 2)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from seedlike.league import (
-    LATEST,
+    LEARNER,
     OpenAIFiveSampler,
     OpponentPool,
     PayoffMatrix,
@@ -66,46 +66,46 @@ def test_pool_state_dict_round_trip():
 
 def test_payoff_records_both_sides_and_smooths_win_rates():
     payoff = PayoffMatrix(prior=0.5, prior_games=1.0)
-    assert payoff.win_rate(LATEST, 3) == 0.5  # no games: the prior
+    assert payoff.win_rate(LEARNER, 3) == 0.5  # no games: the prior
     for outcome in (1, 1, 0, -1):
-        payoff.record(LATEST, np.int64(3), outcome)  # numpy ids are the same player as ints
-    assert payoff.counts(LATEST, 3) == (2.0, 1.0, 1.0)
-    assert payoff.counts(3, LATEST) == (1.0, 1.0, 2.0)
+        payoff.record(LEARNER, np.int64(3), outcome)  # numpy ids are the same player as ints
+    assert payoff.counts(LEARNER, 3) == (2.0, 1.0, 1.0)
+    assert payoff.counts(3, LEARNER) == (1.0, 1.0, 2.0)
     # (wins + draws / 2 + prior * prior_games) / (games + prior_games)
-    assert payoff.win_rate(LATEST, 3) == pytest.approx((2 + 0.5 + 0.5) / 5)
-    assert payoff.win_rate(3, LATEST) == pytest.approx((1 + 0.5 + 0.5) / 5)
+    assert payoff.win_rate(LEARNER, 3) == pytest.approx((2 + 0.5 + 0.5) / 5)
+    assert payoff.win_rate(3, LEARNER) == pytest.approx((1 + 0.5 + 0.5) / 5)
     raw = PayoffMatrix(prior_games=0.0)
-    raw.record("random", LATEST, -1)
-    assert raw.win_rate(LATEST, "random") == 1.0 and raw.win_rate("random", LATEST) == 0.0
+    raw.record("random", LEARNER, -1)
+    assert raw.win_rate(LEARNER, "random") == 1.0 and raw.win_rate("random", LEARNER) == 0.0
     with pytest.raises(ValueError, match="outcome"):
-        raw.record(LATEST, 3, 2)
+        raw.record(LEARNER, 3, 2)
 
 
 def test_payoff_decay_and_matrix():
     payoff = PayoffMatrix(prior_games=0.0, decay=0.5)
-    payoff.record(LATEST, 1, 1)
-    payoff.record(LATEST, 1, -1)  # the earlier win now weighs 0.5
-    assert payoff.counts(LATEST, 1) == (0.5, 0.0, 1.0)
-    assert payoff.win_rate(LATEST, 1) == pytest.approx(1 / 3)
+    payoff.record(LEARNER, 1, 1)
+    payoff.record(LEARNER, 1, -1)  # the earlier win now weighs 0.5
+    assert payoff.counts(LEARNER, 1) == (0.5, 0.0, 1.0)
+    assert payoff.win_rate(LEARNER, 1) == pytest.approx(1 / 3)
     payoff.record(1, 2, 0)
     np.testing.assert_allclose(
-        payoff.matrix([LATEST, 1, 2]),
+        payoff.matrix([LEARNER, 1, 2]),
         [[0.5, 1 / 3, 0.5], [2 / 3, 0.5, 0.5], [0.5, 0.5, 0.5]],
     )
 
 
 def test_payoff_state_dict_round_trip_keeps_id_types():
     payoff = PayoffMatrix(prior=0.4, prior_games=2.0, decay=0.9)
-    payoff.record(LATEST, 7, 1)
-    payoff.record(LATEST, "random", 1)
+    payoff.record(LEARNER, 7, 1)
+    payoff.record(LEARNER, "random", 1)
     payoff.record(7, "random", 0)
     restored = PayoffMatrix.from_state_dict(json_round_trip(payoff.state_dict()))
     assert restored.state_dict() == payoff.state_dict()
-    assert restored.players() == [LATEST, 7, "random"]
-    assert restored.win_rate(LATEST, 7) == payoff.win_rate(LATEST, 7)
-    assert restored.win_rate(LATEST, "7") == 0.4  # "7" is not snapshot 7
+    assert restored.players() == [LEARNER, 7, "random"]
+    assert restored.win_rate(LEARNER, 7) == payoff.win_rate(LEARNER, 7)
+    assert restored.win_rate(LEARNER, "7") == 0.4  # "7" is not snapshot 7
     restored.remove(7)
-    assert restored.games(LATEST, 7) == 0 and restored.games(LATEST, "random") == 1
+    assert restored.games(LEARNER, 7) == 0 and restored.games(LEARNER, "random") == 1
 
 
 # Samplers.
@@ -115,9 +115,9 @@ def test_payoff_state_dict_round_trip_keeps_id_types():
 def test_every_sampler_plays_latest_when_the_pool_is_empty(name):
     sampler = make_sampler(name, pool=OpponentPool(), payoff=PayoffMatrix())
     rng = np.random.default_rng(0)
-    assert {sampler.sample(rng) for _ in range(50)} == {LATEST}
-    assert sampler.probabilities() == {LATEST: 1.0}
-    sampler.update(LATEST, 1)  # a self-play result changes nothing
+    assert {sampler.sample(rng) for _ in range(50)} == {LEARNER}
+    assert sampler.probabilities() == {LEARNER: 1.0}
+    sampler.update(LEARNER, 1)  # a self-play result changes nothing
 
 
 def test_make_sampler_rejects_unknown_names_and_options():
@@ -133,7 +133,7 @@ def test_openai_five_quality_update_by_hand():
     pool = pool_of(100, 200, 300)
     sampler = make_sampler("openai_five", pool=pool)
     probs = sampler.probabilities()
-    assert probs[LATEST] == 0.8
+    assert probs[LEARNER] == 0.8
     np.testing.assert_allclose([probs[i] for i in (100, 200, 300)], [0.2 / 3] * 3)
 
     # q = [0, 0, 0] -> p = 1/3 each; the learner beats snapshot 100:
@@ -167,8 +167,8 @@ def test_openai_five_sampling_frequencies():
     sampler = OpenAIFiveSampler(pool)
     rng = np.random.default_rng(0)
     draws = [sampler.sample(rng) for _ in range(20000)]
-    freq = {k: draws.count(k) / len(draws) for k in (LATEST, 1, 2)}
-    assert freq[LATEST] == pytest.approx(0.8, abs=0.01)
+    freq = {k: draws.count(k) / len(draws) for k in (LEARNER, 1, 2)}
+    assert freq[LEARNER] == pytest.approx(0.8, abs=0.01)
     assert freq[1] == pytest.approx(0.15, abs=0.01)
     assert freq[2] == pytest.approx(0.05, abs=0.01)
     rng_a, rng_b = np.random.default_rng(7), np.random.default_rng(7)
@@ -181,9 +181,9 @@ def test_pfsp_weights_from_a_payoff_matrix():
     pool = pool_of(10, 20, 30)
     payoff = PayoffMatrix(prior_games=0.0)
     for outcome in (1, 1, 1, -1):  # x_10 = 0.75
-        payoff.record(LATEST, 10, outcome)
+        payoff.record(LEARNER, 10, outcome)
     for outcome in (1, 0, -1, -1):  # x_20 = (1 + 0.5) / 4 = 0.375
-        payoff.record(LATEST, 20, outcome)
+        payoff.record(LEARNER, 20, outcome)
     # 30 never played: x_30 = 0.5
     hard = PFSPSampler(pool, payoff)  # f(x) = (1 - x)^2
     np.testing.assert_allclose(hard.weights(), [0.25**2, 0.625**2, 0.5**2])
@@ -195,7 +195,7 @@ def test_pfsp_weights_from_a_payoff_matrix():
     np.testing.assert_allclose(variance.past_probabilities(), [12 / 43, 15 / 43, 16 / 43])
     mixed = PFSPSampler(pool, payoff, p_latest=0.35)
     probs = mixed.probabilities()
-    assert probs[LATEST] == 0.35 and probs[20] == pytest.approx(0.65 * 25 / 45)
+    assert probs[LEARNER] == 0.35 and probs[20] == pytest.approx(0.65 * 25 / 45)
     rng = np.random.default_rng(1)
     draws = [hard.sample(rng) for _ in range(9000)]
     assert draws.count(20) / 9000 == pytest.approx(25 / 45, abs=0.02)
@@ -204,8 +204,8 @@ def test_pfsp_weights_from_a_payoff_matrix():
 def test_pfsp_falls_back_to_uniform_when_the_learner_beats_everyone():
     pool = pool_of(1, 2)
     payoff = PayoffMatrix(prior_games=0.0)
-    payoff.record(LATEST, 1, 1)
-    payoff.record(LATEST, 2, 1)
+    payoff.record(LEARNER, 1, 1)
+    payoff.record(LEARNER, 2, 1)
     np.testing.assert_allclose(PFSPSampler(pool, payoff).past_probabilities(), [0.5, 0.5])
 
 
@@ -219,13 +219,13 @@ def test_uniform_recent_draws_only_from_the_last_k():
     for v in (700, 800, 900):
         assert draws.count(v) / 600 == pytest.approx(1 / 3, abs=0.06)
     small = make_sampler("uniform_recent", pool=pool_of(1, 2), k=50, p_latest=0.5)
-    assert small.probabilities() == {LATEST: 0.5, 1: 0.25, 2: 0.25}
+    assert small.probabilities() == {LEARNER: 0.5, 1: 0.25, 2: 0.25}
 
 
 def test_latest_sampler_is_pure_self_play():
     sampler = make_sampler("latest", pool=pool_of(1, 2, 3))
     rng = np.random.default_rng(0)
-    assert {sampler.sample(rng) for _ in range(20)} == {LATEST}
+    assert {sampler.sample(rng) for _ in range(20)} == {LEARNER}
 
 
 # TrueSkill.

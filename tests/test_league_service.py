@@ -12,14 +12,15 @@ import trueskill
 from networks import make_network
 from seedlike.config import base_config
 from seedlike.envs.envpool_env import make_env_spec
-from seedlike.league import games
+from seedlike.league import players
 from seedlike.league.evaluation import Evaluation
-from seedlike.league.league import BOTS, LEARNER, League
-from seedlike.rpc.codec import StepRows, make_hello
+from seedlike.league.league import League
+from seedlike.league.players import BOTS, LEARNER
+from seedlike.policy import PolicyRegistry
 from seedlike.server.inference import InferenceService
-from seedlike.server.policy import PolicyRegistry
-from seedlike.server.trajectory_store import TrajectoryStore
-from seedlike.types import ArraySpec, EnvSpec
+from seedlike.server.matchmaking import Matchmaker
+from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
+from seedlike.types import ArraySpec, EnvSpec, Rows
 
 SPEC = EnvSpec(
     "TicTacToe-v1",
@@ -59,7 +60,7 @@ def board_rows(n_envs, acting_player, first=False, done=False):
     player = np.tile(np.array([0, 1], np.int32), n_envs)
     acting = (player == acting_player) & (not done)
     flag = np.full(2 * n_envs, done)
-    return StepRows(
+    return Rows(
         obs={"obs": np.zeros((2 * n_envs, 3, 3, 2), bool)},
         extras={"legal_action_mask": np.ones((2 * n_envs, 9), bool)},
         reward=np.where(flag, np.where(player == 0, 1.0, -1.0), 0.0).astype(np.float32),
@@ -80,12 +81,13 @@ def play_six_turns(config, network, league, only_legal=None):
     """
     registry = PolicyRegistry()
     registry.publish(9, forced_params(network, 0))
-    unrolls = []
-    store = TrajectoryStore(SPEC, 2, unrolls.append, network.initial_carry, league.opponents)
-    service = InferenceService(SPEC, network, registry, store, config.server, league=league)
+    batches = BatchQueue(slots=1000)
+    store = TrajectoryStore(SPEC, 2, 1, batches)
+    matchmaker = Matchmaker(SPEC, league)
+    service = InferenceService(SPEC, network, registry, store, config.server, matchmaker)
     service.start()
     try:
-        session = service.open_session(make_hello(SPEC, 0, 4))
+        session = service.open_session(0, 4)
         moves = []
         for turn in range(6):
             rows = board_rows(4, turn % 2)
@@ -94,8 +96,10 @@ def play_six_turns(config, network, league, only_legal=None):
             actions, _ = service.submit(session, rows).result(timeout=30)
             moves.append(actions.reshape(4, 2)[:, turn % 2])
         service.submit(session, board_rows(4, 0, done=True)).result(timeout=30)
+        service.flush()
     finally:
         service.stop(finished=True)
+    unrolls = [jax.tree.map(lambda x: x[0], b) for b in iter(lambda: batches.get(0), None)]
     return np.array(moves), unrolls
 
 
@@ -113,7 +117,7 @@ def test_snapshots_play_their_seats_and_are_not_trained_on(tmp_path):
     assert all(u.valid.any() for u in unrolls)
     metrics = league.take_metrics()
     assert metrics["league/games_vs_pool"] == 4 and metrics["league/win_rate_vs_pool"] == 1.0
-    assert league.payoff.counts("latest", 5) == (4.0, 0.0, 0.0)
+    assert league.payoff.counts(LEARNER, 5) == (4.0, 0.0, 0.0)
 
 
 def test_bots_play_their_seats_are_not_trained_on_and_report_win_rates():
@@ -134,15 +138,15 @@ def test_bots_are_mixed_in_at_their_share_and_checked():
     league = League(league_config(sampler="openai_five", bots=("random", "scripted"), p_bots=0.3))
     league.add_snapshot(10, {"w": np.zeros(1)})
     picks = league.opponents(6000)
-    assert abs(np.mean(picks == BOTS["random"]) - 0.15) < 0.02
-    assert abs(np.mean(picks == BOTS["scripted"]) - 0.15) < 0.02
+    assert abs(np.mean(picks == BOTS["random"].id) - 0.15) < 0.02
+    assert abs(np.mean(picks == BOTS["scripted"].id) - 0.15) < 0.02
     assert abs(np.mean(picks == LEARNER) - 0.7 * 0.8) < 0.03
     with pytest.raises(ValueError, match=r"unknown league.bots \['minimax'\]"):
         League(league_config(bots=("minimax",), p_bots=0.5))
     with pytest.raises(ValueError, match=r"p_bots = 0.2 with league.bots = \(\)"):
         League(league_config(p_bots=0.2))
     with pytest.raises(ValueError, match="scripted bot plays ConnectFour-v1, not TicTacToe-v1"):
-        games.make_bot("scripted", SPEC)
+        players.make_bot("scripted", SPEC)
 
 
 def test_opponents_follow_the_sampler():
@@ -172,8 +176,8 @@ def test_league_state_survives_a_checkpoint_round_trip(tmp_path):
     restored.load_state_dict(state, forced_params(network, 0))
     assert restored.pool.ids == [20, 30]  # 10 left the pool (max_snapshots=2)
     np.testing.assert_allclose(restored.pool.qualities(), league.pool.qualities())
-    assert restored.payoff.counts("latest", 20) == (1.0, 0.0, 0.0)
-    assert restored.payoff.counts("latest", 30) == (0.0, 0.0, 1.0)
+    assert restored.payoff.counts(LEARNER, 20) == (1.0, 0.0, 0.0)
+    assert restored.payoff.counts(LEARNER, 30) == (0.0, 0.0, 1.0)
     for v in (20, 30):
         jax.tree.map(np.testing.assert_array_equal, restored.params(v), league.params(v))
     assert restored.params(10) is None

@@ -32,7 +32,7 @@ def test_vtrace_learns_cartpole(tmp_path):
 
 
 def test_selfplay_tictactoe_beats_the_random_agent(tmp_path):
-    from seedlike.league import games
+    from seedlike.league import games, players
 
     logdir = tmp_path / "ttt"
     rows = train(
@@ -42,7 +42,7 @@ def test_selfplay_tictactoe_beats_the_random_agent(tmp_path):
     assert any(r.get("trueskill_mu") is not None for r in rows), "TrueSkill was never logged"
     assert rows[-1]["league/pool_size"] >= 5 and (logdir / "league" / "snapshots").is_dir()
     agent = games.checkpoint_agent(str(logdir))
-    result = games.play_match("TicTacToe-v1", agent, games.RandomAgent(), 300, seed=1)
+    result = games.play_match("TicTacToe-v1", agent, players.RandomAgent(), 300, seed=1)
     # Random against random wins ~45% of games as either colour; the trained agent far more.
     assert result.win_rate() > 0.7, games.summarize(result)
 

@@ -7,10 +7,9 @@ import numpy as np
 from networks import make_network
 from seedlike.config import base_config
 from seedlike.envs.envpool_env import EnvpoolAdapter, make_env_spec
-from seedlike.rpc import codec
+from seedlike.policy import PolicyRegistry
 from seedlike.server.inference import InferenceService
-from seedlike.server.policy import PolicyRegistry
-from seedlike.server.trajectory_store import TrajectoryStore
+from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
 
 
 def test_replay_from_stored_carry_matches_the_server(tmp_path):
@@ -25,23 +24,24 @@ def test_replay_from_stored_carry_matches_the_server(tmp_path):
     obs_norm = jax.tree.map(lambda x: x * 0.5 + 0.1, network.init_obs_norm())
     registry = PolicyRegistry()
     registry.publish(7, {"params": params, "obs_norm": obs_norm})
-    unrolls = []
-    store = TrajectoryStore(spec, 8, unrolls.append, network.initial_carry)
+    batches = BatchQueue(slots=1000)
+    store = TrajectoryStore(spec, 8, 1, batches, network.initial_carry(1))
     service = InferenceService(spec, network, registry, store, config.server, seed=1)
     service.start()
     try:
-        session = service.open_session(codec.make_hello(spec, 0, 4))
+        session = service.open_session(0, 4)
         env = EnvpoolAdapter(config.env, spec, seed=0)
         env.reset()
         for _ in range(60):
             rows = env.recv()
-            actions, version = service.submit(session, rows_to_step(rows)).result(timeout=30)
+            actions, version = service.submit(session, rows).result(timeout=30)
             assert version == 7
             env.send(actions, rows)
     finally:
         service.stop(finished=True)
+    unrolls = list(iter(lambda: batches.get(timeout=0), None))
     assert len(unrolls) >= 20
-    batch = jax.tree.map(lambda *x: np.stack(x), *unrolls)
+    batch = jax.tree.map(lambda *x: np.concatenate(x), *unrolls)
     assert batch.first[:, 1:].any(), "episodes must end inside unrolls"
     assert np.abs(batch.carry[0]).max() > 0.01, "unrolls must start from non-zero carries"
     logits, values, _ = network.unroll(params, obs_norm, batch.obs, {}, batch.carry, batch.first)
@@ -54,10 +54,3 @@ def test_replay_from_stored_carry_matches_the_server(tmp_path):
         params, obs_norm, batch.obs, {}, network.initial_carry(len(unrolls)), batch.first
     )
     assert np.abs(np.asarray(wrong) - np.asarray(logits)).max() > 1e-3
-
-
-def rows_to_step(rows):
-    return codec.StepRows(
-        rows.obs, rows.extras, rows.reward, rows.terminated, rows.truncated, rows.env_id,
-        rows.player_id, rows.acting, rows.game_over,
-    )  # fmt: skip

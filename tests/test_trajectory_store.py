@@ -1,10 +1,16 @@
-"""The trajectory store's alignment of rewards and episode ends to the actions that earned them."""
+"""The trajectory store: rewards and episode ends aligned with the actions that earned them,
+whole inference batches recorded at once, and unrolls written straight into learner batches."""
 
+import threading
+
+import jax
 import numpy as np
+import pytest
 
-from seedlike.rpc.codec import StepRows
-from seedlike.server.trajectory_store import TrajectoryStore
-from seedlike.types import ArraySpec, EnvSpec
+from seedlike.league.players import LEARNER
+from seedlike.server.seats import SeatTable
+from seedlike.server.trajectory_store import BatchQueue, StepRecord, Stopped, TrajectoryStore
+from seedlike.types import ArraySpec, EnvSpec, Rows
 
 SPEC = EnvSpec("test", {"obs": ArraySpec(np.float32, (1,))}, num_actions=3)
 
@@ -17,16 +23,15 @@ def rows(
     env_id=None,
     player_id=None,
     acting=None,
-    extras=None,
     game_over=None,
 ):
     n = len(obs)
     terminated = np.zeros(n, bool) if terminated is None else np.asarray(terminated)
     truncated = np.zeros(n, bool) if truncated is None else np.asarray(truncated)
     done = terminated | truncated
-    return StepRows(
+    return Rows(
         obs={"obs": np.asarray(obs, np.float32).reshape(n, 1)},
-        extras=extras or {},
+        extras={},
         reward=np.asarray(reward, np.float32),
         terminated=terminated,
         truncated=truncated,
@@ -37,43 +42,91 @@ def rows(
     )
 
 
-def feed(store, session, batch, action, version=0):
-    n = batch.reward.shape[0]
-    action = np.full(n, action, np.int32)
-    return store.record(
-        session, batch, action, -action.astype(np.float32), batch.obs["obs"][:, 0] * 10, version
-    )
+class Server:
+    """What the inference pipeline does around the store, for sessions of `spec`: seats from a
+    SeatTable, the policy's outputs given by the test (action; logp = -action; value = 10 obs)."""
+
+    def __init__(self, store, initial_carry=lambda n: (), step_carry=None):
+        self.store = store
+        self.seats = SeatTable(store.spec.num_players, initial_carry)
+        self.step_carry = step_carry  # (carry, first) -> new carry; None for feed-forward
+
+    def open(self, session, num_envs):
+        self.store.open(self.seats.open(session, num_envs))
+
+    def close(self, session):
+        return self.store.close(self.seats.close(session))
+
+    def step_record(self, session, batch, action, version=0, policy=None):
+        seat = self.seats.seats(session, batch.env_id, batch.player_id)
+        ran = batch.acting | batch.terminated | batch.truncated
+        first, carry, current, _ = self.seats.inputs(seat[ran])
+        m = int(ran.sum())
+        policy = current if policy is None else np.full(m, policy, np.int64)
+        new_carry = self.step_carry(carry, first) if self.step_carry else ()
+        self.seats.advance(seat[ran], (batch.terminated | batch.truncated)[ran], new_carry)
+        act = np.full(m, action, np.int32)
+        return StepRecord(
+            seat, batch.reward, batch.terminated, batch.truncated, batch.acting, batch.game_over,
+            ran, {"obs": batch.obs["obs"][ran]}, {}, first, policy, carry, act,
+            -act.astype(np.float32), batch.obs["obs"][ran, 0] * 10, version,
+        )  # fmt: skip
+
+    def feed(self, session, batch, action, version=0, policy=None):
+        return self.store.record(self.step_record(session, batch, action, version, policy))
+
+
+def concatenate(records):
+    """One record of several requests' rows, as the inference pipeline builds it."""
+    fields = [f for f in StepRecord._fields if f != "version"]
+    parts = {f: [getattr(r, f) for r in records] for f in fields}
+    joined = {f: jax.tree.map(lambda *x: np.concatenate(x), *parts[f]) for f in fields}
+    return records[0]._replace(**joined)
+
+
+def store_of(horizon, spec=SPEC, batch_unrolls=1, carry_template=()):
+    batches = BatchQueue(slots=10_000)
+    return TrajectoryStore(spec, horizon, batch_unrolls, batches, carry_template), batches
+
+
+def emitted(batches):
+    """Every unroll of every full batch, in order."""
+    out = []
+    for batch in iter(lambda: batches.get(timeout=0), None):
+        out += [jax.tree.map(lambda x, i=i: x[i], batch) for i in range(batch.action.shape[0])]
+    return out
 
 
 def test_rewards_and_dones_align_with_the_actions_that_earned_them():
-    out = []
-    store = TrajectoryStore(SPEC, horizon=4, emit=out.append)
-    store.open_session(1, num_envs=1)
+    store, batches = store_of(horizon=4)
+    server = Server(store)
+    server.open(1, num_envs=1)
     # Episode: obs 0 -a0-> r1 obs 1 -a1-> r2 obs 2 -a2-> r3 obs 3 (terminal); reset obs 10 ...
-    feed(store, 1, rows([0.0], [0.0]), action=0)
-    feed(store, 1, rows([1.0], [1.0]), action=1)
-    feed(store, 1, rows([2.0], [2.0]), action=2)
-    episodes = feed(store, 1, rows([3.0], [3.0], terminated=[True]), action=0)
-    assert [(e.episode_return, e.length) for e in episodes] == [(6.0, 3)]
-    assert not out
-    feed(store, 1, rows([10.0], [0.0]), action=1)
-    assert len(out) == 1
-    u = out[0]
+    server.feed(1, rows([0.0], [0.0]), action=0)
+    server.feed(1, rows([1.0], [1.0]), action=1)
+    server.feed(1, rows([2.0], [2.0]), action=2)
+    episodes = server.feed(1, rows([3.0], [3.0], terminated=[True]), action=0)
+    assert list(zip(episodes.episode_return, episodes.length)) == [(6.0, 3)]
+    assert not emitted(batches)
+    server.feed(1, rows([10.0], [0.0]), action=1)
+    (u,) = emitted(batches)
     np.testing.assert_array_equal(u.obs["obs"][:, 0], [0, 1, 2, 3, 10])
     np.testing.assert_array_equal(u.action, [0, 1, 2, 0, 1])
     np.testing.assert_array_equal(u.reward, [1, 2, 3, 0])  # r_t is the outcome of action t
     np.testing.assert_array_equal(u.terminated, [False, False, True, False])
     np.testing.assert_array_equal(u.valid, [True, True, True, False, True])  # a3 was ignored
+    np.testing.assert_array_equal(u.first, [True, False, False, False, True])
     np.testing.assert_array_equal(u.behaviour_value, [0, 10, 20, 30, 100])
     np.testing.assert_array_equal(u.behaviour_logp, -u.action)
 
 
 def test_consecutive_unrolls_share_their_boundary_step():
-    out = []
-    store = TrajectoryStore(SPEC, horizon=3, emit=out.append)
-    store.open_session(1, num_envs=1)
+    store, batches = store_of(horizon=3)
+    server = Server(store)
+    server.open(1, num_envs=1)
     for t in range(7):
-        feed(store, 1, rows([float(t)], [float(t)]), action=t % 3, version=t)
+        server.feed(1, rows([float(t)], [float(t)]), action=t % 3, version=t)
+    out = emitted(batches)
     assert len(out) == 2
     np.testing.assert_array_equal(out[0].obs["obs"][:, 0], [0, 1, 2, 3])
     np.testing.assert_array_equal(out[1].obs["obs"][:, 0], [3, 4, 5, 6])
@@ -82,14 +135,14 @@ def test_consecutive_unrolls_share_their_boundary_step():
 
 
 def test_truncated_episode_keeps_final_observation_value():
-    out = []
-    store = TrajectoryStore(SPEC, horizon=3, emit=out.append)
-    store.open_session(1, num_envs=1)
-    feed(store, 1, rows([0.0], [0.0]), action=0)
-    feed(store, 1, rows([1.0], [1.0]), action=0)
-    feed(store, 1, rows([2.0], [1.0], truncated=[True]), action=0)  # final obs 2 (value 20)
-    feed(store, 1, rows([5.0], [0.0]), action=0)
-    u = out[0]
+    store, batches = store_of(horizon=3)
+    server = Server(store)
+    server.open(1, num_envs=1)
+    server.feed(1, rows([0.0], [0.0]), action=0)
+    server.feed(1, rows([1.0], [1.0]), action=0)
+    server.feed(1, rows([2.0], [1.0], truncated=[True]), action=0)  # final obs 2 (value 20)
+    server.feed(1, rows([5.0], [0.0]), action=0)
+    (u,) = emitted(batches)
     np.testing.assert_array_equal(u.truncated, [False, True, False])
     np.testing.assert_array_equal(u.terminated, [False, False, False])
     assert u.valid.tolist() == [True, True, False, True]
@@ -97,53 +150,123 @@ def test_truncated_episode_keeps_final_observation_value():
 
 
 def test_seats_are_independent_and_batches_may_be_partial():
-    out = []
-    store = TrajectoryStore(SPEC, horizon=2, emit=out.append)
-    store.open_session(1, num_envs=2)
-    feed(store, 1, rows([0.0, 100.0], [0, 0]), action=0)
-    feed(store, 1, rows([101.0], [5.0], env_id=[1]), action=1)  # async: only env 1 stepped
-    feed(store, 1, rows([1.0, 102.0], [1.0, 6.0]), action=2)
-    assert len(out) == 1
-    np.testing.assert_array_equal(out[0].obs["obs"][:, 0], [100, 101, 102])
-    np.testing.assert_array_equal(out[0].reward, [5, 6])
-    feed(store, 1, rows([2.0], [2.0], env_id=[0]), action=0)
-    np.testing.assert_array_equal(out[1].obs["obs"][:, 0], [0, 1, 2])
+    store, batches = store_of(horizon=2)
+    server = Server(store)
+    server.open(1, num_envs=2)
+    server.feed(1, rows([0.0, 100.0], [0, 0]), action=0)
+    server.feed(1, rows([101.0], [5.0], env_id=[1]), action=1)  # async: only env 1 stepped
+    server.feed(1, rows([1.0, 102.0], [1.0, 6.0]), action=2)
+    (u,) = emitted(batches)
+    np.testing.assert_array_equal(u.obs["obs"][:, 0], [100, 101, 102])
+    np.testing.assert_array_equal(u.reward, [5, 6])
+    server.feed(1, rows([2.0], [2.0], env_id=[0]), action=0)
+    (u,) = emitted(batches)
+    np.testing.assert_array_equal(u.obs["obs"][:, 0], [0, 1, 2])
 
 
-def test_closing_a_session_drops_partial_unrolls():
-    out = []
-    store = TrajectoryStore(SPEC, horizon=4, emit=out.append)
-    store.open_session(1, num_envs=2)
-    store.open_session(2, num_envs=1)
+def test_closing_a_session_drops_partial_unrolls_and_its_seats_are_reused_cleanly():
+    store, batches = store_of(horizon=4)
+    server = Server(store)
+    server.open(1, num_envs=2)
+    server.open(2, num_envs=1)
     for t in range(3):
-        feed(store, 1, rows([t, t], [1, 1]), action=0)
-        feed(store, 2, rows([t], [1]), action=0)
-    assert store.close_session(1) == 6
-    assert store.steps_dropped == 6 and not out
+        server.feed(1, rows([t, t], [1, 1]), action=0)
+        server.feed(2, rows([t], [1]), action=0)
+    assert server.close(1) == 6
+    assert store.steps_dropped == 6 and not emitted(batches)
+    server.open(3, num_envs=2)  # takes session 1's seats: they start from nothing
     for t in range(3, 6):
-        feed(store, 2, rows([t], [1]), action=0)
-    assert len(out) == 1 and out[0].action.shape == (5,)
-    np.testing.assert_array_equal(out[0].obs["obs"][:, 0], [0, 1, 2, 3, 4])
+        server.feed(2, rows([t], [1]), action=0)
+        server.feed(3, rows([50 + t, 60 + t], [1, 1]), action=1)
+    (u,) = emitted(batches)
+    np.testing.assert_array_equal(u.obs["obs"][:, 0], [0, 1, 2, 3, 4])
+    for t in range(6, 8):
+        server.feed(3, rows([50 + t, 60 + t], [1, 1]), action=1)
+    out = emitted(batches)
+    assert sorted(u.obs["obs"][0, 0] for u in out) == [53, 63]
+    assert all(u.first[0] and u.valid.all() for u in out)
+
+
+def test_one_batch_of_many_sessions_records_as_each_session_alone():
+    """The store handles all rows of an inference batch at once; the result must not depend on
+    how requests were grouped into batches."""
+    rng = np.random.default_rng(0)
+    steps = [
+        {s: rows(rng.normal(size=3), rng.normal(size=3), terminated=rng.random(3) < 0.2)
+         for s in (1, 2)}
+        for _ in range(12)
+    ]  # fmt: skip
+
+    def run(together: bool):
+        store, batches = store_of(horizon=3)
+        server = Server(store)
+        server.open(1, 3)
+        server.open(2, 3)
+        for step in steps:
+            records = [server.step_record(s, step[s], action=s) for s in (1, 2)]
+            if together:
+                records = [concatenate(records)]
+            for record in records:
+                store.record(record)
+        return sorted(emitted(batches), key=lambda u: (u.action[0], u.obs["obs"][0, 0]))
+
+    alone, together = run(False), run(True)
+    assert len(alone) == len(together) == 18
+    for a, b in zip(alone, together):
+        jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+def test_unrolls_fill_learner_batches_and_a_full_queue_holds_acting_back():
+    batches = BatchQueue(slots=1)
+    store = TrajectoryStore(SPEC, 2, 3, batches)
+    server = Server(store)
+    server.open(1, num_envs=4)
+
+    def play():
+        for t in range(3):
+            server.feed(1, rows([t] * 4, [t] * 4), action=t, version=t)
+
+    # The third step completes 4 unrolls: a batch of 3 goes out, and the 4th unroll waits until
+    # the learner has taken that batch (one slot).
+    acting = threading.Thread(target=play)
+    acting.start()
+    acting.join(timeout=1.0)
+    assert acting.is_alive(), "acting must wait for the learner"
+    batch = batches.get(timeout=5)
+    acting.join(timeout=5)
+    assert not acting.is_alive()
+    assert batch.action.shape == (3, 3) and batch.reward.shape == (3, 2)
+    np.testing.assert_array_equal(batch.policy_version, [[0, 1, 2]] * 3)
+    assert batches.get(timeout=0) is None and store.unrolls_emitted == 4
+
+
+def test_a_closed_queue_releases_a_waiting_store():
+    batches = BatchQueue(slots=1)
+    batches.reserve()
+    batches.close()
+    with pytest.raises(Stopped):
+        batches.reserve()
 
 
 def test_turn_based_rewards_accumulate_for_the_waiting_player():
     """Players alternate; a player's step collects every reward until its next move."""
     spec = EnvSpec("game", {"obs": ArraySpec(np.float32, (1,))}, num_actions=3, num_players=2)
-    out = []
-    store = TrajectoryStore(spec, horizon=2, emit=out.append)
-    store.open_session(1, num_envs=1)
+    store, batches = store_of(horizon=2, spec=spec)
+    server = Server(store)
+    server.open(1, num_envs=1)
     both = dict(env_id=[0, 0], player_id=[0, 1])
-    feed(store, 1, rows([0, 0], [0, 0], acting=[True, False], **both), action=1)  # p0 moves
-    feed(store, 1, rows([1, 1], [0, 0], acting=[False, True], **both), action=2)  # p1 moves
-    feed(store, 1, rows([2, 2], [0, 0], acting=[True, False], **both), action=0)  # p0 moves
+    server.feed(1, rows([0, 0], [0, 0], acting=[True, False], **both), action=1)  # p0 moves
+    server.feed(1, rows([1, 1], [0, 0], acting=[False, True], **both), action=2)  # p1 moves
+    server.feed(1, rows([2, 2], [0, 0], acting=[True, False], **both), action=0)  # p0 moves
     # p1 moves, p0 wins on its next move: terminal rows for both players.
-    feed(store, 1, rows([3, 3], [0, 0], acting=[False, True], **both), action=1)
-    episodes = feed(store, 1, rows([4, 4], [1, -1], terminated=[True, True], **both), action=0)
-    assert sorted((e.seat, e.episode_return, e.length) for e in episodes) == [
+    server.feed(1, rows([3, 3], [0, 0], acting=[False, True], **both), action=1)
+    episodes = server.feed(1, rows([4, 4], [1, -1], terminated=[True, True], **both), action=0)
+    assert sorted(zip(episodes.seat, episodes.episode_return, episodes.length)) == [
         (0, 1.0, 2),
         (1, -1.0, 2),
     ]
-    p0 = [u for u in out if u.obs["obs"][0, 0] in (0.0,)][0]
+    out = emitted(batches)
+    p0 = [u for u in out if u.obs["obs"][0, 0] == 0.0][0]
     np.testing.assert_array_equal(p0.obs["obs"][:, 0], [0, 2, 4])
     np.testing.assert_array_equal(p0.reward, [0, 1])
     np.testing.assert_array_equal(p0.terminated, [False, True])
@@ -153,53 +276,72 @@ def test_turn_based_rewards_accumulate_for_the_waiting_player():
     np.testing.assert_array_equal(p1.valid, [True, True, False])
 
 
+def test_only_the_learning_policy_is_trained_on_and_episodes_name_who_played():
+    store, batches = store_of(horizon=2)
+    server = Server(store)
+    server.open(1, num_envs=2)
+    for t in range(3):
+        record = server.step_record(1, rows([t, t], [1, 1]), action=0)
+        record = record._replace(policy=np.array([LEARNER, 7]))  # env 1: snapshot 7
+        store.record(record)
+    ended = rows([3, 3], [1, 1], terminated=[True, True])
+    episodes = store.record(server.step_record(1, ended, action=0))
+    # The snapshot's unroll has nothing to train on, so it never reaches the learner.
+    (u,) = emitted(batches)
+    assert u.valid.all() and store.unrolls_emitted == 1
+    assert episodes.policy.tolist() == [LEARNER, 7]
+
+
 def test_carry_is_kept_per_seat_and_stored_at_unroll_start():
     """A counting 'carry' (carry + 1 per step) shows which carry each unroll starts from."""
-    out = []
-    store = TrajectoryStore(
-        SPEC, horizon=2, emit=out.append, initial_carry=lambda n: (np.zeros((n, 1), np.float32),)
-    )
-    store.open_session(1, num_envs=2)
 
-    def step(batch, env_ids):
-        mask = batch.acting | batch.terminated | batch.truncated
-        first, (carry,), policy, _ = store.policy_inputs(1, batch, mask)
-        assert (policy == -1).all()
-        carry = np.where(first[:, None], 0.0, carry)  # what the network's reset does
-        new = (carry + 1.0,)
-        n = batch.reward.shape[0]
-        store.record(1, batch, np.zeros(n, np.int32), np.zeros(n), np.zeros(n), 0, new)
-        return first
+    def count(carry, first):
+        (c,) = carry
+        return (np.where(first[:, None], 0.0, c) + 1.0,)  # what the network's reset does
 
-    assert step(rows([0.0, 0.0], [0, 0]), [0, 1]).tolist() == [True, True]
-    assert step(rows([1.0, 1.0], [0, 0]), [0, 1]).tolist() == [False, False]
+    store, batches = store_of(horizon=2, carry_template=(np.zeros((1, 1), np.float32),))
+    server = Server(store, lambda n: (np.zeros((n, 1), np.float32),), count)
+    server.open(1, num_envs=2)
+    server.feed(1, rows([0.0, 0.0], [0, 0]), 0)
+    server.feed(1, rows([1.0, 1.0], [0, 0]), 0)
     # env 0 terminates: its terminal step still continues the episode's carry ...
-    step(rows([2.0, 2.0], [0, 0], terminated=[True, False]), [0, 1])
+    server.feed(1, rows([2.0, 2.0], [0, 0], terminated=[True, False]), 0)
+    out = emitted(batches)
     assert len(out) == 2
     np.testing.assert_array_equal(out[0].carry[0], [0.0])  # before the very first step
     np.testing.assert_array_equal(out[0].first, [True, False, False])
     # ... and the next step starts a new episode (first=True, the network resets the carry).
-    first = step(rows([3.0, 3.0], [0, 0]), [0, 1])
-    assert first.tolist() == [True, False]
-    step(rows([4.0, 4.0], [0, 0]), [0, 1])
-    assert len(out) == 4
+    server.feed(1, rows([3.0, 3.0], [0, 0]), 0)
+    server.feed(1, rows([4.0, 4.0], [0, 0]), 0)
+    out = emitted(batches)
+    assert len(out) == 2
     # Second unrolls start at step 2, whose incoming carry counted steps 0 and 1.
-    np.testing.assert_array_equal(out[2].carry[0], [2.0])
-    np.testing.assert_array_equal(out[2].first, [False, True, False])
-    np.testing.assert_array_equal(out[2].valid, [False, True, True])
-    np.testing.assert_array_equal(out[3].carry[0], [2.0])
+    np.testing.assert_array_equal(out[0].carry[0], [2.0])
+    np.testing.assert_array_equal(out[0].first, [False, True, False])
+    np.testing.assert_array_equal(out[0].valid, [False, True, True])
+    np.testing.assert_array_equal(out[1].carry[0], [2.0])
 
 
 def test_lost_lives_end_learning_episodes_but_statistics_count_whole_games():
-    out = []
-    store = TrajectoryStore(SPEC, horizon=8, emit=out.append)
-    store.open_session(1, num_envs=1)
-    assert feed(store, 1, rows([0.0], [0.0]), action=0) == []
-    feed(store, 1, rows([1.0], [2.0]), action=0)
+    store, _ = store_of(horizon=8)
+    server = Server(store)
+    server.open(1, num_envs=1)
+    assert not len(server.feed(1, rows([0.0], [0.0]), action=0).seat)
+    server.feed(1, rows([1.0], [2.0]), action=0)
     # A life is lost: the learning episode ends (terminated), the game goes on.
-    lost = feed(store, 1, rows([2.0], [1.0], terminated=[True], game_over=[False]), action=0)
-    assert lost == []
-    feed(store, 1, rows([3.0], [0.0]), action=0)
-    feed(store, 1, rows([4.0], [5.0]), action=0)
-    over = feed(store, 1, rows([5.0], [1.0], terminated=[True], game_over=[True]), action=0)
-    assert [(e.episode_return, e.length) for e in over] == [(9.0, 4)]
+    lost = server.feed(1, rows([2.0], [1.0], terminated=[True], game_over=[False]), action=0)
+    assert not len(lost.seat)
+    server.feed(1, rows([3.0], [0.0]), action=0)
+    server.feed(1, rows([4.0], [5.0]), action=0)
+    over = server.feed(1, rows([5.0], [1.0], terminated=[True], game_over=[True]), action=0)
+    assert list(zip(over.episode_return, over.length)) == [(9.0, 4)]
+
+
+def test_statistics_only_store_counts_episodes_without_unrolls():
+    store = TrajectoryStore(SPEC)
+    server = Server(store)
+    server.open(1, num_envs=2)
+    for t in range(3):
+        server.feed(1, rows([t, t], [1, 2]), action=0)
+    over = server.feed(1, rows([3, 3], [1, 2], terminated=[True, True]), action=0)
+    assert over.episode_return.tolist() == [3.0, 6.0] and store.rows_received == 8

@@ -12,27 +12,10 @@ from __future__ import annotations
 
 import difflib
 import functools
-from typing import NamedTuple
 
 import numpy as np
 
-from seedlike.types import ArraySpec, EnvSpec
-
-LEGAL_ACTION_MASK = "legal_action_mask"
-
-
-class Rows(NamedTuple):
-    """One batch of rows from the env; see seedlike.rpc.codec.StepRows for the layout."""
-
-    obs: dict[str, np.ndarray]
-    extras: dict[str, np.ndarray]
-    reward: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    env_id: np.ndarray
-    player_id: np.ndarray
-    acting: np.ndarray
-    game_over: np.ndarray  # the whole game ended (Atari: the last life), for statistics
+from seedlike.types import LEGAL_ACTION_MASK, ArraySpec, EnvSpec, Rows
 
 
 @functools.cache

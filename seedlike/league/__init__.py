@@ -5,7 +5,8 @@ server owns the parameters of snapshots and calls into these objects."""
 from seedlike.league import connect_four
 from seedlike.league.connect_four import random_actions
 from seedlike.league.payoff import DRAW, LOSS, WIN, PayoffMatrix
-from seedlike.league.pool import LATEST, OpponentPool, PlayerId, Snapshot, player_id
+from seedlike.league.players import BOTS, LEARNER
+from seedlike.league.pool import OpponentPool, PlayerId, Snapshot, player_id
 from seedlike.league.samplers import (
     SAMPLERS,
     LatestSampler,
@@ -24,8 +25,9 @@ from seedlike.league.trueskill_eval import (
 )
 
 __all__ = [
+    "BOTS",
     "DRAW",
-    "LATEST",
+    "LEARNER",
     "LOSS",
     "SAMPLERS",
     "WIN",

@@ -15,19 +15,17 @@ import logging
 import threading
 import time
 
-from seedlike.league import games
+from seedlike.league import games, players
 from seedlike.league.league import load_snapshot, save_snapshot
 from seedlike.league.trueskill_eval import TrueSkillEvaluator, rate_references
+from seedlike.policy import PolicyRunner
 
-RANDOM = "random"
-SCRIPTED = "scripted"
+RANDOM = "random"  # the reference anchored at mu = 0
 
 
 def base_references(env_name: str) -> dict:
-    references = {RANDOM: games.RandomAgent()}
-    if env_name.startswith("ConnectFour"):
-        references[SCRIPTED] = games.ScriptedConnectFour()
-    return references
+    """The built-in bots that play `env_name`, by name (the random agent always)."""
+    return {name: players.BOTS[name].make() for name in players.bots_for(env_name)}
 
 
 class Evaluation:
@@ -45,14 +43,13 @@ class Evaluation:
         self.env_name = env_name
         self.network = network
         self.snapshot_dir = snapshot_dir
-        self.guard = guard
         self._seed = seed
         self._round = 0
         self.stop = threading.Event()  # set to abandon an evaluation under way
         self._next_reference = int(league_config.reference_every)
         self.agents = base_references(env_name)
         self.evaluator: TrueSkillEvaluator | None = None
-        self._step = games.make_agent_step(network, bool(league_config.eval_greedy))
+        self._runner = PolicyRunner(network, bool(league_config.eval_greedy), seed, guard)
         self.win_rates: dict[str, float] = {}
 
     def _games(self, a, b, n: int) -> games.MatchResult:
@@ -98,10 +95,7 @@ class Evaluation:
         self.evaluator = TrueSkillEvaluator.from_state_dict(state)
 
     def _network_agent(self, policy_params, name):
-        greedy = bool(self.config.eval_greedy)
-        return games.NetworkAgent(
-            self.network, policy_params, name, greedy, guard=self.guard, step=self._step
-        )
+        return games.NetworkAgent(self._runner, policy_params, name)
 
     def evaluate(self, version: int, policy_params) -> dict:
         """Rates the policy of `version` and returns the metrics to log."""

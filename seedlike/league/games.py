@@ -1,8 +1,8 @@
 """Playing two-player envpool games between agents, locally (no server): evaluation, TrueSkill
 reference ratings and the `play.py` command.
 
-An agent maps the acting rows of a batch to actions. Agents here: uniformly random legal moves, the
-scripted Connect Four agent, and a network policy (from published params or a checkpoint).
+An agent (seedlike.league.players.Agent) maps the acting rows of a batch to actions: a built-in bot
+(seedlike.league.players.BOTS) or a network policy (from published params or a checkpoint).
 """
 
 from __future__ import annotations
@@ -10,111 +10,43 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Protocol
 
 import jax
 import ml_collections
 import numpy as np
 
-from seedlike.envs.envpool_env import LEGAL_ACTION_MASK, EnvpoolAdapter, make_env_spec
-from seedlike.league import connect_four, search
-
-
-class Agent(Protocol):
-    name: str
-
-    def reset(self, num_envs: int) -> None:
-        """Called before a match: forget any per-env state."""
-
-    def act(
-        self, obs: dict, legal_mask: np.ndarray, env_id: np.ndarray, first: np.ndarray, rng
-    ) -> np.ndarray:
-        """Actions int32 [n] for n acting rows (obs [n, ...], legal_mask bool [n, A])."""
-
-
-class RandomAgent:
-    name = "random"
-
-    def reset(self, num_envs: int) -> None:
-        pass
-
-    def act(self, obs, legal_mask, env_id, first, rng) -> np.ndarray:
-        return connect_four.random_actions(None, legal_mask, rng)
-
-
-class ScriptedConnectFour:
-    """Win if you can, block if you must, else a random legal column."""
-
-    name = "scripted"
-
-    def reset(self, num_envs: int) -> None:
-        pass
-
-    def act(self, obs, legal_mask, env_id, first, rng) -> np.ndarray:
-        return connect_four.scripted_actions(obs["obs"], legal_mask, rng)
-
-
-def make_bot(name: str, spec):
-    """A built-in league opponent (an Agent without per-env state), checked against the env in
-    `spec` (an EnvSpec)."""
-    bots = {"random": RandomAgent, "scripted": ScriptedConnectFour}
-    if name not in bots:
-        raise ValueError(f"unknown bot {name!r}; choose from {sorted(bots)}")
-    if LEGAL_ACTION_MASK not in spec.extras:
-        raise ValueError(f"league bots need a legal-action mask; {spec.name} has none")
-    if name == "scripted" and spec.name != "ConnectFour-v1":
-        raise ValueError(f"the scripted bot plays ConnectFour-v1, not {spec.name}")
-    return bots[name]()
-
-
-def make_agent_step(network, greedy: bool):
-    """A jitted (params, obs, extras, carry, first, key) -> (actions, carry) for NetworkAgents."""
-
-    def step(params, obs, extras, carry, first, key):
-        logits, _, carry = network.step(
-            params["params"], params["obs_norm"], obs, extras, carry, first
-        )
-        sampled = jax.random.categorical(key, logits)
-        return (logits.argmax(-1) if greedy else sampled).astype(np.int32), carry
-
-    return jax.jit(step)
+from seedlike.envs.envpool_env import EnvpoolAdapter, make_env_spec
+from seedlike.league import players, search
+from seedlike.policy import PolicyRunner
+from seedlike.types import LEGAL_ACTION_MASK
 
 
 class NetworkAgent:
-    """A network policy: samples from it, or plays its most likely legal move (greedy).
+    """A network policy with per-env recurrent state (an Agent).
 
     Args:
-      network, policy_params: the policy ({"params", "obs_norm"}).
-      step: a shared make_agent_step(network, greedy) to avoid compiling once per agent.
-      guard: runs the computation (seedlike.devices.ComputeGuard inside the learner process).
+      runner: the policy's seedlike.policy.PolicyRunner (sampled or greedy moves; one runner can
+        serve many agents of the same network, so it compiles once).
+      policy_params: the policy ({"params", "obs_norm"}).
     """
 
-    def __init__(self, network, policy_params, name="network", greedy=False, guard=None, step=None):
+    def __init__(self, runner: PolicyRunner, policy_params, name="network"):
         self.name = name
-        self.network = network
+        self.runner = runner
+        self.network = runner.network
         self.policy_params = policy_params
-        self.greedy = greedy
-        self._guard = guard or (lambda fn, *args: fn(*args))
-        self._step = step or make_agent_step(network, greedy)
         self._carry = None
 
     def reset(self, num_envs: int) -> None:
         self._carry = jax.tree.map(np.asarray, self.network.initial_carry(num_envs))
 
     def act(self, obs, legal_mask, env_id, first, rng) -> np.ndarray:
-        from seedlike.server.policy import bucket_size, pad_rows
-
-        n = env_id.shape[0]
-        size = bucket_size(n)  # a few padded shapes instead of one compilation per row count
         carry = jax.tree.map(lambda c: c[env_id], self._carry)
         extras = {LEGAL_ACTION_MASK: legal_mask}
-        obs, extras, carry = pad_rows((obs, extras, carry), n, size)
-        first = np.concatenate([first, np.ones(size - n, np.bool_)])
-        key = jax.random.key(int(rng.integers(2**31)))
-        actions, carry = self._guard(self._step, self.policy_params, obs, extras, carry, first, key)
-        for store, new in zip(jax.tree.leaves(self._carry), jax.tree.leaves(carry)):
-            store[env_id] = np.asarray(new)[:n]
-        return np.asarray(actions)[:n]
+        out = self.runner.step(self.policy_params, obs, extras, carry, first)
+        for store, new in zip(jax.tree.leaves(self._carry), jax.tree.leaves(out.carry)):
+            store[env_id] = new
+        return out.action
 
 
 def load_policy(path: str):
@@ -146,15 +78,14 @@ def checkpoint_agent(
         return search.SearchAgent(
             network, params, search_depth, name=f"{label}+search{search_depth}"
         )
-    return NetworkAgent(network, params, name=label, greedy=greedy)
+    return NetworkAgent(PolicyRunner(network, greedy=greedy), params, name=label)
 
 
 def make_agent(spec: str, greedy: bool = False, search_depth: int = 0):
-    """'random', 'scripted' (Connect Four), or a run, checkpoint or league snapshot path."""
-    if spec == "random":
-        return RandomAgent()
-    if spec == "scripted":
-        return ScriptedConnectFour()
+    """A bot's name ('random', 'scripted' for Connect Four), or a run, checkpoint or league
+    snapshot path."""
+    if spec in players.BOTS:
+        return players.BOTS[spec].make()
     return checkpoint_agent(spec, greedy=greedy, search_depth=search_depth)
 
 

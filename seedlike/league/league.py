@@ -18,15 +18,11 @@ import threading
 
 import numpy as np
 
+from seedlike.league import players
 from seedlike.league.payoff import PayoffMatrix
-from seedlike.league.pool import LATEST, OpponentPool
+from seedlike.league.players import LEARNER
+from seedlike.league.pool import OpponentPool
 from seedlike.league.samplers import make_sampler
-
-# The learning policy's id in seat/policy arrays (snapshots use their policy version, >= 0).
-LEARNER = -1
-# Built-in opponents (league.bots) play seats under these ids; like snapshots, never trained on.
-BOTS = {"random": -2, "scripted": -3}
-BOT_NAMES = {v: k for k, v in BOTS.items()}
 
 
 def sampler_kwargs(league_config) -> dict:
@@ -60,10 +56,11 @@ class League:
         self._lock = threading.Lock()
         self._rng = np.random.default_rng(seed)
         self._results: list[tuple[int, int]] = []  # (opponent, outcome) since the last metrics
-        unknown = sorted(set(league_config.bots) - set(BOTS))
+        unknown = sorted(set(league_config.bots) - set(players.BOTS))
         if unknown:
-            raise ValueError(f"unknown league.bots {unknown}; choose from {sorted(BOTS)}")
-        self.bots = [BOTS[name] for name in league_config.bots]
+            raise ValueError(f"unknown league.bots {unknown}; choose from {sorted(players.BOTS)}")
+        self.bot_names = tuple(league_config.bots)
+        self.bots = [players.bot_id(name) for name in self.bot_names]
         self.p_bots = float(league_config.p_bots)
         if not 0.0 <= self.p_bots <= 1.0 or (self.p_bots > 0) != bool(self.bots):
             raise ValueError(
@@ -82,7 +79,7 @@ class League:
                 else self.sampler.sample(self._rng)
                 for _ in range(n)
             ]
-        return np.array([LEARNER if p == LATEST else int(p) for p in picks], np.int64)
+        return np.array(picks, np.int64)
 
     def params(self, policy: int):
         """A snapshot's policy params, or None if it has left the pool."""
@@ -94,7 +91,7 @@ class League:
         with self._lock:
             self._results.append((int(opponent), int(outcome)))
             if opponent >= 0:  # a snapshot in the pool
-                self.payoff.record(LATEST, int(opponent), int(outcome))
+                self.payoff.record(LEARNER, int(opponent), int(outcome))
                 self.sampler.update(int(opponent), int(outcome))
 
     # Learner thread ---------------------------------------------------------------------------
@@ -142,7 +139,7 @@ class League:
         for bot in self.bots:
             vs_bot = [o for p, o in results if p == bot]
             rate = np.mean([o > 0 for o in vs_bot]) if vs_bot else None
-            out[f"league/win_rate_vs_{BOT_NAMES[bot]}"] = rate
+            out[f"league/win_rate_vs_{players.bot_name(bot)}"] = rate
         return out
 
 

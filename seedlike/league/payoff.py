@@ -1,6 +1,7 @@
 """Payoff matrix: win/draw/loss counts between players (TLeague's GameMgr, seed 002 sec. 3).
 
-Players are the learner (`LATEST`), snapshot ids (ints) and named reference agents ("random").
+Players are policy ids (the learner `LEARNER`, snapshot versions) and named reference agents
+("random").
 Every result is stored from both sides, so row `a` of the matrix reads as "how `a` fares against".
 """
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from seedlike.league.players import LEARNER
 from seedlike.league.pool import PlayerId, player_id
 
 # Outcomes from the first player's point of view.
@@ -26,7 +28,7 @@ class PayoffMatrix:
         of 0.75 rather than 1, so one lucky result does not remove an opponent from prioritized
         sampling for good; 0 gives raw frequencies (and `prior` only for pairs without games).
       decay: counts of a pair are multiplied by this before each new result of that pair. The
-        learner ("latest") keeps changing, so old results against it go stale; TLeague discounts
+        learner keeps changing, so old results against it go stale; TLeague discounts
         them the same way. 1.0 keeps every result at full weight.
     """
 
@@ -117,6 +119,8 @@ class PayoffMatrix:
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> PayoffMatrix:
         payoff = cls(state["prior"], state["prior_games"], state["decay"])
+        # Checkpoints before policy ids were unified spelled the learner "latest".
+        renamed = lambda p: LEARNER if p == "latest" else p  # noqa: E731
         for a, b, *c in state["counts"]:
-            payoff._counts[(a, b)] = np.array(c, np.float64)
+            payoff._counts[(renamed(a), renamed(b))] = np.array(c, np.float64)
         return payoff

@@ -13,10 +13,8 @@ from typing import Any
 
 import numpy as np
 
-# The learning policy itself, as an opponent or a player in the payoff matrix.
-LATEST = "latest"
-
-# Snapshots are learner policy versions (int); reference agents are named ("random", "scripted").
+# The learner (seedlike.league.players.LEARNER) and snapshots are policy ids (int); reference
+# agents are named ("random", "scripted").
 PlayerId = int | str
 
 

@@ -1,13 +1,13 @@
 """Opponent samplers: which policy plays the other seat of a learning episode.
 
-At every episode start the server asks `sample(rng)` for the opponent of a learning seat: `LATEST`
+At every episode start the server asks `sample(rng)` for the opponent of a learning seat: `LEARNER`
 (the learning policy itself, pure self-play) or the id of a frozen snapshot in the pool. After the
 game it reports `update(opponent, outcome)` with the outcome from the learner's side (+1 win,
 0 draw, -1 loss); the payoff matrix is updated by the server, not by the samplers.
 
 Samplers keep no state of their own: OpenAI Five's quality scores live in the pool and PFSP reads
 the payoff matrix, so saving the pool and the matrix saves everything. With an empty pool every
-sampler returns `LATEST`.
+sampler returns `LEARNER`.
 """
 
 from __future__ import annotations
@@ -17,20 +17,21 @@ from typing import Protocol
 import numpy as np
 
 from seedlike.league.payoff import WIN, PayoffMatrix
-from seedlike.league.pool import LATEST, OpponentPool, PlayerId, player_id
+from seedlike.league.players import LEARNER
+from seedlike.league.pool import OpponentPool, PlayerId, player_id
 
 
 class OpponentSampler(Protocol):
     """What the server needs from a sampler."""
 
     def sample(self, rng: np.random.Generator) -> PlayerId:
-        """The opponent of the next episode: `LATEST` or a snapshot id."""
+        """The opponent of the next episode: `LEARNER` or a snapshot id."""
 
     def update(self, opponent: PlayerId, outcome: int) -> None:
         """Reports a finished game against `opponent`; outcome +1/0/-1 for the learner."""
 
     def probabilities(self) -> dict[PlayerId, float]:
-        """The current sampling distribution, `LATEST` included (for tests and logging)."""
+        """The current sampling distribution, `LEARNER` included (for tests and logging)."""
 
 
 class LatestSampler:
@@ -40,17 +41,17 @@ class LatestSampler:
         del pool, payoff  # uniform constructor for make_sampler; nothing to read
 
     def sample(self, rng: np.random.Generator) -> PlayerId:
-        return LATEST
+        return LEARNER
 
     def update(self, opponent: PlayerId, outcome: int) -> None:
         pass
 
     def probabilities(self) -> dict[PlayerId, float]:
-        return {LATEST: 1.0}
+        return {LEARNER: 1.0}
 
 
 class _PastMixtureSampler:
-    """`LATEST` with probability p_latest, otherwise a snapshot by `past_probabilities()`."""
+    """`LEARNER` with probability p_latest, otherwise a snapshot by `past_probabilities()`."""
 
     def __init__(self, pool: OpponentPool, payoff: PayoffMatrix | None, p_latest: float):
         if not 0.0 <= p_latest <= 1.0:
@@ -66,7 +67,7 @@ class _PastMixtureSampler:
 
     def sample(self, rng: np.random.Generator) -> PlayerId:
         if not len(self.pool) or rng.random() < self.p_latest:
-            return LATEST
+            return LEARNER
         ids = self.pool.ids
         return ids[rng.choice(len(ids), p=self.past_probabilities())]
 
@@ -75,9 +76,9 @@ class _PastMixtureSampler:
 
     def probabilities(self) -> dict[PlayerId, float]:
         if not len(self.pool):
-            return {LATEST: 1.0}
+            return {LEARNER: 1.0}
         past = (1.0 - self.p_latest) * self.past_probabilities()
-        return {LATEST: self.p_latest, **dict(zip(self.pool.ids, past.tolist()))}
+        return {LEARNER: self.p_latest, **dict(zip(self.pool.ids, past.tolist()))}
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -117,7 +118,7 @@ class OpenAIFiveSampler(_PastMixtureSampler):
     def update(self, opponent: PlayerId, outcome: int) -> None:
         opponent = player_id(opponent)
         # A snapshot may have left the pool (max_size) while the game was running.
-        if outcome != WIN or opponent == LATEST or opponent not in self.pool:
+        if outcome != WIN or opponent == LEARNER or opponent not in self.pool:
             return
         p = self.past_probabilities()
         i = self.pool.ids.index(opponent)
@@ -135,7 +136,7 @@ class PFSPSampler(_PastMixtureSampler):
 
     Args:
       pool: the snapshots.
-      payoff: results of `LATEST` against snapshot ids.
+      payoff: results of `LEARNER` against snapshot ids.
       weighting: "hard" or "variance".
       p: exponent of "hard".
       p_latest: probability of pure self-play instead (TLeague's Pommerman mixes 35% of it).
@@ -161,7 +162,7 @@ class PFSPSampler(_PastMixtureSampler):
 
     def weights(self) -> np.ndarray:
         """Unnormalized f(x_i), float64 [N], in the order of `pool.ids`."""
-        x = self.payoff.win_rates(LATEST, self.pool.ids)
+        x = self.payoff.win_rates(LEARNER, self.pool.ids)
         if self.weighting == "hard":
             return (1.0 - x) ** self.p
         return x * (1.0 - x)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-import jax
 import numpy as np
 
-from seedlike.envs.envpool_env import LEGAL_ACTION_MASK
+from seedlike.policy import PolicyRunner
+from seedlike.types import LEGAL_ACTION_MASK
 
 # Per ply, so that a quicker win is worth more than a slower one (and a later loss less bad).
 DISCOUNT = 0.99
@@ -177,28 +177,16 @@ class SearchAgent:
         self.depth = depth
         self.name = name
         self._dtype = network.spec.observation["obs"].dtype
-        self._apply = jax.jit(
-            lambda p, obs, extras: network.apply(p["params"], p["obs_norm"], obs, extras)
-        )
+        self._runner = PolicyRunner(network)
 
     def reset(self, num_envs: int) -> None:
         pass
 
     def evaluate(self, mine: np.ndarray, theirs: np.ndarray, chunk: int = CHUNK):
         """Policy logits [m, A] and values [m] of m positions (from the side of the mover)."""
-        from seedlike.server.policy import bucket_size, pad_rows
-
-        logits, values = [], []
-        for start in range(0, mine.shape[0], chunk):
-            mi, th = mine[start : start + chunk], theirs[start : start + chunk]
-            n = mi.shape[0]
-            obs = {"obs": np.stack([mi, th], axis=-1).astype(self._dtype)}
-            extras = {LEGAL_ACTION_MASK: self.game.legal(mi, th)}
-            obs, extras = pad_rows((obs, extras), n, bucket_size(n))
-            lo, v = self._apply(self.policy_params, obs, extras)
-            logits.append(np.asarray(lo)[:n])
-            values.append(np.asarray(v)[:n])
-        return np.concatenate(logits), np.concatenate(values)
+        obs = {"obs": np.stack([mine, theirs], axis=-1).astype(self._dtype)}
+        extras = {LEGAL_ACTION_MASK: self.game.legal(mine, theirs)}
+        return self._runner.evaluate(self.policy_params, obs, extras, chunk)
 
     def act(self, obs, legal_mask, env_id, first, rng) -> np.ndarray:
         board = np.asarray(obs["obs"]).astype(np.bool_)

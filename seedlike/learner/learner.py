@@ -11,7 +11,9 @@ current values along the unroll).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -23,14 +25,45 @@ from seedlike.learner import train_state as ts
 from seedlike.types import Unroll
 
 
+@dataclasses.dataclass(frozen=True)
+class Algorithm:
+    """What the learner needs to know about a learning algorithm.
+
+    Attributes:
+      make_loss: (network, algo config section, pmap axis, sequences) -> loss_fn(params, obs_norm,
+        batch) -> (loss, metrics).
+      metrics: the names of its loss metrics.
+      advantages: its batches carry GAE advantages and value targets from the behaviour values.
+      sequences: it needs whole unrolls even with a feed-forward network (V-trace's targets run
+        along the unroll).
+    """
+
+    make_loss: Callable
+    metrics: tuple[str, ...]
+    advantages: bool
+    sequences: bool
+
+
+ALGORITHMS = {
+    "ppo": Algorithm(ppo.make_ppo_loss, ppo.PPO_METRICS, advantages=True, sequences=False),
+    "vtrace": Algorithm(
+        lambda network, config, axis, sequences: vtrace.make_vtrace_loss(network, config, axis),
+        vtrace.VTRACE_METRICS,
+        advantages=False,
+        sequences=True,
+    ),
+}
+
+
 class Learner:
     def __init__(self, config, network, devices=None):
         self.config = config
         self.network = network
+        self.algorithm = ALGORITHMS[config.algo]
         self.algo_config = config[config.algo]
         self.epochs = int(self.algo_config.epochs)
         self.num_minibatches = int(self.algo_config.num_minibatches)
-        self.sequences = network.is_recurrent or config.algo == "vtrace"
+        self.sequences = network.is_recurrent or self.algorithm.sequences
         self.devices = list(devices or jax.local_devices())
         self.num_devices = len(self.devices)
         self._check_divisibility()
@@ -39,21 +72,16 @@ class Learner:
         total_updates = -(-int(config.total_env_steps) // steps_per_update)
         total_sgd_steps = total_updates * self.epochs * self.num_minibatches
         self.optimizer = ts.make_optimizer(config.optimizer)
-        if config.algo == "ppo":
-            loss_fn = ppo.make_ppo_loss(network, self.algo_config, ts.AXIS, self.sequences)
-            metric_names = ppo.PPO_METRICS
-        else:
-            loss_fn = vtrace.make_vtrace_loss(network, self.algo_config, ts.AXIS)
-            metric_names = vtrace.VTRACE_METRICS
+        loss_fn = self.algorithm.make_loss(network, self.algo_config, ts.AXIS, self.sequences)
         lr_fn = ts.make_learning_rate_fn(config.optimizer, total_sgd_steps)
         self._sgd_step = jax.pmap(
             ts.make_sgd_step(loss_fn, self.optimizer, lr_fn), ts.AXIS, devices=self.devices
         )
-        prepare = ts.make_prepare(self.algo_config, compute_advantages=config.algo == "ppo")
+        prepare = ts.make_prepare(self.algo_config, self.algorithm.advantages)
         self._prepare = jax.pmap(prepare, ts.AXIS, devices=self.devices)
         self._state = None
         self._version = 0
-        self.metric_keys = (*metric_names, "grad_norm", "learning_rate", "nonfinite")
+        self.metric_keys = (*self.algorithm.metrics, "grad_norm", "learning_rate", "nonfinite")
         # Shared with the inference service: see seedlike.devices.ComputeGuard.
         self.guard = devices_lib.ComputeGuard(self.devices)
 
@@ -115,9 +143,9 @@ class Learner:
         value_target = np.asarray(value_target).reshape(batch, horizon)
 
         if self.sequences:
+            if not self.algorithm.advantages:
+                advantage = value_target = None
             items = SequenceBatch(unrolls, advantage, value_target)
-            if self.config.algo == "vtrace":
-                items = SequenceBatch(unrolls)
             num_items = batch
         else:
             items = _flatten_steps(unrolls, horizon, advantage, value_target)

@@ -40,7 +40,7 @@ def make_learning_rate_fn(optimizer_config, total_sgd_steps: int):
     """step -> learning rate: constant or linearly annealed to 0 over total_sgd_steps."""
     base = float(optimizer_config.learning_rate)
     anneal = bool(optimizer_config.anneal_lr)
-    total = max(int(total_sgd_steps), 1)
+    total = float(max(int(total_sgd_steps), 1))  # a float: a huge int would overflow int32
 
     def learning_rate(step):
         if not anneal:

@@ -7,14 +7,14 @@ fix it. Errors are raised as ProtocolError; the service turns them into INVALID_
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import math
 
 import numpy as np
 from google.protobuf import message as pb_message
 from google.protobuf import unknown_fields
 
 from seedlike.rpc import seedlike_pb2 as pb
-from seedlike.types import ArraySpec, EnvSpec
+from seedlike.types import ArraySpec, EnvSpec, Rows
 
 # Bump when a message changes meaning; the handshake refuses other versions.
 PROTOCOL_VERSION = 1
@@ -59,7 +59,7 @@ def decode(tensor: pb.Tensor, field: str) -> np.ndarray:
     if any(d < 0 for d in shape):
         raise ProtocolError(field, f"negative dimension in shape {list(shape)}")
     dtype = np.dtype(tensor.dtype)
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize
     if expected != len(tensor.data):
         raise ProtocolError(
             field,
@@ -170,21 +170,7 @@ def _check_specs(field: str, got, expected: dict[str, ArraySpec], hint: str) -> 
         )
 
 
-class StepRows(NamedTuple):
-    """A validated StepBatch: n rows, each an (env, player) seat of the sending actor."""
-
-    obs: dict[str, np.ndarray]  # key -> [n, *spec.shape]
-    extras: dict[str, np.ndarray]  # key -> [n, *spec.shape]
-    reward: np.ndarray  # float32 [n]
-    terminated: np.ndarray  # bool [n]
-    truncated: np.ndarray  # bool [n]
-    env_id: np.ndarray  # int32 [n]
-    player_id: np.ndarray  # int32 [n]
-    acting: np.ndarray  # bool [n]: the env executes this row's action
-    game_over: np.ndarray  # bool [n]: the game ended (for statistics; see the proto)
-
-
-def decode_step(step: pb.StepBatch, spec: EnvSpec, num_envs: int) -> StepRows:
+def decode_step(step: pb.StepBatch, spec: EnvSpec, num_envs: int) -> Rows:
     """Decodes and validates a StepBatch for a session that announced `num_envs` envs."""
     env_id = _decode_as(step.env_id, "step.env_id", np.int32, None)
     n = env_id.shape[0]
@@ -212,9 +198,7 @@ def decode_step(step: pb.StepBatch, spec: EnvSpec, num_envs: int) -> StepRows:
         raise ProtocolError("step.reward", "contains NaN or infinity; fix the environment's reward")
     obs = _decode_dict(step.observation, "step.observation", spec.observation, n)
     extras = _decode_dict(step.extras, "step.extras", spec.extras, n)
-    return StepRows(
-        obs, extras, reward, terminated, truncated, env_id, player_id, acting, game_over
-    )
+    return Rows(obs, extras, reward, terminated, truncated, env_id, player_id, acting, game_over)
 
 
 def _decode_as(tensor: pb.Tensor, field: str, dtype, rows: int | None) -> np.ndarray:
@@ -244,31 +228,21 @@ def _decode_dict(tensors, field: str, specs: dict[str, ArraySpec], rows: int) ->
     return out
 
 
-def encode_step(
-    sequence: int,
-    obs: dict[str, np.ndarray],
-    reward: np.ndarray,
-    terminated: np.ndarray,
-    truncated: np.ndarray,
-    env_id: np.ndarray,
-    player_id: np.ndarray,
-    acting: np.ndarray,
-    extras: dict[str, np.ndarray] | None = None,
-    game_over: np.ndarray | None = None,
-) -> pb.ActorMessage:
+def encode_step(sequence: int, rows: Rows) -> pb.ActorMessage:
+    """The StepBatch message of one batch of rows."""
     step = pb.StepBatch(
         sequence=sequence,
-        reward=encode(np.asarray(reward, np.float32)),
-        terminated=encode(np.asarray(terminated, np.bool_)),
-        truncated=encode(np.asarray(truncated, np.bool_)),
-        env_id=encode(np.asarray(env_id, np.int32)),
-        player_id=encode(np.asarray(player_id, np.int32)),
-        acting=encode(np.asarray(acting, np.bool_)),
+        reward=encode(np.asarray(rows.reward, np.float32)),
+        terminated=encode(np.asarray(rows.terminated, np.bool_)),
+        truncated=encode(np.asarray(rows.truncated, np.bool_)),
+        env_id=encode(np.asarray(rows.env_id, np.int32)),
+        player_id=encode(np.asarray(rows.player_id, np.int32)),
+        acting=encode(np.asarray(rows.acting, np.bool_)),
     )
-    if game_over is not None:
-        step.game_over.CopyFrom(encode(np.asarray(game_over, np.bool_)))
-    for key, value in obs.items():
+    if rows.game_over is not None:
+        step.game_over.CopyFrom(encode(np.asarray(rows.game_over, np.bool_)))
+    for key, value in rows.obs.items():
         step.observation[key].CopyFrom(encode(value))
-    for key, value in (extras or {}).items():
+    for key, value in rows.extras.items():
         step.extras[key].CopyFrom(encode(value))
     return pb.ActorMessage(step=step)

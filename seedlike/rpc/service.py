@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import time
 
 import grpc
 
@@ -40,16 +41,19 @@ class InferenceServicer:
                 raise codec.ProtocolError(
                     "request.hello", "the first message of a stream must be a Hello"
                 )
-            session_id = self._service.open_session(hello.hello)
+            service = self._service
+            codec.check_hello(hello.hello, service.spec, service.max_envs_per_actor)
             num_envs = hello.hello.num_envs
+            session_id = service.open_session(hello.hello.actor_id, num_envs)
             yield pb.ServerMessage(
                 welcome=pb.Welcome(
                     protocol_version=codec.PROTOCOL_VERSION,
                     session_id=session_id,
-                    policy_version=self._service.registry.version,
+                    policy_version=service.registry.version,
                 )
             ).SerializeToString()
             for sequence, raw in enumerate(request_iterator):
+                start = time.perf_counter()
                 msg = codec.parse_actor_message(raw)
                 if msg.WhichOneof("kind") != "step":
                     raise codec.ProtocolError(
@@ -59,8 +63,9 @@ class InferenceServicer:
                     raise codec.ProtocolError(
                         "step.sequence", f"got {msg.step.sequence}, expected {sequence}"
                     )
-                rows = codec.decode_step(msg.step, self._service.spec, num_envs)
-                actions, version = self._service.result(self._service.submit(session_id, rows))
+                rows = codec.decode_step(msg.step, service.spec, num_envs)
+                service.stats.add_busy("decode", time.perf_counter() - start)
+                actions, version = service.result(service.submit(session_id, rows))
                 yield pb.ServerMessage(
                     actions=pb.ActionBatch(
                         sequence=sequence, action=codec.encode(actions), policy_version=version

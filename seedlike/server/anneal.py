@@ -14,9 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from seedlike.envs.envpool_env import LEGAL_ACTION_MASK
-from seedlike.rpc.codec import StepRows
-from seedlike.types import ArraySpec, EnvSpec
+from seedlike.types import LEGAL_ACTION_MASK, ArraySpec, EnvSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,17 +46,18 @@ class Annealing:
         extras = {**spec.extras, LEGAL_ACTION_MASK: ArraySpec(np.bool_, (spec.num_actions,))}
         return dataclasses.replace(spec, extras=extras)
 
-    def apply(self, rows: StepRows, changed: np.ndarray, num_actions: int) -> StepRows:
-        """Rows as the policy sees them: without the change where `changed` [n] is False."""
+    def apply(self, obs: dict, extras: dict, changed: np.ndarray, num_actions: int):
+        """(obs, extras) of m rows as the policy sees them: without the change where `changed` [m]
+        is False."""
         old = ~changed
-        obs, extras = rows.obs, dict(rows.extras)
+        extras = dict(extras)
         if self.new_obs_features and old.any():
-            flat = rows.obs["obs"].reshape(rows.obs["obs"].shape[0], -1).copy()
+            flat = obs["obs"].reshape(obs["obs"].shape[0], -1).copy()
             flat[np.ix_(old, np.asarray(self.new_obs_features))] = 0
-            obs = {**rows.obs, "obs": flat.reshape(rows.obs["obs"].shape)}
+            obs = {**obs, "obs": flat.reshape(obs["obs"].shape)}
         if self.new_actions:
-            n = rows.reward.shape[0]
-            mask = extras.get(LEGAL_ACTION_MASK, np.ones((n, num_actions), np.bool_)).copy()
+            m = changed.shape[0]
+            mask = extras.get(LEGAL_ACTION_MASK, np.ones((m, num_actions), np.bool_)).copy()
             mask[np.ix_(old, np.asarray(self.new_actions))] = False
             extras[LEGAL_ACTION_MASK] = mask
-        return rows._replace(obs=obs, extras=extras)
+        return obs, extras

@@ -1,12 +1,18 @@
-"""Central inference: batches step requests from all actor sessions and runs one policy step.
+"""Central inference: one pipeline from actor requests to actions and recorded trajectories.
 
-Transport-agnostic: the gRPC service (seedlike.rpc.service) calls `open_session`, `submit` and
-`close_session`; tests can call them directly. One thread owns the batcher loop, the policy call
-and the trajectory store, so the store needs no locks and sessions open/close in arrival order.
+Transport-agnostic: the gRPC layer (seedlike.rpc.service) calls `open_session`, `submit` and
+`close_session`; tests call them directly. Three threads, each doing only its own work, joined by
+bounded queues so that a slow stage holds back the ones before it (backpressure):
 
-Batching rule: after the first request arrives, keep collecting until every open session has a
-request waiting (nobody else can add to the batch), or `max_batch_rows` rows are in, or
-`batch_timeout_ms` has passed.
+  batcher  -> gather : requests per the batching rule (seedlike.server.batcher), look up the
+                       seats, run the policy of every seat group (dispatched: JAX computes while
+                       this thread gathers the next batch)
+           -> reply  : fetch the outputs to the host, advance the seats, hand the batch to the
+                       recorder, send the actions back
+           -> record : write whole batches into the trajectory store, report ended episodes
+
+Actions go back before anything is recorded; the recorder blocks only when the learner has not
+taken the batches already built (seedlike.server.trajectory_store.BatchQueue).
 """
 
 from __future__ import annotations
@@ -22,12 +28,19 @@ import time
 import jax
 import numpy as np
 
-from seedlike.envs.envpool_env import LEGAL_ACTION_MASK
-from seedlike.league import games
-from seedlike.league.league import BOT_NAMES, LEARNER
-from seedlike.rpc import codec
-from seedlike.server import policy as policy_lib
-from seedlike.server.trajectory_store import Episode, PolicyInputs, TrajectoryStore
+from seedlike.league.players import LEARNER
+from seedlike.policy import PolicyOutput, PolicyRegistry, PolicyRunner, Ready
+from seedlike.server.batcher import STOP, Batch, Batcher, Control, Request
+from seedlike.server.matchmaking import Matchmaker
+from seedlike.server.seats import SeatTable
+from seedlike.server.trajectory_store import Episodes, StepRecord, Stopped, TrajectoryStore
+from seedlike.types import LEGAL_ACTION_MASK, EnvSpec, Rows
+
+# Busy time is measured per stage and reported as microseconds per env step (`time/<stage>`).
+STAGES = ("decode", "prepare", "policy", "reply", "record")
+# Batches between the reply and record threads. A few absorb the recorder's jitter; a full queue
+# holds the replies back (backpressure) until the recorder catches up.
+RECORD_QUEUE = 8
 
 
 class ServerStopping(RuntimeError):
@@ -37,21 +50,6 @@ class ServerStopping(RuntimeError):
     def __init__(self, finished: bool):
         super().__init__("training finished" if finished else "server stopping")
         self.finished = finished
-
-
-@dataclasses.dataclass
-class _Step:
-    session_id: int
-    rows: codec.StepRows
-    future: concurrent.futures.Future
-    arrived: float
-
-
-@dataclasses.dataclass
-class _Control:
-    kind: str  # "open" | "close"
-    session_id: int
-    num_envs: int = 0
 
 
 class InferenceStats:
@@ -64,91 +62,133 @@ class InferenceStats:
     def _reset(self):
         self.batch_rows: list[int] = []
         self.latency_ms: list[float] = []
-        self.episodes: list[Episode] = []
-        self.rows = 0
+        self.episodes: list[Episodes] = []
+        self.busy = dict.fromkeys(STAGES, 0.0)
 
-    def add(self, batch_rows: int, latencies_ms: list[float], rows: int, episodes: list[Episode]):
+    def batch(self, rows: int, latencies_ms: list[float]) -> None:
         with self._lock:
-            self.batch_rows.append(batch_rows)
+            self.batch_rows.append(rows)
             self.latency_ms.extend(latencies_ms)
-            self.rows += rows
-            self.episodes.extend(episodes)
+
+    def ended(self, episodes: Episodes) -> None:
+        if len(episodes.seat):
+            with self._lock:
+                self.episodes.append(episodes)
+
+    def add_busy(self, stage: str, seconds: float) -> None:
+        with self._lock:
+            self.busy[stage] += seconds
 
     def take(self) -> dict:
         with self._lock:
             out = {
                 "batch_rows": self.batch_rows,
                 "latency_ms": self.latency_ms,
-                "episodes": self.episodes,
-                "rows": self.rows,
+                "episodes": Episodes.concatenate(self.episodes),
+                "busy_s": self.busy,
             }
             self._reset()
         return out
 
 
+@dataclasses.dataclass
+class _Job:
+    """A dispatched batch on its way from the gather thread to the reply thread."""
+
+    requests: list[Request]
+    rows: Rows  # every row of the batch, concatenated in request order
+    seat: np.ndarray  # int64 [n]
+    ran: np.ndarray  # bool [n]: the policy runs on the row (it acts or ends an episode)
+    obs: dict  # [m, ...] of the rows the policy runs on, as it sees them
+    extras: dict
+    first: np.ndarray  # [m]
+    policy: np.ndarray  # [m]
+    carry: object  # [m, ...] before the step
+    groups: list  # (row indices into the m rows, Pending or Ready)
+    version: int
+
+
+@dataclasses.dataclass
+class _Seats:
+    """A session opening or closing on its way to the recorder (in order with the records)."""
+
+    seats: np.ndarray
+    opens: bool
+    session_id: int
+
+
 class InferenceService:
+    """Args:
+    spec: the EnvSpec actors must match.
+    network: the networks.Network of the learning policy (and of league snapshots).
+    registry: the published params of the learning policy.
+    store: the TrajectoryStore the recorder writes into.
+    server_config: the `server` config section (batching, queues, limits).
+    matchmaker: who plays each episode (league, bots, annealing); None: the learning policy in
+      every seat, every change.
+    seed: seeds action sampling.
+    guard: runs JAX computations (seedlike.devices.ComputeGuard).
+    """
+
     def __init__(
         self,
-        spec,
+        spec: EnvSpec,
         network,
-        registry: policy_lib.PolicyRegistry,
+        registry: PolicyRegistry,
         store: TrajectoryStore,
         server_config,
+        matchmaker: Matchmaker | None = None,
         seed: int = 0,
         guard=None,
-        league=None,
-        annealing=None,
     ):
         self.spec = spec
         self.registry = registry
         self.store = store
-        self.config = server_config
+        self.max_envs_per_actor = int(server_config.max_envs_per_actor)
+        self.matchmaker = matchmaker or Matchmaker(spec, seed=seed)
         self.stats = InferenceStats()
-        self._policy_step = policy_lib.make_policy_step(network)
-        self._initial_carry = network.initial_carry
-        self.league = league
-        self._bot_rng = np.random.default_rng(seed + 3)
-        self._bots = (
-            {bot: games.make_bot(BOT_NAMES[bot], spec) for bot in league.bots} if league else {}
-        )
-        self.annealing = annealing
-        self._anneal_rng = np.random.default_rng(seed + 1)
-        self._guard = guard or (lambda fn, *args: fn(*args))
-        self._seed = np.uint32(seed)
-        self._counter = itertools.count()
-        self._inbox: queue.Queue = queue.Queue()
+        self.runner = PolicyRunner(network, seed=seed, guard=guard)
+        self.seats = SeatTable(spec.num_players, network.initial_carry)
+        self.batcher = Batcher(server_config.max_batch_rows, server_config.batch_timeout_ms / 1e3)
+        # Two batches may be in flight between gather and reply: one computing, one being fetched.
+        self._jobs: queue.Queue = queue.Queue(maxsize=2)
+        self._records: queue.Queue = queue.Queue(maxsize=RECORD_QUEUE)
         self._session_ids = itertools.count(1)
         self._sessions: dict[int, int] = {}  # session id -> actor id (handler-side view)
         self._sessions_lock = threading.Lock()
-        self._open_in_loop = 0  # sessions the loop knows about
         self._stopping = threading.Event()
         self._finished = False
         self._crashed = False
-        self._thread = threading.Thread(target=self._loop, name="inference", daemon=True)
+        self._threads = [
+            threading.Thread(target=self._guarded(loop), name=name, daemon=True)
+            for name, loop in (
+                ("inference-gather", self._gather_loop),
+                ("inference-reply", self._reply_loop),
+                ("inference-record", self._record_loop),
+            )
+        ]
 
     # Called from handler threads ---------------------------------------------------------------
 
-    def open_session(self, hello) -> int:
-        """Validates a Hello and opens a session; raises codec.ProtocolError on mismatch."""
+    def open_session(self, actor_id: int, num_envs: int) -> int:
+        """Opens a session for an actor with `num_envs` envs (the transport has checked its
+        specs); returns the session id."""
         if self._stopping.is_set():
             raise ServerStopping(self._finished)
-        codec.check_hello(hello, self.spec, int(self.config.max_envs_per_actor))
         session_id = next(self._session_ids)
         with self._sessions_lock:
-            self._sessions[session_id] = hello.actor_id
-        self._inbox.put(_Control("open", session_id, hello.num_envs))
-        logging.info(
-            "actor %d connected (session %d, %d envs)", hello.actor_id, session_id, hello.num_envs
-        )
+            self._sessions[session_id] = actor_id
+        self.batcher.put(Control(session_id, num_envs))
+        logging.info("actor %d connected (session %d, %d envs)", actor_id, session_id, num_envs)
         return session_id
 
-    def submit(self, session_id: int, rows: codec.StepRows) -> concurrent.futures.Future:
+    def submit(self, session_id: int, rows: Rows) -> concurrent.futures.Future:
         """Queues one step; the future resolves to (actions int32 [n], policy version)."""
         future = concurrent.futures.Future()
         if self._stopping.is_set():
             future.set_exception(ServerStopping(self._finished))
         else:
-            self._inbox.put(_Step(session_id, rows, future, time.perf_counter()))
+            self.batcher.put(Request(session_id, rows, future, time.perf_counter()))
         return future
 
     def result(self, future: concurrent.futures.Future):
@@ -157,15 +197,22 @@ class InferenceService:
             try:
                 return future.result(timeout=0.5)
             except concurrent.futures.TimeoutError:
-                if self._stopping.is_set() and not self._thread.is_alive():
+                if self._stopping.is_set() and not self._threads[0].is_alive():
                     raise ServerStopping(self._finished) from None
 
     def close_session(self, session_id: int) -> None:
         with self._sessions_lock:
             actor_id = self._sessions.pop(session_id, None)
         if actor_id is not None:
-            self._inbox.put(_Control("close", session_id))
+            self.batcher.put(Control(session_id))
             logging.info("actor %d disconnected (session %d)", actor_id, session_id)
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Waits until every batch answered so far has been recorded."""
+        deadline = time.monotonic() + timeout_s
+        while self._records.unfinished_tasks and time.monotonic() < deadline:
+            self.check_alive()
+            time.sleep(0.005)
 
     @property
     def num_sessions(self) -> int:
@@ -175,197 +222,221 @@ class InferenceService:
     # Lifecycle ----------------------------------------------------------------------------------
 
     def check_alive(self) -> None:
-        """Raises if the inference thread died (its exception is in the log)."""
+        """Raises if a pipeline thread died (its exception is in the log)."""
         if self._crashed:
-            raise RuntimeError("the inference thread crashed; see the exception logged above")
+            raise RuntimeError("the inference pipeline crashed; see the exception logged above")
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self, finished: bool) -> None:
-        """Fails pending and future requests with ServerStopping and joins the loop.
+        """Fails pending and future requests with ServerStopping and joins the threads.
 
         Args:
           finished: training is complete (actors exit) rather than interrupted (actors reconnect).
         """
         self._finished = finished
         self._stopping.set()
-        self._inbox.put(None)
-        self._thread.join(timeout=30)
+        self.batcher.put(STOP)
+        if self.store.batches is not None:
+            self.store.batches.close()  # a recorder waiting for the learner gives up
+        for thread in self._threads:
+            thread.join(timeout=30)
         while True:
             try:
-                item = self._inbox.get_nowait()
+                item = self.batcher.inbox.get_nowait()
             except queue.Empty:
                 break
-            if isinstance(item, _Step) and not item.future.done():
+            if isinstance(item, Request) and not item.future.done():
                 item.future.set_exception(ServerStopping(finished))
 
-    # The inference thread -----------------------------------------------------------------------
-
-    def _loop(self) -> None:
-        try:
-            while not self._stopping.is_set():
-                steps, controls = self._gather()
-                if steps:
-                    self._run(steps)
-                for control in controls:
-                    self._apply(control)
-        except Exception:
-            logging.exception("inference loop crashed")
-            self._crashed = True
-            self._stopping.set()
-            raise
-
-    def _apply(self, control: _Control) -> None:
-        if control.kind == "open":
-            self.store.open_session(control.session_id, control.num_envs)
-            self._open_in_loop += 1
-        else:
-            dropped = self.store.close_session(control.session_id)
-            self._open_in_loop -= 1
-            if dropped:
-                logging.info(
-                    "session %d: dropped %d steps of partial unrolls", control.session_id, dropped
-                )
-
-    def _gather(self) -> tuple[list[_Step], list[_Control]]:
-        """Collects steps per the batching rule; a control message ends the batch."""
-        steps: list[_Step] = []
-        rows = 0
-        deadline = None
-        max_rows = int(self.config.max_batch_rows)
-        timeout = float(self.config.batch_timeout_ms) / 1000.0
-        while True:
-            if deadline is None:
-                wait = 0.1
-            else:
-                wait = deadline - time.perf_counter()
-                if wait <= 0:
-                    return steps, []
+    def _guarded(self, loop):
+        def run():
             try:
-                item = self._inbox.get(timeout=wait)
+                loop()
+            except Stopped:
+                pass
+            except Exception:
+                logging.exception("inference pipeline thread crashed")
+                self._crashed = True
+                self._stopping.set()
+                self.batcher.put(STOP)
+                raise
+
+        return run
+
+    def _put(self, q: queue.Queue, item) -> bool:
+        """Blocking put that gives up when the service stops (False)."""
+        while not self._stopping.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _items(self, q: queue.Queue):
+        """What arrives on `q` until the service stops (what is left then is dropped)."""
+        while not self._stopping.is_set():
+            try:
+                yield q.get(timeout=0.1)
             except queue.Empty:
-                if deadline is None:
-                    return steps, []
                 continue
-            if item is None:
-                return steps, []
-            if isinstance(item, _Control):
-                return steps, [item]
-            steps.append(item)
-            rows += item.rows.reward.shape[0]
-            if deadline is None:
-                deadline = item.arrived + timeout
-            if rows >= max_rows or len(steps) >= self._open_in_loop:
-                return steps, []
 
-    def _run(self, steps: list[_Step]) -> None:
+    # Stage 1: gather and dispatch ---------------------------------------------------------------
+
+    def _gather_loop(self) -> None:
+        while not self._stopping.is_set():
+            batch = self.batcher.gather()
+            if batch is None:
+                return
+            for control in batch.controls:
+                if control.opens:
+                    seats = self.seats.open(control.session_id, control.num_envs)
+                    self._put(self._records, _Seats(seats, True, control.session_id))
+            if batch.requests:
+                start = time.perf_counter()
+                job = self._dispatch(batch)
+                self.stats.add_busy("prepare", time.perf_counter() - start)
+                self._put(self._jobs, job)
+            for control in batch.controls:
+                if not control.opens:
+                    seats = self.seats.close(control.session_id)
+                    self._put(self._records, _Seats(seats, False, control.session_id))
+
+    def _dispatch(self, batch: Batch) -> _Job:
+        requests = batch.requests
         version, latest = self.registry.latest()
-        # Only rows that act or end an episode need the policy (a waiting player's row does not).
-        infer = [s.rows.acting | s.rows.terminated | s.rows.truncated for s in steps]
-        counts = [int(m.sum()) for m in infer]
-        total = sum(counts)
-        known = [self.store.has_session(s.session_id) for s in steps]
-        inputs = [
-            self.store.policy_inputs(s.session_id, s.rows, m) if ok else self._fresh_inputs(c)
-            for s, m, c, ok in zip(steps, infer, counts, known)
-        ]
-        if self.annealing is not None:
-            for step, mask, x in zip(steps, infer, inputs):
-                changed = np.ones(mask.shape[0], np.bool_)
-                changed[mask] = x.changed
-                step.rows = self.annealing.apply(step.rows, changed, self.spec.num_actions)
-        obs = {
-            k: np.concatenate([s.rows.obs[k][m] for s, m in zip(steps, infer)])
-            for k in self.store.spec.observation
-        }
-        extras = {
-            k: np.concatenate([s.rows.extras[k][m] for s, m in zip(steps, infer)])
-            for k in self.store.spec.extras
-        }
-        first = np.concatenate([x.first for x in inputs])
-        carry = jax.tree.map(lambda *c: np.concatenate(c), *[x.carry for x in inputs])
-        policy = np.concatenate([x.policy for x in inputs])
-        action, logp, value, new_carry = self._infer(latest, obs, extras, carry, first, policy)
-
-        now = time.perf_counter()
-        offset = 0
-        results = []
-        for step, mask, count in zip(steps, infer, counts):
-            n = mask.shape[0]
-            full = [np.zeros(n, np.int32), np.zeros(n, np.float32), np.zeros(n, np.float32)]
-            for dst, src in zip(full, (action, logp, value)):
-                dst[mask] = src[offset : offset + count]
-            part = jax.tree.map(lambda c, o=offset, k=count: c[o : o + k], new_carry)
-            offset += count
-            step.future.set_result((full[0], version))
-            results.append((*full, part))
-
-        episodes = []
-        for step, (a, lp, v, c), ok in zip(steps, results, known):
-            if ok:
-                ended = self.store.record(step.session_id, step.rows, a, lp, v, version, c)
-                self._report_games(ended)
-                episodes.extend(e for e in ended if e.policy == LEARNER)
-        self.stats.add(
-            total,
-            [(now - s.arrived) * 1000.0 for s in steps],
-            sum(s.rows.reward.shape[0] for s in steps),
-            episodes,
+        rows = _concatenate([r.rows for r in requests])
+        seat = np.concatenate(
+            [self.seats.seats(r.session_id, r.rows.env_id, r.rows.player_id) for r in requests]
         )
+        # Only rows that act or end an episode need the policy (a waiting player's row does not).
+        ran = rows.acting | rows.terminated | rows.truncated
+        run_seats = seat[ran]
+        first, carry, policy, changed = self.seats.inputs(run_seats)
+        if first.any():
+            starting = np.flatnonzero(first)
+            player = (run_seats[starting] % self.spec.num_players).astype(np.int32)
+            policy[starting], changed[starting] = self.matchmaker.start(player, version)
+            self.seats.start(run_seats[starting], policy[starting], changed[starting])
+        obs = {k: v[ran] for k, v in rows.obs.items()}
+        extras = {k: v[ran] for k, v in rows.extras.items()}
+        if self.matchmaker.annealing is not None:
+            obs, extras = self.matchmaker.annealing.apply(
+                obs, extras, changed, self.spec.num_actions
+            )
+        groups = self._run_policies(latest, obs, extras, carry, first, policy)
+        return _Job(requests, rows, seat, ran, obs, extras, first, policy, carry, groups, version)
 
-    def _infer(self, latest, obs, extras, carry, first, policy):
-        """Runs each policy on its rows (the learning policy, league snapshots or bots)."""
-        total = first.shape[0]
-        groups = np.unique(policy)
-        if groups.size == 1 and groups[0] == LEARNER:
-            return self._policy_call(latest, obs, extras, carry, first)
-        action, logp, value = np.zeros(total, np.int32), np.zeros(total), np.zeros(total)
-        new_carry = jax.tree.map(np.zeros_like, carry)
-        for pid in groups:
+    def _run_policies(self, latest, obs, extras, carry, first, policy) -> list:
+        """Dispatches each policy on its rows: the learning policy, league snapshots and bots."""
+        ids = np.unique(policy)
+        if ids.size == 1 and ids[0] == LEARNER:
+            return [(None, self.runner.dispatch(latest, obs, extras, carry, first))]
+        groups = []
+        for pid in ids:
             idx = np.flatnonzero(policy == pid)
-            part = jax.tree.map(lambda x, idx=idx: x[idx], (obs, extras, carry, first))
-            if pid in self._bots:  # no network: logp, value and carry stay 0
-                mask = part[1][LEGAL_ACTION_MASK]
-                action[idx] = self._bots[pid].act(part[0], mask, idx, part[3], self._bot_rng)
+            part_obs, part_extras, part_carry = jax.tree.map(
+                lambda x, idx=idx: x[idx], (obs, extras, carry)
+            )
+            bot = self.matchmaker.bots.get(int(pid))
+            if bot is not None:  # no network: logp and value 0, carry unchanged
+                actions = bot.act(
+                    part_obs,
+                    part_extras[LEGAL_ACTION_MASK],
+                    idx,
+                    first[idx],
+                    self.matchmaker.bot_rng,
+                )
+                zeros = np.zeros(idx.size, np.float32)
+                output = PolicyOutput(np.asarray(actions, np.int32), zeros, zeros, part_carry)
+                groups.append((idx, Ready(output)))
                 continue
-            # A snapshot that left the pool mid-episode is played by the latest policy.
-            params = latest if pid == LEARNER else self.league.params(pid)
-            params = latest if params is None else params
-            out = self._policy_call(params, *part)
-            for dst, src in zip((action, logp, value), out[:3]):
-                dst[idx] = src
-            for dst, src in zip(jax.tree.leaves(new_carry), jax.tree.leaves(out[3])):
-                dst[idx] = src
-        return action, logp.astype(np.float32), value.astype(np.float32), new_carry
+            params = self.matchmaker.params(int(pid), latest)
+            groups.append(
+                (idx, self.runner.dispatch(params, part_obs, part_extras, part_carry, first[idx]))
+            )
+        return groups
 
-    def _policy_call(self, params, obs, extras, carry, first):
-        total = first.shape[0]
-        size = policy_lib.bucket_size(total)
-        obs, extras, carry = policy_lib.pad_rows((obs, extras, carry), total, size)
-        first = np.concatenate([first, np.ones(size - total, np.bool_)])
-        counter = np.uint32(next(self._counter))
-        out = self._guard(self._policy_step, params, obs, extras, carry, first, self._seed, counter)
-        return jax.tree.map(lambda x: np.asarray(x)[:total], jax.device_get(out))
+    # Stage 2: fetch and reply -------------------------------------------------------------------
 
-    def _report_games(self, ended) -> None:
-        """Pairs the two seats of every finished two-player game and reports the result."""
-        if self.league is None or not ended:
-            return
-        players = self.spec.num_players
-        by_seat = {e.seat: e for e in ended}
-        for e in ended:
-            if e.seat % players == 0 and e.seat + 1 in by_seat:
-                self.league.record(by_seat[e.seat + 1].policy, int(np.sign(e.episode_return)))
+    def _reply_loop(self) -> None:
+        for job in self._items(self._jobs):
+            start = time.perf_counter()
+            output = _gather_outputs(job.groups, job.first.shape[0])
+            fetched = time.perf_counter()
+            self.stats.add_busy("policy", fetched - start)
+            done = job.rows.terminated | job.rows.truncated
+            self.seats.advance(job.seat[job.ran], done[job.ran], output.carry)
+            record = StepRecord(
+                job.seat, job.rows.reward, job.rows.terminated, job.rows.truncated,
+                job.rows.acting, job.rows.game_over, job.ran, job.obs, job.extras, job.first,
+                job.policy, job.carry, output.action, output.logp, output.value, job.version,
+            )  # fmt: skip
+            # Queued before the actions go out, so a session's close (which can only follow its
+            # last reply) always reaches the recorder after the session's last record.
+            if not self._put(self._records, record):
+                return
+            actions = np.zeros(job.seat.shape[0], np.int32)
+            actions[job.ran] = output.action
+            now = time.perf_counter()
+            offset = 0
+            for request in job.requests:
+                n = request.num_rows
+                request.future.set_result((actions[offset : offset + n], job.version))
+                offset += n
+            self.batcher.replied(len(job.requests))
+            self.stats.batch(int(job.ran.sum()), [(now - r.arrived) * 1e3 for r in job.requests])
+            self.stats.add_busy("reply", time.perf_counter() - fetched)
 
-    def _fresh_inputs(self, count: int) -> PolicyInputs:
-        carry = jax.tree.map(np.asarray, self._initial_carry(count))
-        ones = np.ones(count, np.bool_)
-        return PolicyInputs(ones, carry, np.full(count, -1, np.int64), ones)
+    # Stage 3: record ----------------------------------------------------------------------------
 
-    def changes(self, n: int) -> np.ndarray:
-        """Whether n starting episodes have the change being annealed in (store callback)."""
-        return self._anneal_rng.random(n) < self.annealing.fraction(self.registry.version)
+    def _record_loop(self) -> None:
+        for item in self._items(self._records):
+            start = time.perf_counter()
+            if not isinstance(item, _Seats):
+                episodes = self.store.record(item)
+                self.matchmaker.report(episodes)
+                self.stats.ended(episodes)
+                self.stats.add_busy("record", time.perf_counter() - start)
+            elif item.opens:
+                self.store.open(item.seats)
+            else:
+                dropped = self.store.close(item.seats)
+                if dropped:
+                    logging.info(
+                        "session %d: dropped %d steps of partial unrolls", item.session_id, dropped
+                    )
+            self._records.task_done()
+
+
+def _concatenate(parts: list[Rows]) -> Rows:
+    if len(parts) == 1:
+        return parts[0]
+    return Rows(
+        obs={k: np.concatenate([p.obs[k] for p in parts]) for k in parts[0].obs},
+        extras={k: np.concatenate([p.extras[k] for p in parts]) for k in parts[0].extras},
+        **{
+            field: np.concatenate([getattr(p, field) for p in parts])
+            for field in Rows._fields
+            if field not in ("obs", "extras")
+        },
+    )
+
+
+def _gather_outputs(groups, rows: int) -> PolicyOutput:
+    """The outputs of every policy group, fetched and put back in row order."""
+    if len(groups) == 1 and groups[0][0] is None:
+        return groups[0][1].get()
+    parts = [(idx, pending.get()) for idx, pending in groups]
+    template = parts[0][1]
+    out = jax.tree.map(lambda x: np.zeros((rows, *x.shape[1:]), x.dtype), template)
+    for idx, part in parts:
+        for dst, src in zip(jax.tree.leaves(out), jax.tree.leaves(part)):
+            dst[idx] = src
+    return out
 
 
 def latency_summary(latency_ms: list[float]) -> tuple[float, float]:

@@ -1,282 +1,361 @@
-"""Per-seat unroll buffers and recurrent state: rows in, complete unrolls of T+1 steps out.
+"""Per-seat unroll buffers: whole inference batches in, learner batches of complete unrolls out.
 
 Alignment (see seedlike.types.Unroll): a row carries the observation after the seat's previous
 action and that action's outcome. On arrival the outcome is added to the seat's pending step, then
-a new step is recorded if the row acts (or ends the episode, to keep the final observation's value
-for bootstrapping truncated episodes). In turn-based games the rows of a player who does not move
-only add their reward to the player's pending step.
+a new step is recorded if the policy ran on the row (it acts, or it ends the episode: the final
+observation's value bootstraps a truncated episode). In turn-based games the rows of a player who
+does not move only add their reward to the player's pending step.
 
-The store also keeps each seat's recurrent carry (SEED RL: actors hold no state). A seat's first
-row and the row after an episode end are marked `first`; the network resets the carry before such a
-step. The carry before step 0 of every unroll is kept so the learner can replay it exactly.
+Seats are global (seedlike.server.seats), so one `record` call handles every row of an inference
+batch with a few vectorized operations, whatever the number of actors in it. Complete unrolls are
+written straight into the learner's next batch [batch_unrolls, T+1, ...] (no per-unroll copies
+and no stacking later); a full batch goes to the `BatchQueue`. A closed session takes its partial
+unrolls with it: nothing incomplete is ever emitted.
 
-All bookkeeping is vectorized over the rows of a batch; only complete unrolls are copied out. A
-session (one actor stream) that closes takes its partial unrolls with it: nothing incomplete is
-ever emitted. Only the inference thread calls into the store, so it needs no locking.
+Only the recorder thread calls into the store, so it needs no locks.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-from typing import NamedTuple
+import queue
+import threading
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
-from seedlike.rpc.codec import StepRows
+from seedlike.league.players import LEARNER
 from seedlike.types import EnvSpec, Unroll
 
 
-class PolicyInputs(NamedTuple):
-    first: np.ndarray  # bool [m]: the step starts an episode (the core resets)
-    carry: object  # [m, ...] recurrent state before the step
-    policy: np.ndarray  # int64 [m]: -1 the learning policy, a snapshot version, or a bot (< -1)
-    changed: np.ndarray  # bool [m]: the episode has the change being annealed in
+class StepRecord(NamedTuple):
+    """One inference batch as the store records it: every row, and what the policy did on the m
+    rows it ran on (those that act or end an episode), in row order.
+
+    Layout:
+      seat:       int64 [n]  global seat of every row
+      reward, terminated, truncated, acting, game_over: [n]  as in seedlike.types.Rows
+      ran:        bool  [n]  the policy ran on the row
+      obs, extras: dict key -> [m, ...], as the policy saw them (after annealing)
+      first:      bool  [m]  the step starts an episode
+      policy:     int64 [m]  who played (seedlike.league.players policy ids)
+      carry:      [m, ...]   recurrent state before the step (() feed-forward)
+      action:     int32 [m];  logp, value: float32 [m]
+      version:    policy version of the learning policy's params
+    """
+
+    seat: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    acting: np.ndarray
+    game_over: np.ndarray
+    ran: np.ndarray
+    obs: dict
+    extras: dict
+    first: np.ndarray
+    policy: np.ndarray
+    carry: Any
+    action: np.ndarray
+    logp: np.ndarray
+    value: np.ndarray
+    version: int
 
 
-@dataclasses.dataclass
-class Episode:
-    session_id: int
-    seat: int  # env * num_players + player
-    episode_return: float
-    length: int
-    policy: int = -1  # who played the seat: -1 the learning policy, a snapshot version or a bot
+class Episodes(NamedTuple):
+    """Episodes that ended (whole games: an Atari life lost does not end one), [k] each."""
+
+    seat: np.ndarray  # int64: global seat
+    episode_return: np.ndarray  # float64: undiscounted
+    length: np.ndarray  # int64: steps the seat acted
+    policy: np.ndarray  # int64: who played the seat
+
+    @classmethod
+    def empty(cls) -> Episodes:
+        return cls(*(np.zeros(0, d) for d in (np.int64, np.float64, np.int64, np.int64)))
+
+    @classmethod
+    def concatenate(cls, parts: list[Episodes]) -> Episodes:
+        if not parts:
+            return cls.empty()
+        return cls(*(np.concatenate(fields) for fields in zip(*parts)))
 
 
-class _SessionBuffers:
-    def __init__(self, spec: EnvSpec, num_seats: int, horizon: int, carry):
-        steps = horizon + 1
+class Stopped(Exception):
+    """The batch queue was closed while the store waited for room."""
 
-        def zeros(shape, dtype):
-            return np.zeros((num_seats, steps, *shape), dtype)
 
-        self.obs = {k: zeros(s.shape, s.dtype) for k, s in spec.observation.items()}
-        self.extras = {k: zeros(s.shape, s.dtype) for k, s in spec.extras.items()}
-        self.action = zeros((), np.int32)
-        self.logp = zeros((), np.float32)
-        self.value = zeros((), np.float32)
-        self.valid = zeros((), np.bool_)
-        self.first = zeros((), np.bool_)
-        self.version = zeros((), np.int32)
-        self.reward = zeros((), np.float32)
-        self.terminated = zeros((), np.bool_)
-        self.truncated = zeros((), np.bool_)
-        self.pos = np.zeros(num_seats, np.int64)  # steps recorded in the current unroll
-        self.in_episode = np.zeros(num_seats, np.bool_)
-        self.episode_return = np.zeros(num_seats, np.float64)
-        self.episode_length = np.zeros(num_seats, np.int64)
-        self.next_first = np.ones(num_seats, np.bool_)  # the seat's next step starts an episode
-        self.policy = np.full(num_seats, -1, np.int64)  # -1: learning policy; else an opponent
-        self.changed = np.ones(num_seats, np.bool_)  # the episode has an annealed-in change
-        self.carry = carry  # before the seat's next step
-        self.carry_start = jax.tree.map(np.copy, carry)  # before step 0 of the current unroll
+class BatchQueue:
+    """Learner batches between the recorder and the learner loop, with backpressure.
 
-    def step_fields(self):
-        return (self.action, self.logp, self.value, self.valid, self.first, self.version)
+    The store `reserve`s a slot before it starts filling a batch and blocks while `slots` batches
+    are filled and not yet taken by the learner: acting then waits instead of piling up stale
+    data. With one slot, at most one batch is produced while the learner trains on the previous.
+    """
 
-    def outcome_fields(self):
-        return (self.reward, self.terminated, self.truncated)
+    def __init__(self, slots: int = 1):
+        self._ready: queue.Queue = queue.Queue()
+        self._slots = threading.Semaphore(max(int(slots), 1))
+        self._closed = threading.Event()
+
+    def reserve(self) -> None:
+        while not self._slots.acquire(timeout=0.1):
+            if self._closed.is_set():
+                raise Stopped()
+
+    def put(self, batch: Unroll) -> None:
+        self._ready.put(batch)
+
+    def get(self, timeout: float) -> Unroll | None:
+        """The next full batch, or None after `timeout` seconds."""
+        try:
+            batch = self._ready.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        self._slots.release()
+        return batch
+
+    def qsize(self) -> int:
+        return self._ready.qsize()
+
+    def close(self) -> None:
+        self._closed.set()
 
 
 class TrajectoryStore:
-    """Builds unrolls of `horizon` steps for every seat of every open session.
+    """Builds unrolls of `horizon` steps for every open seat and episode statistics.
 
     Args:
-      spec: the environment spec.
-      horizon: T, the number of learning steps per unroll.
-      emit: called with every complete Unroll (may block: that is the learner's backpressure).
-      initial_carry: n -> zero carries for n seats (a pytree of [n, ...] arrays); None for
-        feed-forward policies.
-      opponents: n -> policy ids for n seats of player 1 starting an episode (two-player games
-        with a league); None means the learning policy plays every seat.
-      changes: n -> bool [n], whether n starting episodes have an environment change that is
-        being annealed in (seedlike.server.anneal); None means always.
+      spec: the environment spec (as the server records it, see seedlike.server.anneal).
+      horizon: T, the number of learning steps per unroll; None keeps only episode statistics
+        (serving a frozen policy).
+      batch_unrolls: unrolls per learner batch.
+      batches: where full batches go.
+      carry_template: the recurrent state of one seat (a pytree of arrays [1, ...]; () if
+        feed-forward): the shape and dtype of the stored carries.
     """
 
     def __init__(
         self,
         spec: EnvSpec,
-        horizon: int,
-        emit: Callable[[Unroll], None],
-        initial_carry: Callable[[int], object] | None = None,
-        opponents: Callable[[int], np.ndarray] | None = None,
-        changes: Callable[[int], np.ndarray] | None = None,
+        horizon: int | None = None,
+        batch_unrolls: int = 1,
+        batches: BatchQueue | None = None,
+        carry_template=(),
     ):
         self.spec = spec
-        self._opponents = opponents
-        self._changes = changes
         self.horizon = horizon
-        self._emit = emit
-        self._initial_carry = initial_carry or (lambda n: ())
-        self._sessions: dict[int, _SessionBuffers] = {}
+        self.batch_unrolls = int(batch_unrolls)
+        self.batches = batches
+        self._carry_template = jax.tree.map(np.asarray, carry_template)
+        self._batch: Unroll | None = None  # the learner batch being filled
+        self._filled = 0
+        self._capacity = 0
+        self._fields: dict[str, np.ndarray] = {}
+        self._carry_start = jax.tree.map(lambda c: c[:0], self._carry_template)
+        self.pos = np.zeros(0, np.int64)  # steps recorded in each seat's current unroll
+        self.in_episode = np.zeros(0, np.bool_)
+        self.episode_return = np.zeros(0, np.float64)
+        self.episode_length = np.zeros(0, np.int64)
+        self.episode_policy = np.zeros(0, np.int64)
         self.rows_received = 0
         self.unrolls_emitted = 0
         self.steps_dropped = 0
 
-    def open_session(self, session_id: int, num_envs: int) -> None:
-        seats = num_envs * self.spec.num_players
-        carry = jax.tree.map(np.array, self._initial_carry(seats))
-        self._sessions[session_id] = _SessionBuffers(self.spec, seats, self.horizon, carry)
+    # Seats ------------------------------------------------------------------------------------
 
-    def close_session(self, session_id: int) -> int:
-        """Forgets a session and its partial unrolls; returns how many recorded steps were lost."""
-        buffers = self._sessions.pop(session_id, None)
-        if buffers is None:
+    def open(self, seats: np.ndarray) -> None:
+        """Starts recording `seats` (new ones, or released ones given to a new session)."""
+        if seats.size and seats.max() >= self._capacity:
+            self._grow(int(seats.max()) + 1)
+        self.pos[seats] = 0
+        self.in_episode[seats] = False
+        self.episode_return[seats] = 0.0
+        self.episode_length[seats] = 0
+        self.episode_policy[seats] = LEARNER
+
+    def close(self, seats: np.ndarray) -> int:
+        """Forgets the partial unrolls of `seats`; returns how many recorded steps were lost."""
+        if not seats.size:
             return 0
-        dropped = int(buffers.pos.sum())
+        dropped = int(self.pos[seats].sum())
+        self.pos[seats] = 0
         self.steps_dropped += dropped
         return dropped
 
-    def has_session(self, session_id: int) -> bool:
-        return session_id in self._sessions
+    # Recording --------------------------------------------------------------------------------
 
-    @property
-    def num_sessions(self) -> int:
-        return len(self._sessions)
-
-    def _seats(self, rows: StepRows) -> np.ndarray:
-        return rows.env_id.astype(np.int64) * self.spec.num_players + rows.player_id
-
-    def policy_inputs(self, session_id: int, rows: StepRows, mask: np.ndarray) -> PolicyInputs:
-        """What the policy step needs for the m rows selected by `mask`.
-
-        Seats whose episode starts here get their opponent (player 1 in a league) and draw
-        whether the episode has the change being annealed in.
-        """
-        b = self._sessions[session_id]
-        seat = self._seats(rows)[mask]
-        first = b.next_first[seat]
-        if self._opponents is not None:
-            starting = seat[first & (rows.player_id[mask] == 1)]
-            if starting.size:
-                b.policy[starting] = self._opponents(starting.size)
-        if self._changes is not None and first.any():
-            b.changed[seat[first]] = self._changes(int(first.sum()))
-        carry = jax.tree.map(lambda c: c[seat], b.carry)
-        return PolicyInputs(first, carry, b.policy[seat], b.changed[seat])
-
-    def record(
-        self,
-        session_id: int,
-        rows: StepRows,
-        action: np.ndarray,
-        logp: np.ndarray,
-        value: np.ndarray,
-        version: np.ndarray | int,
-        carry=(),
-    ) -> list[Episode]:
-        """Records one batch of rows and the policy outputs for them.
-
-        Args:
-          session_id: the sending actor's session.
-          rows: the validated rows [n].
-          action, logp, value: policy outputs [n] (rows that neither act nor end an episode are
-            ignored).
-          version: policy version(s) that chose the actions.
-          carry: the new carries [m, ...] of the rows that act or end an episode, in row order
-            (() for feed-forward policies).
-
-        Returns the episodes that ended with this batch.
-        """
-        b = self._sessions[session_id]
-        n = rows.reward.shape[0]
-        self.rows_received += n
-        seat = self._seats(rows)
-        done = rows.terminated | rows.truncated
+    def record(self, step: StepRecord) -> Episodes:
+        """Records one inference batch; returns the episodes that ended with it."""
+        self.rows_received += step.seat.shape[0]
+        episodes = self._episode_statistics(step)
+        if self.horizon is None:
+            return episodes
+        seat, done = step.seat, step.terminated | step.truncated
+        f = self._fields
 
         # 1. The outcome of each seat's pending step.
-        pending = b.pos[seat] > 0
-        s, idx = seat[pending], b.pos[seat[pending]] - 1
-        b.reward[s, idx] += rows.reward[pending]
-        b.terminated[s, idx] |= rows.terminated[pending]
-        b.truncated[s, idx] |= rows.truncated[pending]
+        pending = self.pos[seat] > 0
+        s, idx = seat[pending], self.pos[seat[pending]] - 1
+        f["reward"][s, idx] += step.reward[pending]
+        f["terminated"][s, idx] |= step.terminated[pending]
+        f["truncated"][s, idx] |= step.truncated[pending]
 
-        # 2. Episode statistics over whole games (a lost life that ends a learning episode does
-        # not end the game); a seat's first row starts its first game.
-        over = rows.game_over
-        live = b.in_episode[seat]
-        b.episode_return[seat] += np.where(live, rows.reward, 0.0)
-        ended = seat[over & live]
-        episodes = [
-            Episode(
-                session_id,
-                int(k),
-                float(b.episode_return[k]),
-                int(b.episode_length[k]),
-                int(b.policy[k]),
-            )
-            for k in ended
-        ]
-        b.episode_return[seat[over]] = 0.0
-        b.episode_length[seat[over]] = 0
-        b.in_episode[seat] = ~over
-
-        # 3. New steps for rows that act or end an episode.
-        record = rows.acting | done
-        s = seat[record]
-        p = b.pos[s]
-        for key, array in rows.obs.items():
-            b.obs[key][s, p] = array[record]
-        for key, array in rows.extras.items():
-            b.extras[key][s, p] = array[record]
-        acted = rows.acting[record] & ~done[record]
-        # Only the learning policy's steps are trained on (snapshots' seats are recorded for state).
-        valid = acted & (b.policy[s] == -1)
-        version = np.broadcast_to(np.asarray(version, np.int32), (n,))
-        values = (
-            action[record],
-            logp[record],
-            value[record],
-            valid,
-            b.next_first[s],
-            version[record],
-        )
-        for field, v in zip(b.step_fields(), values):
-            field[s, p] = v
-        for field in b.outcome_fields():
-            field[s, p] = 0
-        b.episode_length[s[acted]] += 1
-        b.pos[s] += 1
-        b.next_first[s] = done[record]
-        carry_before = jax.tree.map(lambda c: c[s], b.carry)
+        # 2. New steps for the rows the policy ran on.
+        s = seat[step.ran]
+        p = self.pos[s]
+        for key, array in step.obs.items():
+            f["obs/" + key][s, p] = array
+        for key, array in step.extras.items():
+            f["extras/" + key][s, p] = array
+        acted = step.acting[step.ran] & ~done[step.ran]
+        f["action"][s, p] = step.action
+        f["behaviour_logp"][s, p] = step.logp
+        f["behaviour_value"][s, p] = step.value
+        # Only the learning policy's moves are trained on (opponents' seats keep their state).
+        f["valid"][s, p] = acted & (step.policy == LEARNER)
+        f["first"][s, p] = step.first
+        f["policy_version"][s, p] = step.version
+        for key in ("reward", "terminated", "truncated"):
+            f[key][s, p] = 0
         starts = p == 0
-        for start, before in zip(jax.tree.leaves(b.carry_start), jax.tree.leaves(carry_before)):
+        for start, before in zip(jax.tree.leaves(self._carry_start), jax.tree.leaves(step.carry)):
             start[s[starts]] = before[starts]
-        for current, new in zip(jax.tree.leaves(b.carry), jax.tree.leaves(carry)):
-            current[s] = new
+        self.pos[s] += 1
 
-        # 4. Emit complete unrolls; their last step becomes the first step of the next one.
-        for i in np.flatnonzero(b.pos[s] == self.horizon + 1):
-            k = s[i]
-            if b.valid[k, : self.horizon].any():
-                self._emit(self._copy_unroll(b, k))
-                self.unrolls_emitted += 1
-            for field in self._all_fields(b):
-                field[k, 0] = field[k, self.horizon]
-            for field in b.outcome_fields():
-                field[k, 0] = 0
-            for start, before in zip(jax.tree.leaves(b.carry_start), jax.tree.leaves(carry_before)):
-                start[k] = before[i]
-            b.pos[k] = 1
+        # 3. Complete unrolls go to the learner; their last step is the first of the next one.
+        t = self.horizon
+        complete = np.flatnonzero(self.pos[s] == t + 1)
+        if complete.size:
+            k = s[complete]
+            self._emit(k[f["valid"][k, :t].any(axis=1)])
+            for key, field in f.items():
+                field[k, 0] = 0 if key in ("reward", "terminated", "truncated") else field[k, t]
+            carry_last = jax.tree.map(lambda c: c[complete], step.carry)
+            for start, before in zip(
+                jax.tree.leaves(self._carry_start), jax.tree.leaves(carry_last)
+            ):
+                start[k] = before
+            self.pos[k] = 1
         return episodes
 
-    def _all_fields(self, b: _SessionBuffers):
-        return [*b.obs.values(), *b.extras.values(), *b.step_fields()]
-
-    def _copy_unroll(self, b: _SessionBuffers, k: int) -> Unroll:
-        t = self.horizon
-        return Unroll(
-            obs={key: v[k].copy() for key, v in b.obs.items()},
-            extras={key: v[k].copy() for key, v in b.extras.items()},
-            action=b.action[k].copy(),
-            behaviour_logp=b.logp[k].copy(),
-            behaviour_value=b.value[k].copy(),
-            valid=b.valid[k].copy(),
-            first=b.first[k].copy(),
-            policy_version=b.version[k].copy(),
-            reward=b.reward[k, :t].copy(),
-            terminated=b.terminated[k, :t].copy(),
-            truncated=b.truncated[k, :t].copy(),
-            carry=jax.tree.map(lambda c: c[k].copy(), b.carry_start),
+    def _episode_statistics(self, step: StepRecord) -> Episodes:
+        """Returns over whole games; a seat's first row starts its first game."""
+        seat, over = step.seat, step.game_over
+        live = self.in_episode[seat]
+        self.episode_return[seat] += np.where(live, step.reward, 0.0)
+        ran = seat[step.ran]
+        starting = step.first
+        self.episode_policy[ran[starting]] = step.policy[starting]
+        ended = seat[over & live]
+        episodes = Episodes(
+            ended.copy(),
+            self.episode_return[ended].copy(),
+            self.episode_length[ended].copy(),
+            self.episode_policy[ended].copy(),
         )
+        self.episode_return[seat[over]] = 0.0
+        self.episode_length[seat[over]] = 0
+        self.in_episode[seat] = ~over
+        done = step.terminated | step.truncated
+        acted = ran[step.acting[step.ran] & ~done[step.ran]]
+        self.episode_length[acted] += 1
+        return episodes
+
+    def _emit(self, seats: np.ndarray) -> None:
+        """Copies the unrolls of `seats` into learner batches."""
+        t = self.horizon
+        while seats.size:
+            if self._batch is None:
+                self.batches.reserve()
+                self._batch = self._empty_batch()
+                self._filled = 0
+            take = seats[: self.batch_unrolls - self._filled]
+            seats = seats[take.size :]
+            rows = slice(self._filled, self._filled + take.size)
+            b, f = self._batch, self._fields
+            for key, dst in (("obs", b.obs), ("extras", b.extras)):
+                for name, array in dst.items():
+                    array[rows] = f[f"{key}/{name}"][take]
+            for name in ("action", "behaviour_logp", "behaviour_value", "valid", "first"):
+                getattr(b, name)[rows] = f[name][take]
+            b.policy_version[rows] = f["policy_version"][take]
+            for name in ("reward", "terminated", "truncated"):
+                getattr(b, name)[rows] = f[name][take, :t]
+            for dst, src in zip(jax.tree.leaves(b.carry), jax.tree.leaves(self._carry_start)):
+                dst[rows] = src[take]
+            self._filled += take.size
+            self.unrolls_emitted += take.size
+            if self._filled == self.batch_unrolls:
+                self.batches.put(self._batch)
+                self._batch = None
+
+    # Buffers ----------------------------------------------------------------------------------
+
+    def _step_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        specs = {f"obs/{k}": (s.shape, s.dtype) for k, s in self.spec.observation.items()}
+        specs.update({f"extras/{k}": (s.shape, s.dtype) for k, s in self.spec.extras.items()})
+        specs.update(
+            action=((), np.int32),
+            behaviour_logp=((), np.float32),
+            behaviour_value=((), np.float32),
+            valid=((), np.bool_),
+            first=((), np.bool_),
+            policy_version=((), np.int32),
+            reward=((), np.float32),
+            terminated=((), np.bool_),
+            truncated=((), np.bool_),
+        )
+        return specs
+
+    def _empty_batch(self) -> Unroll:
+        b, t = self.batch_unrolls, self.horizon
+        specs = self._step_specs()
+
+        def empty(name, steps):
+            shape, dtype = specs[name]
+            return np.empty((b, steps, *shape), dtype)
+
+        return Unroll(
+            obs={k: empty(f"obs/{k}", t + 1) for k in self.spec.observation},
+            extras={k: empty(f"extras/{k}", t + 1) for k in self.spec.extras},
+            action=empty("action", t + 1),
+            behaviour_logp=empty("behaviour_logp", t + 1),
+            behaviour_value=empty("behaviour_value", t + 1),
+            valid=empty("valid", t + 1),
+            first=empty("first", t + 1),
+            policy_version=empty("policy_version", t + 1),
+            reward=empty("reward", t),
+            terminated=empty("terminated", t),
+            truncated=empty("truncated", t),
+            carry=jax.tree.map(
+                lambda c: np.empty((b, *c.shape[1:]), c.dtype), self._carry_template
+            ),
+        )
+
+    def _grow(self, seats: int) -> None:
+        capacity = max(seats, 2 * self._capacity)
+
+        def grown(old, shape, dtype):
+            new = np.zeros((capacity, *shape), dtype)
+            new[: old.shape[0]] = old
+            return new
+
+        self.pos = grown(self.pos, (), np.int64)
+        self.in_episode = grown(self.in_episode, (), np.bool_)
+        self.episode_return = grown(self.episode_return, (), np.float64)
+        self.episode_length = grown(self.episode_length, (), np.int64)
+        self.episode_policy = grown(self.episode_policy, (), np.int64)
+        if self.horizon is not None:
+            steps = self.horizon + 1
+            old = self._fields
+            self._fields = {
+                name: grown(
+                    old.get(name, np.zeros((0, steps, *shape), dtype)), (steps, *shape), dtype
+                )
+                for name, (shape, dtype) in self._step_specs().items()
+            }
+            self._carry_start = jax.tree.map(
+                lambda c: grown(c, c.shape[1:], c.dtype), self._carry_start
+            )
+        self._capacity = capacity

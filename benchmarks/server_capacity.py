@@ -1,0 +1,328 @@
+"""Server capacity: how many env steps per second one learner process serves to many actors.
+
+  python benchmarks/server_capacity.py [--actors=1,4,16,32] [--rows=8] [--policies=trivial,nature]
+
+Synthetic actors (separate processes, no envs, no JAX) replay one fixed, valid Atari-sized
+StepBatch (Breakout-v5's spec: 4x84x84 uint8 frames per row, `--rows` rows per message; every
+`--episode` messages the rows end their episode) against a real learner process (`learner.py
+--config=configs/atari_ppo.py`: gRPC, batching, inference, trajectory store and PPO learning,
+exactly as in training). Each cell of the table starts a fresh learner, waits until it has compiled
+and learned (`--warmup_updates`), then measures for `--seconds`:
+
+  served_sps:        rows answered per second, counted by the actors;
+  batch_mean:        inference_batch_mean of the learner's metrics rows in the window, against
+                     rows_in_flight = actors x rows (the most a batch can hold);
+  latency p50/p99:   the learner's inference_latency_ms (arrival of a request to its actions), and
+                     the actors' own round trip;
+  learner_cpu:       CPU seconds per second the learner process used (2 cores = 2.0);
+  stages:            where the server's time goes, busy microseconds per env step per stage, from
+                     the learner's `time/*` metrics (servers that report them).
+
+Policies: `trivial` is a linear policy over the frames (serving cost without a network); `nature`
+is the config's Nature CNN. Writes JSON to --out (default benchmarks/results/) and prints a
+Markdown table.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from absl import app, flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import results_io  # noqa: E402
+
+_ACTORS = flags.DEFINE_list("actors", ["1", "4", "16", "32"], "Numbers of synthetic actors.")
+_ROWS = flags.DEFINE_integer("rows", 8, "Rows (envs) per actor message.")
+_POLICIES = flags.DEFINE_list("policies", ["trivial", "nature"], "trivial | nature.")
+_SECONDS = flags.DEFINE_float("seconds", 20.0, "Measurement window per cell.")
+_WARMUP_UPDATES = flags.DEFINE_integer("warmup_updates", 2, "Learner updates before measuring.")
+_WARMUP_TIMEOUT = flags.DEFINE_float("warmup_timeout", 300.0, "Give up warming up after this.")
+_EPISODE = flags.DEFINE_integer("episode", 200, "Messages per episode of the synthetic actors.")
+_CONFIG = flags.DEFINE_string("config", "configs/atari_ppo.py", "Learner config (Atari).")
+_LEARNER_FLAGS = flags.DEFINE_list("learner_flags", [], "Extra learner.py flags for every cell.")
+_OUT = flags.DEFINE_string("out", None, "Output JSON path.")
+
+POLICY_FLAGS = {
+    "trivial": ["--config.network.torso=mlp", "--config.network.hidden_sizes=()"],
+    "nature": [],
+}
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _messages(rows: int, seed: int):
+    """(hello bytes, body of a normal StepBatch, body of a terminal one) without the sequence.
+
+    The StepBatch is serialized once; each request only prepends its sequence number (field 1),
+    so the actors spend their time waiting for the server, not encoding.
+    """
+    from seedlike.rpc import seedlike_pb2 as pb
+
+    def tensor(array):
+        return pb.Tensor(dtype=array.dtype.name, shape=array.shape, data=array.tobytes())
+
+    rng = np.random.default_rng(seed)
+    frames = rng.integers(0, 256, (rows, 4, 84, 84), dtype=np.uint8)
+    hello = pb.Hello(
+        protocol_version=1,
+        actor_id=seed,
+        env_name="Breakout-v5",
+        observation=[pb.TensorSpec(name="obs", dtype="uint8", shape=[4, 84, 84])],
+        num_actions=4,
+        num_envs=rows,
+        num_players=1,
+    )
+    bodies = []
+    for done in (False, True):
+        flag = np.full(rows, done)
+        step = pb.StepBatch(
+            reward=tensor(rng.random(rows).astype(np.float32)),
+            terminated=tensor(flag),
+            truncated=tensor(np.zeros(rows, bool)),
+            env_id=tensor(np.arange(rows, dtype=np.int32)),
+            player_id=tensor(np.zeros(rows, np.int32)),
+            acting=tensor(~flag),
+        )
+        step.observation["obs"].CopyFrom(tensor(frames))
+        bodies.append(step.SerializeToString())
+    return pb.ActorMessage(hello=hello).SerializeToString(), bodies[0], bodies[1]
+
+
+def _request(sequence: int, body: bytes) -> bytes:
+    step = b"\x08" + _varint(sequence) + body if sequence else body
+    return b"\x12" + _varint(len(step)) + step  # ActorMessage.step (field 2)
+
+
+def _read_metrics(logdir):
+    path = os.path.join(logdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    rows = []
+    with open(path) as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return rows
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _median(rows, key):
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return float(np.median(values)) if values else None
+
+
+def measure(policy: str, num_actors: int) -> dict:
+    rows = _ROWS.value
+    with tempfile.TemporaryDirectory() as logdir:
+        cmd = [
+            sys.executable, "learner.py", f"--config={_CONFIG.value}", f"--logdir={logdir}",
+            "--port=0", f"--config.env.num_envs={rows}", "--config.log.interval_s=2",
+            "--config.total_env_steps=1000000000", "--config.optimizer.anneal_lr=False",
+            "--config.log.wandb_mode=disabled",
+            "--config.checkpoint.interval_s=1000000", *POLICY_FLAGS[policy], *_LEARNER_FLAGS.value,
+        ]  # fmt: skip
+        log = open(os.path.join(logdir, "learner.log"), "w")
+        learner = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        ctx = mp.get_context("spawn")
+        results = ctx.Queue()
+        actors = []
+        try:
+            address_file = os.path.join(logdir, "server_address")
+            deadline = time.time() + 120
+            while not (os.path.exists(address_file) and open(address_file).read().strip()):
+                if learner.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"learner did not start: {open(log.name).read()[-3000:]}")
+                time.sleep(0.2)
+            address = open(address_file).read().strip()
+            far = time.time() + 1e6  # the window is set once the learner has warmed up
+            start_at = ctx.Value("d", far)
+            stop_at = ctx.Value("d", far)
+            actors = [
+                ctx.Process(
+                    target=_actor,
+                    args=(address, i, rows, _EPISODE.value, start_at, stop_at, results),
+                )
+                for i in range(num_actors)
+            ]
+            for p in actors:
+                p.start()
+            deadline = time.time() + _WARMUP_TIMEOUT.value
+            while True:
+                done = [r for r in _read_metrics(logdir) if r.get("learner_updates")]
+                if done and done[-1]["learner_updates"] >= _WARMUP_UPDATES.value:
+                    break
+                if learner.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"no warm-up: {open(log.name).read()[-3000:]}")
+                time.sleep(0.5)
+            begin = time.time() + 1.0
+            start_at.value, stop_at.value = begin, begin + _SECONDS.value
+            while time.time() < begin:
+                time.sleep(0.01)
+            cpu_start = _cpu_seconds(learner.pid)
+            time.sleep(_SECONDS.value)
+            cpu = (_cpu_seconds(learner.pid) - cpu_start) / _SECONDS.value
+            outcomes = [results.get(timeout=120) for _ in actors]
+        finally:
+            for p in actors:
+                p.join(timeout=30)
+                if p.is_alive():
+                    p.kill()
+            learner.terminate()
+            try:
+                learner.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                learner.kill()
+            log.close()
+        errors = [o["error"] for o in outcomes if "error" in o]
+        if errors:
+            raise RuntimeError(f"actors failed: {errors[:3]}")
+        window = [
+            r
+            for r in _read_metrics(logdir)
+            if begin + 1.0 <= r["time"] <= begin + _SECONDS.value + 1.0
+        ]
+    rtts = np.concatenate([o["rtt_ms"] for o in outcomes])
+    stages = {}
+    for key in sorted({k for r in window for k in r if k.startswith("time/")}):
+        stages[key[len("time/") :]] = _median(window, key)
+    return {
+        "policy": policy,
+        "actors": num_actors,
+        "rows_in_flight": num_actors * rows,
+        "served_sps": sum(o["served"] for o in outcomes) / _SECONDS.value,
+        "batch_mean": _median(window, "inference_batch_mean"),
+        "server_latency_ms_p50": _median(window, "inference_latency_ms_p50"),
+        "server_latency_ms_p99": _median(window, "inference_latency_ms_p99"),
+        "actor_rtt_ms_p50": float(np.percentile(rtts, 50)),
+        "actor_rtt_ms_p99": float(np.percentile(rtts, 99)),
+        "learner_sps": _median(window, "sps"),
+        "staleness_mean": _median(window, "staleness_mean"),
+        "learner_cpu": cpu,
+        "metrics_rows": len(window),
+        "stages_us_per_step": stages,
+    }
+
+
+def _actor(address, actor_id, rows, episode, start_at, stop_at, results):
+    """Plays until stop_at (a shared value, set once the learner has warmed up); counts the replies
+    that arrive after start_at."""
+    import queue
+
+    import grpc
+
+    hello, normal, terminal = _messages(rows, actor_id)
+    outbox: queue.Queue = queue.Queue()
+    channel = grpc.insecure_channel(
+        address,
+        options=[
+            ("grpc.max_receive_message_length", 256 << 20),
+            ("grpc.max_send_message_length", 256 << 20),
+        ],
+    )
+    call = channel.stream_stream("/seedlike.Inference/Stream")(iter(outbox.get, None))
+    served, rtts, sequence = 0, [], 0
+    try:
+        outbox.put(hello)
+        next(call)  # Welcome
+        while time.time() < stop_at.value:
+            body = terminal if sequence % episode == episode - 1 else normal
+            sent = time.perf_counter()
+            outbox.put(_request(sequence, body))
+            next(call)
+            if time.time() >= start_at.value:
+                served += rows
+                rtts.append((time.perf_counter() - sent) * 1000.0)
+            sequence += 1
+    except grpc.RpcError as e:
+        results.put({"actor": actor_id, "error": f"{e.code()}: {e.details()}"})
+        return
+    finally:
+        outbox.put(None)
+        call.cancel()
+        channel.close()
+    results.put({"actor": actor_id, "served": served, "rtt_ms": rtts})
+
+
+def table(cells: list[dict]) -> str:
+    lines = [
+        "| policy | actors x rows | served steps/s | batch mean / in flight | server latency p50 / "
+        "p99 ms | actor round trip p50 / p99 ms | learner CPU |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for c in cells:
+        batch = f"{c['batch_mean']:.1f}" if c["batch_mean"] is not None else "-"
+        lat = "-"
+        if c["server_latency_ms_p50"] is not None:
+            lat = f"{c['server_latency_ms_p50']:.1f} / {c['server_latency_ms_p99']:.1f}"
+        lines.append(
+            f"| {c['policy']} | {c['actors']} x {c['rows_in_flight'] // c['actors']} | "
+            f"{c['served_sps']:,.0f} | {batch} / {c['rows_in_flight']} | {lat} | "
+            f"{c['actor_rtt_ms_p50']:.1f} / {c['actor_rtt_ms_p99']:.1f} | {c['learner_cpu']:.2f} |"
+        )
+    stage_names = sorted({k for c in cells for k in c["stages_us_per_step"]})
+    if stage_names:
+        lines += ["", "Busy microseconds per env step, by stage:", ""]
+        lines.append("| policy | actors | " + " | ".join(stage_names) + " |")
+        lines.append("| --- | ---: |" + " ---: |" * len(stage_names))
+        for c in cells:
+            values = [c["stages_us_per_step"].get(s) for s in stage_names]
+            shown = ["-" if v is None else f"{v:.1f}" for v in values]
+            lines.append(f"| {c['policy']} | {c['actors']} | " + " | ".join(shown) + " |")
+    return "\n".join(lines)
+
+
+def main(argv):
+    del argv
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True)
+    cells = []
+    for policy in _POLICIES.value:
+        if policy not in POLICY_FLAGS:
+            raise app.UsageError(f"--policies: {policy!r} is not one of {sorted(POLICY_FLAGS)}")
+        for n in _ACTORS.value:
+            cell = measure(policy, int(n))
+            print(json.dumps({k: v for k, v in cell.items() if k != "stages_us_per_step"}))
+            cells.append(cell)
+    result = {
+        "benchmark": "server_capacity",
+        "commit": commit.stdout.decode().strip(),
+        "config": _CONFIG.value,
+        "rows_per_actor": _ROWS.value,
+        "seconds": _SECONDS.value,
+        "cores": os.cpu_count(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "cells": cells,
+    }
+    results_io.write("server_capacity", result, _OUT.value, echo={"cells": len(cells)})
+    print(table(cells))
+
+
+if __name__ == "__main__":
+    app.run(main)

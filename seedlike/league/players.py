@@ -1,0 +1,114 @@
+"""Who plays a seat: the one spelling of policy ids, the agent interface and the built-in bots.
+
+Policy ids (int), used in the server's seat arrays, league results and the payoff matrix alike:
+  LEARNER (-1)   the learning policy (in the pool's terms, "the latest");
+  v >= 0         the frozen snapshot taken at learner policy version v;
+  <= -2          a built-in bot, `BOTS[name].id`.
+TrueSkill references are named instead ("random", "scripted", "v200"): they are agents, not seats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from seedlike.league import connect_four
+from seedlike.types import LEGAL_ACTION_MASK
+
+LEARNER = -1
+
+
+class Agent(Protocol):
+    name: str
+
+    def reset(self, num_envs: int) -> None:
+        """Called before a match: forget any per-env state."""
+
+    def act(
+        self, obs: dict, legal_mask: np.ndarray, env_id: np.ndarray, first: np.ndarray, rng
+    ) -> np.ndarray:
+        """Actions int32 [n] for n acting rows (obs [n, ...], legal_mask bool [n, A])."""
+
+
+class RandomAgent:
+    name = "random"
+
+    def reset(self, num_envs: int) -> None:
+        pass
+
+    def act(self, obs, legal_mask, env_id, first, rng) -> np.ndarray:
+        return connect_four.random_actions(None, legal_mask, rng)
+
+
+class ScriptedConnectFour:
+    """Win if you can, block if you must, else a random legal column."""
+
+    name = "scripted"
+
+    def reset(self, num_envs: int) -> None:
+        pass
+
+    def act(self, obs, legal_mask, env_id, first, rng) -> np.ndarray:
+        return connect_four.scripted_actions(obs["obs"], legal_mask, rng)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bot:
+    """A built-in opponent: a policy id, an agent without per-env state, and the envs it plays
+    (() = any game with a legal-action mask)."""
+
+    id: int
+    make: Callable[[], Agent]
+    envs: tuple[str, ...] = ()
+
+    def plays(self, env_name: str) -> bool:
+        return not self.envs or env_name in self.envs
+
+
+BOTS = {
+    "random": Bot(-2, RandomAgent),
+    "scripted": Bot(-3, ScriptedConnectFour, ("ConnectFour-v1",)),
+}
+_BOT_NAMES = {bot.id: name for name, bot in BOTS.items()}
+
+
+def is_bot(policy: int) -> bool:
+    return int(policy) in _BOT_NAMES
+
+
+def bot_name(policy: int) -> str:
+    return _BOT_NAMES[int(policy)]
+
+
+def bot_id(name: str) -> int:
+    """The policy id of bot `name`, with an error that lists the bots."""
+    if name not in BOTS:
+        raise ValueError(f"unknown bot {name!r}; choose from {sorted(BOTS)}")
+    return BOTS[name].id
+
+
+def make_bot(name: str, spec) -> Agent:
+    """Bot `name`, checked against the env in `spec` (an EnvSpec)."""
+    bot_id(name)  # unknown names fail here, with the list
+    bot = BOTS[name]
+    if LEGAL_ACTION_MASK not in spec.extras:
+        raise ValueError(f"league bots need a legal-action mask; {spec.name} has none")
+    if not bot.plays(spec.name):
+        raise ValueError(f"the {name} bot plays {', '.join(bot.envs)}, not {spec.name}")
+    return bot.make()
+
+
+def bots_for(env_name: str) -> list[str]:
+    """Names of the bots that play `env_name`."""
+    return [name for name, bot in BOTS.items() if bot.plays(env_name)]
+
+
+def describe(policy: int) -> str:
+    """'learner', a bot's name, or 'v<version>' for a snapshot."""
+    policy = int(policy)
+    if policy == LEARNER:
+        return "learner"
+    return bot_name(policy) if is_bot(policy) else f"v{policy}"

@@ -1,0 +1,164 @@
+"""The acting side of the network: one padded, jitted policy call, and the published params.
+
+Everything that runs a policy on a batch of rows goes through `PolicyRunner`: the inference
+service (actions for every actor), league games and TrueSkill evaluation (per-env recurrent state,
+sampled or greedy moves) and play-time search (logits and values of many positions). Batches are
+padded to powers of two so that XLA compiles a handful of shapes, not one per batch size.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from networks import heads
+
+
+class PolicyOutput(NamedTuple):
+    """What a policy did for n rows."""
+
+    action: np.ndarray  # int32 [n]
+    logp: np.ndarray  # float32 [n]: log pi(action | obs)
+    value: np.ndarray  # float32 [n]
+    carry: Any  # the new recurrent state [n, ...]; () for feed-forward networks
+
+
+class Pending:
+    """A dispatched policy call whose outputs may still be computing on the device.
+
+    `get()` waits for them and copies them to the host; until then the caller is free to prepare
+    the next batch (JAX dispatches asynchronously).
+    """
+
+    def __init__(self, outputs, rows: int):
+        self._outputs = outputs
+        self._rows = rows
+
+    def get(self) -> PolicyOutput:
+        host = jax.device_get(self._outputs)
+        return PolicyOutput(*jax.tree.map(lambda x: np.asarray(x)[: self._rows], tuple(host)))
+
+
+class Ready:
+    """Outputs computed on the host (a bot), with the interface of `Pending`."""
+
+    def __init__(self, output: PolicyOutput):
+        self._output = output
+
+    def get(self) -> PolicyOutput:
+        return self._output
+
+
+def bucket_size(rows: int) -> int:
+    """Batch sizes are padded to powers of two (at least 8): the jitted step compiles few shapes."""
+    size = 8
+    while size < rows:
+        size *= 2
+    return size
+
+
+def pad_rows(tree, rows: int, size: int):
+    """Pads every array of `tree` from `rows` to `size` rows with zeros."""
+    if size == rows:
+        return tree
+    return jax.tree.map(
+        lambda x: np.concatenate([x, np.zeros((size - rows, *x.shape[1:]), x.dtype)]), tree
+    )
+
+
+class PolicyRunner:
+    """Runs one network's policy on batches of rows of any size.
+
+    Args:
+      network: a networks.Network.
+      greedy: play the most likely (legal) action instead of sampling.
+      seed: sampling keys are fold_in(key(seed), call counter), derived inside the jitted step so
+        the host never splits keys.
+      guard: runs the computation (seedlike.devices.ComputeGuard in the learner process).
+    """
+
+    def __init__(self, network, greedy: bool = False, seed: int = 0, guard=None):
+        self.network = network
+        self.greedy = greedy
+        self._seed = np.uint32(seed)
+        self._counter = itertools.count()
+        self._guard = guard or (lambda fn, *args: fn(*args))
+
+        def step(policy_params, obs, extras, carry, first, seed, counter):
+            logits, value, carry = network.step(
+                policy_params["params"], policy_params["obs_norm"], obs, extras, carry, first
+            )
+            if greedy:
+                action = logits.argmax(-1).astype(jnp.int32)
+            else:
+                key = jax.random.fold_in(jax.random.key(seed), counter)
+                action = jax.random.categorical(key, logits).astype(jnp.int32)
+            return action, heads.log_prob(logits, action), value, carry
+
+        def evaluate(policy_params, obs, extras):
+            return network.apply(policy_params["params"], policy_params["obs_norm"], obs, extras)
+
+        self._step = jax.jit(step)
+        self._evaluate = jax.jit(evaluate)
+
+    def dispatch(self, policy_params, obs, extras, carry, first) -> Pending:
+        """Starts one policy step for n rows: obs/extras [n, ...], carry [n, ...], first bool [n]
+        (the step starts an episode: a recurrent core resets)."""
+        rows = first.shape[0]
+        size = bucket_size(rows)
+        obs, extras, carry = pad_rows((obs, extras, carry), rows, size)
+        first = np.concatenate([first, np.ones(size - rows, np.bool_)])
+        counter = np.uint32(next(self._counter) & 0xFFFFFFFF)
+        outputs = self._guard(
+            self._step, policy_params, obs, extras, carry, first, self._seed, counter
+        )
+        return Pending(outputs, rows)
+
+    def step(self, policy_params, obs, extras, carry, first) -> PolicyOutput:
+        """`dispatch(...).get()`: one policy step, outputs on the host."""
+        return self.dispatch(policy_params, obs, extras, carry, first).get()
+
+    def evaluate(self, policy_params, obs, extras, chunk: int = 4096):
+        """Logits [m, A] and values [m] of m positions (feed-forward networks), `chunk` at a time
+        so that memory stays bounded however many positions a search asks for."""
+        logits, values = [], []
+        rows = next(iter(obs.values())).shape[0]
+        for start in range(0, rows, chunk):
+            part = jax.tree.map(lambda x, s=start: x[s : s + chunk], (obs, extras))
+            n = min(chunk, rows - start)
+            padded = pad_rows(part, n, bucket_size(n))
+            lo, v = self._guard(self._evaluate, policy_params, *padded)
+            logits.append(np.asarray(lo)[:n])
+            values.append(np.asarray(v)[:n])
+        return np.concatenate(logits), np.concatenate(values)
+
+
+class PolicyRegistry:
+    """The latest published policy params and their version; written by the learner thread."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._version = -1
+        self._params = None
+        self._published = threading.Event()
+
+    def publish(self, version: int, policy_params) -> None:
+        with self._lock:
+            self._version, self._params = int(version), policy_params
+        self._published.set()
+
+    def latest(self):
+        """(version, policy_params); blocks until the first publish."""
+        self._published.wait()
+        with self._lock:
+            return self._version, self._params
+
+    @property
+    def version(self) -> int:
+        with self._lock:
+            return self._version

@@ -1,0 +1,141 @@
+"""The batching rule of central inference: which waiting requests form the next policy batch.
+
+Actors stream in lockstep: an actor sends its next request only after it has the actions for the
+previous one. A batch should therefore hold every request that can still come soon, and no more:
+
+* Gathering starts when the first request is taken. Everything already waiting joins at once, up
+  to `max_rows` rows (a request that would overflow the batch opens the next one).
+* The batch closes as soon as every session that can still send has a request in it: open
+  sessions minus those whose previous request is still being answered (in flight). Nobody else
+  can add to it, so waiting longer would only add latency.
+* Otherwise it closes `timeout_s` after gathering started (not after the first request arrived: a
+  request that waited in the inbox while the server was busy must not close the batch on the spot,
+  or under load every batch would be one request). A stalled actor costs the others at most that.
+
+Session openings and closings travel through the same inbox, so they keep their order relative to
+the requests; the batch reports them beside its requests (alone, if no request is waiting).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from typing import Any
+
+
+@dataclasses.dataclass
+class Request:
+    """One actor message waiting for actions."""
+
+    session_id: int
+    rows: Any  # seedlike.types.Rows
+    future: Any  # concurrent.futures.Future
+    arrived: float  # time.perf_counter() when it was submitted
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.rows.reward.shape[0])
+
+
+@dataclasses.dataclass
+class Control:
+    """A session opening (num_envs > 0) or closing (num_envs == 0)."""
+
+    session_id: int
+    num_envs: int = 0
+
+    @property
+    def opens(self) -> bool:
+        return self.num_envs > 0
+
+
+@dataclasses.dataclass
+class Batch:
+    requests: list[Request]
+    controls: list[Control]
+    started: float  # when gathering started (perf_counter)
+
+    @property
+    def num_rows(self) -> int:
+        return sum(r.num_rows for r in self.requests)
+
+
+STOP = object()  # put into the inbox to end gathering
+
+
+class Batcher:
+    """The inbox of the inference service and the batching rule above.
+
+    Handler threads `put` requests and controls; one thread calls `gather`. The thread that answers
+    a batch reports `replied(k)` for its k requests, so the rule knows who is in flight.
+    """
+
+    def __init__(self, max_rows: int, timeout_s: float):
+        self.max_rows = int(max_rows)
+        self.timeout_s = float(timeout_s)
+        self.inbox: queue.Queue = queue.Queue()
+        self._held: Request | None = None  # the request that would have overflowed the last batch
+        self._open = 0  # sessions opened and not closed, as seen by the gathering thread
+        self._in_flight = 0  # requests handed out by gather and not yet replied
+        self._lock = threading.Lock()
+
+    def put(self, item) -> None:
+        self.inbox.put(item)
+
+    def replied(self, count: int) -> None:
+        with self._lock:
+            self._in_flight -= count
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return self._in_flight
+
+    def _can_still_send(self) -> int:
+        with self._lock:
+            return self._open - self._in_flight
+
+    def gather(self, idle_timeout_s: float = 0.1) -> Batch | None:
+        """The next batch (possibly only controls, or empty after `idle_timeout_s` without any
+        item); None once STOP was taken."""
+        requests: list[Request] = []
+        controls: list[Control] = []
+        rows = 0
+        deadline = None
+        started = time.perf_counter()
+        while True:
+            if self._held is not None:
+                item, self._held = self._held, None
+            else:
+                if deadline is not None:
+                    wait = max(deadline - time.perf_counter(), 0.0)
+                else:  # controls alone are handed out as soon as nothing else is waiting
+                    wait = 0.0 if controls else idle_timeout_s
+                try:
+                    # Whatever is already waiting is taken without a wait, even past the deadline.
+                    item = self.inbox.get_nowait() if wait == 0.0 else self.inbox.get(timeout=wait)
+                except queue.Empty:
+                    return self._close(requests, controls, started)
+            if item is STOP:
+                return None
+            if isinstance(item, Control):
+                self._open += 1 if item.opens else -1
+                controls.append(item)
+                continue
+            if requests and rows + item.num_rows > self.max_rows:
+                self._held = item
+                return self._close(requests, controls, started)
+            if deadline is None:
+                started = time.perf_counter()
+                deadline = started + self.timeout_s
+            requests.append(item)
+            rows += item.num_rows
+            if rows >= self.max_rows or len(requests) >= self._can_still_send():
+                return self._close(requests, controls, started)
+
+    def _close(self, requests, controls, started) -> Batch:
+        with self._lock:
+            self._in_flight += len(requests)
+        return Batch(requests, controls, started)

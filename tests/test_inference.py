@@ -1,0 +1,91 @@
+"""The inference pipeline without gRPC: actions go back before recording, sessions come and go,
+and every answered step ends up recorded once."""
+
+import jax
+import numpy as np
+
+from networks import make_network
+from seedlike.config import base_config
+from seedlike.policy import PolicyRegistry
+from seedlike.server.inference import RECORD_QUEUE, InferenceService
+from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
+from seedlike.types import ArraySpec, EnvSpec, Rows
+
+SPEC = EnvSpec("t", {"obs": ArraySpec(np.float32, (2,))}, num_actions=3)
+
+
+def service_of(store, **server):
+    config = base_config()
+    config.network.hidden_sizes = (4,)
+    config.server.update(server)
+    network = make_network(config.network, SPEC)
+    registry = PolicyRegistry()
+    params = {"params": network.init(jax.random.key(0)), "obs_norm": network.init_obs_norm()}
+    registry.publish(3, params)
+    service = InferenceService(SPEC, network, registry, store, config.server)
+    service.start()
+    return service
+
+
+def rows(n, value=0.0, env_id=None):
+    zeros = np.zeros(n, bool)
+    env_id = np.arange(n, dtype=np.int32) if env_id is None else np.asarray(env_id, np.int32)
+    return Rows(
+        {"obs": np.full((n, 2), value, np.float32)}, {}, np.ones(n, np.float32), zeros, zeros,
+        env_id, np.zeros(n, np.int32), ~zeros, zeros,
+    )  # fmt: skip
+
+
+def test_actions_go_back_while_the_recorder_waits_for_the_learner():
+    """The learner takes no batch, so recording stalls after the first one; the actors are still
+    answered (until the queue between reply and record is full), because recording happens after
+    the reply, off the inference path."""
+    batches = BatchQueue(slots=1)
+    store = TrajectoryStore(SPEC, horizon=1, batch_unrolls=4, batches=batches)
+    service = service_of(store)
+    try:
+        session = service.open_session(0, 4)
+        steps = RECORD_QUEUE  # every step after the second completes a batch of 4 unrolls
+        for t in range(steps):
+            actions, version = service.submit(session, rows(4, t)).result(timeout=10)
+            assert actions.shape == (4,) and version == 3
+        assert store.rows_received < steps * 4, "the recorder must be waiting for the learner"
+        taken = [batches.get(timeout=10) for _ in range(steps - 1)]  # the learner catches up
+        service.flush()
+        assert store.rows_received == steps * 4
+    finally:
+        service.stop(finished=True)
+    # Each unroll holds the steps t, t + 1 of one env, in order.
+    obs = np.concatenate([b.obs["obs"][:, :, 0] for b in taken])
+    assert sorted(map(tuple, obs.tolist())) == [
+        (t, t + 1) for t in range(steps - 1) for _ in "abcd"
+    ]
+
+
+def test_sessions_of_many_sizes_are_batched_and_recorded_once():
+    batches = BatchQueue(slots=1000)
+    store = TrajectoryStore(SPEC, horizon=2, batch_unrolls=1, batches=batches)
+    service = service_of(store, batch_timeout_ms=50.0)
+    try:
+        sessions = {service.open_session(i, n): n for i, n in enumerate([1, 3, 5])}
+        for t in range(7):
+            futures = {s: service.submit(s, rows(n, t)) for s, n in sessions.items()}
+            for s, future in futures.items():
+                actions, _ = future.result(timeout=10)
+                assert actions.shape == (sessions[s],) and ((0 <= actions) & (actions < 3)).all()
+        service.flush()
+        stats = service.stats.take()
+        # Requests that arrive together are answered together.
+        assert max(stats["batch_rows"]) == 9 and np.mean(stats["batch_rows"]) > 4.5
+        closing = next(iter(sessions))
+        service.close_session(closing)
+        survivor = service.submit(list(sessions)[1], rows(3, 7.0))
+        survivor.result(timeout=10)
+        service.flush()
+    finally:
+        service.stop(finished=True)
+    unrolls = list(iter(lambda: batches.get(timeout=0), None))
+    # 9 seats x 3 unrolls of steps (0-2, 2-4, 4-6); then one more step of session 2 only.
+    assert len(unrolls) == 27 and store.rows_received == 7 * 9 + 3
+    firsts = sorted(float(u.obs["obs"][0, 0, 0]) for u in unrolls)
+    assert firsts == [0.0] * 9 + [2.0] * 9 + [4.0] * 9

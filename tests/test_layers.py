@@ -1,0 +1,57 @@
+"""Data flows one way: a row goes rpc -> server (batcher, policy, store) -> learner, and no package
+imports the one that calls it. Read from the source (imports inside functions count too)."""
+
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# package -> packages it must never import (they call it, directly or through others).
+NEVER = {
+    "seedlike.types": ["seedlike", "networks"],
+    "seedlike.envs": ["seedlike.rpc", "seedlike.server", "seedlike.league", "seedlike.learner"],
+    "seedlike.rpc.codec": ["seedlike.server", "seedlike.league", "seedlike.learner"],
+    "seedlike.policy": ["seedlike.server", "seedlike.league", "seedlike.rpc"],
+    "seedlike.server": ["seedlike.rpc", "seedlike.learner", "seedlike.training"],
+    "seedlike.league": ["seedlike.server", "seedlike.rpc", "seedlike.training"],
+    "seedlike.learner": ["seedlike.server", "seedlike.rpc", "seedlike.league"],
+    "seedlike.algos": ["seedlike.server", "seedlike.rpc", "seedlike.league", "seedlike.learner"],
+    "networks": ["seedlike.server", "seedlike.rpc", "seedlike.league", "seedlike.learner"],
+}
+
+
+def modules():
+    for top in ("seedlike", "networks"):
+        for dirpath, _, files in os.walk(os.path.join(ROOT, top)):
+            for name in files:
+                if name.endswith(".py") and not name.endswith("_pb2.py"):
+                    path = os.path.join(dirpath, name)
+                    module = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                    yield module.removesuffix(".__init__"), path
+
+
+def imports(path):
+    tree = ast.parse(open(path).read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def within(name, package):
+    return name == package or name.startswith(package + ".")
+
+
+def test_no_package_imports_its_caller():
+    found = []
+    for module, path in modules():
+        for package, never in NEVER.items():
+            if not within(module, package):
+                continue
+            for name in set(imports(path)):
+                bad = [n for n in never if within(name, n) and not within(name, package)]
+                if bad and not (package == "seedlike.types" and name == "seedlike.types"):
+                    found.append(f"{module} imports {name}")
+    assert not found, "\n".join(sorted(found))
