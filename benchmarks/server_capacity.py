@@ -1,13 +1,15 @@
 """Server capacity: how many env steps per second one learner process serves to many actors.
 
   python benchmarks/server_capacity.py [--actors=1,4,16,32] [--rows=8] [--policies=trivial,nature]
+                                      [--learn]
 
 Synthetic actors (separate processes, no envs, no JAX) replay one fixed, valid Atari-sized
 StepBatch (Breakout-v5's spec: 4x84x84 uint8 frames per row, `--rows` rows per message; every
 `--episode` messages the rows end their episode) against a real learner process (`learner.py
---config=configs/atari_ppo.py`: gRPC, batching, inference, trajectory store and PPO learning,
-exactly as in training). Each cell of the table starts a fresh learner, waits until it has compiled
-and learned (`--warmup_updates`), then measures for `--seconds`:
+--config=configs/atari_ppo.py`: gRPC, batching, inference, trajectory store and learner batches
+exactly as in training; PPO updates too with --learn). Each cell of the table starts a fresh
+learner, waits until it has compiled and served `--warmup_rows` metrics rows (and, with --learn,
+made two updates), then measures for `--seconds`:
 
   served_sps:        rows answered per second, counted by the actors;
   batch_mean:        inference_batch_mean of the learner's metrics rows in the window, against
@@ -15,8 +17,8 @@ and learned (`--warmup_updates`), then measures for `--seconds`:
   latency p50/p99:   the learner's inference_latency_ms (arrival of a request to its actions), and
                      the actors' own round trip;
   learner_cpu:       CPU seconds per second the learner process used (2 cores = 2.0);
-  stages:            where the server's time goes, busy microseconds per env step per stage, from
-                     the learner's `time/*` metrics (servers that report them).
+  busy:              where the server's time goes: the share of wall time each stage's thread was
+                     busy (the learner's `busy/*` metrics, where the server reports them).
 
 Policies: `trivial` is a linear policy over the frames (serving cost without a network); `nature`
 is the config's Nature CNN. Writes JSON to --out (default benchmarks/results/) and prints a
@@ -46,7 +48,14 @@ _ACTORS = flags.DEFINE_list("actors", ["1", "4", "16", "32"], "Numbers of synthe
 _ROWS = flags.DEFINE_integer("rows", 8, "Rows (envs) per actor message.")
 _POLICIES = flags.DEFINE_list("policies", ["trivial", "nature"], "trivial | nature.")
 _SECONDS = flags.DEFINE_float("seconds", 20.0, "Measurement window per cell.")
-_WARMUP_UPDATES = flags.DEFINE_integer("warmup_updates", 2, "Learner updates before measuring.")
+_LEARN = flags.DEFINE_bool(
+    "learn",
+    False,
+    "Learn as in training. Off (the default), the learner process serves, records and builds "
+    "learner batches but drops them (config.learn=False): what the serving path sustains "
+    "without the learner's compute, which on a CPU host would otherwise be the bottleneck.",
+)
+_WARMUP_ROWS = flags.DEFINE_integer("warmup_rows", 3, "Metrics rows with traffic before measuring.")
 _WARMUP_TIMEOUT = flags.DEFINE_float("warmup_timeout", 300.0, "Give up warming up after this.")
 _EPISODE = flags.DEFINE_integer("episode", 200, "Messages per episode of the synthetic actors.")
 _CONFIG = flags.DEFINE_string("config", "configs/atari_ppo.py", "Learner config (Atari).")
@@ -147,7 +156,8 @@ def measure(policy: str, num_actors: int) -> dict:
             "--port=0", f"--config.env.num_envs={rows}", "--config.log.interval_s=2",
             "--config.total_env_steps=1000000000", "--config.optimizer.anneal_lr=False",
             "--config.log.wandb_mode=disabled",
-            "--config.checkpoint.interval_s=1000000", *POLICY_FLAGS[policy], *_LEARNER_FLAGS.value,
+            "--config.checkpoint.interval_s=1000000", f"--config.learn={_LEARN.value}",
+            *POLICY_FLAGS[policy], *_LEARNER_FLAGS.value,
         ]  # fmt: skip
         log = open(os.path.join(logdir, "learner.log"), "w")
         learner = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -175,9 +185,10 @@ def measure(policy: str, num_actors: int) -> dict:
             for p in actors:
                 p.start()
             deadline = time.time() + _WARMUP_TIMEOUT.value
-            while True:
-                done = [r for r in _read_metrics(logdir) if r.get("learner_updates")]
-                if done and done[-1]["learner_updates"] >= _WARMUP_UPDATES.value:
+            while True:  # compiled, serving, and (when learning) updating
+                busy = [r for r in _read_metrics(logdir) if r["sps"]]
+                learned = not _LEARN.value or (busy and busy[-1]["learner_updates"] >= 2)
+                if len(busy) >= _WARMUP_ROWS.value and learned:
                     break
                 if learner.poll() is not None or time.time() > deadline:
                     raise RuntimeError(f"no warm-up: {open(log.name).read()[-3000:]}")
@@ -210,9 +221,12 @@ def measure(policy: str, num_actors: int) -> dict:
             if begin + 1.0 <= r["time"] <= begin + _SECONDS.value + 1.0
         ]
     rtts = np.concatenate([o["rtt_ms"] for o in outcomes])
-    stages = {}
-    for key in sorted({k for r in window for k in r if k.startswith("time/")}):
-        stages[key[len("time/") :]] = _median(window, key)
+    busy = {}
+    for key in sorted({k for r in window for k in r if k.startswith("busy/")}):
+        busy[key[len("busy/") :]] = _median(window, key)
+    segments = {}
+    for key in sorted({k for r in window for k in r if k.startswith("latency_ms/")}):
+        segments[key[len("latency_ms/") :]] = _median(window, key)
     return {
         "policy": policy,
         "actors": num_actors,
@@ -226,55 +240,57 @@ def measure(policy: str, num_actors: int) -> dict:
         "learner_sps": _median(window, "sps"),
         "staleness_mean": _median(window, "staleness_mean"),
         "learner_cpu": cpu,
+        "actors_cpu": sum(o["cpu_s"] for o in outcomes) / _SECONDS.value,
         "metrics_rows": len(window),
-        "stages_us_per_step": stages,
+        "busy": busy,
+        "latency_ms": segments,
     }
 
 
 def _actor(address, actor_id, rows, episode, start_at, stop_at, results):
     """Plays until stop_at (a shared value, set once the learner has warmed up); counts the replies
-    that arrive after start_at."""
-    import queue
+    that arrive after start_at. A grpc.aio stream on one event loop: one write and one read per
+    step, and nothing else, so that the actors cost the shared CPU as little as possible."""
+    import asyncio
 
     import grpc
 
     hello, normal, terminal = _messages(rows, actor_id)
-    outbox: queue.Queue = queue.Queue()
-    channel = grpc.insecure_channel(
-        address,
-        options=[
-            ("grpc.max_receive_message_length", 256 << 20),
-            ("grpc.max_send_message_length", 256 << 20),
-        ],
-    )
-    call = channel.stream_stream("/seedlike.Inference/Stream")(iter(outbox.get, None))
-    served, rtts, sequence = 0, [], 0
+    options = [
+        ("grpc.max_receive_message_length", 256 << 20),
+        ("grpc.max_send_message_length", 256 << 20),
+    ]
+
+    async def play():
+        async with grpc.aio.insecure_channel(address, options=options) as channel:
+            call = channel.stream_stream("/seedlike.Inference/Stream")()
+            served, rtts, sequence, cpu = 0, [], 0, None
+            await call.write(hello)
+            await call.read()  # Welcome
+            while time.time() < stop_at.value:
+                body = terminal if sequence % episode == episode - 1 else normal
+                sent = time.perf_counter()
+                await call.write(_request(sequence, body))
+                await call.read()
+                if time.time() >= start_at.value:
+                    if cpu is None:
+                        cpu = time.process_time()
+                    served += rows
+                    rtts.append((time.perf_counter() - sent) * 1000.0)
+                sequence += 1
+            call.cancel()
+        return {"served": served, "rtt_ms": rtts, "cpu_s": time.process_time() - cpu}
+
     try:
-        outbox.put(hello)
-        next(call)  # Welcome
-        while time.time() < stop_at.value:
-            body = terminal if sequence % episode == episode - 1 else normal
-            sent = time.perf_counter()
-            outbox.put(_request(sequence, body))
-            next(call)
-            if time.time() >= start_at.value:
-                served += rows
-                rtts.append((time.perf_counter() - sent) * 1000.0)
-            sequence += 1
+        results.put({"actor": actor_id, **asyncio.run(play())})
     except grpc.RpcError as e:
         results.put({"actor": actor_id, "error": f"{e.code()}: {e.details()}"})
-        return
-    finally:
-        outbox.put(None)
-        call.cancel()
-        channel.close()
-    results.put({"actor": actor_id, "served": served, "rtt_ms": rtts})
 
 
 def table(cells: list[dict]) -> str:
     lines = [
         "| policy | actors x rows | served steps/s | batch mean / in flight | server latency p50 / "
-        "p99 ms | actor round trip p50 / p99 ms | learner CPU |",
+        "p99 ms | actor round trip p50 / p99 ms | CPU learner / actors |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for c in cells:
@@ -285,16 +301,17 @@ def table(cells: list[dict]) -> str:
         lines.append(
             f"| {c['policy']} | {c['actors']} x {c['rows_in_flight'] // c['actors']} | "
             f"{c['served_sps']:,.0f} | {batch} / {c['rows_in_flight']} | {lat} | "
-            f"{c['actor_rtt_ms_p50']:.1f} / {c['actor_rtt_ms_p99']:.1f} | {c['learner_cpu']:.2f} |"
+            f"{c['actor_rtt_ms_p50']:.1f} / {c['actor_rtt_ms_p99']:.1f} | "
+            f"{c['learner_cpu']:.2f} / {c['actors_cpu']:.2f} |"
         )
-    stage_names = sorted({k for c in cells for k in c["stages_us_per_step"]})
+    stage_names = sorted({k for c in cells for k in c["busy"]})
     if stage_names:
-        lines += ["", "Busy microseconds per env step, by stage:", ""]
+        lines += ["", "Share of wall time each stage's thread was busy:", ""]
         lines.append("| policy | actors | " + " | ".join(stage_names) + " |")
         lines.append("| --- | ---: |" + " ---: |" * len(stage_names))
         for c in cells:
-            values = [c["stages_us_per_step"].get(s) for s in stage_names]
-            shown = ["-" if v is None else f"{v:.1f}" for v in values]
+            values = [c["busy"].get(s) for s in stage_names]
+            shown = ["-" if v is None else f"{v:.2f}" for v in values]
             lines.append(f"| {c['policy']} | {c['actors']} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
 
@@ -308,11 +325,12 @@ def main(argv):
             raise app.UsageError(f"--policies: {policy!r} is not one of {sorted(POLICY_FLAGS)}")
         for n in _ACTORS.value:
             cell = measure(policy, int(n))
-            print(json.dumps({k: v for k, v in cell.items() if k != "stages_us_per_step"}))
+            print(json.dumps(cell))
             cells.append(cell)
     result = {
         "benchmark": "server_capacity",
         "commit": commit.stdout.decode().strip(),
+        "learn": _LEARN.value,
         "config": _CONFIG.value,
         "rows_per_actor": _ROWS.value,
         "seconds": _SECONDS.value,

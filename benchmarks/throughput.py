@@ -153,7 +153,7 @@ def trivial_server(config_path):
         finally:
             drained.set()
             service.stop(finished=True)
-            server.stop(0)
+            server.stop()
 
 
 def grpc_server_sps(config_path, num_actors, seconds) -> dict:

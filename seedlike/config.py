@@ -16,6 +16,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.algo = "ppo"  # learning algorithm: "ppo"
     c.seed = 0  # seeds params, sampling, shuffling and env seeds
     c.total_env_steps = 1_000_000  # stop after this many env steps (rows) received from actors
+    # False: serve, record and build learner batches as usual, but drop them instead of learning
+    # (the policy stays as initialized or restored). Measures what the serving path sustains
+    # without the learner's compute (benchmarks/server_capacity.py).
+    c.learn = True
     c.unroll_length = (
         32  # T: learning steps per unroll (the server sends T+1 steps, last bootstraps)
     )

@@ -63,12 +63,15 @@ def bucket_size(rows: int) -> int:
 
 
 def pad_rows(tree, rows: int, size: int):
-    """Pads every array of `tree` from `rows` to `size` rows with zeros."""
-    if size == rows:
-        return tree
-    return jax.tree.map(
-        lambda x: np.concatenate([x, np.zeros((size - rows, *x.shape[1:]), x.dtype)]), tree
-    )
+    """Pads every array of `tree` from `rows` to `size` rows with zeros (arrays that have `size`
+    rows already stay as they are)."""
+
+    def pad(x):
+        if x.shape[0] == size:
+            return x
+        return np.concatenate([x, np.zeros((size - rows, *x.shape[1:]), x.dtype)])
+
+    return jax.tree.map(pad, tree)
 
 
 class PolicyRunner:

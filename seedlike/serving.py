@@ -60,7 +60,7 @@ def serve_checkpoint(
                 last = now
     finally:
         service.stop(finished=True)
-        server.stop(grace=2.0).wait()
+        server.stop(grace_s=2.0)
         _write(
             metrics, service, store, version, time.monotonic() - last, last_rows, returns, lengths
         )

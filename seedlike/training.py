@@ -204,7 +204,7 @@ def train(
         while not stop.is_set() and p.env_steps() < config.total_env_steps:
             p.service.check_alive()
             batch = p.batches.get(timeout=0.1)
-            if batch is not None:
+            if batch is not None and config.learn:
                 p.learn(batch, interval)
             now = time.monotonic()
             if now - interval.start >= config.log.interval_s:
@@ -219,7 +219,7 @@ def train(
         if p.evaluator is not None:
             p.evaluator.stop()
         p.service.stop(finished=finished)
-        p.server.stop(grace=2.0).wait()
+        p.server.stop(grace_s=2.0)
         try:
             row = p.log(interval, time.monotonic())
             p.save("training complete" if finished else "stop requested")
@@ -285,7 +285,6 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
     returns, lengths = episodes.episode_return[mine], episodes.length[mine]
     p50, p99 = inference.latency_summary(stats["latency_ms"])
     env_steps = p.env_steps()
-    steps = max(env_steps - interval.env_steps, 1)
     rfps = (p.store.unrolls_emitted - interval.unrolls_emitted) * p.config.unroll_length / dt
     cfps = interval.consumed / dt
     row = {
@@ -309,7 +308,8 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         "steps_dropped": p.store.steps_dropped,
     }
     busy = {**stats["busy_s"], "learn": interval.learn_s}
-    row.update({f"time/{stage}": s / steps * 1e6 for stage, s in busy.items()})
+    row.update({f"busy/{stage}": s / dt for stage, s in busy.items()})
+    row.update({f"latency_ms/{k}": v for k, v in stats["segments_ms"].items()})
     # Learner values are null in an interval without updates, so every row has the same keys.
     row.update({k: float("nan") for k in p.learner.metric_keys})
     if p.service.matchmaker.annealing is not None:

@@ -16,7 +16,7 @@ from seedlike.config import load_config_file
 from seedlike.envs.envpool_env import make_env_spec
 from seedlike.learner import train_state as ts
 from seedlike.rpc import codec
-from seedlike.rpc.service import STREAM_METHOD
+from seedlike.rpc.codec import STREAM_METHOD
 from seedlike.types import ArraySpec, EnvSpec, Rows
 from tests.procs import CONFIG, ROOT, Processes, free_port, last, log_text, metrics, wait_for
 

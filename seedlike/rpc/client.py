@@ -8,7 +8,7 @@ they raise `Rejected`. Everything else (server not up yet, restarted, overloaded
 
 from __future__ import annotations
 
-import queue
+import asyncio
 import random
 import time
 
@@ -17,7 +17,6 @@ import numpy as np
 
 from seedlike.rpc import codec
 from seedlike.rpc import seedlike_pb2 as pb
-from seedlike.rpc.service import CHANNEL_OPTIONS, STREAM_METHOD
 
 FATAL_CODES = frozenset(
     [
@@ -43,55 +42,76 @@ class Rejected(Exception):
 def _translate(error: grpc.RpcError) -> Exception:
     code = error.code() if hasattr(error, "code") else None
     details = error.details() if hasattr(error, "details") else str(error)
+    return _translate_status(code, details)
+
+
+def _translate_status(code, details) -> Exception:
     if code in FATAL_CODES:
         return Rejected(f"{code.name}: {details}")
     return Disconnected(f"{code.name if code else 'error'}: {details}")
 
 
 class Connection:
-    """An open stream: `step(message) -> ActionBatch`, strictly one reply per request."""
+    """An open stream: `step(message) -> ActionBatch`, strictly one reply per request.
+
+    A grpc.aio stream on an event loop that this (the actor's) thread drives for each call: a step
+    is one write and one read, with no thread of its own to hand messages through.
+    """
 
     def __init__(self, address: str, hello: pb.Hello, connect_timeout: float = 5.0):
         self.address = address
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._loop = asyncio.new_event_loop()
+        self._channel = None
         try:
-            grpc.channel_ready_future(self._channel).result(timeout=connect_timeout)
-        except grpc.FutureTimeoutError:
-            self._channel.close()
-            raise Disconnected(f"no server at {address} after {connect_timeout:.1f}s") from None
-        method = self._channel.stream_stream(
-            STREAM_METHOD,
-            request_serializer=pb.ActorMessage.SerializeToString,
-            response_deserializer=pb.ServerMessage.FromString,
-        )
-        self._requests: queue.Queue = queue.Queue()
-        self._call = method(iter(self._requests.get, None))
-        self._requests.put(pb.ActorMessage(hello=hello))
-        reply = self._next()
-        if reply.WhichOneof("kind") != "welcome":
+            self.welcome = self._loop.run_until_complete(self._open(hello, connect_timeout))
+        except BaseException:
             self.close()
-            raise Disconnected("server did not answer the Hello with a Welcome")
-        self.welcome = reply.welcome
+            raise
 
-    def _next(self) -> pb.ServerMessage:
+    async def _open(self, hello: pb.Hello, connect_timeout: float) -> pb.Welcome:
+        self._channel = grpc.aio.insecure_channel(self.address, options=codec.CHANNEL_OPTIONS)
         try:
-            return next(self._call)
-        except StopIteration:
-            raise TrainingOver() from None
+            await asyncio.wait_for(self._channel.channel_ready(), connect_timeout)
+        except TimeoutError:
+            raise Disconnected(
+                f"no server at {self.address} after {connect_timeout:.1f}s"
+            ) from None
+        self._call = self._channel.stream_stream(
+            codec.STREAM_METHOD, response_deserializer=pb.ServerMessage.FromString
+        )()
+        reply = await self._exchange(pb.ActorMessage(hello=hello).SerializeToString())
+        if reply.WhichOneof("kind") != "welcome":
+            raise Disconnected("server did not answer the Hello with a Welcome")
+        return reply.welcome
+
+    async def _exchange(self, data: bytes) -> pb.ServerMessage:
+        try:
+            await self._call.write(data)
+            reply = await self._call.read()
         except grpc.RpcError as e:
             raise _translate(e) from None
+        except asyncio.InvalidStateError:  # the server ended the stream: its status says why
+            reply = grpc.aio.EOF
+        if reply is grpc.aio.EOF:
+            code = await self._call.code()
+            if code == grpc.StatusCode.OK:
+                raise TrainingOver()
+            raise _translate_status(code, await self._call.details())
+        return reply
 
-    def step(self, message: pb.ActorMessage) -> pb.ActionBatch:
-        self._requests.put(message)
-        reply = self._next()
+    def step(self, message: pb.ActorMessage | bytes) -> pb.ActionBatch:
+        data = message if isinstance(message, bytes) else message.SerializeToString()
+        reply = self._loop.run_until_complete(self._exchange(data))
         if reply.WhichOneof("kind") != "actions":
             raise Disconnected("server answered a StepBatch without actions")
         return reply.actions
 
     def close(self) -> None:
-        self._requests.put(None)
-        self._call.cancel()
-        self._channel.close()
+        if self._loop.is_closed():
+            return
+        if self._channel is not None:
+            self._loop.run_until_complete(self._channel.close())
+        self._loop.close()
 
 
 def decode_actions(batch: pb.ActionBatch, rows: int, num_actions: int) -> np.ndarray:

@@ -18,6 +18,14 @@ from seedlike.types import ArraySpec, EnvSpec, Rows
 
 # Bump when a message changes meaning; the handshake refuses other versions.
 PROTOCOL_VERSION = 1
+SERVICE_NAME = "seedlike.Inference"
+STREAM_METHOD = f"/{SERVICE_NAME}/Stream"
+# Every message is bounded; a bigger one ends its stream (RESOURCE_EXHAUSTED) before it is parsed.
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
 
 ALLOWED_DTYPES = frozenset(
     [
@@ -34,6 +42,9 @@ ALLOWED_DTYPES = frozenset(
         "float64",
     ]
 )
+
+
+_DTYPES = {name: np.dtype(name) for name in ALLOWED_DTYPES}
 
 
 class ProtocolError(ValueError):
@@ -53,19 +64,19 @@ def encode(array: np.ndarray) -> pb.Tensor:
 
 def decode(tensor: pb.Tensor, field: str) -> np.ndarray:
     """Decodes a Tensor into a read-only numpy view of its bytes."""
-    if tensor.dtype not in ALLOWED_DTYPES:
+    dtype = _DTYPES.get(tensor.dtype)
+    if dtype is None:
         raise ProtocolError(field, f"dtype {tensor.dtype!r} is not one of {sorted(ALLOWED_DTYPES)}")
     shape = tuple(tensor.shape)
     if any(d < 0 for d in shape):
         raise ProtocolError(field, f"negative dimension in shape {list(shape)}")
-    dtype = np.dtype(tensor.dtype)
+    data = tensor.data  # each access of a bytes field copies it
     expected = math.prod(shape) * dtype.itemsize
-    if expected != len(tensor.data):
+    if expected != len(data):
         raise ProtocolError(
-            field,
-            f"shape {list(shape)} of {dtype.name} needs {expected} bytes, got {len(tensor.data)}",
+            field, f"shape {list(shape)} of {dtype.name} needs {expected} bytes, got {len(data)}"
         )
-    return np.frombuffer(tensor.data, dtype=dtype).reshape(shape)
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
 def spec_to_proto(name: str, spec: ArraySpec) -> pb.TensorSpec:
@@ -192,7 +203,7 @@ def decode_step(step: pb.StepBatch, spec: EnvSpec, num_envs: int) -> Rows:
     if player_id.min() < 0 or player_id.max() >= spec.num_players:
         raise ProtocolError("step.player_id", f"values must lie in [0, {spec.num_players})")
     seats = env_id.astype(np.int64) * spec.num_players + player_id
-    if np.unique(seats).shape[0] != n:
+    if np.bincount(seats).max() > 1:
         raise ProtocolError("step.env_id", "an (env_id, player_id) pair appears twice in one step")
     if not np.all(np.isfinite(reward)):
         raise ProtocolError("step.reward", "contains NaN or infinity; fix the environment's reward")

@@ -7,8 +7,9 @@ while every other actor's stream keeps going.
 
 from __future__ import annotations
 
-import concurrent.futures
+import asyncio
 import logging
+import threading
 import time
 
 import grpc
@@ -17,23 +18,18 @@ from seedlike.rpc import codec
 from seedlike.rpc import seedlike_pb2 as pb
 from seedlike.server.inference import InferenceService, ServerStopping
 
-SERVICE_NAME = "seedlike.Inference"
-STREAM_METHOD = f"/{SERVICE_NAME}/Stream"
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-]
-
 
 class InferenceServicer:
+    """One actor stream: Hello, then StepBatch -> ActionBatch in lockstep, on the event loop."""
+
     def __init__(self, service: InferenceService):
         self._service = service
 
-    def stream(self, request_iterator, context):
+    async def stream(self, request_iterator, context):
+        service = self._service
         session_id = None
         try:
-            first = next(request_iterator, None)
+            first = await anext(request_iterator, None)
             if first is None:
                 return
             hello = codec.parse_actor_message(first)
@@ -41,7 +37,6 @@ class InferenceServicer:
                 raise codec.ProtocolError(
                     "request.hello", "the first message of a stream must be a Hello"
                 )
-            service = self._service
             codec.check_hello(hello.hello, service.spec, service.max_envs_per_actor)
             num_envs = hello.hello.num_envs
             session_id = service.open_session(hello.hello.actor_id, num_envs)
@@ -52,7 +47,8 @@ class InferenceServicer:
                     policy_version=service.registry.version,
                 )
             ).SerializeToString()
-            for sequence, raw in enumerate(request_iterator):
+            sequence = 0
+            async for raw in request_iterator:
                 start = time.perf_counter()
                 msg = codec.parse_actor_message(raw)
                 if msg.WhichOneof("kind") != "step":
@@ -65,41 +61,73 @@ class InferenceServicer:
                     )
                 rows = codec.decode_step(msg.step, service.spec, num_envs)
                 service.stats.add_busy("decode", time.perf_counter() - start)
-                actions, version = service.result(service.submit(session_id, rows))
+                actions, version = await asyncio.wrap_future(service.submit(session_id, rows))
                 yield pb.ServerMessage(
                     actions=pb.ActionBatch(
                         sequence=sequence, action=codec.encode(actions), policy_version=version
                     )
                 ).SerializeToString()
+                sequence += 1
         except codec.ProtocolError as e:
             logging.warning("rejecting session %s: %s", session_id, e)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         except ServerStopping as e:
             if not e.finished:
-                context.abort(
+                await context.abort(
                     grpc.StatusCode.UNAVAILABLE, "learner is stopping; reconnect when it is back"
                 )
         finally:
             if session_id is not None:
-                self._service.close_session(session_id)
+                service.close_session(session_id)
+
+
+class RpcServer:
+    """A grpc.aio server on an event loop of its own thread: every actor stream is a coroutine
+    there, so messages do not hop between a thread per stream and the gRPC poller."""
+
+    def __init__(self, service: InferenceService, bind: str, port: int, max_actors: int):
+        self._loop = asyncio.new_event_loop()
+
+        def run():
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").prctl(15, b"rpc-loop", 0, 0, 0)
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="rpc", daemon=True)
+        self._thread.start()
+        self._server = None
+        self.port = self._run(self._start(service, f"{bind}:{port}", max_actors))
+
+    def _run(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    async def _start(self, service, address: str, max_actors: int) -> int:
+        self._server = grpc.aio.server(
+            maximum_concurrent_rpcs=max_actors, options=codec.CHANNEL_OPTIONS
+        )
+        handler = grpc.method_handlers_generic_handler(
+            codec.SERVICE_NAME,
+            {"Stream": grpc.stream_stream_rpc_method_handler(InferenceServicer(service).stream)},
+        )
+        self._server.add_generic_rpc_handlers((handler,))
+        bound = self._server.add_insecure_port(address)
+        if bound == 0:
+            raise OSError(f"could not bind the inference server to {address}; is the port in use?")
+        await self._server.start()
+        return bound
+
+    def stop(self, grace_s: float = 0.0) -> None:
+        """Ends every stream (after `grace_s` for those still running) and the event loop."""
+        if self._server is not None:
+            self._run(self._server.stop(grace_s))
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
 
 
 def serve(
     service: InferenceService, bind: str, port: int, max_actors: int
-) -> tuple[grpc.Server, int]:
+) -> tuple[RpcServer, int]:
     """Starts a gRPC server for `service`; returns it and the bound port (useful with port=0)."""
-    server = grpc.server(
-        concurrent.futures.ThreadPoolExecutor(max_workers=max_actors + 4, thread_name_prefix="rpc"),
-        maximum_concurrent_rpcs=max_actors,
-        options=CHANNEL_OPTIONS,
-    )
-    handler = grpc.method_handlers_generic_handler(
-        SERVICE_NAME,
-        {"Stream": grpc.stream_stream_rpc_method_handler(InferenceServicer(service).stream)},
-    )
-    server.add_generic_rpc_handlers((handler,))
-    bound = server.add_insecure_port(f"{bind}:{port}")
-    if bound == 0:
-        raise OSError(f"could not bind the inference server to {bind}:{port}; is the port in use?")
-    server.start()
-    return server, bound
+    server = RpcServer(service, bind, port, max_actors)
+    return server, server.port

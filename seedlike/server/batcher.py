@@ -11,6 +11,9 @@ previous one. A batch should therefore hold every request that can still come so
 * Otherwise it closes `timeout_s` after gathering started (not after the first request arrived: a
   request that waited in the inbox while the server was busy must not close the batch on the spot,
   or under load every batch would be one request). A stalled actor costs the others at most that.
+* ... unless the policy is still busy with earlier batches (`busy()`): a batch dispatched now would
+  only wait behind them, so it keeps growing until the policy can take it. Under load batches
+  grow; when the server keeps up, nobody waits longer than the timeout.
 
 Session openings and closings travel through the same inbox, so they keep their order relative to
 the requests; the batch reports them beside its requests (alone, if no request is waiting).
@@ -56,6 +59,7 @@ class Batch:
     requests: list[Request]
     controls: list[Control]
     started: float  # when gathering started (perf_counter)
+    closed: float = 0.0  # when the batch closed
 
     @property
     def num_rows(self) -> int:
@@ -63,6 +67,7 @@ class Batch:
 
 
 STOP = object()  # put into the inbox to end gathering
+BUSY_POLL_S = 0.0005  # how often a batch past its timeout checks whether the policy is free
 
 
 class Batcher:
@@ -97,9 +102,9 @@ class Batcher:
         with self._lock:
             return self._open - self._in_flight
 
-    def gather(self, idle_timeout_s: float = 0.1) -> Batch | None:
+    def gather(self, idle_timeout_s: float = 0.1, busy=lambda: False) -> Batch | None:
         """The next batch (possibly only controls, or empty after `idle_timeout_s` without any
-        item); None once STOP was taken."""
+        item); None once STOP was taken. `busy()`: earlier batches still occupy the policy."""
         requests: list[Request] = []
         controls: list[Control] = []
         rows = 0
@@ -111,6 +116,8 @@ class Batcher:
             else:
                 if deadline is not None:
                     wait = max(deadline - time.perf_counter(), 0.0)
+                    if wait == 0.0 and busy():
+                        wait = BUSY_POLL_S
                 else:  # controls alone are handed out as soon as nothing else is waiting
                     wait = 0.0 if controls else idle_timeout_s
                 try:
@@ -138,4 +145,4 @@ class Batcher:
     def _close(self, requests, controls, started) -> Batch:
         with self._lock:
             self._in_flight += len(requests)
-        return Batch(requests, controls, started)
+        return Batch(requests, controls, started, time.perf_counter())

@@ -29,15 +29,20 @@ import jax
 import numpy as np
 
 from seedlike.league.players import LEARNER
-from seedlike.policy import PolicyOutput, PolicyRegistry, PolicyRunner, Ready
+from seedlike.policy import PolicyOutput, PolicyRegistry, PolicyRunner, Ready, bucket_size
 from seedlike.server.batcher import STOP, Batch, Batcher, Control, Request
 from seedlike.server.matchmaking import Matchmaker
 from seedlike.server.seats import SeatTable
 from seedlike.server.trajectory_store import Episodes, StepRecord, Stopped, TrajectoryStore
 from seedlike.types import LEGAL_ACTION_MASK, EnvSpec, Rows
 
-# Busy time is measured per stage and reported as microseconds per env step (`time/<stage>`).
+# Wall time each stage's thread is busy, reported as a share of the interval (`busy/<stage>`): a
+# stage near 1.0 is the bottleneck. decode runs in every actor's handler thread, so it can exceed 1.
 STAGES = ("decode", "prepare", "policy", "reply", "record")
+# A request's latency, split where it changes hands (`latency_ms/<segment>`, interval means):
+# waiting for its batch to close, preparing the batch, the policy (queued, computed, fetched), and
+# sending the actions back to the handler threads.
+SEGMENTS = ("batching", "prepare", "policy", "reply")
 # Batches between the reply and record threads. A few absorb the recorder's jitter; a full queue
 # holds the replies back (backpressure) until the recorder catches up.
 RECORD_QUEUE = 8
@@ -64,11 +69,14 @@ class InferenceStats:
         self.latency_ms: list[float] = []
         self.episodes: list[Episodes] = []
         self.busy = dict.fromkeys(STAGES, 0.0)
+        self.segments: dict[str, list[float]] = {s: [] for s in SEGMENTS}
 
-    def batch(self, rows: int, latencies_ms: list[float]) -> None:
+    def batch(self, rows: int, latencies_ms: list[float], segments_ms: dict) -> None:
         with self._lock:
             self.batch_rows.append(rows)
             self.latency_ms.extend(latencies_ms)
+            for name, values in segments_ms.items():
+                self.segments[name].extend(values)
 
     def ended(self, episodes: Episodes) -> None:
         if len(episodes.seat):
@@ -86,6 +94,9 @@ class InferenceStats:
                 "latency_ms": self.latency_ms,
                 "episodes": Episodes.concatenate(self.episodes),
                 "busy_s": self.busy,
+                "segments_ms": {
+                    k: float(np.mean(v)) if v else None for k, v in self.segments.items()
+                },
             }
             self._reset()
         return out
@@ -106,6 +117,8 @@ class _Job:
     carry: object  # [m, ...] before the step
     groups: list  # (row indices into the m rows, Pending or Ready)
     version: int
+    closed: float = 0.0  # perf_counter when the batch closed
+    dispatched: float = 0.0  # ... and when its policies were dispatched
 
 
 @dataclasses.dataclass
@@ -152,11 +165,13 @@ class InferenceService:
         self.batcher = Batcher(server_config.max_batch_rows, server_config.batch_timeout_ms / 1e3)
         # Two batches may be in flight between gather and reply: one computing, one being fetched.
         self._jobs: queue.Queue = queue.Queue(maxsize=2)
+        self._computing = threading.Semaphore(0)  # one release per batch dispatched, not fetched
         self._records: queue.Queue = queue.Queue(maxsize=RECORD_QUEUE)
         self._session_ids = itertools.count(1)
         self._sessions: dict[int, int] = {}  # session id -> actor id (handler-side view)
         self._sessions_lock = threading.Lock()
         self._stopping = threading.Event()
+        self._pending: set[concurrent.futures.Future] = set()  # submitted, not yet answered
         self._finished = False
         self._crashed = False
         self._threads = [
@@ -183,22 +198,16 @@ class InferenceService:
         return session_id
 
     def submit(self, session_id: int, rows: Rows) -> concurrent.futures.Future:
-        """Queues one step; the future resolves to (actions int32 [n], policy version)."""
+        """Queues one step; the future resolves to (actions int32 [n], policy version), or fails
+        with ServerStopping when the service stops first."""
         future = concurrent.futures.Future()
+        # Registered before the check, so that stop() either sees it or it sees stop().
+        self._pending.add(future)
         if self._stopping.is_set():
-            future.set_exception(ServerStopping(self._finished))
+            self._fail(future)
         else:
             self.batcher.put(Request(session_id, rows, future, time.perf_counter()))
         return future
-
-    def result(self, future: concurrent.futures.Future):
-        """Waits for a submitted step; never hangs on a request that raced with stop()."""
-        while True:
-            try:
-                return future.result(timeout=0.5)
-            except concurrent.futures.TimeoutError:
-                if self._stopping.is_set() and not self._threads[0].is_alive():
-                    raise ServerStopping(self._finished) from None
 
     def close_session(self, session_id: int) -> None:
         with self._sessions_lock:
@@ -243,13 +252,13 @@ class InferenceService:
             self.store.batches.close()  # a recorder waiting for the learner gives up
         for thread in self._threads:
             thread.join(timeout=30)
-        while True:
-            try:
-                item = self.batcher.inbox.get_nowait()
-            except queue.Empty:
-                break
-            if isinstance(item, Request) and not item.future.done():
-                item.future.set_exception(ServerStopping(finished))
+        for future in list(self._pending):
+            self._fail(future)
+
+    def _fail(self, future: concurrent.futures.Future) -> None:
+        if not future.done():
+            future.set_exception(ServerStopping(self._finished))
+        self._pending.discard(future)
 
     def _guarded(self, loop):
         def run():
@@ -288,7 +297,7 @@ class InferenceService:
 
     def _gather_loop(self) -> None:
         while not self._stopping.is_set():
-            batch = self.batcher.gather()
+            batch = self.batcher.gather(busy=self._policy_busy)
             if batch is None:
                 return
             for control in batch.controls:
@@ -298,7 +307,9 @@ class InferenceService:
             if batch.requests:
                 start = time.perf_counter()
                 job = self._dispatch(batch)
-                self.stats.add_busy("prepare", time.perf_counter() - start)
+                job.closed, job.dispatched = batch.closed, time.perf_counter()
+                self.stats.add_busy("prepare", job.dispatched - start)
+                self._computing.release()
                 self._put(self._jobs, job)
             for control in batch.controls:
                 if not control.opens:
@@ -308,7 +319,7 @@ class InferenceService:
     def _dispatch(self, batch: Batch) -> _Job:
         requests = batch.requests
         version, latest = self.registry.latest()
-        rows = _concatenate([r.rows for r in requests])
+        rows = _concatenate([r.rows for r in requests])  # per-row fields; observations below
         seat = np.concatenate(
             [self.seats.seats(r.session_id, r.rows.env_id, r.rows.player_id) for r in requests]
         )
@@ -321,13 +332,18 @@ class InferenceService:
             player = (run_seats[starting] % self.spec.num_players).astype(np.int32)
             policy[starting], changed[starting] = self.matchmaker.start(player, version)
             self.seats.start(run_seats[starting], policy[starting], changed[starting])
-        obs = {k: v[ran] for k, v in rows.obs.items()}
-        extras = {k: v[ran] for k, v in rows.extras.items()}
+        obs, extras = _policy_inputs(requests, ran)
         if self.matchmaker.annealing is not None:
+            m = first.shape[0]
             obs, extras = self.matchmaker.annealing.apply(
-                obs, extras, changed, self.spec.num_actions
+                {k: v[:m] for k, v in obs.items()},
+                {k: v[:m] for k, v in extras.items()},
+                changed,
+                self.spec.num_actions,
             )
         groups = self._run_policies(latest, obs, extras, carry, first, policy)
+        m = first.shape[0]  # the store records the rows without padding
+        obs, extras = ({k: v[:m] for k, v in d.items()} for d in (obs, extras))
         return _Job(requests, rows, seat, ran, obs, extras, first, policy, carry, groups, version)
 
     def _run_policies(self, latest, obs, extras, carry, first, policy) -> list:
@@ -360,6 +376,13 @@ class InferenceService:
             )
         return groups
 
+    def _policy_busy(self) -> bool:
+        """Whether a dispatched batch is still being computed (or waits to be fetched)."""
+        if self._computing.acquire(blocking=False):
+            self._computing.release()
+            return True
+        return False
+
     # Stage 2: fetch and reply -------------------------------------------------------------------
 
     def _reply_loop(self) -> None:
@@ -367,6 +390,7 @@ class InferenceService:
             start = time.perf_counter()
             output = _gather_outputs(job.groups, job.first.shape[0])
             fetched = time.perf_counter()
+            self._computing.acquire()
             self.stats.add_busy("policy", fetched - start)
             done = job.rows.terminated | job.rows.truncated
             self.seats.advance(job.seat[job.ran], done[job.ran], output.carry)
@@ -386,9 +410,19 @@ class InferenceService:
             for request in job.requests:
                 n = request.num_rows
                 request.future.set_result((actions[offset : offset + n], job.version))
+                self._pending.discard(request.future)
                 offset += n
             self.batcher.replied(len(job.requests))
-            self.stats.batch(int(job.ran.sum()), [(now - r.arrived) * 1e3 for r in job.requests])
+            replied = time.perf_counter()
+            n = len(job.requests)
+            segments = {
+                "batching": [(job.closed - r.arrived) * 1e3 for r in job.requests],
+                "prepare": [(job.dispatched - job.closed) * 1e3] * n,
+                "policy": [(fetched - job.dispatched) * 1e3] * n,
+                "reply": [(replied - fetched) * 1e3] * n,
+            }
+            latencies = [(now - r.arrived) * 1e3 for r in job.requests]
+            self.stats.batch(int(job.ran.sum()), latencies, segments)
             self.stats.add_busy("reply", time.perf_counter() - fetched)
 
     # Stage 3: record ----------------------------------------------------------------------------
@@ -413,17 +447,35 @@ class InferenceService:
 
 
 def _concatenate(parts: list[Rows]) -> Rows:
-    if len(parts) == 1:
-        return parts[0]
+    """The per-row fields of several requests' rows, concatenated (obs and extras left empty)."""
+    fields = [f for f in Rows._fields if f not in ("obs", "extras")]
     return Rows(
-        obs={k: np.concatenate([p.obs[k] for p in parts]) for k in parts[0].obs},
-        extras={k: np.concatenate([p.extras[k] for p in parts]) for k in parts[0].extras},
-        **{
-            field: np.concatenate([getattr(p, field) for p in parts])
-            for field in Rows._fields
-            if field not in ("obs", "extras")
-        },
+        obs={}, extras={}, **{f: np.concatenate([getattr(p, f) for p in parts]) for f in fields}
     )
+
+
+def _policy_inputs(requests: list[Request], ran: np.ndarray) -> tuple[dict, dict]:
+    """obs and extras of the rows the policy runs on, copied once into arrays already padded to
+    the policy's batch size (seedlike.policy.bucket_size; padding rows are zeros)."""
+    size = bucket_size(int(ran.sum()))
+    out = []
+    for part in ("obs", "extras"):
+        arrays = {}
+        for key, array in getattr(requests[0].rows, part).items():
+            buffer = np.empty((size, *array.shape[1:]), array.dtype)
+            offset, start = 0, 0
+            for r in requests:
+                n = r.num_rows
+                mask = ran[start : start + n]
+                source = getattr(r.rows, part)[key]
+                taken = source if mask.all() else source[mask]
+                buffer[offset : offset + taken.shape[0]] = taken
+                offset += taken.shape[0]
+                start += n
+            buffer[offset:] = 0
+            arrays[key] = buffer
+        out.append(arrays)
+    return out[0], out[1]
 
 
 def _gather_outputs(groups, rows: int) -> PolicyOutput:
