@@ -68,7 +68,7 @@ def decode(tensor: pb.Tensor, field: str) -> np.ndarray:
     if dtype is None:
         raise ProtocolError(field, f"dtype {tensor.dtype!r} is not one of {sorted(ALLOWED_DTYPES)}")
     shape = tuple(tensor.shape)
-    if any(d < 0 for d in shape):
+    if shape and min(shape) < 0:
         raise ProtocolError(field, f"negative dimension in shape {list(shape)}")
     data = tensor.data  # each access of a bytes field copies it
     expected = math.prod(shape) * dtype.itemsize
@@ -94,7 +94,15 @@ def parse_actor_message(data: bytes) -> pb.ActorMessage:
             f"not a seedlike.ActorMessage ({e}); is the client speaking protocol "
             f"version {PROTOCOL_VERSION}?",
         ) from None
-    _reject_unknown_fields(msg, "request")
+    # Fast path: a message without unknown fields re-encodes to exactly the bytes received (our
+    # clients use protobuf's canonical encoding); the field-by-field walk runs only to name them.
+    msg.DiscardUnknownFields()
+    if msg.ByteSize() != len(data):
+        original = pb.ActorMessage.FromString(data)
+        _reject_unknown_fields(original, "request")
+        raise ProtocolError(
+            "request", "not in canonical protobuf encoding (repeated or out-of-order fields)"
+        )
     return msg
 
 

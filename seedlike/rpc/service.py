@@ -61,7 +61,8 @@ class InferenceServicer:
                     )
                 rows = codec.decode_step(msg.step, service.spec, num_envs)
                 service.stats.add_busy("decode", time.perf_counter() - start)
-                actions, version = await asyncio.wrap_future(service.submit(session_id, rows))
+                future = asyncio.get_running_loop().create_future()
+                actions, version = await service.submit(session_id, rows, future)
                 yield pb.ServerMessage(
                     actions=pb.ActionBatch(
                         sequence=sequence, action=codec.encode(actions), policy_version=version

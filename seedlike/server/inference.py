@@ -17,6 +17,7 @@ taken the batches already built (seedlike.server.trajectory_store.BatchQueue).
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import dataclasses
 import itertools
@@ -171,7 +172,7 @@ class InferenceService:
         self._sessions: dict[int, int] = {}  # session id -> actor id (handler-side view)
         self._sessions_lock = threading.Lock()
         self._stopping = threading.Event()
-        self._pending: set[concurrent.futures.Future] = set()  # submitted, not yet answered
+        self._pending: set = set()  # futures of the requests submitted and not yet answered
         self._finished = False
         self._crashed = False
         self._threads = [
@@ -197,10 +198,16 @@ class InferenceService:
         logging.info("actor %d connected (session %d, %d envs)", actor_id, session_id, num_envs)
         return session_id
 
-    def submit(self, session_id: int, rows: Rows) -> concurrent.futures.Future:
-        """Queues one step; the future resolves to (actions int32 [n], policy version), or fails
-        with ServerStopping when the service stops first."""
-        future = concurrent.futures.Future()
+    def submit(self, session_id: int, rows: Rows, future=None):
+        """Queues one step. The future resolves to (actions int32 [n], policy version), or fails
+        with ServerStopping when the service stops first.
+
+        Args:
+          future: an asyncio.Future of the caller's event loop (the gRPC layer), or None for a new
+            concurrent.futures.Future. A batch resolves all of one loop's futures in one callback,
+            so the loop is woken once per batch, not once per request.
+        """
+        future = future if future is not None else concurrent.futures.Future()
         # Registered before the check, so that stop() either sees it or it sees stop().
         self._pending.add(future)
         if self._stopping.is_set():
@@ -255,9 +262,12 @@ class InferenceService:
         for future in list(self._pending):
             self._fail(future)
 
-    def _fail(self, future: concurrent.futures.Future) -> None:
-        if not future.done():
-            future.set_exception(ServerStopping(self._finished))
+    def _fail(self, future) -> None:
+        error = ServerStopping(self._finished)
+        if isinstance(future, asyncio.Future):
+            future.get_loop().call_soon_threadsafe(_resolve, [(future, error)])
+        elif not future.done():
+            future.set_exception(error)
         self._pending.discard(future)
 
     def _guarded(self, loop):
@@ -406,12 +416,18 @@ class InferenceService:
             actions = np.zeros(job.seat.shape[0], np.int32)
             actions[job.ran] = output.action
             now = time.perf_counter()
-            offset = 0
+            offset, loops = 0, {}
             for request in job.requests:
                 n = request.num_rows
-                request.future.set_result((actions[offset : offset + n], job.version))
+                result = (actions[offset : offset + n], job.version)
+                if isinstance(request.future, asyncio.Future):
+                    loops.setdefault(request.future.get_loop(), []).append((request.future, result))
+                else:
+                    request.future.set_result(result)
                 self._pending.discard(request.future)
                 offset += n
+            for loop, replies in loops.items():
+                loop.call_soon_threadsafe(_resolve, replies)
             self.batcher.replied(len(job.requests))
             replied = time.perf_counter()
             n = len(job.requests)
@@ -444,6 +460,17 @@ class InferenceService:
                         "session %d: dropped %d steps of partial unrolls", item.session_id, dropped
                     )
             self._records.task_done()
+
+
+def _resolve(replies) -> None:
+    """Sets (future, result or exception) pairs, on the futures' event loop."""
+    for future, outcome in replies:
+        if future.done():
+            continue
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
 
 
 def _concatenate(parts: list[Rows]) -> Rows:
