@@ -21,6 +21,18 @@ class IncompatibleCheckpoint(ValueError):
     pass
 
 
+class _QuietOrbax(logging.Filter):
+    """Drops orbax's INFO lines (a dozen per save, most of a run's console); keeps its warnings."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or f"{os.sep}orbax{os.sep}" not in record.pathname
+
+
+_QUIET_ORBAX = _QuietOrbax()
+# orbax logs through absl's logger; a filter there sees its records before any handler does.
+logging.getLogger("absl").addFilter(_QUIET_ORBAX)
+
+
 def _dotted(path) -> str:
     parts = []
     for key in path:

@@ -28,7 +28,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.env = ml_collections.ConfigDict()
     c.env.name = "CartPole-v1"  # envpool task id
     c.env.num_envs = 16  # envs per actor
-    c.env.batch_size = 0  # envpool batch per recv; 0 = num_envs (sync), < num_envs = async
+    # envpool batch per recv; 0 = num_envs (sync). Less runs envpool asynchronously: the actor sends
+    # each batch when it is ready and steps the other envs while that request is in flight. Sync is
+    # the default because on a 2-core host async measured slower (benchmarks/throughput.py).
+    c.env.batch_size = 0
     c.env.num_threads = 0  # envpool worker threads; 0 = envpool's default
     c.env.kwargs = ml_collections.ConfigDict()  # extra envpool.make kwargs, e.g. episodic_life
     c.env.obs_indices = ()  # keep only these features of a vector observation (() = all)

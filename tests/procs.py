@@ -79,6 +79,15 @@ class Processes:
             proc.wait(timeout=30)
 
 
+def pids_matching(pattern: str) -> list[int]:
+    """Processes whose command line contains `pattern` (after `--`: patterns that start with
+    "--" would otherwise be read as pgrep options, and pgrep would fail and match nothing)."""
+    found = subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, text=True)
+    if found.returncode not in (0, 1):
+        raise RuntimeError(f"pgrep failed: {found.stderr.strip()}")
+    return [int(pid) for pid in found.stdout.split()]
+
+
 def log_text(proc) -> str:
     with open(proc.log_path, errors="replace") as f:
         return f.read()

@@ -18,7 +18,17 @@ from seedlike.learner import train_state as ts
 from seedlike.rpc import codec
 from seedlike.rpc.codec import STREAM_METHOD
 from seedlike.types import ArraySpec, EnvSpec, Rows
-from tests.procs import CONFIG, ROOT, Processes, free_port, last, log_text, metrics, wait_for
+from tests.procs import (
+    CONFIG,
+    ROOT,
+    Processes,
+    free_port,
+    last,
+    log_text,
+    metrics,
+    pids_matching,
+    wait_for,
+)
 
 FAST = ["--config.log.interval_s=1", "--config.total_env_steps=100000000"]
 ONE_DEVICE = {**os.environ, "XLA_FLAGS": ""}
@@ -60,10 +70,7 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     learned = [r for r in rows if r["staleness_mean"] is not None]
     assert 0 <= learned[-1]["staleness_mean"] < 5 and learned[-1]["sample_reuse"] > 1
     address = open(logdir / "server_address").read().strip()
-    leftover = subprocess.run(
-        ["pgrep", "-f", f"--server={address}"], capture_output=True, text=True
-    )
-    assert leftover.stdout.strip() == "", "train.sh left actor processes behind"
+    assert not pids_matching(f"--server={address}"), "train.sh left actor processes behind"
 
     # The final checkpoint serves as a frozen policy that plays as well as it trained.
     serve_dir = tmp_path / "serve"
@@ -82,6 +89,43 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
         [r["episode_return_mean"] for r in served], weights=[r["episodes"] for r in served]
     )
     assert mean_return >= 0.8 * max(returns[-3:]), (mean_return, returns)
+
+
+def test_train_sh_restarts_a_crashed_actor_and_stops_when_it_keeps_failing(tmp_path):
+    logdir, stderr = tmp_path / "run", tmp_path / "stderr.txt"
+    with open(stderr, "w") as err:
+        job = subprocess.Popen(
+            ["scripts/train.sh", f"--logdir={logdir}", "--num_actors=1",
+             "--max_actor_restarts=1", *FAST],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, env=ONE_DEVICE,
+            start_new_session=True,
+        )  # fmt: skip
+    job.log_path = str(stderr)  # for wait_for's messages
+    try:
+
+        def actor_pid():
+            pids = pids_matching(f"--server={(logdir / 'server_address').read_text().strip()}")
+            return pids[0] if len(pids) == 1 else None
+
+        wait_for(lambda: (logdir / "server_address").exists(), 120, job, "learner")
+        wait_for(lambda: actor_pid() and last(logdir, "actors_connected", 0), 120, job, "actor")
+        first = actor_pid()
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: actor_pid() not in (None, first), 60, job, "the restarted actor")
+        assert "restarting actor 0 (1 of 1)" in stderr.read_text()
+        os.kill(actor_pid(), signal.SIGKILL)
+        assert job.wait(timeout=120) == 1
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    text = stderr.read_text()
+    assert "actor 0 exited with status 137" in text, text  # 128 + SIGKILL
+    assert "stopping the job: actor 0 cannot run" in text and f"--logdir={logdir}" in text, text
+    # The learner was stopped cleanly: it checkpointed, and nothing is left running.
+    assert Checkpointer(str(logdir / "checkpoints")).steps()
+    address = (logdir / "server_address").read_text().strip()
+    for pattern in (f"--server={address}", f"--logdir={logdir}"):
+        assert not pids_matching(pattern), f"train.sh left processes behind: {pattern}"
 
 
 def test_curriculum_sh_continues_one_run_across_environments(tmp_path):

@@ -240,6 +240,33 @@ def test_unrolls_fill_learner_batches_and_a_full_queue_holds_acting_back():
     assert batches.get(timeout=0) is None and store.unrolls_emitted == 4
 
 
+def test_acting_waits_as_soon_as_a_batch_is_full_and_the_learner_has_not_taken_the_last():
+    """Lockstep seats complete their unrolls together: if the store waited for the next batch's
+    first unroll before blocking, a whole extra round would be acted on the old policy."""
+    batches = BatchQueue(slots=1)
+    store = TrajectoryStore(SPEC, 2, 3, batches)
+    server = Server(store)
+    server.open(1, num_envs=3)
+    recorded = []
+
+    def play():
+        for t in range(6):
+            server.feed(1, rows([t] * 3, [t] * 3), action=t, version=t)
+            recorded.append(t)
+
+    acting = threading.Thread(target=play)
+    acting.start()
+    acting.join(timeout=1.0)
+    # Step 2 fills the first batch (3 unrolls) and waits for the learner to take it.
+    assert acting.is_alive() and recorded == [0, 1], recorded
+    batches.get(timeout=5)
+    acting.join(timeout=1.0)
+    assert acting.is_alive() and recorded == [0, 1, 2, 3], recorded  # step 4 fills the next
+    batches.get(timeout=5)
+    acting.join(timeout=5)
+    assert recorded == list(range(6))
+
+
 def test_a_closed_queue_releases_a_waiting_store():
     batches = BatchQueue(slots=1)
     batches.reserve()

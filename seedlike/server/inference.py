@@ -38,15 +38,18 @@ from seedlike.server.trajectory_store import Episodes, StepRecord, Stopped, Traj
 from seedlike.types import LEGAL_ACTION_MASK, EnvSpec, Rows
 
 # Wall time each stage's thread is busy, reported as a share of the interval (`busy/<stage>`): a
-# stage near 1.0 is the bottleneck. decode runs in every actor's handler thread, so it can exceed 1.
+# stage near 1.0 is the bottleneck. decode is the gRPC event-loop thread's parsing and checking of
+# requests (seedlike.rpc.service); learn is the training loop's (seedlike.training).
 STAGES = ("decode", "prepare", "policy", "reply", "record")
 # A request's latency, split where it changes hands (`latency_ms/<segment>`, interval means):
 # waiting for its batch to close, preparing the batch, the policy (queued, computed, fetched), and
-# sending the actions back to the handler threads.
+# handing the actions back to the gRPC event loop.
 SEGMENTS = ("batching", "prepare", "policy", "reply")
-# Batches between the reply and record threads. A few absorb the recorder's jitter; a full queue
-# holds the replies back (backpressure) until the recorder catches up.
-RECORD_QUEUE = 8
+# Batches between the reply and record threads. A full queue holds the replies back until the
+# recorder catches up (backpressure). Two absorb the recorder's jitter; more let actors act on
+# while the learner's queue is full, and those steps reach the learner older (8: staleness 2.38
+# against 2.18 in RESULTS.md's 8 x 8 CartPole run, at the same speed).
+RECORD_QUEUE = 2
 
 
 class ServerStopping(RuntimeError):

@@ -88,9 +88,10 @@ class Stopped(Exception):
 class BatchQueue:
     """Learner batches between the recorder and the learner loop, with backpressure.
 
-    The store `reserve`s a slot before it starts filling a batch and blocks while `slots` batches
-    are filled and not yet taken by the learner: acting then waits instead of piling up stale
-    data. With one slot, at most one batch is produced while the learner trains on the previous.
+    The store `reserve`s a slot before it starts filling a batch, and reserves the next one as
+    soon as a batch is full; it blocks while `slots` batches are filled and not yet taken by the
+    learner: acting then waits instead of piling up stale data. With one slot, at most one batch
+    is acted while the learner trains on the previous one.
     """
 
     def __init__(self, slots: int = 1):
@@ -288,7 +289,13 @@ class TrajectoryStore:
             self.unrolls_emitted += take.size
             if self._filled == self.batch_unrolls:
                 self.batches.put(self._batch)
-                self._batch = None
+                # The next batch's slot is taken now, not when its first unroll completes: with
+                # every seat's unroll completing at once (lockstep actors), waiting until then
+                # would let a whole extra round of steps be acted on the old policy while the
+                # learner works, and those steps reach it a version later (staleness ~2, not ~1).
+                self.batches.reserve()
+                self._batch = self._empty_batch()
+                self._filled = 0
 
     # Buffers ----------------------------------------------------------------------------------
 
