@@ -127,7 +127,7 @@ def last(logdir, key, default=None):
     return rows[-1].get(key, default) if rows else default
 
 
-def train(logdir, config, *flags, timeout=600) -> list[dict]:
+def train(logdir, config, *flags, timeout=600, env=None) -> list[dict]:
     """Runs scripts/train.sh to completion and returns its metrics rows."""
     result = subprocess.run(
         ["scripts/train.sh", f"--logdir={logdir}", f"--config={config}", *flags],
@@ -135,6 +135,7 @@ def train(logdir, config, *flags, timeout=600) -> list[dict]:
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return metrics(logdir)

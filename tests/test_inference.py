@@ -45,7 +45,10 @@ def test_actions_go_back_while_the_recorder_waits_for_the_learner():
     service = service_of(store)
     try:
         session = service.open_session(0, 4)
-        steps = RECORD_QUEUE  # every step after the second completes a batch of 4 unrolls
+        # Every step from the second on completes a batch of 4 unrolls. The recorder records
+        # steps 0 and 1 and then waits for the learner to take the first batch; the next
+        # RECORD_QUEUE steps wait in the queue between reply and record, and are answered.
+        steps = RECORD_QUEUE + 2
         for t in range(steps):
             actions, version = service.submit(session, rows(4, t)).result(timeout=10)
             assert actions.shape == (4,) and version == 3
