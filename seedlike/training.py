@@ -200,22 +200,24 @@ def train(
     interval = Interval(time.monotonic(), p.env_steps(), 0)
     last_checkpoint = time.monotonic()
     row: dict = {}
+    total, learn = int(config.total_env_steps), bool(config.learn)
+    log_s, checkpoint_s = float(config.log.interval_s), float(config.checkpoint.interval_s)
     try:
-        while not stop.is_set() and p.env_steps() < config.total_env_steps:
+        while not stop.is_set() and p.env_steps() < total:
             p.service.check_alive()
             batch = p.batches.get(timeout=0.1)
-            if batch is not None and config.learn:
+            if batch is not None and learn:
                 p.learn(batch, interval)
             now = time.monotonic()
-            if now - interval.start >= config.log.interval_s:
+            if now - interval.start >= log_s:
                 row = p.log(interval, now)
                 interval = Interval(now, p.env_steps(), p.store.unrolls_emitted)
-            if now - last_checkpoint >= config.checkpoint.interval_s:
+            if now - last_checkpoint >= checkpoint_s:
                 p.save("interval")
                 last_checkpoint = now
     finally:
         # Freeze the counters first, so the last metrics row and the checkpoint agree.
-        finished = not stop.is_set() and p.env_steps() >= config.total_env_steps
+        finished = not stop.is_set() and p.env_steps() >= total
         if p.evaluator is not None:
             p.evaluator.stop()
         p.service.stop(finished=finished)

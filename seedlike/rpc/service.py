@@ -89,13 +89,7 @@ class RpcServer:
     def __init__(self, service: InferenceService, bind: str, port: int, max_actors: int):
         self._loop = asyncio.new_event_loop()
 
-        def run():
-            import ctypes
-
-            ctypes.CDLL("libc.so.6").prctl(15, b"rpc-loop", 0, 0, 0)
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name="rpc", daemon=True)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="rpc", daemon=True)
         self._thread.start()
         self._server = None
         self.port = self._run(self._start(service, f"{bind}:{port}", max_actors))

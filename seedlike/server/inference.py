@@ -73,14 +73,15 @@ class InferenceStats:
         self.latency_ms: list[float] = []
         self.episodes: list[Episodes] = []
         self.busy = dict.fromkeys(STAGES, 0.0)
-        self.segments: dict[str, list[float]] = {s: [] for s in SEGMENTS}
+        self.segment_sums = dict.fromkeys(SEGMENTS, 0.0)  # ms, summed over requests
 
-    def batch(self, rows: int, latencies_ms: list[float], segments_ms: dict) -> None:
+    def batch(self, rows: int, latencies_ms: list[float], segment_sums_ms: dict) -> None:
+        """One batch: rows run, each request's latency, and each segment summed over requests."""
         with self._lock:
             self.batch_rows.append(rows)
             self.latency_ms.extend(latencies_ms)
-            for name, values in segments_ms.items():
-                self.segments[name].extend(values)
+            for name, total in segment_sums_ms.items():
+                self.segment_sums[name] += total
 
     def ended(self, episodes: Episodes) -> None:
         if len(episodes.seat):
@@ -99,7 +100,8 @@ class InferenceStats:
                 "episodes": Episodes.concatenate(self.episodes),
                 "busy_s": self.busy,
                 "segments_ms": {
-                    k: float(np.mean(v)) if v else None for k, v in self.segments.items()
+                    k: total / len(self.latency_ms) if self.latency_ms else None
+                    for k, total in self.segment_sums.items()
                 },
             }
             self._reset()
@@ -346,8 +348,8 @@ class InferenceService:
             policy[starting], changed[starting] = self.matchmaker.start(player, version)
             self.seats.start(run_seats[starting], policy[starting], changed[starting])
         obs, extras = _policy_inputs(requests, ran)
+        m = first.shape[0]  # rows the policy runs on; obs and extras are padded beyond them
         if self.matchmaker.annealing is not None:
-            m = first.shape[0]
             obs, extras = self.matchmaker.annealing.apply(
                 {k: v[:m] for k, v in obs.items()},
                 {k: v[:m] for k, v in extras.items()},
@@ -355,7 +357,7 @@ class InferenceService:
                 self.spec.num_actions,
             )
         groups = self._run_policies(latest, obs, extras, carry, first, policy)
-        m = first.shape[0]  # the store records the rows without padding
+        # the store records the rows without padding
         obs, extras = ({k: v[:m] for k, v in d.items()} for d in (obs, extras))
         return _Job(requests, rows, seat, ran, obs, extras, first, policy, carry, groups, version)
 
@@ -435,10 +437,10 @@ class InferenceService:
             replied = time.perf_counter()
             n = len(job.requests)
             segments = {
-                "batching": [(job.closed - r.arrived) * 1e3 for r in job.requests],
-                "prepare": [(job.dispatched - job.closed) * 1e3] * n,
-                "policy": [(fetched - job.dispatched) * 1e3] * n,
-                "reply": [(replied - fetched) * 1e3] * n,
+                "batching": sum(job.closed - r.arrived for r in job.requests) * 1e3,
+                "prepare": (job.dispatched - job.closed) * 1e3 * n,
+                "policy": (fetched - job.dispatched) * 1e3 * n,
+                "reply": (replied - fetched) * 1e3 * n,
             }
             latencies = [(now - r.arrived) * 1e3 for r in job.requests]
             self.stats.batch(int(job.ran.sum()), latencies, segments)
