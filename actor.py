@@ -14,7 +14,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from seedlike.actor import Actor
-from seedlike.config import check_override_flags
+from seedlike.config import ConfigError, check_override_flags, validate
 
 DEFAULT_CONFIG = os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "configs", "cartpole_ppo.py"
@@ -26,11 +26,27 @@ _SERVER = flags.DEFINE_string("server", "127.0.0.1:50051", "host:port of the lea
 _ACTOR_ID = flags.DEFINE_integer("actor_id", 0, "Distinct id per actor (seeds its envs).")
 
 
+def _is_address(value: str) -> bool:
+    host, _, port = value.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
+# Checked here: gRPC would take a malformed address as a server that is down and retry for
+# actor.give_up_s.
+flags.register_validator(
+    "server", _is_address, "--server must be HOST:PORT, e.g. 127.0.0.1:50051 or learner:50051"
+)
+
+
 def main(argv):
     del argv
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        validate(_CONFIG.value)
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}") from None
     sys.exit(Actor(_CONFIG.value, _SERVER.value, _ACTOR_ID.value, stop).run())
 
 

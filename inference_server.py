@@ -14,6 +14,7 @@ import threading
 from absl import app, flags, logging
 
 from seedlike import xla_flags
+from seedlike.checkpoint import IncompatibleCheckpoint
 from seedlike.serving import serve_checkpoint
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Run dir, checkpoints dir or step dir.")
@@ -31,15 +32,18 @@ def main(argv):
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    summary = serve_checkpoint(
-        _CHECKPOINT.value,
-        _LOGDIR.value,
-        bind=_BIND.value,
-        port=_PORT.value,
-        stop=stop,
-        max_env_steps=_MAX_ENV_STEPS.value,
-        interval_s=_INTERVAL.value,
-    )
+    try:
+        summary = serve_checkpoint(
+            _CHECKPOINT.value,
+            _LOGDIR.value,
+            bind=_BIND.value,
+            port=_PORT.value,
+            stop=stop,
+            max_env_steps=_MAX_ENV_STEPS.value,
+            interval_s=_INTERVAL.value,
+        )
+    except (FileNotFoundError, IncompatibleCheckpoint) as e:
+        raise SystemExit(f"error: {e}") from None
     logging.info("served: %s", json.dumps(summary))
 
 

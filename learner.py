@@ -16,7 +16,8 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from seedlike import xla_flags
-from seedlike.config import check_override_flags
+from seedlike.checkpoint import IncompatibleCheckpoint
+from seedlike.config import ConfigError, check_override_flags
 from seedlike.training import train
 
 DEFAULT_CONFIG = os.path.join(
@@ -44,7 +45,10 @@ def main(argv):
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    train(_CONFIG.value, _LOGDIR.value, bind=_BIND.value, port=_PORT.value, stop=stop)
+    try:
+        train(_CONFIG.value, _LOGDIR.value, bind=_BIND.value, port=_PORT.value, stop=stop)
+    except (ConfigError, IncompatibleCheckpoint) as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import json
 from absl import app, flags
 
 from seedlike import xla_flags
+from seedlike.checkpoint import IncompatibleCheckpoint
 from seedlike.league import games
 
 _A = flags.DEFINE_string(
@@ -42,10 +43,13 @@ flags.mark_flag_as_required("a")
 def main(argv):
     del argv
     xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
-    a, b = (
-        games.make_agent(x, greedy=_GREEDY.value, search_depth=_SEARCH.value)
-        for x in (_A.value, _B.value)
-    )
+    try:
+        a, b = (
+            games.make_agent(x, greedy=_GREEDY.value, search_depth=_SEARCH.value)
+            for x in (_A.value, _B.value)
+        )
+    except (FileNotFoundError, IncompatibleCheckpoint) as e:
+        raise SystemExit(f"error: {e}") from None
     env = _ENV.value or next((x.network.spec.name for x in (a, b) if hasattr(x, "network")), None)
     if env is None:
         raise app.UsageError("--env is needed when neither agent is a checkpoint")

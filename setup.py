@@ -19,6 +19,8 @@ INSTALL_REQUIRES = [
     "absl-py==2.5.1",
     "ml_collections==1.1.0",
     "trueskill==0.4.5",
+    "matplotlib==3.11.2",  # python -m seedlike.plot
+    "pillow==13.0.0",  # watch.py's GIFs
 ]
 
 setup(

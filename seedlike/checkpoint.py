@@ -204,6 +204,12 @@ def load_checkpoint(path: str):
     from seedlike.learner import train_state as ts
 
     directory, step = split_checkpoint_path(path)
+    if not os.path.isdir(directory if step is None else os.path.join(directory, str(step))):
+        # Checked before orbax sees the path: its manager would create the directory.
+        raise FileNotFoundError(
+            f"no run or checkpoint at {path}: pass a run directory, its checkpoints/ directory "
+            "or one step directory"
+        )
     checkpointer = Checkpointer(directory)
     try:
         steps = checkpointer.steps()

@@ -154,16 +154,23 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
+class ConfigError(ValueError):
+    """A setting that cannot work; entrypoints print the message alone, without a traceback."""
+
+
 def validate(config) -> None:
-    """Raises ValueError naming the setting that cannot work."""
-    from seedlike.envs.envpool_env import check_task_id
+    """Raises ConfigError naming the setting that cannot work."""
+    from seedlike.envs.envpool_env import UnknownTask, check_task_id
 
     def need(ok: bool, message: str):
         if not ok:
-            raise ValueError(f"invalid config: {message}")
+            raise ConfigError(f"invalid config: {message}")
 
     need(config.algo in ALGOS, f"algo={config.algo!r} is not one of {list(ALGOS)}")
-    check_task_id(config.env.name)
+    try:
+        check_task_id(config.env.name)
+    except UnknownTask as e:
+        raise ConfigError(f"invalid config: {e}") from None
     need(config.total_env_steps > 0, "total_env_steps must be positive")
     need(config.unroll_length >= 1, "unroll_length must be >= 1")
     need(config.batch_unrolls >= 1, "batch_unrolls must be >= 1")

@@ -7,10 +7,10 @@ import logging
 import math
 import os
 import time
+import uuid
 
-# Shown on the one-line console summary, in this order: (key, label, format).
+# Shown on the one-line console summary after the progress, in this order: (key, label, format).
 CONSOLE_FIELDS = (
-    ("env_steps", "steps", "{:,.0f}"),
     ("sps", "sps", "{:,.0f}"),
     ("episode_return_mean", "return", "{:.2f}"),
     ("episode_length_mean", "len", "{:.1f}"),
@@ -20,6 +20,15 @@ CONSOLE_FIELDS = (
     ("loss/total", "loss", "{:.4f}"),
     ("actors_connected", "actors", "{:.0f}"),
 )
+# Shown only in runs whose rows have them (success threshold set, league, TrueSkill evaluation):
+# the numbers that say whether such a run is progressing, where the return alone does not.
+CONSOLE_OPTIONAL = (
+    ("episode_success_rate", "success", "{:.2f}"),
+    ("league/win_rate_vs_pool", "win vs pool", "{:.2f}"),
+    ("trueskill_mu", "trueskill", "{:.1f}"),
+)
+WANDB_ID_FILE = "wandb_run_id"
+_VS_POOL = "league/win_rate_vs_pool"  # the other league/win_rate_vs_* keys are bots
 
 
 def _jsonable(value):
@@ -39,15 +48,25 @@ class MetricsWriter:
       wandb_mode: "offline" (default), "online" or "disabled"; the WANDB_MODE environment
         variable overrides it.
       wandb_project: wandb project name.
+      total_env_steps: the run's length, for the console's progress and ETA (None: no ETA).
     """
 
     def __init__(
-        self, logdir: str, config, wandb_mode: str = "offline", wandb_project: str = "seedlike"
+        self,
+        logdir: str,
+        config,
+        wandb_mode: str = "offline",
+        wandb_project: str = "seedlike",
+        total_env_steps: int | None = None,
     ):
         os.makedirs(logdir, exist_ok=True)
         self.path = os.path.join(logdir, "metrics.jsonl")
         self._file = open(self.path, "a", buffering=1)
         self._start = time.time()
+        self._total = total_env_steps
+        self._first: tuple[float, int] | None = (
+            None  # (time, env_steps) of this process's first row
+        )
         self._wandb = None
         mode = os.environ.get("WANDB_MODE") or wandb_mode
         if mode != "disabled":
@@ -61,6 +80,8 @@ class MetricsWriter:
             return wandb.init(
                 project=project,
                 name=os.path.basename(os.path.abspath(logdir)),
+                id=_wandb_run_id(logdir),
+                resume="allow",
                 dir=logdir,
                 mode=mode,
                 config=config.to_dict() if hasattr(config, "to_dict") else dict(config),
@@ -77,7 +98,17 @@ class MetricsWriter:
             self._wandb.log(
                 {k: v for k, v in row.items() if v is not None}, step=int(row["env_steps"])
             )
-        logging.info("%s", console_line(row, time.time() - self._start))
+        if self._first is None:
+            self._first = (row["time"], row["env_steps"])
+        elapsed = time.time() - self._start
+        logging.info("%s", console_line(row, elapsed, self._total, self._rate(row)))
+
+    def _rate(self, row: dict) -> float | None:
+        """Env steps per second since this process's first row: steadier than one row's `sps`,
+        and a resumed run's ETA counts only the steps it made itself."""
+        t0, steps0 = self._first
+        steps, seconds = row["env_steps"] - steps0, row["time"] - t0
+        return steps / seconds if steps > 0 and seconds > 0 else None
 
     def close(self) -> None:
         self._file.close()
@@ -86,13 +117,64 @@ class MetricsWriter:
             self._wandb = None
 
 
-def console_line(row: dict, elapsed: float) -> str:
-    h, rem = divmod(int(elapsed), 3600)
-    parts = [f"[{h:02d}:{rem // 60:02d}:{rem % 60:02d}]"]
-    for key, label, fmt in CONSOLE_FIELDS:
+def _wandb_run_id(logdir: str) -> str:
+    """The run's wandb id, kept in the logdir: every resume and curriculum stage of a run logs to
+    one wandb run (offline, `wandb sync` uploads the pieces in order), not a new one each time."""
+    path = os.path.join(logdir, WANDB_ID_FILE)
+    if os.path.exists(path):
+        with open(path) as f:
+            run_id = f.read().strip()
+        if run_id:
+            return run_id
+    run_id = uuid.uuid4().hex[:12]
+    with open(path, "w") as f:
+        f.write(run_id + "\n")
+    return run_id
+
+
+def console_line(
+    row: dict, elapsed: float, total_env_steps: int | None = None, rate: float | None = None
+) -> str:
+    """`[hh:mm:ss] steps 1.2M / 10M 12% ETA 14m  sps ...`; `rate` (env steps/s) gives the ETA."""
+    parts = [f"[{_clock(elapsed)}]", _progress(row.get("env_steps"), total_env_steps, rate)]
+    fields = CONSOLE_FIELDS + tuple(f for f in CONSOLE_OPTIONAL if f[0] in row)
+    bots = sorted(k for k in row if k.startswith("league/win_rate_vs_") and k != _VS_POOL)
+    fields += tuple((k, "win vs " + k.rsplit("_vs_", 1)[1], "{:.2f}") for k in bots)
+    for key, label, fmt in fields:
         value = row.get(key)
         parts.append(f"{label} {fmt.format(value) if value is not None else '-'}")
     return "  ".join(parts)
+
+
+def _clock(seconds: float) -> str:
+    h, rem = divmod(int(seconds), 3600)
+    return f"{h:02d}:{rem // 60:02d}:{rem % 60:02d}"
+
+
+def _progress(steps, total, rate) -> str:
+    if steps is None:
+        return "steps -"
+    if not total:
+        return f"steps {_si(steps)}"
+    text = f"steps {_si(steps)} / {_si(total)} {min(steps / total, 1.0):.0%}"
+    if rate and steps < total:
+        text += f" ETA {_duration((total - steps) / rate)}"
+    return text
+
+
+def _si(n: float) -> str:
+    """1234 -> 1.2k, 10_000_000 -> 10M."""
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def _duration(seconds: float) -> str:
+    minutes = int(seconds // 60)
+    if minutes >= 60:
+        return f"{minutes // 60}h{minutes % 60:02d}m"
+    return f"{minutes}m" if minutes else f"{int(seconds)}s"
 
 
 def read_metrics(logdir: str) -> list[dict]:

@@ -44,7 +44,13 @@ def serve_checkpoint(
     registry.publish(version, {"params": state.params, "obs_norm": state.obs_norm})
     store = TrajectoryStore(network.spec)  # episode statistics only, no unrolls
     service, server, _ = start_inference(config, network, registry, store, logdir, bind, port)
-    metrics = MetricsWriter(logdir, config, config.log.wandb_mode, config.log.wandb_project)
+    metrics = MetricsWriter(
+        logdir,
+        config,
+        config.log.wandb_mode,
+        config.log.wandb_project,
+        total_env_steps=max_env_steps or None,
+    )
     returns, lengths = [], []
     start = last = time.monotonic()
     last_rows = 0

@@ -182,7 +182,13 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         store=store,
         service=service,
         server=server,
-        metrics=MetricsWriter(logdir, config, config.log.wandb_mode, config.log.wandb_project),
+        metrics=MetricsWriter(
+            logdir,
+            config,
+            config.log.wandb_mode,
+            config.log.wandb_project,
+            total_env_steps=int(config.total_env_steps),
+        ),
         base_env_steps=int(meta.get("env_steps", 0)),
         episodes_total=int(meta.get("episodes", 0)),
     )

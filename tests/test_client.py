@@ -1,4 +1,9 @@
-"""Reconnection policy of actors: exponential, jittered, bounded, and giving up eventually."""
+"""Reconnection policy of actors: exponential, jittered, bounded, and giving up eventually; a
+malformed server address is refused at once."""
+
+import os
+import subprocess
+import sys
 
 import grpc
 import pytest
@@ -61,3 +66,15 @@ def test_connecting_to_nothing_is_a_retryable_disconnect():
 
     with pytest.raises(client.Disconnected, match="no server"):
         client.Connection(f"127.0.0.1:{free_port()}", None, connect_timeout=0.3)
+
+
+def test_actor_refuses_a_server_address_without_a_port_at_once():
+    done = subprocess.run(
+        [sys.executable, "actor.py", "--server=localhost"],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "--server must be HOST:PORT" in done.stderr

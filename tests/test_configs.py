@@ -2,6 +2,8 @@
 
 import glob
 import os
+import subprocess
+import sys
 
 import jax
 import pytest
@@ -34,3 +36,27 @@ def test_config_builds_on_two_devices(path):
     # Batch and minibatches split over the suite's two forced devices (raises if not).
     learner = Learner(config, network)
     assert learner.num_devices == 2
+
+
+@pytest.mark.parametrize("entrypoint", ["learner.py", "actor.py"])
+def test_an_unknown_env_is_one_line_naming_close_tasks(entrypoint, tmp_path):
+    args = [sys.executable, entrypoint, "--config.env.name=CartPol-v1"]
+    if entrypoint == "learner.py":
+        args.append(f"--logdir={tmp_path / 'r'}")
+    done = subprocess.run(
+        args,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "error: invalid config: env.name='CartPol-v1' is not an envpool task id. "
+            "Did you mean CartPole-v1"
+        )
+    )
+    assert not (tmp_path / "r").exists()

@@ -30,6 +30,9 @@ from tests.procs import (
     wait_for,
 )
 
+# Multi-process and learning runs: scripts/test.sh --fast leaves them out.
+pytestmark = pytest.mark.slow
+
 FAST = ["--config.log.interval_s=1", "--config.total_env_steps=100000000"]
 ONE_DEVICE = {**os.environ, "XLA_FLAGS": ""}
 

@@ -2,7 +2,12 @@
 
 import os
 
+import pytest
+
 from tests.procs import ROOT, returns, train
+
+# Multi-process and learning runs: scripts/test.sh --fast leaves them out.
+pytestmark = pytest.mark.slow
 
 POMDP = os.path.join(ROOT, "configs", "cartpole_pomdp_lstm.py")
 VTRACE = os.path.join(ROOT, "configs", "cartpole_vtrace.py")

@@ -25,12 +25,16 @@ def _all_task_ids() -> tuple[str, ...]:
     return tuple(envpool.list_all_envs())
 
 
+class UnknownTask(ValueError):
+    """env.name is not an envpool task id (the message suggests close ones)."""
+
+
 def check_task_id(name: str) -> None:
     tasks = _all_task_ids()
     if name not in tasks:
         close = difflib.get_close_matches(name, tasks, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(
+        raise UnknownTask(
             f"env.name={name!r} is not an envpool task id.{hint} "
             "See envpool.list_all_envs() for the full list."
         )
@@ -201,6 +205,11 @@ class EnvpoolAdapter:
         per_env = np.zeros(self.num_envs, np.int32)
         per_env[rows.env_id[rows.acting]] = action[rows.acting]
         self._env.send(per_env[env_ids], env_ids.astype(np.int32))
+
+    def render(self) -> np.ndarray:
+        """The first env as an RGB image uint8 [H, W, 3] (the env needs render_mode="rgb_array"
+        in env.kwargs)."""
+        return np.asarray(self._env.render())[0]
 
     def close(self) -> None:
         close = getattr(self._env, "close", None)

@@ -1,0 +1,100 @@
+"""Watching a policy: play episodes of a checkpoint in one envpool env, locally (no server), and
+keep envpool's rendered frames (`render_mode="rgb_array"`) for a GIF (`watch.py`).
+
+The env is the checkpoint's own (same task, frame stacking, episodic life, ...), one copy, stepped
+synchronously. In two-player games the checkpoint is player 0 and `opponent` (an Agent: a bot,
+another checkpoint, by default the same policy) player 1; envpool picks who moves first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from seedlike.checkpoint import load_checkpoint
+from seedlike.envs.envpool_env import EnvpoolAdapter
+from seedlike.league.games import NetworkAgent
+from seedlike.policy import PolicyRunner
+from seedlike.types import LEGAL_ACTION_MASK
+
+
+@dataclasses.dataclass
+class Recording:
+    env_name: str
+    frames: list  # uint8 [H, W, 3] each, the first one after the reset
+    returns: list  # undiscounted return of each finished episode (player 0's in games)
+    lengths: list  # env steps of each finished episode
+
+
+def record_episodes(
+    checkpoint: str,
+    episodes: int = 1,
+    greedy: bool = True,
+    opponent=None,
+    seed: int = 0,
+    max_frames: int = 3000,
+) -> Recording:
+    """Plays `episodes` episodes of `checkpoint` (a run, checkpoints or step directory), or until
+    `max_frames` frames, and returns the frames and episode results."""
+    config, network, state, _ = load_checkpoint(checkpoint)
+    env_config = config.env.copy_and_resolve_references()
+    env_config.num_envs, env_config.batch_size, env_config.num_threads = 1, 0, 1
+    kwargs = dict(env_config.get("kwargs", {}) or {})
+    kwargs["render_mode"] = "rgb_array"
+    env_config.kwargs = kwargs
+    spec = network.spec
+    params = {"params": state.params, "obs_norm": state.obs_norm}
+    agents = [NetworkAgent(PolicyRunner(network, greedy=greedy, seed=seed), params)]
+    if spec.num_players == 2:
+        agents.append(opponent or NetworkAgent(PolicyRunner(network, greedy, seed + 1), params))
+    for agent in agents:
+        agent.reset(1)
+    env = EnvpoolAdapter(env_config, spec, seed)
+    rng = np.random.default_rng(seed)
+    out = Recording(config.env.name, [], [], [])
+    first = np.ones(len(agents), bool)  # per player: the next move starts an episode
+    episode_return, length = 0.0, 0
+    env.reset()
+    try:
+        while len(out.returns) < episodes and len(out.frames) < max_frames:
+            rows = env.recv()
+            out.frames.append(env.render())
+            mine = rows.player_id == 0
+            episode_return += float(rows.reward[mine].sum())
+            if rows.game_over[mine].any():
+                out.returns.append(episode_return)
+                out.lengths.append(length)
+                episode_return, length, first[:] = 0.0, 0, True
+            actions = np.zeros(rows.reward.shape[0], np.int32)
+            for p, agent in enumerate(agents):
+                acting = rows.acting & (rows.player_id == p)
+                if not acting.any():
+                    continue
+                obs = {k: v[acting] for k, v in rows.obs.items()}
+                mask = rows.extras.get(LEGAL_ACTION_MASK)
+                mask = mask[acting] if mask is not None else np.ones((1, spec.num_actions), bool)
+                first_move = np.array([first[p]])
+                actions[acting] = agent.act(obs, mask, rows.env_id[acting], first_move, rng)
+                first[p] = False
+            length += int(rows.acting[mine].any())
+            env.send(actions, rows)
+    finally:
+        env.close()
+    return out
+
+
+def save_gif(frames: list, path: str, fps: float = 30.0) -> None:
+    """Writes frames (uint8 [H, W, 3]) as a looping GIF."""
+    from PIL import Image
+
+    if not frames:
+        raise ValueError("no frames to save")
+    images = [Image.fromarray(np.asarray(f, np.uint8)) for f in frames]
+    images[0].save(
+        path,
+        save_all=True,
+        append_images=images[1:],
+        duration=max(int(round(1000.0 / fps)), 20),  # GIF delays are in 10 ms units, 20 minimum
+        loop=0,
+    )

@@ -1,0 +1,133 @@
+"""The console line, the wandb run kept across resumes, and the plot command."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from seedlike import metrics, plot
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _row(**values):
+    row = {"env_steps": 0, "sps": 100.0, "time": 0.0}
+    row.update(values)
+    return row
+
+
+def test_console_line_shows_progress_and_eta():
+    line = metrics.console_line(_row(env_steps=1_200_000), 75, 10_000_000, rate=2_000.0)
+    # 8.8M steps left at 2,000/s: 4,400 s = 1 h 13 min.
+    assert line.startswith("[00:01:15]  steps 1.2M / 10M 12% ETA 1h13m  sps 100")
+    done = metrics.console_line(_row(env_steps=10_000_000), 5, 10_000_000, rate=2_000.0)
+    assert "steps 10M / 10M 100%  sps" in done  # no ETA once finished
+    assert "steps 1.2M  sps" in metrics.console_line(_row(env_steps=1_200_000), 5)
+
+
+def test_console_line_shows_run_specific_metrics_only_where_the_run_has_them():
+    plain = metrics.console_line(_row(), 1)
+    assert "success" not in plain and "trueskill" not in plain and "win vs" not in plain
+    league = metrics.console_line(
+        _row(
+            **{
+                "league/win_rate_vs_pool": 0.625,
+                "league/win_rate_vs_scripted": None,
+                "trueskill_mu": 23.44,
+                "episode_success_rate": 0.9,
+            }
+        ),
+        1,
+    )
+    assert "success 0.90" in league
+    assert "win vs pool 0.62" in league and "trueskill 23.4" in league
+    assert "win vs scripted -" in league  # a bot with no game in the interval
+
+
+def test_metrics_writer_eta_counts_only_this_processes_steps(tmp_path, caplog, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    writer = metrics.MetricsWriter(str(tmp_path), {}, total_env_steps=1_000_000)
+    with caplog.at_level("INFO"):
+        # A resumed run, half done before this process; then 10k steps in 10 s: 490 s left.
+        writer.write(_row(env_steps=500_000, time=1000.0))
+        writer.write(_row(env_steps=510_000, time=1010.0))
+    writer.close()
+    assert "steps 510k / 1M 51% ETA 8m" in caplog.records[-1].getMessage()
+    rows = metrics.read_metrics(str(tmp_path))
+    assert [r["env_steps"] for r in rows] == [500_000, 510_000]
+
+
+def test_resumed_run_logs_to_the_same_wandb_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    for _ in range(2):
+        writer = metrics.MetricsWriter(str(tmp_path), {"a": 1}, "offline")
+        writer.write(_row())
+        writer.close()
+    run_dirs = [d for d in os.listdir(tmp_path / "wandb") if d.startswith("offline-run-")]
+    run_id = (tmp_path / metrics.WANDB_ID_FILE).read_text().strip()
+    # offline-run-<date>_<time>-<id>, with "-1" added when both start in the same second
+    assert len(run_dirs) == 2
+    assert all(re.fullmatch(rf"offline-run-\d+_\d+-{run_id}(-\d+)?", d) for d in run_dirs)
+
+
+def _write_run(logdir, rows):
+    os.makedirs(logdir, exist_ok=True)
+    with open(os.path.join(logdir, "metrics.jsonl"), "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def test_curve_skips_nulls_smooths_and_counts_minutes_without_the_stopped_time():
+    rows = [
+        _row(env_steps=100, time=0.0, r=1.0),
+        _row(env_steps=200, time=60.0, r=None),
+        _row(env_steps=300, time=120.0, r=3.0),
+        _row(env_steps=400, time=10_000.0, r=5.0),  # resumed long after
+        _row(env_steps=500, time=10_060.0, r=7.0),
+    ]
+    xs, ys = plot.curve(rows, "r")
+    np.testing.assert_array_equal(xs, [100, 300, 400, 500])
+    np.testing.assert_array_equal(ys, [1, 3, 5, 7])
+    _, smoothed = plot.curve(rows, "r", smooth=2)
+    np.testing.assert_array_equal(smoothed, [1, 2, 4, 6])
+    minutes, _ = plot.curve(rows, "r", x="minutes")
+    np.testing.assert_allclose(minutes, [0, 2, 3, 4])
+
+
+def test_plot_runs_draws_one_line_per_run_and_panel_per_key(tmp_path):
+    a = [_row(env_steps=s, episode_return_mean=s / 10) for s in (10, 20, 30)]
+    b = [_row(env_steps=s, episode_return_mean=-s, sps=5.0) for s in (10, 20)]
+    _write_run(tmp_path / "a", a)
+    _write_run(tmp_path / "b", b)
+    fig = plot.plot_runs(
+        plot.load_runs([str(tmp_path / "a"), str(tmp_path / "b")]),
+        ["episode_return_mean", "sps"],
+    )
+    top, bottom = fig.axes
+    lines = {line.get_label(): line for line in top.get_lines()}
+    assert set(lines) == {"a", "b"}
+    np.testing.assert_array_equal(lines["a"].get_ydata(), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(lines["b"].get_xdata(), [10, 20])
+    assert top.get_ylabel() == "episode_return_mean" and len(bottom.get_lines()) == 2
+    with pytest.raises(plot.PlotError, match="no run has the key 'retrun'; keys in these runs"):
+        plot.plot_runs(plot.load_runs([str(tmp_path / "a")]), ["retrun"])
+    with pytest.raises(plot.PlotError, match="no metrics.jsonl rows"):
+        plot.load_runs([str(tmp_path / "missing")])
+
+
+def test_plot_command_writes_a_png_and_reports_bad_input_in_one_line(tmp_path):
+    _write_run(tmp_path / "run", [_row(env_steps=s, episode_return_mean=s) for s in (1, 2, 3)])
+    out = tmp_path / "curve.png"
+    cmd = [sys.executable, "-m", "seedlike.plot", str(tmp_path / "run"), f"--out={out}"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = subprocess.run(
+        cmd + ["--keys=nope"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert "error: no run has the key 'nope'" in bad.stderr

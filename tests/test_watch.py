@@ -1,0 +1,79 @@
+"""Recording a checkpoint's episodes (seedlike.watch, watch.py) and clean checkpoint-path errors."""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+from PIL import Image
+
+from networks import make_network
+from seedlike import watch
+from seedlike.checkpoint import Checkpointer
+from seedlike.envs.envpool_env import make_env_spec
+from seedlike.learner import train_state as ts
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def save_untrained_run(run_dir, config_module: str):
+    config = importlib.import_module(f"configs.{config_module}").get_config()
+    network = make_network(config.network, make_env_spec(config.env))
+    state = ts.init_train_state(network, ts.make_optimizer(config.optimizer), jax.random.key(0))
+    checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"))
+    checkpointer.save(0, state, {"policy_version": 0, "config": json.loads(config.to_json())})
+    checkpointer.close()
+
+
+def test_recording_has_one_frame_per_observation_and_the_episode_returns(tmp_path):
+    save_untrained_run(tmp_path, "cartpole_ppo")
+    rec = watch.record_episodes(str(tmp_path), episodes=2)
+    assert rec.env_name == "CartPole-v1" and len(rec.returns) == 2
+    # CartPole pays 1 per step: the return is the episode's length. Each episode is seen in its
+    # first observation plus one per step.
+    assert rec.returns == rec.lengths and all(n > 0 for n in rec.lengths)
+    assert len(rec.frames) == sum(rec.lengths) + 2
+    assert rec.frames[0].shape == (400, 600, 3) and rec.frames[0].dtype == np.uint8
+    # The cart moves: frames differ.
+    assert not np.array_equal(rec.frames[0], rec.frames[len(rec.frames) // 2])
+
+    path = tmp_path / "cartpole.gif"
+    watch.save_gif(rec.frames, str(path), fps=50)
+    gif = Image.open(path)
+    assert gif.size == (600, 400)
+    # Pillow merges identical consecutive frames and adds up their delays: the GIF plays as long
+    # as the episode, 20 ms per observation.
+    total = 0
+    for i in range(gif.n_frames):
+        gif.seek(i)
+        total += gif.info["duration"]
+    assert total == 20 * len(rec.frames)
+
+
+def test_watch_cli_records_a_board_game_against_a_bot_and_rejects_missing_paths(tmp_path):
+    save_untrained_run(tmp_path / "run", "tictactoe_selfplay")
+    out = tmp_path / "ttt.gif"
+    cmd = [sys.executable, "watch.py", f"--checkpoint={tmp_path / 'run'}", "--opponent=random"]
+    done = subprocess.run(
+        cmd + ["--episodes=2", f"--out={out}"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "frames of TicTacToe-v1, episode returns: " in done.stdout
+    returns = done.stdout.strip().rsplit(": ", 1)[1].split(", ")
+    assert len(returns) == 2 and set(returns) <= {"-1", "0", "1"}
+    # A TicTacToe game is 5-9 moves, plus its first board (each move changes the picture).
+    assert 2 * 6 <= Image.open(out).n_frames <= 2 * 10
+
+    missing = tmp_path / "no_such_run"
+    bad = subprocess.run(
+        [sys.executable, "watch.py", f"--checkpoint={missing}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert f"error: no run or checkpoint at {missing}" in bad.stderr
+    assert not missing.exists()  # nothing created for a path that does not exist
