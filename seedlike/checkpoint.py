@@ -192,6 +192,18 @@ def split_checkpoint_path(path: str) -> tuple[str, int | None]:
     return path, None
 
 
+def existing_checkpoint_path(path: str) -> tuple[str, int | None]:
+    """split_checkpoint_path for reading: FileNotFoundError, saying what to pass, if there is
+    nothing at `path` (checked before orbax sees it: its manager would create the directory)."""
+    directory, step = split_checkpoint_path(path)
+    if not os.path.isdir(directory if step is None else os.path.join(directory, str(step))):
+        raise FileNotFoundError(
+            f"no run or checkpoint at {path}: pass a run directory, its checkpoints/ directory "
+            "or one step directory"
+        )
+    return directory, step
+
+
 def load_checkpoint(path: str):
     """Loads a learner checkpoint without knowing its config: (config, network, state, meta).
 
@@ -203,13 +215,7 @@ def load_checkpoint(path: str):
     from seedlike.envs.envpool_env import make_env_spec
     from seedlike.learner import train_state as ts
 
-    directory, step = split_checkpoint_path(path)
-    if not os.path.isdir(directory if step is None else os.path.join(directory, str(step))):
-        # Checked before orbax sees the path: its manager would create the directory.
-        raise FileNotFoundError(
-            f"no run or checkpoint at {path}: pass a run directory, its checkpoints/ directory "
-            "or one step directory"
-        )
+    directory, step = existing_checkpoint_path(path)
     checkpointer = Checkpointer(directory)
     try:
         steps = checkpointer.steps()

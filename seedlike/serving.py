@@ -24,11 +24,15 @@ def serve_checkpoint(
     stop: threading.Event | None = None,
     max_env_steps: int = 0,
     interval_s: float = 10.0,
+    greedy: bool = False,
+    max_episodes: int = 0,
 ) -> dict:
-    """Serves the policy of `checkpoint` to actors until stopped or `max_env_steps` (0 = forever).
+    """Serves the policy of `checkpoint` to actors until stopped, `max_env_steps` or
+    `max_episodes` (0 = no limit); `greedy` plays the most likely legal actions.
 
     Every interval appends a row of episode statistics to <logdir>/metrics.jsonl. Returns the
-    statistics over the whole session.
+    statistics over the whole session; with `max_episodes`, over the first that many episodes to
+    end (with many envs these lean towards short episodes: ask for several per env).
     """
     stop = stop or threading.Event()
     config, network, state, meta = ckpt_lib.load_checkpoint(checkpoint)
@@ -43,7 +47,9 @@ def serve_checkpoint(
     registry = PolicyRegistry()
     registry.publish(version, {"params": state.params, "obs_norm": state.obs_norm})
     store = TrajectoryStore(network.spec)  # episode statistics only, no unrolls
-    service, server, _ = start_inference(config, network, registry, store, logdir, bind, port)
+    service, server, _ = start_inference(
+        config, network, registry, store, logdir, bind, port, greedy=greedy
+    )
     metrics = MetricsWriter(
         logdir,
         config,
@@ -55,7 +61,11 @@ def serve_checkpoint(
     start = last = time.monotonic()
     last_rows = 0
     try:
-        while not stop.is_set() and not (max_env_steps and store.rows_received >= max_env_steps):
+        while not (
+            stop.is_set()
+            or (max_env_steps and store.rows_received >= max_env_steps)
+            or (max_episodes and service.stats.episodes_ended >= max_episodes)
+        ):
             service.check_alive()
             stop.wait(0.1)
             now = time.monotonic()
@@ -71,6 +81,8 @@ def serve_checkpoint(
             metrics, service, store, version, time.monotonic() - last, last_rows, returns, lengths
         )
         metrics.close()
+    if max_episodes:
+        returns, lengths = returns[:max_episodes], lengths[:max_episodes]
     return {
         "episodes": len(returns),
         "episode_return_mean": float(np.mean(returns)) if returns else float("nan"),

@@ -40,14 +40,14 @@ LEAGUE_DIR = "league"
 
 
 def start_inference(
-    config, network, registry, store, logdir, bind, port, matchmaker=None, guard=None
+    config, network, registry, store, logdir, bind, port, matchmaker=None, guard=None, greedy=False
 ):  # fmt: skip
     """Starts the inference pipeline and its gRPC server; writes <logdir>/server_address.
 
     Returns (service, grpc server, "host:port").
     """
     service = inference.InferenceService(
-        store.spec, network, registry, store, config.server, matchmaker, config.seed, guard
+        store.spec, network, registry, store, config.server, matchmaker, config.seed, guard, greedy
     )
     service.start()
     server, bound = serve(service, bind, port, config.server.max_actors)

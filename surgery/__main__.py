@@ -95,6 +95,8 @@ def main(argv):
     except (SurgeryError, IncompatibleCheckpoint, FileNotFoundError) as e:
         sys.exit(f"surgery failed: {e}")
 
+    for warning in outcome.warnings:
+        logging.warning("%s", warning)
     print(f"plan:\n{outcome.plan}")
     print("parameter changes:\n" + json.dumps(outcome.changes, indent=2))
     print(f"learner policy: {outcome.report}")

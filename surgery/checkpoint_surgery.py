@@ -230,6 +230,7 @@ class SurgeryOutcome:
       lr_zero_until: TrainState.lr_zero_until of the new state (sgd steps).
       changes: parameter path -> "old shape -> new shape".
       written: whether the new run directory was written.
+      warnings: what the caller should know but surgery cannot check (a change of environment).
     """
 
     out: str
@@ -241,6 +242,7 @@ class SurgeryOutcome:
     lr_zero_until: int
     changes: dict[str, str]
     written: bool
+    warnings: list = dataclasses.field(default_factory=list)
 
 
 def _json_safe(value):
@@ -300,7 +302,7 @@ def run_surgery(
         from seedlike.envs.envpool_env import make_env_spec as spec_fn
     if plan is None and new_config is None:
         raise ops.SurgeryError("run_surgery needs a plan or a new config (or both)")
-    directory, step = ckpt_lib.split_checkpoint_path(checkpoint)
+    directory, step = ckpt_lib.existing_checkpoint_path(checkpoint)
     run_dir = os.path.dirname(directory) if os.path.basename(directory) == "checkpoints" else None
     checkpointer = ckpt_lib.Checkpointer(directory)
     try:
@@ -387,6 +389,7 @@ def run_surgery(
         lr_zero_until=lr_zero_until,
         changes=result.param_map.describe(),
         written=not dry_run,
+        warnings=_env_warnings(old_config.env, new_config.env),
     )
     if dry_run:
         return outcome
@@ -404,6 +407,17 @@ def run_surgery(
     }
     _write_run(out, step, new_state, meta, new_config, entry, snapshots)
     return outcome
+
+
+def _env_warnings(old_env, new_env) -> list[str]:
+    """Surgery preserves the policy on the old observations; on another task those mean something
+    else, so a change of env.name is allowed (curricula) but said out loud."""
+    if old_env.name == new_env.name:
+        return []
+    return [
+        f"the environment changes from {old_env.name} to {new_env.name}: the function is "
+        f"preserved on {old_env.name}'s observations, not on the new task's"
+    ]
 
 
 def _write_run(out, step, state, meta, config, entry, snapshots) -> None:

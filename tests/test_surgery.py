@@ -629,6 +629,10 @@ def test_checkpoint_round_trip_restores_into_the_new_config(tmp_path):
         run, out, new_config=new_config, lr_zero_updates=2, spec_fn=spec_fn
     )
     assert outcome.written and outcome.step == 5
+    assert outcome.warnings == [
+        "the environment changes from Old-v0 to New-v0: the function is preserved on Old-v0's "
+        "observations, not on the new task's"
+    ]
     assert_exact(outcome.report)
     assert_exact(outcome.snapshot_reports["league/snapshots/3"])
     assert outcome.lr_zero_until == 80 + 2 * new_config.ppo.epochs * new_config.ppo.num_minibatches
@@ -652,6 +656,10 @@ def test_checkpoint_round_trip_restores_into_the_new_config(tmp_path):
     assert written.network.hidden_sizes == [12, 8] and written.network.residual_blocks == 1
     with pytest.raises(surgery.SurgeryError, match="already exists"):
         surgery.run_surgery(run, out, new_config=new_config, spec_fn=spec_fn)
+    missing = tmp_path / "no_such_run"
+    with pytest.raises(FileNotFoundError, match="no run or checkpoint at"):
+        surgery.run_surgery(str(missing), out, new_config=new_config, spec_fn=spec_fn)
+    assert not missing.exists()
 
 
 def test_checkpoint_surgery_refuses_inexact_plans_unless_forced(tmp_path):
@@ -666,6 +674,7 @@ def test_checkpoint_surgery_refuses_inexact_plans_unless_forced(tmp_path):
         run, str(tmp_path / "b"), plan=plan, force=True, reset_optimizer=True, spec_fn=spec_fn
     )
     assert outcome.config.network.core_size == 7  # read from the plan's result
+    assert outcome.warnings == []  # same environment
     meta = Checkpointer(str(tmp_path / "b" / "checkpoints")).read_meta(5)
     assert meta["surgery"][-1]["forced"] and meta["config"]["network"]["core_size"] == 7
     assert isinstance(ml_collections.ConfigDict(meta["config"]), ml_collections.ConfigDict)

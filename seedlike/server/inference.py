@@ -66,6 +66,7 @@ class InferenceStats:
 
     def __init__(self):
         self._lock = threading.Lock()
+        self.episodes_ended = 0  # since the start, never reset
         self._reset()
 
     def _reset(self):
@@ -87,6 +88,7 @@ class InferenceStats:
         if len(episodes.seat):
             with self._lock:
                 self.episodes.append(episodes)
+                self.episodes_ended += len(episodes.seat)
 
     def add_busy(self, stage: str, seconds: float) -> None:
         with self._lock:
@@ -147,6 +149,8 @@ class InferenceService:
       every seat, every change.
     seed: seeds action sampling.
     guard: runs JAX computations (seedlike.devices.ComputeGuard).
+    greedy: play the most likely legal action instead of sampling (evaluation; never while
+      learning, whose behaviour log-probs assume sampling).
     """
 
     def __init__(
@@ -159,6 +163,7 @@ class InferenceService:
         matchmaker: Matchmaker | None = None,
         seed: int = 0,
         guard=None,
+        greedy: bool = False,
     ):
         self.spec = spec
         self.registry = registry
@@ -166,7 +171,7 @@ class InferenceService:
         self.max_envs_per_actor = int(server_config.max_envs_per_actor)
         self.matchmaker = matchmaker or Matchmaker(spec, seed=seed)
         self.stats = InferenceStats()
-        self.runner = PolicyRunner(network, seed=seed, guard=guard)
+        self.runner = PolicyRunner(network, greedy=greedy, seed=seed, guard=guard)
         self.seats = SeatTable(spec.num_players, network.initial_carry)
         self.batcher = Batcher(server_config.max_batch_rows, server_config.batch_timeout_ms / 1e3)
         # Two batches may be in flight between gather and reply: one computing, one being fetched.
