@@ -15,6 +15,7 @@ from ml_collections import config_flags
 
 from seedlike.actor import Actor
 from seedlike.config import ConfigError, check_override_flags, validate
+from seedlike.rpc.security import TransportError
 
 DEFAULT_CONFIG = os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "configs", "cartpole_ppo.py"
@@ -45,9 +46,10 @@ def main(argv):
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         validate(_CONFIG.value)
-    except ConfigError as e:
+        actor = Actor(_CONFIG.value, _SERVER.value, _ACTOR_ID.value, stop)
+    except (ConfigError, TransportError) as e:
         raise SystemExit(f"error: {e}") from None
-    sys.exit(Actor(_CONFIG.value, _SERVER.value, _ACTOR_ID.value, stop).run())
+    sys.exit(actor.run())
 
 
 if __name__ == "__main__":

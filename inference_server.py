@@ -16,11 +16,16 @@ from absl import app, flags, logging
 
 from seedlike import xla_flags
 from seedlike.checkpoint import IncompatibleCheckpoint
+from seedlike.rpc.security import TransportError
 from seedlike.serving import serve_checkpoint
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Run dir, checkpoints dir or step dir.")
 _LOGDIR = flags.DEFINE_string("logdir", "runs/serve", "Where metrics.jsonl and the address go.")
-_BIND = flags.DEFINE_string("bind", "127.0.0.1", "Address to serve on (0.0.0.0 for remote actors).")
+_BIND = flags.DEFINE_string(
+    "bind",
+    "127.0.0.1",
+    "Address to serve on (0.0.0.0 for remote actors, with --config.transport.credentials).",
+)
 _PORT = flags.DEFINE_integer("port", 50052, "Port to serve on (0 = any free port).")
 _MAX_ENV_STEPS = flags.DEFINE_integer("max_env_steps", 0, "Stop after this many steps (0 = never).")
 _INTERVAL = flags.DEFINE_float("interval_s", 10.0, "Seconds between metrics rows.")
@@ -52,7 +57,7 @@ def main(argv):
             greedy=_GREEDY.value,
             max_episodes=_EPISODES.value,
         )
-    except (FileNotFoundError, IncompatibleCheckpoint) as e:
+    except (FileNotFoundError, IncompatibleCheckpoint, TransportError) as e:
         raise SystemExit(f"error: {e}") from None
     logging.info("served: %s", json.dumps(summary))
 

@@ -18,6 +18,7 @@ from ml_collections import config_flags
 from seedlike import xla_flags
 from seedlike.checkpoint import IncompatibleCheckpoint
 from seedlike.config import ConfigError, check_override_flags
+from seedlike.rpc.security import TransportError
 from seedlike.training import train
 
 DEFAULT_CONFIG = os.path.join(
@@ -28,7 +29,9 @@ check_override_flags(sys.argv, DEFAULT_CONFIG)
 _CONFIG = config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "Experiment config.")
 _LOGDIR = flags.DEFINE_string("logdir", "runs/default", "Run directory (metrics, checkpoints).")
 _BIND = flags.DEFINE_string(
-    "bind", "127.0.0.1", "Address to serve actors on (0.0.0.0 for remote actors)."
+    "bind",
+    "127.0.0.1",
+    "Address to serve actors on (0.0.0.0 for remote actors, with --config.transport.credentials).",
 )
 _PORT = flags.DEFINE_integer("port", 50051, "Port to serve actors on (0 = any free port).")
 
@@ -47,7 +50,7 @@ def main(argv):
     signal.signal(signal.SIGINT, on_signal)
     try:
         train(_CONFIG.value, _LOGDIR.value, bind=_BIND.value, port=_PORT.value, stop=stop)
-    except (ConfigError, IncompatibleCheckpoint) as e:
+    except (ConfigError, IncompatibleCheckpoint, TransportError) as e:
         raise SystemExit(f"error: {e}") from None
 
 

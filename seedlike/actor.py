@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from seedlike.envs.envpool_env import EnvpoolAdapter, make_env_spec
-from seedlike.rpc import client, codec
+from seedlike.rpc import client, codec, security
 
 EXIT_OK, EXIT_GAVE_UP, EXIT_REJECTED = 0, 1, 2
 
@@ -32,6 +32,9 @@ class Actor:
         self.actor_id = int(actor_id)
         self.stop = stop or threading.Event()
         self.spec = make_env_spec(config.env)
+        self.credentials = security.load(
+            config.get("transport", {}).get("credentials", ""), "client"
+        )
         self.num_envs = int(config.env.num_envs)
         self.steps = 0
         actor_config = config.get("actor", {})
@@ -48,7 +51,7 @@ class Actor:
         connections = 0
         while not self.stop.is_set():
             try:
-                connection = client.Connection(self.address, hello)
+                connection = client.Connection(self.address, hello, credentials=self.credentials)
             except client.Disconnected as e:
                 logging.info("actor %d: cannot connect to %s (%s)", self.actor_id, self.address, e)
                 if not self._backoff.wait():

@@ -106,6 +106,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.server.max_actors = 64  # concurrent actor streams
     c.server.max_envs_per_actor = 4096
 
+    # Mutual TLS plus a run token between actors and the learner (seedlike/rpc/security.py): a
+    # directory made by scripts/make_credentials.sh. Empty: plaintext, allowed on loopback only.
+    c.transport = ml_collections.ConfigDict()
+    c.transport.credentials = ""
+
     # Two-player games only: self-play against a pool of past snapshots, and TrueSkill evaluation.
     c.league = ml_collections.ConfigDict()
     c.league.sampler = "openai_five"  # latest | openai_five | pfsp | uniform_recent

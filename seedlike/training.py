@@ -29,6 +29,7 @@ from seedlike.league.players import LEARNER
 from seedlike.learner.learner import Learner
 from seedlike.metrics import MetricsWriter
 from seedlike.policy import PolicyRegistry
+from seedlike.rpc import security
 from seedlike.rpc.service import serve
 from seedlike.server import inference
 from seedlike.server.anneal import Annealing
@@ -46,11 +47,13 @@ def start_inference(
 
     Returns (service, grpc server, "host:port").
     """
+    credentials = security.load(config.get("transport", {}).get("credentials", ""), "server")
+    security.check_bind(bind, credentials)
     service = inference.InferenceService(
         store.spec, network, registry, store, config.server, matchmaker, config.seed, guard, greedy
     )
     service.start()
-    server, bound = serve(service, bind, port, config.server.max_actors)
+    server, bound = serve(service, bind, port, config.server.max_actors, credentials)
     address = f"{bind}:{bound}"
     os.makedirs(logdir, exist_ok=True)
     with open(os.path.join(logdir, ADDRESS_FILE), "w") as f:

@@ -17,12 +17,14 @@ import numpy as np
 
 from seedlike.rpc import codec
 from seedlike.rpc import seedlike_pb2 as pb
+from seedlike.rpc.security import TOKEN_METADATA, Credentials
 
 FATAL_CODES = frozenset(
     [
         grpc.StatusCode.INVALID_ARGUMENT,
         grpc.StatusCode.FAILED_PRECONDITION,
         grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.UNAUTHENTICATED,
     ]
 )
 
@@ -58,8 +60,15 @@ class Connection:
     is one write and one read, with no thread of its own to hand messages through.
     """
 
-    def __init__(self, address: str, hello: pb.Hello, connect_timeout: float = 5.0):
+    def __init__(
+        self,
+        address: str,
+        hello: pb.Hello,
+        connect_timeout: float = 5.0,
+        credentials: Credentials | None = None,
+    ):
         self.address = address
+        self._credentials = credentials
         self._loop = asyncio.new_event_loop()
         self._channel = None
         try:
@@ -69,16 +78,24 @@ class Connection:
             raise
 
     async def _open(self, hello: pb.Hello, connect_timeout: float) -> pb.Welcome:
-        self._channel = grpc.aio.insecure_channel(self.address, options=codec.CHANNEL_OPTIONS)
+        metadata = None
+        if self._credentials is None:
+            self._channel = grpc.aio.insecure_channel(self.address, options=codec.CHANNEL_OPTIONS)
+        else:
+            self._channel = grpc.aio.secure_channel(
+                self.address, self._credentials.channel_credentials(), options=codec.CHANNEL_OPTIONS
+            )
+            metadata = ((TOKEN_METADATA, self._credentials.token.decode()),)
         try:
             await asyncio.wait_for(self._channel.channel_ready(), connect_timeout)
         except TimeoutError:
+            tls = " (or its TLS handshake failed)" if self._credentials is not None else ""
             raise Disconnected(
-                f"no server at {self.address} after {connect_timeout:.1f}s"
+                f"no server at {self.address} after {connect_timeout:.1f}s{tls}"
             ) from None
         self._call = self._channel.stream_stream(
             codec.STREAM_METHOD, response_deserializer=pb.ServerMessage.FromString
-        )()
+        )(metadata=metadata)
         reply = await self._exchange(pb.ActorMessage(hello=hello).SerializeToString())
         if reply.WhichOneof("kind") != "welcome":
             raise Disconnected("server did not answer the Hello with a Welcome")

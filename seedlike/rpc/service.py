@@ -16,14 +16,20 @@ import grpc
 
 from seedlike.rpc import codec
 from seedlike.rpc import seedlike_pb2 as pb
+from seedlike.rpc.security import Credentials, check_bind
 from seedlike.server.inference import InferenceService, ServerStopping
 
 
 class InferenceServicer:
-    """One actor stream: Hello, then StepBatch -> ActionBatch in lockstep, on the event loop."""
+    """One actor stream: Hello, then StepBatch -> ActionBatch in lockstep, on the event loop.
 
-    def __init__(self, service: InferenceService):
+    With credentials (mutual TLS already checked the client's certificate), a stream without the
+    run token ends with UNAUTHENTICATED before its Hello is parsed.
+    """
+
+    def __init__(self, service: InferenceService, credentials: Credentials | None = None):
         self._service = service
+        self._credentials = credentials
 
     async def stream(self, request_iterator, context):
         service = self._service
@@ -32,6 +38,16 @@ class InferenceServicer:
             first = await anext(request_iterator, None)
             if first is None:
                 return
+            # Checked once the Hello has arrived, not before: an abort that races the client's
+            # first write reaches it as a bare INTERNAL error instead of this status.
+            if self._credentials is not None and not self._credentials.accepts(
+                context.invocation_metadata()
+            ):
+                await context.abort(
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    "missing or wrong run token: give the actor the learner's "
+                    "transport.credentials directory",
+                )
             hello = codec.parse_actor_message(first)
             if hello.WhichOneof("kind") != "hello":
                 raise codec.ProtocolError(
@@ -86,7 +102,16 @@ class RpcServer:
     """A grpc.aio server on an event loop of its own thread: every actor stream is a coroutine
     there, so messages do not hop between a thread per stream and the gRPC poller."""
 
-    def __init__(self, service: InferenceService, bind: str, port: int, max_actors: int):
+    def __init__(
+        self,
+        service: InferenceService,
+        bind: str,
+        port: int,
+        max_actors: int,
+        credentials: Credentials | None = None,
+    ):
+        check_bind(bind, credentials)
+        self._credentials = credentials
         self._loop = asyncio.new_event_loop()
 
         self._thread = threading.Thread(target=self._loop.run_forever, name="rpc", daemon=True)
@@ -103,10 +128,17 @@ class RpcServer:
         )
         handler = grpc.method_handlers_generic_handler(
             codec.SERVICE_NAME,
-            {"Stream": grpc.stream_stream_rpc_method_handler(InferenceServicer(service).stream)},
+            {
+                "Stream": grpc.stream_stream_rpc_method_handler(
+                    InferenceServicer(service, self._credentials).stream
+                )
+            },
         )
         self._server.add_generic_rpc_handlers((handler,))
-        bound = self._server.add_insecure_port(address)
+        if self._credentials is None:
+            bound = self._server.add_insecure_port(address)
+        else:
+            bound = self._server.add_secure_port(address, self._credentials.server_credentials())
         if bound == 0:
             raise OSError(f"could not bind the inference server to {address}; is the port in use?")
         await self._server.start()
@@ -121,8 +153,15 @@ class RpcServer:
 
 
 def serve(
-    service: InferenceService, bind: str, port: int, max_actors: int
+    service: InferenceService,
+    bind: str,
+    port: int,
+    max_actors: int,
+    credentials: Credentials | None = None,
 ) -> tuple[RpcServer, int]:
-    """Starts a gRPC server for `service`; returns it and the bound port (useful with port=0)."""
-    server = RpcServer(service, bind, port, max_actors)
+    """Starts a gRPC server for `service`; returns it and the bound port (useful with port=0).
+
+    Plaintext without credentials, which only a loopback `bind` allows (seedlike.rpc.security).
+    """
+    server = RpcServer(service, bind, port, max_actors, credentials)
     return server, server.port

@@ -1,0 +1,96 @@
+"""Transport security: plaintext only on loopback; with credentials, mutual TLS and the run token
+over a real gRPC server (seedlike.rpc.security, scripts/make_credentials.sh)."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from seedlike.rpc import client, codec, security
+from seedlike.rpc.service import serve
+from seedlike.server.trajectory_store import TrajectoryStore
+from tests.procs import ROOT
+from tests.test_inference import SPEC, rows, service_of
+
+
+def make_credentials(directory, *hosts):
+    done = subprocess.run(
+        [os.path.join(ROOT, "scripts", "make_credentials.sh"), str(directory), *hosts],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return str(directory)
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2"])
+def test_plaintext_is_allowed_on_loopback(bind):
+    security.check_bind(bind, None)
+
+
+@pytest.mark.parametrize("bind", ["0.0.0.0", "10.0.0.5", "learner-1", "::"])
+def test_plaintext_is_refused_where_other_machines_can_connect(bind, tmp_path):
+    with pytest.raises(security.InsecureBind, match="scripts/make_credentials.sh"):
+        security.check_bind(bind, None)
+    creds = security.Credentials.load(make_credentials(tmp_path / "c", "learner-1"), "server")
+    security.check_bind(bind, creds)
+
+
+def test_credentials_name_the_missing_file(tmp_path):
+    with pytest.raises(security.TransportError, match=r"cannot read .*/ca.pem .*make_credentials"):
+        security.Credentials.load(str(tmp_path), "client")
+
+
+def test_make_credentials_refuses_to_overwrite(tmp_path):
+    make_credentials(tmp_path / "c", "host")
+    again = subprocess.run(
+        [os.path.join(ROOT, "scripts", "make_credentials.sh"), str(tmp_path / "c"), "host"],
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 1 and "already holds credentials" in again.stderr
+
+
+def test_tls_server_serves_actors_with_the_token_and_refuses_the_rest(tmp_path):
+    directory = make_credentials(tmp_path / "run", "learner-1")
+    server_creds = security.Credentials.load(directory, "server")
+    actor_creds = security.Credentials.load(directory, "client")
+    other = security.Credentials.load(make_credentials(tmp_path / "other", "x"), "client")
+    service = service_of(TrajectoryStore(SPEC))
+    server, port = serve(service, "127.0.0.1", 0, 8, server_creds)
+    address = f"localhost:{port}"  # the certificate names localhost
+    hello = codec.make_hello(SPEC, actor_id=0, num_envs=2)
+    try:
+        connection = client.Connection(address, hello, credentials=actor_creds)
+        actions = client.decode_actions(connection.step(codec.encode_step(0, rows(2))), 2, 3)
+        assert actions.shape == (2,)
+        connection.close()
+
+        wrong_token = dataclasses.replace(actor_creds, token=b"0" * 64)
+        with pytest.raises(client.Rejected, match="UNAUTHENTICATED: missing or wrong run token"):
+            client.Connection(address, hello, credentials=wrong_token)
+        # Plaintext, or a certificate from another run's CA, never gets past the TLS handshake.
+        for creds in (None, other):
+            with pytest.raises(client.Disconnected, match="no server at"):
+                client.Connection(address, hello, connect_timeout=1.0, credentials=creds)
+        assert service.num_sessions == 0
+    finally:
+        server.stop()
+        service.stop(finished=True)
+
+
+def test_learner_refuses_a_public_bind_without_credentials_in_one_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "learner.py", "--bind=0.0.0.0", f"--logdir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: --bind=0.0.0.0 without transport credentials")
+    assert np.char.count(last, "make_credentials.sh") == 1
