@@ -105,6 +105,15 @@ def base_config() -> ml_collections.ConfigDict:
     c.server.queue_unrolls = 0
     c.server.max_actors = 64  # concurrent actor streams
     c.server.max_envs_per_actor = 4096
+    # Largest |reward| and |float observation| accepted from actors; a row beyond them ends the
+    # actor's stream with a message (NaN and infinity always do). Raise them for envs that need it.
+    c.server.max_abs_reward = 1e6
+    c.server.max_abs_obs = 1e6
+    # A stream that sends no Hello within hello_timeout_s, or no step for idle_timeout_s while the
+    # server waits for it, is closed and frees its slot (max_actors): silent connections cannot
+    # lock actors out.
+    c.server.hello_timeout_s = 10.0
+    c.server.idle_timeout_s = 60.0
 
     # Mutual TLS plus a run token between actors and the learner (seedlike/rpc/security.py): a
     # directory made by scripts/make_credentials.sh. Empty: plaintext, allowed on loopback only.

@@ -56,7 +56,7 @@ def test_decode_checks_byte_count_and_dtype():
         codec.decode(pb.Tensor(dtype="float32", shape=[3], data=b"\0" * 8), "x")
     with pytest.raises(codec.ProtocolError, match="dtype 'object'"):
         codec.decode(pb.Tensor(dtype="object", shape=[1], data=b"\0" * 8), "x")
-    with pytest.raises(codec.ProtocolError, match="negative dimension"):
+    with pytest.raises(codec.ProtocolError, match=r"dimension out of \[0, .*\] in shape \[-1\]"):
         codec.decode(pb.Tensor(dtype="uint8", shape=[-1], data=b""), "x")
 
 
@@ -93,6 +93,16 @@ def test_valid_step_decodes():
             {"obs": {"obs": np.full((3, 4), np.inf, np.float32)}},
             "step.observation['obs']",
             "NaN or inf",
+        ),
+        (
+            {"obs": {"obs": np.full((3, 4), 2e6, np.float32)}},
+            "step.observation['obs']",
+            r"\|value\| > 1e\+06 \(server.max_abs_obs\)",
+        ),
+        (
+            {"reward": np.array([0.0, -1e30, 0.0], np.float32)},
+            "step.reward",
+            r"\|value\| > 1e\+06 \(server.max_abs_reward\)",
         ),
     ],
 )
@@ -147,3 +157,19 @@ def test_hello_checks():
 
     with pytest.raises(codec.ProtocolError, match="hello.num_envs"):
         codec.check_hello(hello, SPEC, max_envs=4)
+
+
+def test_value_limits_come_from_the_config():
+    msg = codec.parse_actor_message(
+        good_step(reward=np.array([0.0, 5e6, 0.0], np.float32)).SerializeToString()
+    )
+    with pytest.raises(codec.ProtocolError, match="max_abs_reward"):
+        codec.decode_step(msg.step, SPEC, num_envs=3)
+    rows = codec.decode_step(msg.step, SPEC, num_envs=3, limits=codec.Limits(reward=1e7))
+    assert rows.reward[1] == 5e6
+
+
+def test_shapes_with_huge_dimensions_are_refused_before_any_arithmetic():
+    tensor = pb.Tensor(dtype="float32", shape=[0, 2**62, 2**62], data=b"")
+    with pytest.raises(codec.ProtocolError, match=r"dimension out of \[0, 2147483647\]"):
+        codec.decode(tensor, "step.reward")

@@ -14,7 +14,7 @@ from seedlike.types import ArraySpec, EnvSpec, Rows
 SPEC = EnvSpec("t", {"obs": ArraySpec(np.float32, (2,))}, num_actions=3)
 
 
-def service_of(store, **server):
+def service_of(store, guard=None, **server):
     config = base_config()
     config.network.hidden_sizes = (4,)
     config.server.update(server)
@@ -22,7 +22,7 @@ def service_of(store, **server):
     registry = PolicyRegistry()
     params = {"params": network.init(jax.random.key(0)), "obs_norm": network.init_obs_norm()}
     registry.publish(3, params)
-    service = InferenceService(SPEC, network, registry, store, config.server)
+    service = InferenceService(SPEC, network, registry, store, config.server, guard=guard)
     service.start()
     return service
 

@@ -164,6 +164,24 @@ def test_non_finite_update_is_discarded():
     assert int(after.updates) == 0
 
 
+def test_observations_that_overflow_the_normalizer_are_discarded():
+    """1e30 is a finite float32, but its square is not: the running variance would become inf
+    while the loss, on observations normalized by inf, stays finite."""
+    config = small_config()
+    network = make_network(config.network, SPEC)
+    learner = Learner(config, network, devices=jax.local_devices()[:1])
+    state = learner.init_state(jax.random.key(0))
+    learner.set_state(state)
+    unrolls = random_unrolls(network, state.params, state.obs_norm, 4, 8)
+    unrolls.obs["obs"][1, 2] = 1e30
+    metrics = learner.update(unrolls)
+    assert metrics["nonfinite"] == 1.0
+    after = learner.state()
+    jax.tree.map(np.testing.assert_array_equal, after.obs_norm, state.obs_norm)
+    jax.tree.map(np.testing.assert_array_equal, after.params, state.params)
+    assert int(after.updates) == 0
+
+
 def test_indivisible_batch_is_a_clear_error():
     with pytest.raises(ValueError, match="batch_unrolls=3 must be divisible by the 2 devices"):
         Learner(

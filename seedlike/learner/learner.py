@@ -139,6 +139,11 @@ class Learner:
 
         sharded = jax.tree.map(lambda x: x.reshape((n, batch // n) + x.shape[1:]), unrolls)
         advantage, value_target, obs_norm = self.guard(self._prepare, self._state, sharded)
+        if not all(np.all(np.isfinite(x)) for x in jax.tree.leaves(obs_norm)):
+            # Finite observations can still overflow the float32 sums (values near 1e19); the
+            # loss would stay finite, so the statistics are checked themselves, never installed.
+            logging.error("non-finite observation statistics in update %d; discarded", self.version)
+            return {**dict.fromkeys(self.metric_keys, float("nan")), "nonfinite": 1.0}
         advantage = np.asarray(advantage).reshape(batch, horizon)
         value_target = np.asarray(value_target).reshape(batch, horizon)
 

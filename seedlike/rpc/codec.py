@@ -7,6 +7,7 @@ fix it. Errors are raised as ProtocolError; the service turns them into INVALID_
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -26,6 +27,11 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 ]
+# Tensor dimensions beyond this are refused before any arithmetic on the shape: with a zero
+# elsewhere, 2**62 x 2**62 x 0 claims zero bytes and would only fail inside numpy.
+MAX_DIM = 2**31 - 1
+# Protobuf framing of a StepBatch (tags, lengths, dtype names, shapes) and the Hello: generous.
+FRAMING_BYTES = 64 * 1024
 
 ALLOWED_DTYPES = frozenset(
     [
@@ -68,8 +74,8 @@ def decode(tensor: pb.Tensor, field: str) -> np.ndarray:
     if dtype is None:
         raise ProtocolError(field, f"dtype {tensor.dtype!r} is not one of {sorted(ALLOWED_DTYPES)}")
     shape = tuple(tensor.shape)
-    if shape and min(shape) < 0:
-        raise ProtocolError(field, f"negative dimension in shape {list(shape)}")
+    if shape and (min(shape) < 0 or max(shape) > MAX_DIM):
+        raise ProtocolError(field, f"dimension out of [0, {MAX_DIM}] in shape {list(shape)}")
     data = tensor.data  # each access of a bytes field copies it
     expected = math.prod(shape) * dtype.itemsize
     if expected != len(data):
@@ -77,6 +83,19 @@ def decode(tensor: pb.Tensor, field: str) -> np.ndarray:
             field, f"shape {list(shape)} of {dtype.name} needs {expected} bytes, got {len(data)}"
         )
     return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+def max_step_bytes(spec: EnvSpec, max_envs: int) -> int:
+    """The largest valid StepBatch: every row of `max_envs` envs x players with all its tensors.
+
+    The server's receive limit, so a message that cannot be valid is refused before it is
+    buffered (against a flat limit, a few concurrent huge messages multiply the learner's memory).
+    """
+    arrays = (*spec.observation.values(), *spec.extras.values())
+    per_row = sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in arrays)
+    per_row += 4 + 4 + 4 + 4  # reward f32, env_id i32, player_id i32, four bool flags
+    rows = int(max_envs) * int(spec.num_players)
+    return min(rows * per_row + FRAMING_BYTES, MAX_MESSAGE_BYTES)
 
 
 def spec_to_proto(name: str, spec: ArraySpec) -> pb.TensorSpec:
@@ -189,7 +208,22 @@ def _check_specs(field: str, got, expected: dict[str, ArraySpec], hint: str) -> 
         )
 
 
-def decode_step(step: pb.StepBatch, spec: EnvSpec, num_envs: int) -> Rows:
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Largest |value| accepted in rewards and float observations (config server.max_abs_*).
+
+    Finite but huge values are as harmful as NaN: an observation of 1e20 overflows the running
+    variance of the observation normalizer, a reward of 1e30 every loss. Integer observations are
+    bounded by their dtype.
+    """
+
+    reward: float = 1e6
+    obs: float = 1e6
+
+
+def decode_step(
+    step: pb.StepBatch, spec: EnvSpec, num_envs: int, limits: Limits = Limits()
+) -> Rows:
     """Decodes and validates a StepBatch for a session that announced `num_envs` envs."""
     env_id = _decode_as(step.env_id, "step.env_id", np.int32, None)
     n = env_id.shape[0]
@@ -213,9 +247,13 @@ def decode_step(step: pb.StepBatch, spec: EnvSpec, num_envs: int) -> Rows:
     seats = env_id.astype(np.int64) * spec.num_players + player_id
     if np.bincount(seats).max() > 1:
         raise ProtocolError("step.env_id", "an (env_id, player_id) pair appears twice in one step")
-    if not np.all(np.isfinite(reward)):
-        raise ProtocolError("step.reward", "contains NaN or infinity; fix the environment's reward")
-    obs = _decode_dict(step.observation, "step.observation", spec.observation, n)
+    if not np.all(np.abs(reward) <= limits.reward):  # False for NaN too
+        raise ProtocolError(
+            "step.reward",
+            f"contains NaN or infinity, or |value| > {limits.reward:g} (server.max_abs_reward); "
+            "fix or scale the environment's reward",
+        )
+    obs = _decode_dict(step.observation, "step.observation", spec.observation, n, limits.obs)
     extras = _decode_dict(step.extras, "step.extras", spec.extras, n)
     return Rows(obs, extras, reward, terminated, truncated, env_id, player_id, acting, game_over)
 
@@ -230,7 +268,9 @@ def _decode_as(tensor: pb.Tensor, field: str, dtype, rows: int | None) -> np.nda
     return array
 
 
-def _decode_dict(tensors, field: str, specs: dict[str, ArraySpec], rows: int) -> dict:
+def _decode_dict(
+    tensors, field: str, specs: dict[str, ArraySpec], rows: int, bound: float = np.inf
+) -> dict:
     if set(tensors.keys()) != set(specs):
         raise ProtocolError(field, f"keys {sorted(tensors.keys())}, expected {sorted(specs)}")
     out = {}
@@ -241,8 +281,12 @@ def _decode_dict(tensors, field: str, specs: dict[str, ArraySpec], rows: int) ->
             raise ProtocolError(name, f"dtype {array.dtype.name}, expected {spec.dtype.name}")
         if array.shape != (rows, *spec.shape):
             raise ProtocolError(name, f"shape {list(array.shape)}, expected {[rows, *spec.shape]}")
-        if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
-            raise ProtocolError(name, "contains NaN or infinity")
+        if array.dtype.kind == "f" and not (
+            np.all(np.isfinite(array)) and np.all(np.abs(array) <= bound)
+        ):
+            raise ProtocolError(
+                name, f"contains NaN or infinity, or |value| > {bound:g} (server.max_abs_obs)"
+            )
         out[key] = array
     return out
 

@@ -24,18 +24,29 @@ class InferenceServicer:
     """One actor stream: Hello, then StepBatch -> ActionBatch in lockstep, on the event loop.
 
     With credentials (mutual TLS already checked the client's certificate), a stream without the
-    run token ends with UNAUTHENTICATED before its Hello is parsed.
+    run token ends with UNAUTHENTICATED before its Hello is parsed. A stream without a Hello after
+    `hello_timeout_s`, or one that leaves the server waiting for its next step longer than
+    `idle_timeout_s`, ends with DEADLINE_EXCEEDED (time the server takes to answer does not count).
     """
 
     def __init__(self, service: InferenceService, credentials: Credentials | None = None):
         self._service = service
         self._credentials = credentials
+        self._limits = codec.Limits(service.max_abs_reward, service.max_abs_obs)
 
     async def stream(self, request_iterator, context):
         service = self._service
         session_id = None
         try:
-            first = await anext(request_iterator, None)
+            try:
+                first = await asyncio.wait_for(
+                    anext(request_iterator, None), service.hello_timeout_s
+                )
+            except TimeoutError:
+                await context.abort(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"no Hello within {service.hello_timeout_s:g} s (server.hello_timeout_s)",
+                )
             if first is None:
                 return
             # Checked once the Hello has arrived, not before: an abort that races the client's
@@ -64,7 +75,20 @@ class InferenceServicer:
                 )
             ).SerializeToString()
             sequence = 0
-            async for raw in request_iterator:
+            while True:
+                try:
+                    async with asyncio.timeout(service.idle_timeout_s):
+                        raw = await anext(request_iterator, None)
+                except TimeoutError:
+                    logging.warning(
+                        "closing session %s: idle for %g s", session_id, service.idle_timeout_s
+                    )
+                    await context.abort(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"no step for {service.idle_timeout_s:g} s (server.idle_timeout_s)",
+                    )
+                if raw is None:
+                    break
                 start = time.perf_counter()
                 msg = codec.parse_actor_message(raw)
                 if msg.WhichOneof("kind") != "step":
@@ -75,7 +99,7 @@ class InferenceServicer:
                     raise codec.ProtocolError(
                         "step.sequence", f"got {msg.step.sequence}, expected {sequence}"
                     )
-                rows = codec.decode_step(msg.step, service.spec, num_envs)
+                rows = codec.decode_step(msg.step, service.spec, num_envs, self._limits)
                 service.stats.add_busy("decode", time.perf_counter() - start)
                 future = asyncio.get_running_loop().create_future()
                 actions, version = await service.submit(session_id, rows, future)
@@ -96,6 +120,15 @@ class InferenceServicer:
         finally:
             if session_id is not None:
                 service.close_session(session_id)
+
+
+# Pings every connection after a minute without traffic and drops it if no answer comes in 20 s
+# (a vanished actor host), and closes connections left without streams for 5 minutes.
+KEEPALIVE_OPTIONS = [
+    ("grpc.keepalive_time_ms", 60_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.max_connection_idle_ms", 300_000),
+]
 
 
 class RpcServer:
@@ -123,16 +156,20 @@ class RpcServer:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     async def _start(self, service, address: str, max_actors: int) -> int:
+        # Receive no more than the largest valid step (codec.max_step_bytes).
+        receive = codec.max_step_bytes(service.spec, service.max_envs_per_actor)
         self._server = grpc.aio.server(
-            maximum_concurrent_rpcs=max_actors, options=codec.CHANNEL_OPTIONS
+            maximum_concurrent_rpcs=max_actors,
+            options=[
+                ("grpc.max_send_message_length", codec.MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", receive),
+                *KEEPALIVE_OPTIONS,
+            ],
         )
+        servicer = InferenceServicer(service, self._credentials)
         handler = grpc.method_handlers_generic_handler(
             codec.SERVICE_NAME,
-            {
-                "Stream": grpc.stream_stream_rpc_method_handler(
-                    InferenceServicer(service, self._credentials).stream
-                )
-            },
+            {"Stream": grpc.stream_stream_rpc_method_handler(servicer.stream)},
         )
         self._server.add_generic_rpc_handlers((handler,))
         if self._credentials is None:

@@ -1,0 +1,133 @@
+"""Streams that cannot hold the server: a missing Hello and a silent actor are closed and free
+their slots, while an actor that the server itself keeps waiting is never timed out."""
+
+import threading
+import time
+
+import grpc
+import pytest
+
+from seedlike.rpc import client, codec
+from seedlike.rpc.service import serve
+from seedlike.server.trajectory_store import TrajectoryStore
+from tests.test_inference import SPEC, rows, service_of
+
+
+class Gate:
+    """A compute guard that holds every policy call while closed: the server keeps actors
+    waiting, as a busy accelerator would."""
+
+    def __init__(self):
+        self.open = threading.Event()
+        self.open.set()
+
+    def __call__(self, fn, *args):
+        self.open.wait()
+        return fn(*args)
+
+
+@pytest.fixture
+def server():
+    gate = Gate()
+    service = service_of(TrajectoryStore(SPEC), gate, hello_timeout_s=0.5, idle_timeout_s=1.0)
+    rpc, port = serve(service, "127.0.0.1", 0, max_actors=2)
+    yield service, f"127.0.0.1:{port}", gate
+    gate.open.set()
+    rpc.stop()
+    service.stop(finished=True)
+
+
+def silent_stream(address, first_message=None):
+    """Opens a stream, sends `first_message` (or nothing) and then nothing more; returns the
+    stream's outcome (the status code it ended with) once the server ends it."""
+    release = threading.Event()
+
+    def requests():
+        if first_message is not None:
+            yield first_message
+        release.wait(30)
+
+    channel = grpc.insecure_channel(address)
+    call = channel.stream_stream(codec.STREAM_METHOD)(requests())
+    try:
+        for _ in call:
+            pass
+        return grpc.StatusCode.OK
+    except grpc.RpcError as e:
+        return e.code(), e.details()
+    finally:
+        release.set()
+        channel.close()
+
+
+def test_a_stream_without_a_hello_is_closed_after_the_hello_timeout(server):
+    service, address, _ = server
+    start = time.monotonic()
+    code, details = silent_stream(address)
+    assert code == grpc.StatusCode.DEADLINE_EXCEEDED and "no Hello within 0.5 s" in details
+    assert 0.4 < time.monotonic() - start < 10
+    assert service.num_sessions == 0
+
+
+def test_silent_actors_lose_their_slots_and_an_honest_actor_gets_in(server):
+    service, address, _ = server
+    hello = codec.make_hello(SPEC, actor_id=0, num_envs=2)
+    raw_hello = codec.pb.ActorMessage(hello=hello).SerializeToString()
+    outcomes = []
+    silent = [
+        threading.Thread(target=lambda: outcomes.append(silent_stream(address, raw_hello)))
+        for _ in range(2)  # max_actors: every slot
+    ]
+    for thread in silent:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while service.num_sessions < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert service.num_sessions == 2
+    for thread in silent:
+        thread.join(timeout=30)
+    assert [o[0] for o in outcomes] == [grpc.StatusCode.DEADLINE_EXCEEDED] * 2
+    assert all("no step for 1 s" in details for _, details in outcomes)
+    assert service.num_sessions == 0
+    honest = client.Connection(address, hello)
+    for sequence in range(3):
+        reply = honest.step(codec.encode_step(sequence, rows(2)))
+        assert client.decode_actions(reply, 2, 3).shape == (2,)
+        time.sleep(0.4)  # slow, but well inside the idle timeout: never cut off
+    honest.close()
+
+
+def test_waiting_for_the_server_does_not_count_as_idle(server):
+    """An actor whose request the server holds (policy paused) for twice the idle timeout keeps
+    its stream: only time the server waits for the actor counts."""
+    service, address, gate = server
+    actor = client.Connection(address, codec.make_hello(SPEC, actor_id=0, num_envs=2))
+    actor.step(codec.encode_step(0, rows(2)))
+    gate.open.clear()
+    done, result = threading.Event(), []
+
+    def step():
+        result.append(actor.step(codec.encode_step(1, rows(2))))
+        done.set()
+
+    threading.Thread(target=step, daemon=True).start()
+    assert not done.wait(2.0)
+    gate.open.set()
+    assert done.wait(10) and result[0].sequence == 1
+    assert service.num_sessions == 1
+    actor.close()
+
+
+def test_the_receive_limit_is_the_largest_valid_step(server):
+    service, address, _ = server
+    limit = codec.max_step_bytes(SPEC, service.max_envs_per_actor)
+    # 4096 envs x (2 float32 obs + reward, ids and flags: 16 bytes) + 64 KiB of framing.
+    assert limit == 4096 * (8 + 16) + 64 * 1024
+    hello = codec.make_hello(SPEC, actor_id=0, num_envs=2)
+    raw_hello = codec.pb.ActorMessage(hello=hello).SerializeToString()
+    channel = grpc.insecure_channel(address)
+    call = channel.stream_stream(codec.STREAM_METHOD)(iter([raw_hello, b"\0" * (limit + 1)]))
+    with pytest.raises(grpc.RpcError) as info:
+        list(call)
+    channel.close()
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
