@@ -15,7 +15,7 @@ import threading
 from absl import app, flags, logging
 
 from seedlike import xla_flags
-from seedlike.checkpoint import IncompatibleCheckpoint
+from seedlike.checkpoint import CheckpointError
 from seedlike.rpc.security import TransportError
 from seedlike.serving import serve_checkpoint
 
@@ -57,7 +57,7 @@ def main(argv):
             greedy=_GREEDY.value,
             max_episodes=_EPISODES.value,
         )
-    except (FileNotFoundError, IncompatibleCheckpoint, TransportError) as e:
+    except (FileNotFoundError, CheckpointError, TransportError) as e:
         raise SystemExit(f"error: {e}") from None
     logging.info("served: %s", json.dumps(summary))
 

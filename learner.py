@@ -16,7 +16,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from seedlike import xla_flags
-from seedlike.checkpoint import IncompatibleCheckpoint
+from seedlike.checkpoint import CheckpointError
 from seedlike.config import ConfigError, check_override_flags
 from seedlike.rpc.security import TransportError
 from seedlike.training import train
@@ -50,7 +50,7 @@ def main(argv):
     signal.signal(signal.SIGINT, on_signal)
     try:
         train(_CONFIG.value, _LOGDIR.value, bind=_BIND.value, port=_PORT.value, stop=stop)
-    except (ConfigError, IncompatibleCheckpoint, TransportError) as e:
+    except (ConfigError, CheckpointError, TransportError) as e:
         raise SystemExit(f"error: {e}") from None
 
 

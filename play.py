@@ -17,7 +17,7 @@ import json
 from absl import app, flags
 
 from seedlike import xla_flags
-from seedlike.checkpoint import IncompatibleCheckpoint
+from seedlike.checkpoint import CheckpointError
 from seedlike.league import games
 
 _A = flags.DEFINE_string(
@@ -48,7 +48,7 @@ def main(argv):
             games.make_agent(x, greedy=_GREEDY.value, search_depth=_SEARCH.value)
             for x in (_A.value, _B.value)
         )
-    except (FileNotFoundError, IncompatibleCheckpoint) as e:
+    except (FileNotFoundError, CheckpointError) as e:
         raise SystemExit(f"error: {e}") from None
     env = _ENV.value or next((x.network.spec.name for x in (a, b) if hasattr(x, "network")), None)
     if env is None:

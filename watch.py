@@ -28,7 +28,7 @@ def main(argv):
     del argv
     xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
     from seedlike import watch
-    from seedlike.checkpoint import IncompatibleCheckpoint
+    from seedlike.checkpoint import CheckpointError
     from seedlike.league import games
 
     try:
@@ -43,7 +43,7 @@ def main(argv):
             seed=_SEED.value,
             max_frames=_MAX_FRAMES.value,
         )
-    except (FileNotFoundError, IncompatibleCheckpoint) as e:
+    except (FileNotFoundError, CheckpointError) as e:
         raise SystemExit(f"error: {e}") from None
     watch.save_gif(recording.frames, _OUT.value, _FPS.value)
     returns = ", ".join(f"{r:g}" for r in recording.returns) or "none finished"

@@ -3,8 +3,10 @@
 Layout: <directory>/<step>/{state, meta}. orbax writes each step into a temporary directory and
 renames it when complete, so a crash mid-save never leaves a half-written step behind. If the newest
 step cannot be read anyway (disk trouble, a file deleted by hand) restore falls back to the
-previous one with a warning. A checkpoint written for a different network or optimizer is refused
-with the names and shapes of the arrays that do not match.
+previous one with a warning; so does one whose arrays do not match the sha256 digest saved with
+them in meta, or are not finite (flipped bytes can decode to plausible numbers). A checkpoint
+written for a different network or optimizer is refused with the names and shapes of the arrays
+that do not match.
 """
 
 from __future__ import annotations
@@ -17,8 +19,20 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 
-class IncompatibleCheckpoint(ValueError):
-    pass
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; entrypoints print the message alone."""
+
+
+class IncompatibleCheckpoint(CheckpointError):
+    """Written for another network or optimizer (or with no stored config)."""
+
+
+class DamagedCheckpoint(CheckpointError):
+    """Its arrays do not match the digest saved with them, or are not finite."""
+
+
+# meta key of the state's digest (tree_digest), written by save and checked by restore.
+DIGEST_KEY = "state_digest"
 
 
 class _QuietOrbax(logging.Filter):
@@ -72,6 +86,7 @@ class Checkpointer:
     def save(self, step: int, state, meta: dict) -> None:
         """Saves synchronously (returns once the step is committed)."""
         state = jax.device_get(state)
+        meta = {**meta, DIGEST_KEY: tree_digest(state)}
         if int(step) in self._manager.all_steps():
             # Same policy version saved again (a resume stopped before its first update): the
             # counters in meta may have moved on, so replace it.
@@ -101,7 +116,7 @@ class Checkpointer:
                 return self._restore_step(candidate, target)
             except IncompatibleCheckpoint:
                 raise
-            except Exception as e:  # noqa: BLE001 - any read failure means "try an older step"
+            except Exception as e:  # noqa: BLE001 - any read failure or damage: an older step
                 logging.warning(
                     "checkpoint step %d in %s is unreadable (%s: %s); falling back to an older one",
                     candidate,
@@ -124,7 +139,19 @@ class Checkpointer:
                 state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()
             ),
         )
-        return restored.state, dict(restored.meta)
+        meta = dict(restored.meta)
+        digest = meta.pop(DIGEST_KEY, None)  # absent in checkpoints of older seedlike versions
+        where = f"checkpoint {self.directory}/{step}"
+        if digest is not None and tree_digest(restored.state) != digest:
+            raise DamagedCheckpoint(f"{where} does not match the digest saved with it")
+        bad = [
+            _dotted(path)
+            for path, leaf in jax.tree_util.tree_flatten_with_path(restored.state)[0]
+            if np.asarray(leaf).dtype.kind == "f" and not np.all(np.isfinite(leaf))
+        ]
+        if bad:
+            raise DamagedCheckpoint(f"{where} holds non-finite values in {', '.join(bad[:4])}")
+        return restored.state, meta
 
     def read_meta(self, step: int) -> dict:
         restored = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
@@ -169,17 +196,22 @@ class Checkpointer:
         self._manager.close()
 
 
-def params_fingerprint(params) -> str:
-    """A short hash of every parameter's bytes: equal fingerprints mean identical parameters."""
+def tree_digest(tree) -> str:
+    """sha256 over every leaf's name, dtype, shape and bytes."""
     import hashlib
 
     digest = hashlib.sha256()
-    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
         array = np.asarray(leaf)
         digest.update(_dotted(path).encode())
         digest.update(array.dtype.str.encode() + str(array.shape).encode())
         digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()[:16]
+    return digest.hexdigest()
+
+
+def params_fingerprint(params) -> str:
+    """A short hash of every parameter's bytes: equal fingerprints mean identical parameters."""
+    return tree_digest(params)[:16]
 
 
 def split_checkpoint_path(path: str) -> tuple[str, int | None]:

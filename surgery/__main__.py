@@ -65,7 +65,7 @@ flags.mark_flags_as_required(["checkpoint", "out"])
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)  # orbax logs every step of every save at INFO
-    from seedlike.checkpoint import IncompatibleCheckpoint
+    from seedlike.checkpoint import CheckpointError
     from surgery import Plan, SurgeryError, SurgeryRefused, run_surgery
 
     plan = None
@@ -92,7 +92,7 @@ def main(argv):
         for name, report in e.reports.items():
             print(f"{name}: {report}")
         sys.exit(f"refused: {e}")
-    except (SurgeryError, IncompatibleCheckpoint, FileNotFoundError) as e:
+    except (SurgeryError, CheckpointError, FileNotFoundError) as e:
         sys.exit(f"surgery failed: {e}")
 
     for warning in outcome.warnings:

@@ -1,5 +1,6 @@
 """orbax checkpoints: exact round trip, fallback past a damaged step, clear incompatibility."""
 
+import json
 import os
 import shutil
 
@@ -8,7 +9,13 @@ import numpy as np
 import pytest
 
 from networks import make_network
-from seedlike.checkpoint import Checkpointer, IncompatibleCheckpoint, params_fingerprint
+from seedlike.checkpoint import (
+    DIGEST_KEY,
+    Checkpointer,
+    DamagedCheckpoint,
+    IncompatibleCheckpoint,
+    params_fingerprint,
+)
 from seedlike.config import base_config
 from seedlike.learner import train_state as ts
 from seedlike.types import ArraySpec, EnvSpec
@@ -64,6 +71,41 @@ def test_damaged_latest_falls_back_to_previous(tmp_path, caplog):
     assert meta["env_steps"] == 1
     jax.tree.map(np.testing.assert_array_equal, restored.params, first.params)
     assert "checkpoint step 2" in caplog.text and "unreadable" in caplog.text
+
+
+def _two_steps(tmp_path, second):
+    ckpt = Checkpointer(str(tmp_path), max_to_keep=3)
+    first = make_state(seed=1)
+    ckpt.save(1, first, {"env_steps": 1})
+    ckpt.save(2, second, {"env_steps": 2})
+    ckpt.close()
+    return first
+
+
+def test_arrays_that_do_not_match_their_digest_fall_back_to_the_previous_step(tmp_path, caplog):
+    first = _two_steps(tmp_path, make_state(seed=2))
+    # What flipped bytes that still decode look like: the arrays no longer match the digest.
+    meta_file = tmp_path / "2" / "meta" / "metadata"
+    meta = json.loads(meta_file.read_text())
+    assert len(meta[DIGEST_KEY]) == 64
+    meta_file.write_text(json.dumps({**meta, DIGEST_KEY: "0" * 64}))
+    restored, meta = Checkpointer(str(tmp_path)).restore(make_state())
+    assert meta == {"env_steps": 1}
+    jax.tree.map(np.testing.assert_array_equal, restored.params, first.params)
+    assert "does not match the digest saved with it); falling back" in caplog.text
+    with pytest.raises(DamagedCheckpoint, match=f"checkpoint {tmp_path}/2 does not match"):
+        Checkpointer(str(tmp_path)).restore(make_state(), step=2)
+
+
+def test_non_finite_arrays_are_damage(tmp_path, caplog):
+    state = make_state(seed=2)
+    params = jax.tree.map(np.array, state.params)  # writable copies
+    kernel = params["params"]["policy_torso"]["dense_0"]["kernel"]
+    kernel[0, 0] = np.nan
+    _two_steps(tmp_path, state.replace(params=params))
+    _, meta = Checkpointer(str(tmp_path)).restore(make_state())
+    assert meta == {"env_steps": 1}
+    assert "non-finite values in params.params.policy_torso.dense_0.kernel" in caplog.text
 
 
 def test_incompatible_network_names_the_layer_and_shapes(tmp_path):

@@ -149,36 +149,32 @@ def test_first_sgd_step_is_on_policy(variant):
         assert metrics[0]["loss/rho_mean"] == pytest.approx(1.0, abs=1e-5)
 
 
-def test_non_finite_update_is_discarded():
+def _update_with(corrupt):
+    """One update on one device after `corrupt(unrolls)`; returns (metrics, before, after)."""
     config = small_config()
     network = make_network(config.network, SPEC)
     learner = Learner(config, network, devices=jax.local_devices()[:1])
     state = learner.init_state(jax.random.key(0))
     learner.set_state(state)
     unrolls = random_unrolls(network, state.params, state.obs_norm, 4, 8)
-    unrolls.reward[0, 3] = np.inf
-    metrics = learner.update(unrolls)
+    corrupt(unrolls)
+    return learner.update(unrolls), state, learner.state()
+
+
+def test_non_finite_update_is_discarded():
+    metrics, before, after = _update_with(lambda u: u.reward.__setitem__((0, 3), np.inf))
     assert metrics["nonfinite"] == 1.0
-    after = learner.state()
-    jax.tree.map(np.testing.assert_array_equal, after.params, state.params)
+    jax.tree.map(np.testing.assert_array_equal, after.params, before.params)
     assert int(after.updates) == 0
 
 
 def test_observations_that_overflow_the_normalizer_are_discarded():
     """1e30 is a finite float32, but its square is not: the running variance would become inf
     while the loss, on observations normalized by inf, stays finite."""
-    config = small_config()
-    network = make_network(config.network, SPEC)
-    learner = Learner(config, network, devices=jax.local_devices()[:1])
-    state = learner.init_state(jax.random.key(0))
-    learner.set_state(state)
-    unrolls = random_unrolls(network, state.params, state.obs_norm, 4, 8)
-    unrolls.obs["obs"][1, 2] = 1e30
-    metrics = learner.update(unrolls)
+    metrics, before, after = _update_with(lambda u: u.obs["obs"].__setitem__((1, 2), 1e30))
     assert metrics["nonfinite"] == 1.0
-    after = learner.state()
-    jax.tree.map(np.testing.assert_array_equal, after.obs_norm, state.obs_norm)
-    jax.tree.map(np.testing.assert_array_equal, after.params, state.params)
+    jax.tree.map(np.testing.assert_array_equal, after.obs_norm, before.obs_norm)
+    jax.tree.map(np.testing.assert_array_equal, after.params, before.params)
     assert int(after.updates) == 0
 
 

@@ -38,15 +38,9 @@ class InferenceServicer:
         service = self._service
         session_id = None
         try:
-            try:
-                first = await asyncio.wait_for(
-                    anext(request_iterator, None), service.hello_timeout_s
-                )
-            except TimeoutError:
-                await context.abort(
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    f"no Hello within {service.hello_timeout_s:g} s (server.hello_timeout_s)",
-                )
+            first = await _receive(
+                request_iterator, context, service.hello_timeout_s, "Hello", "hello_timeout_s"
+            )
             if first is None:
                 return
             # Checked once the Hello has arrived, not before: an abort that races the client's
@@ -76,17 +70,9 @@ class InferenceServicer:
             ).SerializeToString()
             sequence = 0
             while True:
-                try:
-                    async with asyncio.timeout(service.idle_timeout_s):
-                        raw = await anext(request_iterator, None)
-                except TimeoutError:
-                    logging.warning(
-                        "closing session %s: idle for %g s", session_id, service.idle_timeout_s
-                    )
-                    await context.abort(
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                        f"no step for {service.idle_timeout_s:g} s (server.idle_timeout_s)",
-                    )
+                raw = await _receive(
+                    request_iterator, context, service.idle_timeout_s, "step", "idle_timeout_s"
+                )
                 if raw is None:
                     break
                 start = time.perf_counter()
@@ -129,6 +115,20 @@ KEEPALIVE_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 20_000),
     ("grpc.max_connection_idle_ms", 300_000),
 ]
+
+
+async def _receive(requests, context, timeout_s: float, what: str, setting: str):
+    """The stream's next message (None at its end); DEADLINE_EXCEEDED if the client sends
+    nothing for `timeout_s`. (asyncio.timeout costs ~6 us a message; wait_for ~19.)"""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await anext(requests, None)
+    except TimeoutError:
+        logging.warning("closing a stream: no %s within %g s", what, timeout_s)
+        await context.abort(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            f"no {what} within {timeout_s:g} s (server.{setting})",
+        )
 
 
 class RpcServer:
