@@ -34,6 +34,5 @@ def get_config():
     c.optimizer.learning_rate = 2.5e-4
     c.server.batch_timeout_ms = 2.0
     c.log.interval_s = 30.0
-    c.checkpoint.interval_s = 600.0
     c.lock()
     return c

@@ -27,6 +27,5 @@ def get_config():
     c.optimizer.max_grad_norm = 40.0
     c.server.queue_unrolls = 64
     c.log.interval_s = 30.0
-    c.checkpoint.interval_s = 600.0
     c.lock()
     return c

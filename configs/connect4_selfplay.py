@@ -51,6 +51,5 @@ def get_config():
     c.league.eval_games = 100
     c.league.reference_every = 300
     c.log.interval_s = 30.0
-    c.checkpoint.interval_s = 600.0
     c.lock()
     return c

@@ -1,7 +1,8 @@
 """orbax checkpoints of the learner: TrainState (params, optimizer, normalizer, counters), metadata.
 
 Layout: <directory>/<step>/{state, meta}. orbax writes each step into a temporary directory and
-renames it when complete, so a crash mid-save never leaves a half-written step behind. If the newest
+renames it when complete, so a crash mid-save never leaves a half-written step behind (the learner
+removes such temporary directories when it restarts). If the newest
 step cannot be read anyway (disk trouble, a file deleted by hand) restore falls back to the
 previous one with a warning; so does one whose arrays do not match the sha256 digest saved with
 them in meta, or are not finite (flipped bytes can decode to plausible numbers). A checkpoint
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -71,6 +73,11 @@ def shapes_by_name(tree) -> dict[str, tuple[tuple[int, ...], str]]:
     return out
 
 
+# orbax writes a step into <step>.orbax-checkpoint-tmp-<time> and renames it when complete; a
+# process killed mid-save leaves that directory behind, and orbax never removes it.
+_ORBAX_TMP = ".orbax-checkpoint-tmp-"
+
+
 class Checkpointer:
     def __init__(self, directory: str, max_to_keep: int = 3):
         self.directory = os.path.abspath(directory)
@@ -82,6 +89,16 @@ class Checkpointer:
                 "meta": ocp.JsonCheckpointHandler(),
             },
         )
+
+    def remove_interrupted_saves(self) -> None:
+        """For the run's writer, at start: readers (evaluation of a live run) must not call it,
+        since a save in progress looks the same."""
+        if not os.path.isdir(self.directory):
+            return
+        for name in sorted(os.listdir(self.directory)):
+            if _ORBAX_TMP in name:
+                logging.warning("removing %s, left by an interrupted save", name)
+                shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
 
     def save(self, step: int, state, meta: dict) -> None:
         """Saves synchronously (returns once the step is committed)."""

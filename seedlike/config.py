@@ -163,7 +163,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.log.success_threshold = ml_collections.config_dict.placeholder(float)
 
     c.checkpoint = ml_collections.ConfigDict()
-    c.checkpoint.interval_s = 300.0  # also saved at the end and on SIGTERM/SIGINT
+    # Also saved at the end and on SIGTERM/SIGINT; a crash (SIGKILL, lost host) loses at most this
+    # much. A save stops the learner loop for 0.08 s (CartPole) to 0.16 s (Atari Nature CNN with
+    # Adam state) on this 2-core machine: at 60 s, under 0.3% of its time.
+    c.checkpoint.interval_s = 60.0
     c.checkpoint.max_to_keep = 3
     return c
 

@@ -150,6 +150,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     checkpointer = ckpt_lib.Checkpointer(
         os.path.join(logdir, "checkpoints"), config.checkpoint.max_to_keep
     )
+    checkpointer.remove_interrupted_saves()
     meta = _restore(learner, checkpointer, config.seed)
     registry = PolicyRegistry()
     registry.publish(learner.version, learner.policy_params())

@@ -108,6 +108,23 @@ def test_non_finite_arrays_are_damage(tmp_path, caplog):
     assert "non-finite values in params.params.policy_torso.dense_0.kernel" in caplog.text
 
 
+def test_a_save_interrupted_by_a_kill_leaves_nothing_behind(tmp_path, caplog):
+    ckpt = Checkpointer(str(tmp_path))
+    ckpt.save(1, make_state(), {"env_steps": 1})
+    ckpt.close()
+    partial = tmp_path / "2.orbax-checkpoint-tmp-1700000000123456" / "state"
+    partial.mkdir(parents=True)
+    (partial / "chunk").write_bytes(b"half written")
+    reader = Checkpointer(str(tmp_path))  # evaluating a live run: its save may be in progress
+    assert reader.steps() == [1] and partial.exists()
+    reader.close()
+    writer = Checkpointer(str(tmp_path))  # the learner, restarting
+    writer.remove_interrupted_saves()
+    assert sorted(os.listdir(tmp_path)) == ["1"] and writer.steps() == [1]
+    assert "removing 2.orbax-checkpoint-tmp-1700000000123456" in caplog.text
+    writer.close()
+
+
 def test_incompatible_network_names_the_layer_and_shapes(tmp_path):
     ckpt = Checkpointer(str(tmp_path))
     ckpt.save(1, make_state(hidden=(8, 8)), {"env_steps": 1})
