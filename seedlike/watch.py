@@ -34,15 +34,15 @@ def record_episodes(
     opponent=None,
     seed: int = 0,
     max_frames: int = 3000,
+    render: bool = True,
 ) -> Recording:
     """Plays `episodes` episodes of `checkpoint` (a run, checkpoints or step directory), or until
-    `max_frames` frames, and returns the frames and episode results."""
+    `max_frames` observations, and returns the frames (none without `render`) and results."""
     config, network, state, _ = load_checkpoint(checkpoint)
     env_config = config.env.copy_and_resolve_references()
     env_config.num_envs, env_config.batch_size, env_config.num_threads = 1, 0, 1
-    kwargs = dict(env_config.get("kwargs", {}) or {})
-    kwargs["render_mode"] = "rgb_array"
-    env_config.kwargs = kwargs
+    if render:
+        env_config.kwargs = {**(env_config.get("kwargs", {}) or {}), "render_mode": "rgb_array"}
     spec = network.spec
     params = {"params": state.params, "obs_norm": state.obs_norm}
     agents = [NetworkAgent(PolicyRunner(network, greedy=greedy, seed=seed), params)]
@@ -54,12 +54,14 @@ def record_episodes(
     rng = np.random.default_rng(seed)
     out = Recording(config.env.name, [], [], [])
     first = np.ones(len(agents), bool)  # per player: the next move starts an episode
-    episode_return, length = 0.0, 0
+    episode_return, length, observed = 0.0, 0, 0
     env.reset()
     try:
-        while len(out.returns) < episodes and len(out.frames) < max_frames:
+        while len(out.returns) < episodes and observed < max_frames:
             rows = env.recv()
-            out.frames.append(env.render())
+            observed += 1
+            if render:
+                out.frames.append(env.render())
             mine = rows.player_id == 0
             episode_return += float(rows.reward[mine].sum())
             if rows.game_over[mine].any():

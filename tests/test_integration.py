@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 
+import seedlike
 from networks import make_network
 from seedlike.checkpoint import Checkpointer, params_fingerprint
 from seedlike.config import load_config_file
@@ -57,13 +58,12 @@ def version(logdir) -> int:
 
 
 def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
+    """Through the library API (seedlike.train runs scripts/train.sh), as a notebook would."""
     logdir = tmp_path / "run"
-    result = subprocess.run(
-        ["scripts/train.sh", f"--logdir={logdir}", "--config.total_env_steps=120000",
-         "--config.log.interval_s=2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-4000:]
+    run = seedlike.train(
+        logdir=str(logdir), overrides={"total_env_steps": 120_000, "log.interval_s": 2}
+    )
+    assert run.wait(timeout=600) == 0, run.log()
     rows = metrics(logdir)
     assert REQUIRED_KEYS <= set(rows[-1]), REQUIRED_KEYS - set(rows[-1])
     returns = [r["episode_return_mean"] for r in rows if r["episode_return_mean"] is not None]
@@ -93,6 +93,17 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     summary = json.loads(log_text(server).split("served: ", 1)[1].splitlines()[0])
     assert summary["episodes"] == 20
     assert summary["episode_return_mean"] >= 0.8 * max(returns[-3:]), (summary, returns)
+
+    # Run.stop is Ctrl-C: the resumed job checkpoints a later version and leaves nothing behind.
+    done_version = rows[-1]["policy_version"]
+    more = seedlike.train(logdir=str(logdir), overrides={"total_env_steps": 10**9})
+    more.process.log_path = os.path.join(logdir, "console.log")  # for wait_for's messages
+    wait_for(lambda: version(logdir) > done_version, 300, more.process, "the resumed job")
+    assert more.stop() == 130, more.log()  # train.sh's status after Ctrl-C
+    resumed = Checkpointer(str(logdir / "checkpoints")).steps()[-1]
+    assert resumed > done_version
+    address = open(logdir / "server_address").read().strip()
+    assert not pids_matching(f"--server={address}"), "Run.stop left actor processes behind"
 
 
 def test_train_sh_restarts_a_crashed_actor_and_stops_when_it_keeps_failing(tmp_path):
