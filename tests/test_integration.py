@@ -61,7 +61,7 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     """Through the library API (seedlike.train runs scripts/train.sh), as a notebook would."""
     logdir = tmp_path / "run"
     run = seedlike.train(
-        logdir=str(logdir), overrides={"total_env_steps": 120_000, "log.interval_s": 2}
+        logdir=str(logdir), overrides={"total_env_steps": 100_000, "log.interval_s": 2}
     )
     assert run.wait(timeout=600) == 0, run.log()
     rows = metrics(logdir)
@@ -69,7 +69,7 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     returns = [r["episode_return_mean"] for r in rows if r["episode_return_mean"] is not None]
     assert returns[0] < 60  # a random CartPole policy averages ~22
     assert max(returns) >= 200, returns
-    assert rows[-1]["env_steps"] >= 120_000
+    assert rows[-1]["env_steps"] >= 100_000
     # The final row may cover a moment without an update (its learner values are null).
     learned = [r for r in rows if r["staleness_mean"] is not None]
     assert 0 <= learned[-1]["staleness_mean"] < 5 and learned[-1]["sample_reuse"] > 1
@@ -95,15 +95,16 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     assert summary["episode_return_mean"] >= 0.8 * max(returns[-3:]), (summary, returns)
 
     # Run.stop is Ctrl-C: the resumed job checkpoints a later version and leaves nothing behind.
+    # (Stopped once it has learned, not while it still compiles, which would only wait for that.)
     done_version = rows[-1]["policy_version"]
     more = seedlike.train(logdir=str(logdir), overrides={"total_env_steps": 10**9})
     more.process.log_path = os.path.join(logdir, "console.log")  # for wait_for's messages
     wait_for(lambda: version(logdir) > done_version, 300, more.process, "the resumed job")
     assert more.stop() == 130, more.log()  # train.sh's status after Ctrl-C
-    resumed = Checkpointer(str(logdir / "checkpoints")).steps()[-1]
-    assert resumed > done_version
+    assert Checkpointer(str(logdir / "checkpoints")).steps()[-1] > done_version
     address = open(logdir / "server_address").read().strip()
     assert not pids_matching(f"--server={address}"), "Run.stop left actor processes behind"
+    assert not pids_matching(f"--logdir={logdir}"), "Run.stop left the learner behind"
 
 
 def test_train_sh_restarts_a_crashed_actor_and_stops_when_it_keeps_failing(tmp_path):
