@@ -46,8 +46,10 @@ class Run:
 
     def log(self, chars: int = 4000) -> str:
         """The end of the job's console output (<logdir>/console.log)."""
-        with open(os.path.join(self.logdir, CONSOLE_LOG), errors="replace") as f:
-            return f.read()[-chars:]
+        # Bytes, not characters: a long job's log is not read whole for its last lines.
+        with open(os.path.join(self.logdir, CONSOLE_LOG), "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - chars))
+            return f.read().decode(errors="replace")
 
     def wait(self, timeout: float | None = None) -> int:
         """Waits for the job to end; returns its exit status (0: trained to total_env_steps)."""
@@ -148,7 +150,7 @@ def play(a: str, b: str, games: int = 100, greedy: bool = False, search_depth: i
     from seedlike.league import games as lib
 
     agents = [lib.make_agent(x, greedy=greedy, search_depth=search_depth) for x in (a, b)]
-    env = next((x.network.spec.name for x in agents if hasattr(x, "network")), None)
+    env = lib.game_of(agents)
     if env is None:
         raise ValueError("at least one agent must be a checkpoint (it names the game)")
     return lib.summarize(lib.play_match(env, *agents, games, seed=seed))

@@ -48,12 +48,15 @@ def start_inference(
     Returns (service, grpc server, "host:port").
     """
     credentials = security.load(config.get("transport", {}).get("credentials", ""), "server")
-    security.check_bind(bind, credentials)
     service = inference.InferenceService(
         store.spec, network, registry, store, config.server, matchmaker, config.seed, guard, greedy
     )
     service.start()
-    server, bound = serve(service, bind, port, config.server.max_actors, credentials)
+    try:
+        server, bound = serve(service, bind, port, config.server, credentials)
+    except BaseException:
+        service.stop(finished=True)  # a refused bind or a taken port leaves no threads behind
+        raise
     address = f"{bind}:{bound}"
     os.makedirs(logdir, exist_ok=True)
     with open(os.path.join(logdir, ADDRESS_FILE), "w") as f:
@@ -192,6 +195,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
             config.log.wandb_mode,
             config.log.wandb_project,
             total_env_steps=int(config.total_env_steps),
+            tensorboard=bool(config.log.get("tensorboard", False)),
         ),
         base_env_steps=int(meta.get("env_steps", 0)),
         episodes_total=int(meta.get("episodes", 0)),

@@ -173,3 +173,13 @@ def test_shapes_with_huge_dimensions_are_refused_before_any_arithmetic():
     tensor = pb.Tensor(dtype="float32", shape=[0, 2**62, 2**62], data=b"")
     with pytest.raises(codec.ProtocolError, match=r"dimension out of \[0, 2147483647\]"):
         codec.decode(tensor, "step.reward")
+
+
+def test_float_extras_must_be_finite_but_are_not_bounded_by_max_abs_obs():
+    spec = {"weight": ArraySpec(np.float32, ())}
+    tensors = {"weight": codec.encode(np.array([1e30, -1e30], np.float32))}
+    assert codec._decode_dict(tensors, "step.extras", spec, 2)["weight"][0] == np.float32(1e30)
+    tensors = {"weight": codec.encode(np.array([0.0, np.inf], np.float32))}
+    with pytest.raises(codec.ProtocolError, match=r"NaN or infinity$") as info:
+        codec._decode_dict(tensors, "step.extras", spec, 2)
+    assert info.value.field == "step.extras['weight']"

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from seedlike.config import base_config
 from seedlike.rpc import client, codec, security
 from seedlike.rpc.service import serve
 from seedlike.server.trajectory_store import TrajectoryStore
@@ -60,7 +61,7 @@ def test_tls_server_serves_actors_with_the_token_and_refuses_the_rest(tmp_path):
     actor_creds = security.Credentials.load(directory, "client")
     other = security.Credentials.load(make_credentials(tmp_path / "other", "x"), "client")
     service = service_of(TrajectoryStore(SPEC))
-    server, port = serve(service, "127.0.0.1", 0, 8, server_creds)
+    server, port = serve(service, "127.0.0.1", 0, base_config().server, server_creds)
     address = f"localhost:{port}"  # the certificate names localhost
     hello = codec.make_hello(SPEC, actor_id=0, num_envs=2)
     try:

@@ -7,6 +7,7 @@ import time
 import grpc
 import pytest
 
+from seedlike.config import base_config
 from seedlike.rpc import client, codec
 from seedlike.rpc.service import serve
 from seedlike.server.trajectory_store import TrajectoryStore
@@ -29,8 +30,10 @@ class Gate:
 @pytest.fixture
 def server():
     gate = Gate()
-    service = service_of(TrajectoryStore(SPEC), gate, hello_timeout_s=0.5, idle_timeout_s=1.0)
-    rpc, port = serve(service, "127.0.0.1", 0, max_actors=2)
+    service = service_of(TrajectoryStore(SPEC), gate)
+    transport = base_config().server
+    transport.update(max_actors=2, hello_timeout_s=0.5, idle_timeout_s=1.0)
+    rpc, port = serve(service, "127.0.0.1", 0, transport)
     yield service, f"127.0.0.1:{port}", gate
     gate.open.set()
     rpc.stop()

@@ -269,8 +269,9 @@ def _decode_as(tensor: pb.Tensor, field: str, dtype, rows: int | None) -> np.nda
 
 
 def _decode_dict(
-    tensors, field: str, specs: dict[str, ArraySpec], rows: int, bound: float = np.inf
+    tensors, field: str, specs: dict[str, ArraySpec], rows: int, bound: float | None = None
 ) -> dict:
+    """Float arrays must be finite; with `bound` (server.max_abs_obs), at most that in |value|."""
     if set(tensors.keys()) != set(specs):
         raise ProtocolError(field, f"keys {sorted(tensors.keys())}, expected {sorted(specs)}")
     out = {}
@@ -281,12 +282,14 @@ def _decode_dict(
             raise ProtocolError(name, f"dtype {array.dtype.name}, expected {spec.dtype.name}")
         if array.shape != (rows, *spec.shape):
             raise ProtocolError(name, f"shape {list(array.shape)}, expected {[rows, *spec.shape]}")
-        if array.dtype.kind == "f" and not (
-            np.all(np.isfinite(array)) and np.all(np.abs(array) <= bound)
-        ):
-            raise ProtocolError(
-                name, f"contains NaN or infinity, or |value| > {bound:g} (server.max_abs_obs)"
-            )
+        if array.dtype.kind == "f":
+            # One pass: the comparison is False for NaN, and for infinity below a finite limit.
+            limit = np.finfo(array.dtype).max if bound is None else bound
+            if not np.all(np.abs(array) <= limit):
+                problem = "contains NaN or infinity"
+                if bound is not None:
+                    problem += f", or |value| > {bound:g} (server.max_abs_obs)"
+                raise ProtocolError(name, problem)
         out[key] = array
     return out
 

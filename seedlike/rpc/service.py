@@ -29,17 +29,26 @@ class InferenceServicer:
     `idle_timeout_s`, ends with DEADLINE_EXCEEDED (time the server takes to answer does not count).
     """
 
-    def __init__(self, service: InferenceService, credentials: Credentials | None = None):
+    def __init__(
+        self,
+        service: InferenceService,
+        limits: codec.Limits,
+        hello_timeout_s: float,
+        idle_timeout_s: float,
+        credentials: Credentials | None = None,
+    ):
         self._service = service
+        self._limits = limits
+        self._hello_timeout_s = hello_timeout_s
+        self._idle_timeout_s = idle_timeout_s
         self._credentials = credentials
-        self._limits = codec.Limits(service.max_abs_reward, service.max_abs_obs)
 
     async def stream(self, request_iterator, context):
         service = self._service
         session_id = None
         try:
             first = await _receive(
-                request_iterator, context, service.hello_timeout_s, "Hello", "hello_timeout_s"
+                request_iterator, context, self._hello_timeout_s, "Hello", "hello_timeout_s"
             )
             if first is None:
                 return
@@ -71,7 +80,7 @@ class InferenceServicer:
             sequence = 0
             while True:
                 raw = await _receive(
-                    request_iterator, context, service.idle_timeout_s, "step", "idle_timeout_s"
+                    request_iterator, context, self._idle_timeout_s, "step", "idle_timeout_s"
                 )
                 if raw is None:
                     break
@@ -133,24 +142,43 @@ async def _receive(requests, context, timeout_s: float, what: str, setting: str)
 
 class RpcServer:
     """A grpc.aio server on an event loop of its own thread: every actor stream is a coroutine
-    there, so messages do not hop between a thread per stream and the gRPC poller."""
+    there, so messages do not hop between a thread per stream and the gRPC poller.
+
+    Reads the transport settings of the config's `server` section once: max_actors (concurrent
+    streams), max_abs_reward / max_abs_obs (value bounds), hello_timeout_s and idle_timeout_s.
+    """
 
     def __init__(
         self,
         service: InferenceService,
         bind: str,
         port: int,
-        max_actors: int,
+        server_config,
         credentials: Credentials | None = None,
     ):
         check_bind(bind, credentials)
+        self._servicer = InferenceServicer(
+            service,
+            codec.Limits(
+                float(server_config.get("max_abs_reward", 1e6)),
+                float(server_config.get("max_abs_obs", 1e6)),
+            ),
+            float(server_config.get("hello_timeout_s", 10.0)),
+            float(server_config.get("idle_timeout_s", 60.0)),
+            credentials,
+        )
         self._credentials = credentials
         self._loop = asyncio.new_event_loop()
-
         self._thread = threading.Thread(target=self._loop.run_forever, name="rpc", daemon=True)
         self._thread.start()
         self._server = None
-        self.port = self._run(self._start(service, f"{bind}:{port}", max_actors))
+        try:
+            self.port = self._run(
+                self._start(service, f"{bind}:{port}", int(server_config.max_actors))
+            )
+        except BaseException:
+            self.stop()  # no event loop thread left behind by a port that cannot be bound
+            raise
 
     def _run(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
@@ -158,7 +186,7 @@ class RpcServer:
     async def _start(self, service, address: str, max_actors: int) -> int:
         # Receive no more than the largest valid step (codec.max_step_bytes).
         receive = codec.max_step_bytes(service.spec, service.max_envs_per_actor)
-        self._server = grpc.aio.server(
+        server = grpc.aio.server(
             maximum_concurrent_rpcs=max_actors,
             options=[
                 ("grpc.max_send_message_length", codec.MAX_MESSAGE_BYTES),
@@ -166,19 +194,19 @@ class RpcServer:
                 *KEEPALIVE_OPTIONS,
             ],
         )
-        servicer = InferenceServicer(service, self._credentials)
         handler = grpc.method_handlers_generic_handler(
             codec.SERVICE_NAME,
-            {"Stream": grpc.stream_stream_rpc_method_handler(servicer.stream)},
+            {"Stream": grpc.stream_stream_rpc_method_handler(self._servicer.stream)},
         )
-        self._server.add_generic_rpc_handlers((handler,))
+        server.add_generic_rpc_handlers((handler,))
         if self._credentials is None:
-            bound = self._server.add_insecure_port(address)
+            bound = server.add_insecure_port(address)
         else:
-            bound = self._server.add_secure_port(address, self._credentials.server_credentials())
+            bound = server.add_secure_port(address, self._credentials.server_credentials())
         if bound == 0:
             raise OSError(f"could not bind the inference server to {address}; is the port in use?")
-        await self._server.start()
+        await server.start()
+        self._server = server
         return bound
 
     def stop(self, grace_s: float = 0.0) -> None:
@@ -193,12 +221,13 @@ def serve(
     service: InferenceService,
     bind: str,
     port: int,
-    max_actors: int,
+    server_config,
     credentials: Credentials | None = None,
 ) -> tuple[RpcServer, int]:
-    """Starts a gRPC server for `service`; returns it and the bound port (useful with port=0).
+    """Starts a gRPC server for `service` with the transport settings of `server_config` (the
+    config's `server` section); returns it and the bound port (useful with port=0).
 
     Plaintext without credentials, which only a loopback `bind` allows (seedlike.rpc.security).
     """
-    server = RpcServer(service, bind, port, max_actors, credentials)
+    server = RpcServer(service, bind, port, server_config, credentials)
     return server, server.port

@@ -169,12 +169,6 @@ class InferenceService:
         self.registry = registry
         self.store = store
         self.max_envs_per_actor = int(server_config.max_envs_per_actor)
-        # Value bounds the transport checks every row against (seedlike.rpc.codec.Limits).
-        self.max_abs_reward = float(server_config.get("max_abs_reward", 1e6))
-        self.max_abs_obs = float(server_config.get("max_abs_obs", 1e6))
-        # How long the transport waits for a stream's Hello, and for its next step.
-        self.hello_timeout_s = float(server_config.get("hello_timeout_s", 10.0))
-        self.idle_timeout_s = float(server_config.get("idle_timeout_s", 60.0))
         self.matchmaker = matchmaker or Matchmaker(spec, seed=seed)
         self.stats = InferenceStats()
         self.runner = PolicyRunner(network, greedy=greedy, seed=seed, guard=guard)
