@@ -5,11 +5,13 @@ win/draw/loss from the first agent's side with a 95% confidence interval.
   python play.py --a=runs/connect4/checkpoints/300 --b=runs/connect4/checkpoints/100 --greedy
   python play.py --a=runs/connect4 --b=scripted --search_depth=3
   python play.py --a=runs/connect4/league/snapshots/400 --b=scripted
+  python play.py --a=runs/connect4 --b=human --games=3 --greedy
 
-An agent is a run directory, a checkpoint, a league snapshot, `random` or `scripted` (Connect
-Four). envpool picks the first mover at random each game, so both agents play both colours;
-results are also split by it. With --search_depth, network agents look that many plies ahead over
-the true rules and judge the positions beyond by their value head (seedlike/league/search.py).
+An agent is a run directory, a checkpoint, a league snapshot, `random`, `scripted` (Connect
+Four) or `human` (you type the moves; one game at a time). envpool picks the first mover at random
+each game, so both agents play both colours; results are also split by it. With --search_depth,
+network agents look that many plies ahead over the true rules and judge the positions beyond by
+their value head (seedlike/league/search.py).
 """
 
 import json
@@ -21,10 +23,10 @@ from seedlike.checkpoint import CheckpointError
 from seedlike.league import games
 
 _A = flags.DEFINE_string(
-    "a", None, "First agent: run, checkpoint or snapshot path, random or scripted."
+    "a", None, "First agent: run, checkpoint or snapshot path, random, scripted or human."
 )
 _B = flags.DEFINE_string(
-    "b", "random", "Second agent: run, checkpoint or snapshot path, random or scripted."
+    "b", "random", "Second agent: run, checkpoint or snapshot path, random, scripted or human."
 )
 _ENV = flags.DEFINE_string("env", None, "envpool task (default: the checkpoint's env).")
 _GAMES = flags.DEFINE_integer("games", 400, "Number of games.")
@@ -50,7 +52,7 @@ def main(argv):
         )
     except (FileNotFoundError, CheckpointError) as e:
         raise SystemExit(f"error: {e}") from None
-    env = _ENV.value or next((x.network.spec.name for x in (a, b) if hasattr(x, "network")), None)
+    env = _ENV.value or games.game_of((a, b))
     if env is None:
         raise app.UsageError("--env is needed when neither agent is a checkpoint")
     result = games.play_match(env, a, b, _GAMES.value, seed=_SEED.value)

@@ -21,6 +21,7 @@ INSTALL_REQUIRES = [
     "trueskill==0.4.5",
     "matplotlib==3.11.2",  # python -m seedlike.plot
     "pillow==13.0.0",  # watch.py's GIFs
+    "tensorboardX==2.6.5",  # config log.tensorboard
 ]
 
 setup(

@@ -159,6 +159,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.log.interval_s = 10.0  # one metrics row per interval
     c.log.wandb_mode = "offline"  # offline | online | disabled (WANDB_MODE overrides)
     c.log.wandb_project = "seedlike"
+    # Also write TensorBoard event files (<logdir>/tensorboard; `tensorboard --logdir runs`).
+    c.log.tensorboard = False
     # When set, episode_success_rate = fraction of episodes whose return exceeds it (MiniGrid: 0).
     c.log.success_threshold = ml_collections.config_dict.placeholder(float)
 

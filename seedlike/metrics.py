@@ -1,4 +1,5 @@
-"""Metrics sinks: <logdir>/metrics.jsonl (one JSON object per interval), wandb, and the console."""
+"""Metrics sinks: <logdir>/metrics.jsonl (one JSON object per interval), wandb, the console and
+optionally TensorBoard event files."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ CONSOLE_OPTIONAL = (
     ("trueskill_mu", "trueskill", "{:.1f}"),
 )
 WANDB_ID_FILE = "wandb_run_id"
+TENSORBOARD_DIR = "tensorboard"
 _VS_POOL = "league/win_rate_vs_pool"  # the other league/win_rate_vs_* keys are bots
 
 
@@ -49,6 +51,8 @@ class MetricsWriter:
         variable overrides it.
       wandb_project: wandb project name.
       total_env_steps: the run's length, for the console's progress and ETA (None: no ETA).
+      tensorboard: also write every number as a TensorBoard scalar (x: env steps) to
+        <logdir>/tensorboard; a resumed run adds a file there and its curves continue.
     """
 
     def __init__(
@@ -58,19 +62,28 @@ class MetricsWriter:
         wandb_mode: str = "offline",
         wandb_project: str = "seedlike",
         total_env_steps: int | None = None,
+        tensorboard: bool = False,
     ):
         os.makedirs(logdir, exist_ok=True)
         self.path = os.path.join(logdir, "metrics.jsonl")
         self._file = open(self.path, "a", buffering=1)
         self._start = time.time()
         self._total = total_env_steps
-        self._first: tuple[float, int] | None = (
-            None  # (time, env_steps) of this process's first row
-        )
+        # (time, env_steps) of this process's first row, for the rate behind the ETA.
+        self._first: tuple[float, int] | None = None
         self._wandb = None
         mode = os.environ.get("WANDB_MODE") or wandb_mode
         if mode != "disabled":
             self._wandb = self._init_wandb(logdir, config, wandb_project, mode)
+        self._tensorboard = None
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+
+            # Event files are named by the second they start in; the suffix keeps a resume within
+            # that second from overwriting the first file.
+            self._tensorboard = SummaryWriter(
+                os.path.join(logdir, TENSORBOARD_DIR), filename_suffix=f".{uuid.uuid4().hex[:8]}"
+            )
 
     @staticmethod
     def _init_wandb(logdir, config, project, mode):
@@ -98,6 +111,11 @@ class MetricsWriter:
             self._wandb.log(
                 {k: v for k, v in row.items() if v is not None}, step=int(row["env_steps"])
             )
+        if self._tensorboard is not None:
+            step = int(row["env_steps"])
+            for key, value in row.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    self._tensorboard.add_scalar(key, value, step)
         if self._first is None:
             self._first = (row["time"], row["env_steps"])
         elapsed = time.time() - self._start
@@ -112,6 +130,9 @@ class MetricsWriter:
 
     def close(self) -> None:
         self._file.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+            self._tensorboard = None
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None

@@ -56,6 +56,7 @@ def serve_checkpoint(
         config.log.wandb_mode,
         config.log.wandb_project,
         total_env_steps=max_env_steps or None,
+        tensorboard=bool(config.log.get("tensorboard", False)),
     )
     returns, lengths = [], []
     start = last = time.monotonic()

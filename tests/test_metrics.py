@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 
@@ -72,6 +73,39 @@ def test_resumed_run_logs_to_the_same_wandb_run(tmp_path, monkeypatch):
     # offline-run-<date>_<time>-<id>, with "-1" added when both start in the same second
     assert len(run_dirs) == 2
     assert all(re.fullmatch(rf"offline-run-\d+_\d+-{run_id}(-\d+)?", d) for d in run_dirs)
+
+
+def _tfrecords(path):
+    """The records of a TFRecord file, read by its layout: length (uint64 LE), its masked CRC,
+    the bytes, their masked CRC."""
+    data, out, i = open(path, "rb").read(), [], 0
+    while i < len(data):
+        (n,) = struct.unpack("<Q", data[i : i + 8])
+        out.append(data[i + 12 : i + 12 + n])
+        i += 12 + n + 4
+    return out
+
+
+def test_tensorboard_scalars_continue_across_a_resume(tmp_path, monkeypatch):
+    from tensorboardX.proto import event_pb2
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    for steps in (1000, 2000):  # two processes: a run and its resume
+        writer = metrics.MetricsWriter(str(tmp_path), {}, tensorboard=True)
+        writer.write(_row(env_steps=steps, episode_return_mean=steps / 100, loss=float("nan")))
+        writer.close()
+    files = sorted(os.listdir(tmp_path / metrics.TENSORBOARD_DIR))
+    assert len(files) == 2 and all(f.startswith("events.out.tfevents.") for f in files)
+    scalars = {}
+    for name in files:
+        for record in _tfrecords(tmp_path / metrics.TENSORBOARD_DIR / name):
+            event = event_pb2.Event.FromString(record)
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    # TensorBoard merges the files of a directory by step.
+    assert sorted(scalars["episode_return_mean"]) == [(1000, 10.0), (2000, 20.0)]
+    assert sorted(scalars["env_steps"]) == [(1000, 1000.0), (2000, 2000.0)]
+    assert "loss" not in scalars  # NaN is logged as null, and null is not a scalar
 
 
 def _write_run(logdir, rows):

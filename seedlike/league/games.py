@@ -82,11 +82,18 @@ def checkpoint_agent(
 
 
 def make_agent(spec: str, greedy: bool = False, search_depth: int = 0):
-    """A bot's name ('random', 'scripted' for Connect Four), or a run, checkpoint or league
-    snapshot path."""
+    """A bot's name ('random', 'scripted' for Connect Four), 'human' (you, at the keyboard), or a
+    run, checkpoint or league snapshot path."""
     if spec in players.BOTS:
         return players.BOTS[spec].make()
+    if spec == "human":
+        return players.HumanAgent()
     return checkpoint_agent(spec, greedy=greedy, search_depth=search_depth)
+
+
+def game_of(agents) -> str | None:
+    """The game the first checkpoint among `agents` was trained on (None without one)."""
+    return next((a.network.spec.name for a in agents if hasattr(a, "network")), None)
 
 
 @dataclasses.dataclass
@@ -143,9 +150,12 @@ def play_match(
 ) -> MatchResult:
     """Plays num_games of a two-player envpool game, agent_a as player 0 and agent_b as player 1.
 
-    envpool picks the first mover at random every game, so both agents play both colours. Raises
-    Interrupted as soon as the threading.Event `stop` is set.
+    envpool picks the first mover at random every game, so both agents play both colours. With an
+    interactive agent (a person) one game runs at a time. Agents with a `game_over` method hear
+    each of their games' outcome. Raises Interrupted as soon as the threading.Event `stop` is set.
     """
+    if any(getattr(agent, "interactive", False) for agent in (agent_a, agent_b)):
+        num_envs = 1
     env_config = ml_collections.ConfigDict(
         {"name": env_name, "num_envs": min(num_envs, num_games), "batch_size": 0, "num_threads": 0}
     )
@@ -172,8 +182,12 @@ def play_match(
         for i in np.flatnonzero(done & (rows.player_id == 0)):
             e = rows.env_id[i]
             if len(result.outcomes) < num_games:
-                result.outcomes.append(int(np.sign(rows.reward[i])))
+                outcome = int(np.sign(rows.reward[i]))
+                result.outcomes.append(outcome)
                 result.first_mover.append(bool(first_mover[e] == 0))
+                for agent, sign in zip(agents, (1, -1)):
+                    if hasattr(agent, "game_over"):
+                        agent.game_over(sign * outcome)
             first_mover[e], first[:, e] = -1, True
         for p, agent in enumerate(agents):
             mine = rows.acting & (rows.player_id == p)

@@ -19,6 +19,7 @@ from seedlike.league import connect_four
 from seedlike.types import LEGAL_ACTION_MASK
 
 LEARNER = -1
+MINE_PLANE, THEIRS_PLANE = connect_four.MINE, connect_four.THEIRS
 
 
 class Agent(Protocol):
@@ -53,6 +54,68 @@ class ScriptedConnectFour:
 
     def act(self, obs, legal_mask, env_id, first, rng) -> np.ndarray:
         return connect_four.scripted_actions(obs["obs"], legal_mask, rng)
+
+
+class HumanAgent:
+    """A person at the keyboard (play.py --b=human): shows the board from their side and reads
+    a legal move. Games with a drop rule (Connect Four) take a column, the others a cell; both
+    are numbered from 1 on screen. play_match plays one game at a time with an interactive agent.
+
+    Args:
+      read: returns the next line typed (`input` by default; EOF ends the match).
+      write: prints a line.
+    """
+
+    name = "human"
+    interactive = True
+
+    def __init__(self, read: Callable[[str], str] = input, write: Callable[[str], None] = print):
+        self._read = read
+        self._write = write
+
+    def reset(self, num_envs: int) -> None:
+        pass
+
+    def act(self, obs, legal_mask, env_id, first, rng) -> np.ndarray:
+        return np.array([self._move(b, m) for b, m in zip(obs["obs"], legal_mask)], np.int32)
+
+    def game_over(self, outcome: int) -> None:
+        """Called with +1 / 0 / -1 from this agent's side when one of its games ends."""
+        self._write({1: "You win.", 0: "Draw.", -1: "You lose."}[int(np.sign(outcome))])
+
+    def _move(self, board: np.ndarray, legal: np.ndarray) -> int:
+        rows, cols = board.shape[:2]
+        by_column = legal.shape[0] == cols and rows * cols != cols
+        self._write(render_board(board, numbered_cells=not by_column))
+        what = "column" if by_column else "cell"
+        choices = [str(a + 1) for a in np.flatnonzero(legal)]
+        while True:
+            try:
+                typed = self._read(f"your move, {what} {'/'.join(choices)}: ").strip()
+            except EOFError:
+                raise SystemExit("no move typed; the match ends") from None
+            if typed in choices:
+                return int(typed) - 1
+            self._write(f"{typed!r} is not a legal {what}; type one of {', '.join(choices)}")
+
+
+def render_board(board: np.ndarray, numbered_cells: bool = False) -> str:
+    """A board bool [rows, cols, 2] (own stones, then the opponent's) as text: X yours, O theirs.
+    Empty cells show their number (from 1) with `numbered_cells`, else '.', under a header of
+    column numbers."""
+    rows, cols = board.shape[:2]
+    lines = [] if numbered_cells else [" ".join(str(c + 1) for c in range(cols))]
+    for r in range(rows):
+        cells = []
+        for c in range(cols):
+            if board[r, c, MINE_PLANE]:
+                cells.append("X")
+            elif board[r, c, THEIRS_PLANE]:
+                cells.append("O")
+            else:
+                cells.append(str(r * cols + c + 1) if numbered_cells else ".")
+        lines.append(" ".join(cells))
+    return "\n".join(lines)
 
 
 @dataclasses.dataclass(frozen=True)
