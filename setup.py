@@ -35,6 +35,14 @@ setup(
     package_data={"seedlike.rpc": ["*.proto", "*.pyi"]},
     install_requires=INSTALL_REQUIRES,
     extras_require={
-        "dev": ["pytest==9.2.0", "ruff==0.17.6", "grpcio-tools==1.85.1"],
+        "dev": [
+            "pytest==9.2.0",
+            "ruff==0.17.6",
+            "grpcio-tools==1.85.1",
+            # tests/test_notebooks.py runs notebooks/ in a kernel
+            "nbclient==0.11.0",
+            "nbformat==5.11.1",
+            "ipykernel==7.4.0",
+        ],
     },
 )

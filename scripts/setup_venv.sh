@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
 # Sourced by train.sh and test.sh: creates .venv if missing and (re)installs the project whenever
-# setup.py changed since the last install. Set PYTHON to choose the interpreter (3.11+).
+# setup.py changed since the last install, and sets SEEDLIKE_PY to its python. Set PYTHON to
+# choose the interpreter (3.11+), or SEEDLIKE_PYTHON to use one that has seedlike installed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="$ROOT/.venv"
-PY="${PYTHON:-python3}"
-if [ ! -x "$VENV/bin/python" ]; then
-  "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "seedlike needs Python 3.11+"'
-  echo "creating $VENV" >&2
-  "$PY" -m venv "$VENV"
+if [ -n "${SEEDLIKE_PYTHON:-}" ]; then
+  # An interpreter that has seedlike installed already (seedlike.train passes its own, e.g. a
+  # Colab kernel's): use it rather than building .venv beside it.
+  SEEDLIKE_PY="$SEEDLIKE_PYTHON"
+else
+  VENV="$ROOT/.venv"
+  PY="${PYTHON:-python3}"
+  if [ ! -x "$VENV/bin/python" ]; then
+    "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "seedlike needs Python 3.11+"'
+    echo "creating $VENV" >&2
+    "$PY" -m venv "$VENV"
+  fi
+  STAMP="$VENV/.seedlike-install"
+  WANT="$(sha256sum "$ROOT/setup.py" | cut -d' ' -f1)"
+  if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+    echo "installing seedlike and its dependencies into $VENV" >&2
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]"
+    echo "$WANT" > "$STAMP"
+  fi
+  export PATH="$VENV/bin:$PATH"
+  SEEDLIKE_PY="$VENV/bin/python"
 fi
-STAMP="$VENV/.seedlike-install"
-WANT="$(sha256sum "$ROOT/setup.py" | cut -d' ' -f1)"
-if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-  echo "installing seedlike and its dependencies into $VENV" >&2
-  "$VENV/bin/python" -m pip install --quiet --upgrade pip
-  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]"
-  echo "$WANT" > "$STAMP"
-fi
-export PATH="$VENV/bin:$PATH"
+export SEEDLIKE_PY

@@ -60,7 +60,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "stopping (checkpointing)..." >&2; exit 130' INT TERM
 
-python learner.py --config="$config" "${config_flags[@]}" --logdir="$logdir" --port=0 \
+"$SEEDLIKE_PY" learner.py --config="$config" "${config_flags[@]}" --logdir="$logdir" --port=0 \
   "${learner_flags[@]}" &
 learner_pid=$!
 
@@ -75,7 +75,7 @@ address="$(cat "$logdir/server_address")"
 echo "learner serving on $address; starting $num_actors actors; logs in $logdir" >&2
 restarts=()
 start_actor() {
-  python actor.py --server="$address" --actor_id="$1" --config="$config" "${config_flags[@]}" \
+  "$SEEDLIKE_PY" actor.py --server="$address" --actor_id="$1" --config="$config" "${config_flags[@]}" \
     >> "$logdir/actor_$1.log" 2>&1 &
   pids[$1]=$!
 }

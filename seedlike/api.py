@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 
 import numpy as np
 
@@ -43,6 +44,12 @@ class Run:
     def metrics(self) -> list[dict]:
         """The metrics rows written so far (README, "Metrics")."""
         return read_metrics(self.logdir)
+
+    def latest(self, *keys: str) -> dict:
+        """The most recent non-null value of each key (a row without episodes ending in its
+        interval has no return, say): {key: value or None}."""
+        rows = self.metrics()
+        return {k: next((r[k] for r in reversed(rows) if r.get(k) is not None), None) for k in keys}
 
     def log(self, chars: int = 4000) -> str:
         """The end of the job's console output (<logdir>/console.log)."""
@@ -98,8 +105,15 @@ def train(
         *flags,
     ]
     with open(os.path.join(logdir, CONSOLE_LOG), "ab") as log:
+        # The job runs on this interpreter (it has seedlike installed: this module is running),
+        # not on a .venv that train.sh would otherwise build (scripts/setup_venv.sh).
         process = subprocess.Popen(
-            command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "SEEDLIKE_PYTHON": sys.executable},
         )
     return Run(process, logdir)
 
@@ -144,12 +158,16 @@ def record(checkpoint: str, out: str, episodes: int = 1, opponent=None, fps: flo
     return rec
 
 
-def play(a: str, b: str, games: int = 100, greedy: bool = False, search_depth: int = 0, seed=0):
-    """Plays two agents (runs, checkpoints, snapshots, `random`, `scripted`) in their two-player
-    game, as play.py; returns the summary (wins, draws, losses, win rate with its interval)."""
+def play(a, b, games: int = 100, greedy: bool = False, search_depth: int = 0, seed=0):
+    """Plays two agents in their two-player game, as play.py; returns the summary (wins, draws,
+    losses, win rate with its interval). An agent is a run, checkpoint or snapshot path,
+    `random`, `scripted`, `human` (you type the moves) or an Agent object."""
     from seedlike.league import games as lib
 
-    agents = [lib.make_agent(x, greedy=greedy, search_depth=search_depth) for x in (a, b)]
+    agents = [
+        lib.make_agent(x, greedy=greedy, search_depth=search_depth) if isinstance(x, str) else x
+        for x in (a, b)
+    ]
     env = lib.game_of(agents)
     if env is None:
         raise ValueError("at least one agent must be a checkpoint (it names the game)")

@@ -72,9 +72,8 @@ def load_runs(paths: list[str]) -> dict[str, list[dict]]:
 
 def plot_runs(runs: dict[str, list[dict]], keys: list[str], x: str = "env_steps", smooth=1):
     """A matplotlib Figure with one panel per key and one line per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display needed
+    # No backend is forced: without a display matplotlib picks Agg by itself, and a notebook
+    # keeps its inline one (the figure shows under the cell).
     import matplotlib.pyplot as plt
 
     for key in keys:

@@ -30,7 +30,7 @@ class Keyboard:
         self.prompts.append(prompt)
         if len(self.prompts) == 1:
             return "42"
-        return prompt.rsplit(" ", 2)[-2].split("/")[0]  # "your move, cell 1/2/5: " -> "1"
+        return prompt.rstrip(": ").split(" ")[-1].split("/")[0]  # "... cell 1/2/5: " -> "1"
 
 
 def test_a_person_plays_whole_games_one_at_a_time():
