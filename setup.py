@@ -22,6 +22,7 @@ INSTALL_REQUIRES = [
     "matplotlib==3.11.2",  # python -m seedlike.plot
     "pillow==13.0.0",  # watch.py's GIFs
     "tensorboardX==2.6.5",  # config log.tensorboard
+    "pyyaml==6.0.3",  # deploy.py's Kubernetes manifests
 ]
 
 setup(
@@ -43,6 +44,7 @@ setup(
             "nbclient==0.11.0",
             "nbformat==5.11.1",
             "ipykernel==7.4.0",
+            "kubernetes-validate==1.37.0",  # tests/test_deploy.py, offline schemas
         ],
     },
 )

@@ -104,6 +104,13 @@ def base_config() -> ml_collections.ConfigDict:
     # throughput when acting is bursty but make data staler.
     c.server.queue_unrolls = 0
     c.server.max_actors = 64  # concurrent actor streams
+    # Streams one host may hold at once (more are refused, and their actors retry), so a single
+    # machine cannot take every slot. Raise it to run more actors than this on one host.
+    c.server.max_streams_per_peer = 32
+    # The largest share of a learner batch one actor's unrolls may fill; the rest are dropped
+    # (metric unrolls_capped), so one actor cannot steer whole updates. 1.0: no cap. Keep it
+    # above 1 / (number of actors), or batches stop filling.
+    c.server.max_actor_share = 1.0
     c.server.max_envs_per_actor = 4096
     # Largest |reward| and |float observation| accepted from actors; a row beyond them ends the
     # actor's stream with a message (NaN and infinity always do). Raise them for envs that need it.
@@ -208,6 +215,8 @@ def validate(config) -> None:
     need(config.optimizer.learning_rate >= 0, "optimizer.learning_rate must be >= 0")
     need(config.server.queue_unrolls >= 0, "server.queue_unrolls must be >= 0")
     need(config.server.max_actors >= 1, "server.max_actors must be >= 1")
+    need(config.server.max_streams_per_peer >= 1, "server.max_streams_per_peer must be >= 1")
+    need(0 < config.server.max_actor_share <= 1, "server.max_actor_share must lie in (0, 1]")
     need(
         config.log.wandb_mode in ("offline", "online", "disabled"),
         "log.wandb_mode must be offline|online|disabled",

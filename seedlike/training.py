@@ -169,6 +169,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         config.batch_unrolls,
         batches,
         network.initial_carry(1),
+        max_owner_share=float(config.server.max_actor_share),
     )
     service, server, _ = start_inference(
         config, network, registry, store, logdir, bind, port, matchmaker, learner.guard
@@ -322,6 +323,8 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         "actors_connected": p.service.num_sessions,
         "unroll_queue": p.batches.qsize() * p.config.batch_unrolls,
         "steps_dropped": p.store.steps_dropped,
+        "unrolls_capped": p.store.unrolls_capped,
+        "actor_share_max": p.store.last_batch_max_share,
     }
     busy = {**stats["busy_s"], "learn": interval.learn_s}
     row.update({f"busy/{stage}": s / dt for stage, s in busy.items()})

@@ -107,6 +107,32 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     assert not pids_matching(f"--logdir={logdir}"), "Run.stop left the learner behind"
 
 
+def test_ssh_actors_train_over_tls_and_end_with_the_run(tmp_path, procs):
+    """scripts/ssh_actors.sh with tests/fake_ssh standing in for ssh: two "hosts", one actor
+    each, TLS and the run token, until the learner finishes."""
+    from tests.test_security import make_credentials
+
+    creds = make_credentials(tmp_path / "creds", "learner-host")
+    tls = f"--config.transport.credentials={creds}"
+    logdir = str(tmp_path / "run")
+    learner, address = procs.learner(logdir, tls, "--config.total_env_steps=12000")
+    launcher = subprocess.run(
+        [
+            "scripts/ssh_actors.sh", "--hosts=h1,h2", f"--server={address}",
+            f"--credentials={creds}",
+            f"--remote_dir={ROOT}", f"--logdir={tmp_path}/ssh", "--first_actor_id=4",
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "SSH": os.path.join(ROOT, "tests", "fake_ssh"), "FAKE_SSH_HOME": "/"},
+    )  # fmt: skip
+    assert launcher.returncode == 0, launcher.stdout + launcher.stderr
+    assert learner.wait(timeout=120) == 0
+    assert "actor 4 on h1" in launcher.stdout and "actor 5 on h2" in launcher.stdout
+    for log in ("h1_4.log", "h2_5.log"):
+        assert "connected to" in (tmp_path / "ssh" / log).read_text()
+    assert last(logdir, "env_steps") >= 12000
+
+
 def test_train_sh_restarts_a_crashed_actor_and_stops_when_it_keeps_failing(tmp_path):
     logdir, stderr = tmp_path / "run", tmp_path / "stderr.txt"
     with open(stderr, "w") as err:

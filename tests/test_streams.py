@@ -9,7 +9,7 @@ import pytest
 
 from seedlike.config import base_config
 from seedlike.rpc import client, codec
-from seedlike.rpc.service import serve
+from seedlike.rpc.service import peer_host, serve
 from seedlike.server.trajectory_store import TrajectoryStore
 from tests.test_inference import SPEC, rows, service_of
 
@@ -28,11 +28,15 @@ class Gate:
 
 
 @pytest.fixture
-def server():
+def server(request):
+    """(service, address, gate) of a server with 2 slots and short deadlines; a test can change
+    transport settings with @pytest.mark.transport(key=value)."""
     gate = Gate()
     service = service_of(TrajectoryStore(SPEC), gate)
     transport = base_config().server
     transport.update(max_actors=2, hello_timeout_s=0.5, idle_timeout_s=1.0)
+    marker = request.node.get_closest_marker("transport")
+    transport.update(marker.kwargs if marker else {})
     rpc, port = serve(service, "127.0.0.1", 0, transport)
     yield service, f"127.0.0.1:{port}", gate
     gate.open.set()
@@ -138,3 +142,26 @@ def test_the_receive_limit_is_the_largest_valid_step(server):
         list(call)
     channel.close()
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+@pytest.mark.transport(max_actors=4, max_streams_per_peer=1)
+def test_one_host_cannot_hold_more_streams_than_its_cap(server):
+    service, address, _ = server
+    hello = codec.make_hello(SPEC, actor_id=0, num_envs=2)
+    first = client.Connection(address, hello)
+    with pytest.raises(client.Disconnected, match=r"RESOURCE_EXHAUSTED: 127\.0\.0\.1 has 1 stre"):
+        client.Connection(address, codec.make_hello(SPEC, actor_id=1, num_envs=2))
+    assert service.num_sessions == 1
+    first.close()
+    deadline = time.monotonic() + 5
+    while service.num_sessions and time.monotonic() < deadline:
+        time.sleep(0.05)
+    again = client.Connection(address, hello)  # the slot is free once the stream has ended
+    assert client.decode_actions(again.step(codec.encode_step(0, rows(2))), 2, 3).shape == (2,)
+    again.close()
+
+
+def test_peer_host_strips_the_port():
+    assert peer_host("ipv4:10.0.0.5:4242") == "10.0.0.5"
+    assert peer_host("ipv6:[::1]:50051") == "[::1]"
+    assert peer_host("unix:/tmp/sock") == "unix:/tmp/sock"

@@ -52,7 +52,7 @@ class Server:
         self.step_carry = step_carry  # (carry, first) -> new carry; None for feed-forward
 
     def open(self, session, num_envs):
-        self.store.open(self.seats.open(session, num_envs))
+        self.store.open(self.seats.open(session, num_envs), owner=session)
 
     def close(self, session):
         return self.store.close(self.seats.close(session))
@@ -238,6 +238,31 @@ def test_unrolls_fill_learner_batches_and_a_full_queue_holds_acting_back():
     assert batch.action.shape == (3, 3) and batch.reward.shape == (3, 2)
     np.testing.assert_array_equal(batch.policy_version, [[0, 1, 2]] * 3)
     assert batches.get(timeout=0) is None and store.unrolls_emitted == 4
+
+
+@pytest.mark.parametrize("share", [1.0, 0.5])
+def test_one_actor_fills_at_most_its_share_of_a_batch(share):
+    """Session 1 (4 envs, obs 1) completes 4 unrolls per round, session 2 (1 env, obs 2) one.
+    With a 0.5 cap, session 1's unrolls beyond 2 of the 4-unroll batch are dropped until session
+    2's make it full."""
+    batches = BatchQueue(slots=4)
+    store = TrajectoryStore(SPEC, 2, 4, batches, max_owner_share=share)
+    server = Server(store)
+    server.open(1, num_envs=4)
+    server.open(2, num_envs=1)
+    for t in range(5):  # unrolls complete at records 3 and 5 (consecutive ones share a step)
+        server.feed(1, rows([1.0] * 4, [0.0] * 4), action=t)
+        server.feed(2, rows([2.0], [0.0]), action=t)
+    batch = batches.get(timeout=1)
+    sources = sorted(batch.obs["obs"][:, 0, 0].tolist())
+    if share == 1.0:
+        assert sources == [1.0, 1.0, 1.0, 1.0] and store.unrolls_capped == 0
+        # The second batch: session 2's first unroll and 3 of session 1's second round.
+        assert batches.get(timeout=1) is not None and store.last_batch_max_share == 0.75
+    else:
+        assert sources == [1.0, 1.0, 2.0, 2.0] and store.last_batch_max_share == 0.5
+        assert store.unrolls_capped == 6  # round 1: 2 of 4; round 2: all 4 (session 1 is full)
+    assert store.unrolls_emitted == 10 - store.unrolls_capped
 
 
 def test_acting_waits_as_soon_as_a_batch_is_full_and_the_learner_has_not_taken_the_last():

@@ -8,6 +8,7 @@ while every other actor's stream keeps going.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
 import time
@@ -27,6 +28,9 @@ class InferenceServicer:
     run token ends with UNAUTHENTICATED before its Hello is parsed. A stream without a Hello after
     `hello_timeout_s`, or one that leaves the server waiting for its next step longer than
     `idle_timeout_s`, ends with DEADLINE_EXCEEDED (time the server takes to answer does not count).
+    A host with `max_streams_per_peer` streams open already has its next one refused with
+    RESOURCE_EXHAUSTED once that stream's first message arrives (its actor retries with backoff),
+    so one machine cannot take every slot of `server.max_actors`.
     """
 
     def __init__(
@@ -35,23 +39,34 @@ class InferenceServicer:
         limits: codec.Limits,
         hello_timeout_s: float,
         idle_timeout_s: float,
+        max_streams_per_peer: int,
         credentials: Credentials | None = None,
     ):
         self._service = service
         self._limits = limits
         self._hello_timeout_s = hello_timeout_s
         self._idle_timeout_s = idle_timeout_s
+        self._max_per_peer = max_streams_per_peer
         self._credentials = credentials
+        self._streams_per_peer: collections.Counter = collections.Counter()  # on the event loop
 
     async def stream(self, request_iterator, context):
         service = self._service
         session_id = None
+        peer = peer_host(context.peer())
+        self._streams_per_peer[peer] += 1
         try:
             first = await _receive(
                 request_iterator, context, self._hello_timeout_s, "Hello", "hello_timeout_s"
             )
             if first is None:
                 return
+            if self._streams_per_peer[peer] > self._max_per_peer:
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{peer} has {self._max_per_peer} streams open already "
+                    "(server.max_streams_per_peer); raise it for more actors on one host",
+                )
             # Checked once the Hello has arrived, not before: an abort that races the client's
             # first write reaches it as a bare INTERNAL error instead of this status.
             if self._credentials is not None and not self._credentials.accepts(
@@ -113,8 +128,20 @@ class InferenceServicer:
                     grpc.StatusCode.UNAVAILABLE, "learner is stopping; reconnect when it is back"
                 )
         finally:
+            self._streams_per_peer[peer] -= 1
+            if not self._streams_per_peer[peer]:
+                del self._streams_per_peer[peer]
             if session_id is not None:
                 service.close_session(session_id)
+
+
+def peer_host(peer: str) -> str:
+    """The host of a gRPC peer string: 'ipv4:10.0.0.5:4242' -> '10.0.0.5', 'ipv6:[::1]:80' ->
+    '[::1]', 'unix:/tmp/s' -> 'unix:/tmp/s'."""
+    kind, _, address = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return address.rpartition(":")[0]
+    return peer
 
 
 # Pings every connection after a minute without traffic and drops it if no answer comes in 20 s
@@ -145,7 +172,8 @@ class RpcServer:
     there, so messages do not hop between a thread per stream and the gRPC poller.
 
     Reads the transport settings of the config's `server` section once: max_actors (concurrent
-    streams), max_abs_reward / max_abs_obs (value bounds), hello_timeout_s and idle_timeout_s.
+    streams), max_streams_per_peer, max_abs_reward / max_abs_obs (value bounds), hello_timeout_s
+    and idle_timeout_s.
     """
 
     def __init__(
@@ -165,6 +193,7 @@ class RpcServer:
             ),
             float(server_config.get("hello_timeout_s", 10.0)),
             float(server_config.get("idle_timeout_s", 60.0)),
+            int(server_config.get("max_streams_per_peer", 32)),
             credentials,
         )
         self._credentials = credentials

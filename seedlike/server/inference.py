@@ -462,7 +462,7 @@ class InferenceService:
                 self.stats.ended(episodes)
                 self.stats.add_busy("record", time.perf_counter() - start)
             elif item.opens:
-                self.store.open(item.seats)
+                self.store.open(item.seats, item.session_id)
             else:
                 dropped = self.store.close(item.seats)
                 if dropped:

@@ -134,6 +134,10 @@ class TrajectoryStore:
       batches: where full batches go.
       carry_template: the recurrent state of one seat (a pytree of arrays [1, ...]; () if
         feed-forward): the shape and dtype of the stored carries.
+      max_owner_share: the largest share of a learner batch whose unrolls may come from one owner
+        (the session that opened the seats: one actor). Unrolls beyond it are dropped and
+        counted in `unrolls_capped`, so one actor, honest or not, cannot make up a whole batch.
+        1.0: no cap. It must leave room for everyone: below 1 / (actors), batches stop filling.
     """
 
     def __init__(
@@ -143,11 +147,14 @@ class TrajectoryStore:
         batch_unrolls: int = 1,
         batches: BatchQueue | None = None,
         carry_template=(),
+        max_owner_share: float = 1.0,
     ):
         self.spec = spec
         self.horizon = horizon
         self.batch_unrolls = int(batch_unrolls)
         self.batches = batches
+        self._owner_cap = max(1, int(max_owner_share * self.batch_unrolls))
+        self._owner_counts: dict[int, int] = {}  # unrolls per owner in the batch being filled
         self._carry_template = jax.tree.map(np.asarray, carry_template)
         self._batch: Unroll | None = None  # the learner batch being filled
         self._filled = 0
@@ -159,16 +166,21 @@ class TrajectoryStore:
         self.episode_return = np.zeros(0, np.float64)
         self.episode_length = np.zeros(0, np.int64)
         self.episode_policy = np.zeros(0, np.int64)
+        self.owner = np.zeros(0, np.int64)  # who opened each seat
         self.rows_received = 0
         self.unrolls_emitted = 0
         self.steps_dropped = 0
+        self.unrolls_capped = 0
+        self.last_batch_max_share = 0.0  # the largest owner's share of the last full batch
 
     # Seats ------------------------------------------------------------------------------------
 
-    def open(self, seats: np.ndarray) -> None:
-        """Starts recording `seats` (new ones, or released ones given to a new session)."""
+    def open(self, seats: np.ndarray, owner: int = 0) -> None:
+        """Starts recording `seats` (new ones, or released ones given to a new session) for
+        `owner` (the session: the unit of max_owner_share)."""
         if seats.size and seats.max() >= self._capacity:
             self._grow(int(seats.max()) + 1)
+        self.owner[seats] = owner
         self.pos[seats] = 0
         self.in_episode[seats] = False
         self.episode_return[seats] = 0.0
@@ -273,6 +285,9 @@ class TrajectoryStore:
                 self._filled = 0
             take = seats[: self.batch_unrolls - self._filled]
             seats = seats[take.size :]
+            take = self._within_owner_cap(take)
+            if not take.size:
+                continue
             rows = slice(self._filled, self._filled + take.size)
             b, f = self._batch, self._fields
             for key, dst in (("obs", b.obs), ("extras", b.extras)):
@@ -288,6 +303,8 @@ class TrajectoryStore:
             self._filled += take.size
             self.unrolls_emitted += take.size
             if self._filled == self.batch_unrolls:
+                self.last_batch_max_share = max(self._owner_counts.values()) / self._filled
+                self._owner_counts = {}
                 self.batches.put(self._batch)
                 # The next batch's slot is taken now, not when its first unroll completes: with
                 # every seat's unroll completing at once (lockstep actors), waiting until then
@@ -296,6 +313,21 @@ class TrajectoryStore:
                 self.batches.reserve()
                 self._batch = self._empty_batch()
                 self._filled = 0
+
+    def _within_owner_cap(self, seats: np.ndarray) -> np.ndarray:
+        """The seats whose unrolls fit their owner's remaining share of the batch being filled
+        (in order); the others are dropped. Counts every owner's unrolls, cap or not."""
+        owners = self.owner[seats]
+        keep = np.ones(seats.size, np.bool_)
+        for owner in np.unique(owners):  # a few actors per call, not a loop over rows
+            mine = np.flatnonzero(owners == owner)
+            room = max(self._owner_cap - self._owner_counts.get(int(owner), 0), 0)
+            keep[mine[room:]] = False
+            self._owner_counts[int(owner)] = self._owner_counts.get(int(owner), 0) + min(
+                room, mine.size
+            )
+        self.unrolls_capped += int(seats.size - keep.sum())
+        return seats[keep]
 
     # Buffers ----------------------------------------------------------------------------------
 
@@ -353,6 +385,7 @@ class TrajectoryStore:
         self.episode_return = grown(self.episode_return, (), np.float64)
         self.episode_length = grown(self.episode_length, (), np.int64)
         self.episode_policy = grown(self.episode_policy, (), np.int64)
+        self.owner = grown(self.owner, (), np.int64)
         if self.horizon is not None:
             steps = self.horizon + 1
             old = self._fields

@@ -1,0 +1,81 @@
+"""Renders Kubernetes manifests for a run (seedlike/deploy.py says what they hold).
+
+  scripts/make_credentials.sh creds breakout-learner        # the learner's in-cluster name
+  python deploy.py --config=configs/atari_ppo.py --name=breakout --actors=16 \\
+      --image=registry.example.com/seedlike:0.1 --credentials=creds --gpus=1 --out=breakout.yaml
+  kubectl apply -f breakout.yaml
+
+--config.x=v flags are checked here and passed to the learner and every actor.
+"""
+
+import os
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from seedlike.config import ConfigError, check_override_flags, validate
+from seedlike.deploy import read_credentials, render, to_yaml
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_CONFIG = os.path.join(ROOT, "configs", "cartpole_ppo.py")
+# ml_collections applies --config.x overrides while defining the flag; check them first.
+check_override_flags(sys.argv, DEFAULT_CONFIG)
+
+_CONFIG = config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "Experiment config.")
+_NAME = flags.DEFINE_string("name", None, "Run name: a DNS label (lowercase, digits, '-').")
+_IMAGE = flags.DEFINE_string("image", None, "Container image with seedlike (see Dockerfile).")
+_ACTORS = flags.DEFINE_integer("actors", 2, "Actor pods.")
+_CREDENTIALS = flags.DEFINE_string(
+    "credentials", None, "Directory from scripts/make_credentials.sh DIR <name>-learner."
+)
+_PORT = flags.DEFINE_integer("port", 50051, "The learner's port.")
+_GPUS = flags.DEFINE_integer("gpus", 0, "GPUs for the learner pod.")
+_LEARNER_CPU = flags.DEFINE_string("learner_cpu", "4", "CPU request of the learner pod.")
+_LEARNER_MEMORY = flags.DEFINE_string("learner_memory", "16Gi", "Memory of the learner pod.")
+_ACTOR_CPU = flags.DEFINE_string("actor_cpu", "1", "CPU request of each actor pod.")
+_ACTOR_MEMORY = flags.DEFINE_string("actor_memory", "2Gi", "Memory of each actor pod.")
+_STORAGE = flags.DEFINE_string("storage", "20Gi", "Volume for the learner's run directory.")
+_OUT = flags.DEFINE_string("out", None, "Where to write the manifests (YAML).")
+flags.mark_flags_as_required(["name", "image", "credentials", "out"])
+
+
+def main(argv):
+    del argv
+    name = _NAME.value
+    if not (name.replace("-", "").isalnum() and name == name.lower() and len(name) <= 40):
+        raise app.UsageError(f"--name={name!r}: use lowercase letters, digits and '-' (<= 40)")
+    try:
+        validate(_CONFIG.value)
+        credentials = read_credentials(_CREDENTIALS.value)
+    except (ConfigError, FileNotFoundError) as e:
+        raise SystemExit(f"error: {e}") from None
+    config_path = flags.FLAGS["config"].config_filename
+    if os.path.abspath(config_path).startswith(ROOT + os.sep):
+        config_path = os.path.relpath(os.path.abspath(config_path), ROOT)  # as in the image
+    overrides = [a for a in sys.argv[1:] if a.startswith("--config.")]
+    objects = render(
+        name,
+        _IMAGE.value,
+        config_path,
+        overrides,
+        _ACTORS.value,
+        credentials,
+        _PORT.value,
+        _GPUS.value,
+        _LEARNER_CPU.value,
+        _LEARNER_MEMORY.value,
+        _ACTOR_CPU.value,
+        _ACTOR_MEMORY.value,
+        _STORAGE.value,
+    )
+    with open(_OUT.value, "w") as f:
+        f.write(to_yaml(objects))
+    os.chmod(_OUT.value, 0o600)
+    print(
+        f"wrote {_OUT.value}: {', '.join(o['kind'] + ' ' + o['metadata']['name'] for o in objects)}"
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)

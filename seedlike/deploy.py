@@ -1,0 +1,193 @@
+"""Kubernetes manifests for a run: one learner, N actors, the run's credentials as secrets
+(the command is deploy.py).
+
+Rendered objects (TLeague's layout, SEED RL's roles):
+  Secret <name>-learner-credentials   ca.pem, server.pem, server.key, token (never ca.key)
+  Secret <name>-actor-credentials     ca.pem, client.pem, client.key, token
+  Service <name>-learner              headless: actors reach the learner pod at <name>-learner:port
+  StatefulSet <name>-learner          1 pod, learner.py on 0.0.0.0 with TLS and the run token; its
+                                      logdir on a persistent volume, so a restarted pod resumes
+  StatefulSet <name>-actors           N pods of actor.py; each pod's index is its --actor_id
+                                      (distinct env seeds), which a Deployment could not give
+
+The image is this repository installed (the Dockerfile); the config file and every
+--config.x=v flag given here are passed to the learner and the actors as train.sh does.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+
+import yaml
+
+LEARNER_FILES = ("ca.pem", "server.pem", "server.key", "token")
+ACTOR_FILES = ("ca.pem", "client.pem", "client.key", "token")
+CREDENTIALS_MOUNT = "/credentials"
+RUNS_MOUNT = "/runs"
+
+
+def render(
+    name: str,
+    image: str,
+    config_path: str,
+    config_flags_: list[str],
+    actors: int,
+    credentials: dict[str, dict[str, bytes]],
+    port: int = 50051,
+    gpus: int = 0,
+    learner_cpu: str = "4",
+    learner_memory: str = "16Gi",
+    actor_cpu: str = "1",
+    actor_memory: str = "2Gi",
+    storage: str = "20Gi",
+) -> list[dict]:
+    """The Kubernetes objects of a run (see the module docstring).
+
+    Args:
+      name: the run's name; objects are <name>-learner, <name>-actors, ... (a DNS label).
+      config_path: the config file's path inside the image, relative to the repository.
+      config_flags_: --config.x=v flags for the learner and every actor.
+      credentials: {"learner": {file: bytes}, "actor": {file: bytes}} (read_credentials).
+      gpus: GPUs for the learner (nvidia.com/gpu); 0 runs JAX on its CPUs.
+    """
+    learner, actor_set = f"{name}-learner", f"{name}-actors"
+    secrets = {side: f"{name}-{side}-credentials" for side in ("learner", "actor")}
+    transport = f"--config.transport.credentials={CREDENTIALS_MOUNT}"
+    common = [f"--config={config_path}", *config_flags_, transport]
+
+    def secret(side: str) -> dict:
+        data = {k: base64.b64encode(v).decode() for k, v in sorted(credentials[side].items())}
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": secrets[side], "labels": {"seedlike/run": name}},
+            "type": "Opaque",
+            "data": data,
+        }
+
+    def resources(cpu: str, memory: str, gpu: int = 0) -> dict:
+        limits = {"memory": memory, **({"nvidia.com/gpu": str(gpu)} if gpu else {})}
+        return {"requests": {"cpu": cpu, "memory": memory}, "limits": limits}
+
+    def credentials_volume(side: str) -> dict:
+        # 0400: the token and keys readable by the process only.
+        return {
+            "name": "credentials",
+            "secret": {"secretName": secrets[side], "defaultMode": 0o400},
+        }
+
+    credentials_mount = {"name": "credentials", "mountPath": CREDENTIALS_MOUNT, "readOnly": True}
+    labels = {"learner": {"seedlike/run": name, "seedlike/role": "learner"}}
+    labels["actor"] = {"seedlike/run": name, "seedlike/role": "actor"}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": learner, "labels": labels["learner"]},
+        "spec": {
+            "clusterIP": "None",
+            "selector": labels["learner"],
+            "ports": [{"name": "grpc", "port": port, "targetPort": port}],
+        },
+    }
+    learner_container = {
+        "name": "learner",
+        "image": image,
+        "workingDir": "/seedlike",
+        "command": ["python", "learner.py"],
+        "args": [*common, f"--logdir={RUNS_MOUNT}/{name}", "--bind=0.0.0.0", f"--port={port}"],
+        "env": [{"name": "WANDB_MODE", "value": "offline"}],
+        "ports": [{"name": "grpc", "containerPort": port}],
+        "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 5},
+        "resources": resources(learner_cpu, learner_memory, gpus),
+        "volumeMounts": [credentials_mount, {"name": "runs", "mountPath": RUNS_MOUNT}],
+    }
+    learner_set = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": learner, "labels": labels["learner"]},
+        "spec": {
+            "serviceName": learner,
+            "replicas": 1,
+            "selector": {"matchLabels": labels["learner"]},
+            "template": {
+                "metadata": {"labels": labels["learner"]},
+                "spec": {
+                    # Ctrl-C's path: SIGTERM makes the learner save a checkpoint before it exits.
+                    "terminationGracePeriodSeconds": 120,
+                    "containers": [learner_container],
+                    "volumes": [credentials_volume("learner")],
+                },
+            },
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "runs"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": storage}},
+                    },
+                }
+            ],
+        },
+    }
+    actor_container = {
+        "name": "actor",
+        "image": image,
+        "workingDir": "/seedlike",
+        "command": ["python", "actor.py"],
+        "args": [*common, f"--server={learner}:{port}", "--actor_id=$(ACTOR_ID)"],
+        "env": [
+            {
+                "name": "ACTOR_ID",
+                "valueFrom": {
+                    "fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}
+                },
+            }
+        ],
+        "resources": resources(actor_cpu, actor_memory),
+        "volumeMounts": [credentials_mount],
+    }
+    actors_set = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": actor_set, "labels": labels["actor"]},
+        "spec": {
+            "serviceName": learner,
+            "replicas": actors,
+            "podManagementPolicy": "Parallel",  # start and scale all at once, not one by one
+            "selector": {"matchLabels": labels["actor"]},
+            "template": {
+                "metadata": {"labels": labels["actor"]},
+                "spec": {
+                    "containers": [actor_container],
+                    "volumes": [credentials_volume("actor")],
+                },
+            },
+        },
+    }
+    return [secret("learner"), secret("actor"), service, learner_set, actors_set]
+
+
+def read_credentials(directory: str) -> dict[str, dict[str, bytes]]:
+    """The files of a scripts/make_credentials.sh directory, split by who needs them."""
+    out = {}
+    for side, names in (("learner", LEARNER_FILES), ("actor", ACTOR_FILES)):
+        out[side] = {}
+        for file in names:
+            path = os.path.join(directory, file)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(
+                    f"{path} is missing: make the run's credentials with "
+                    "scripts/make_credentials.sh DIR NAME-learner"
+                )
+            with open(path, "rb") as f:
+                out[side][file] = f.read()
+    return out
+
+
+def to_yaml(objects: list[dict]) -> str:
+    header = (
+        "# Rendered by deploy.py. It holds the run's keys and token: keep it\n"
+        "# private (no version control); kubectl apply -f this file.\n"
+    )
+    return header + yaml.safe_dump_all(objects, sort_keys=False)

@@ -1,0 +1,86 @@
+"""deploy.py's Kubernetes manifests, validated offline against the Kubernetes API schemas."""
+
+import base64
+import os
+import subprocess
+import sys
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.procs import ROOT
+from tests.test_security import make_credentials
+
+K8S_VERSION = "1.33.0"
+
+
+def deploy(*args):
+    return subprocess.run(
+        [sys.executable, "deploy.py", *args], cwd=ROOT, capture_output=True, text=True
+    )
+
+
+@pytest.fixture(scope="module")
+def manifests(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("deploy")
+    creds = make_credentials(tmp / "creds", "pong-learner")
+    out = tmp / "pong.yaml"
+    done = deploy(
+        "--config=configs/atari_ppo.py", "--config.env.name=Pong-v5", "--name=pong",
+        "--actors=12", "--image=registry.example.com/seedlike:0.1", f"--credentials={creds}",
+        "--gpus=1", f"--out={out}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert oct(os.stat(out).st_mode & 0o777) == "0o600"  # it holds keys
+    with open(out) as f:
+        return creds, list(yaml.safe_load_all(f))
+
+
+def test_every_object_is_valid_kubernetes(manifests):
+    _, objects = manifests
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("Secret", "pong-learner-credentials"),
+        ("Secret", "pong-actor-credentials"),
+        ("Service", "pong-learner"),
+        ("StatefulSet", "pong-learner"),
+        ("StatefulSet", "pong-actors"),
+    ]
+
+
+def test_learner_and_actors_share_config_and_credentials(manifests):
+    creds, objects = manifests
+    learner_secret, actor_secret, service, learner, actors = objects
+    # Each side gets only its own key; the CA's key never leaves the credentials directory.
+    assert sorted(learner_secret["data"]) == ["ca.pem", "server.key", "server.pem", "token"]
+    assert sorted(actor_secret["data"]) == ["ca.pem", "client.key", "client.pem", "token"]
+    token = open(os.path.join(creds, "token"), "rb").read()
+    assert base64.b64decode(actor_secret["data"]["token"]) == token
+    learner_c = learner["spec"]["template"]["spec"]["containers"][0]
+    actor_c = actors["spec"]["template"]["spec"]["containers"][0]
+    shared = [
+        "--config=configs/atari_ppo.py",
+        "--config.env.name=Pong-v5",
+        "--config.transport.credentials=/credentials",
+    ]
+    assert learner_c["args"][:3] == shared == actor_c["args"][:3]
+    assert "--bind=0.0.0.0" in learner_c["args"] and "--logdir=/runs/pong" in learner_c["args"]
+    assert "--server=pong-learner:50051" in actor_c["args"]
+    assert "--actor_id=$(ACTOR_ID)" in actor_c["args"]
+    assert actors["spec"]["replicas"] == 12 and learner["spec"]["replicas"] == 1
+    assert learner_c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert service["spec"]["selector"] == learner["spec"]["template"]["metadata"]["labels"]
+
+
+def test_bad_input_is_one_line(tmp_path):
+    done = deploy(
+        "--name=pong", "--image=x", f"--credentials={tmp_path}", f"--out={tmp_path}/o.yaml"
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"{tmp_path}/ca.pem is missing: make the run's credentials" in done.stderr
+    done = deploy("--name=Pong_1", "--image=x", f"--credentials={tmp_path}", "--out=o.yaml")
+    assert done.returncode == 1 and "use lowercase letters, digits and '-'" in done.stderr
+    done = deploy("--config.env.nmae=x", "--name=p", "--image=x", "--credentials=c", "--out=o")
+    assert done.returncode == 1 and "unknown config key 'env.nmae'" in done.stderr
