@@ -38,6 +38,7 @@ def test_config_builds_on_two_devices(path):
     assert learner.num_devices == 2
 
 
+@pytest.mark.slow  # runs the entrypoint in a process of its own
 @pytest.mark.parametrize("entrypoint", ["learner.py", "actor.py"])
 def test_an_unknown_env_is_one_line_naming_close_tasks(entrypoint, tmp_path):
     args = [sys.executable, entrypoint, "--config.env.name=CartPol-v1"]

@@ -13,6 +13,7 @@ from tests.procs import ROOT
 from tests.test_security import make_credentials
 
 K8S_VERSION = "1.33.0"
+pytestmark = pytest.mark.slow  # runs deploy.py in processes of their own
 
 
 def deploy(*args):

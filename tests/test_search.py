@@ -218,6 +218,7 @@ def save_run(run_dir):
     return network, state
 
 
+@pytest.mark.slow  # runs the entrypoint in a process of its own
 def test_play_cli_searches_with_a_checkpoint(tmp_path):
     save_run(tmp_path)
     args = [f"--a={tmp_path}", "--b=random", "--games=24", "--json"]

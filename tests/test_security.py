@@ -83,6 +83,7 @@ def test_tls_server_serves_actors_with_the_token_and_refuses_the_rest(tmp_path):
         service.stop(finished=True)
 
 
+@pytest.mark.slow  # runs the entrypoint in a process of its own
 def test_learner_refuses_a_public_bind_without_credentials_in_one_line(tmp_path):
     done = subprocess.run(
         [sys.executable, "learner.py", "--bind=0.0.0.0", f"--logdir={tmp_path / 'run'}"],

@@ -689,6 +689,7 @@ def run_cli(*args):
     )
 
 
+@pytest.mark.slow  # runs the entrypoint in a process of its own
 def test_cli_applies_a_json_plan_to_a_cartpole_run(tmp_path):
     from seedlike.envs.envpool_env import make_env_spec
 
