@@ -1,4 +1,5 @@
-"""Test setup: two forced CPU devices (before JAX is imported) and offline wandb."""
+"""Test setup: two forced CPU devices (before JAX is imported), offline wandb and a shared JAX
+compilation cache."""
 
 import os
 
@@ -7,4 +8,13 @@ from seedlike import xla_flags
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent compilation cache for this process and every learner, actor and notebook kernel
+# it starts: the same CartPole and TicTacToe programs are compiled by dozens of processes, and
+# reusing them took 3 integration tests from 76 s to 59 s on a cold cache here. Entries are keyed
+# by program, flags and JAX version, so results are unchanged.
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR",
+    os.path.join(os.path.dirname(os.path.dirname(__file__)), ".pytest_cache", "jax"),
+)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 xla_flags.tune_cpu()
