@@ -6,10 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_venv.sh
 export WANDB_MODE="${WANDB_MODE:-offline}"
-ruff format --check .
-ruff check .
+"$SEEDLIKE_PY" -m ruff format --check .
+"$SEEDLIKE_PY" -m ruff check .
 if [ "${1:-}" = "--fast" ]; then
   shift
   set -- -m "not slow" "$@"
 fi
-python -m pytest -q "$@"
+"$SEEDLIKE_PY" -m pytest -q "$@"

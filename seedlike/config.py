@@ -108,8 +108,8 @@ def base_config() -> ml_collections.ConfigDict:
     # machine cannot take every slot. Raise it to run more actors than this on one host.
     c.server.max_streams_per_peer = 32
     # The largest share of a learner batch one actor's unrolls may fill; the rest are dropped
-    # (metric unrolls_capped), so one actor cannot steer whole updates. 1.0: no cap. Keep it
-    # above 1 / (number of actors), or batches stop filling.
+    # (metric unrolls_capped), so one actor cannot steer whole updates. 1.0: no cap. Never below
+    # an equal split among the connected actors, so batches always fill.
     c.server.max_actor_share = 1.0
     c.server.max_envs_per_actor = 4096
     # Largest |reward| and |float observation| accepted from actors; a row beyond them ends the

@@ -8,7 +8,8 @@ Rendered objects (TLeague's layout, SEED RL's roles):
   StatefulSet <name>-learner          1 pod, learner.py on 0.0.0.0 with TLS and the run token; its
                                       logdir on a persistent volume, so a restarted pod resumes
   StatefulSet <name>-actors           N pods of actor.py; each pod's index is its --actor_id
-                                      (distinct env seeds), which a Deployment could not give
+                                      (distinct env seeds; the pod-index label
+                                      of Kubernetes 1.28+), which a Deployment could not give
 
 The image is this repository installed (the Dockerfile); the config file and every
 --config.x=v flag given here are passed to the learner and the actors as train.sh does.

@@ -240,11 +240,12 @@ def test_unrolls_fill_learner_batches_and_a_full_queue_holds_acting_back():
     assert batches.get(timeout=0) is None and store.unrolls_emitted == 4
 
 
-@pytest.mark.parametrize("share", [1.0, 0.5])
+@pytest.mark.parametrize("share", [1.0, 0.5, 0.1])
 def test_one_actor_fills_at_most_its_share_of_a_batch(share):
     """Session 1 (4 envs, obs 1) completes 4 unrolls per round, session 2 (1 env, obs 2) one.
     With a 0.5 cap, session 1's unrolls beyond 2 of the 4-unroll batch are dropped until session
-    2's make it full."""
+    2's make it full. A 0.1 cap (0 unrolls) is raised to an equal split between the two sessions
+    (2 each): batches still fill."""
     batches = BatchQueue(slots=4)
     store = TrajectoryStore(SPEC, 2, 4, batches, max_owner_share=share)
     server = Server(store)
@@ -263,6 +264,13 @@ def test_one_actor_fills_at_most_its_share_of_a_batch(share):
         assert sources == [1.0, 1.0, 2.0, 2.0] and store.last_batch_max_share == 0.5
         assert store.unrolls_capped == 6  # round 1: 2 of 4; round 2: all 4 (session 1 is full)
     assert store.unrolls_emitted == 10 - store.unrolls_capped
+    if share < 1.0:
+        server.close(2)  # alone, session 1 may fill whole batches again
+        capped = store.unrolls_capped
+        for t in range(2):
+            server.feed(1, rows([1.0] * 4, [0.0] * 4), action=t)
+        assert batches.get(timeout=1) is not None and store.last_batch_max_share == 1.0
+        assert store.unrolls_capped == capped
 
 
 def test_acting_waits_as_soon_as_a_batch_is_full_and_the_learner_has_not_taken_the_last():

@@ -137,7 +137,8 @@ class TrajectoryStore:
       max_owner_share: the largest share of a learner batch whose unrolls may come from one owner
         (the session that opened the seats: one actor). Unrolls beyond it are dropped and
         counted in `unrolls_capped`, so one actor, honest or not, cannot make up a whole batch.
-        1.0: no cap. It must leave room for everyone: below 1 / (actors), batches stop filling.
+        1.0: no cap. The cap never goes below an equal split of the batch among the owners with
+        open seats, so batches always fill, however few actors are connected.
     """
 
     def __init__(
@@ -155,6 +156,7 @@ class TrajectoryStore:
         self.batches = batches
         self._owner_cap = max(1, int(max_owner_share * self.batch_unrolls))
         self._owner_counts: dict[int, int] = {}  # unrolls per owner in the batch being filled
+        self._owner_seats: dict[int, int] = {}  # open seats per owner
         self._carry_template = jax.tree.map(np.asarray, carry_template)
         self._batch: Unroll | None = None  # the learner batch being filled
         self._filled = 0
@@ -181,6 +183,8 @@ class TrajectoryStore:
         if seats.size and seats.max() >= self._capacity:
             self._grow(int(seats.max()) + 1)
         self.owner[seats] = owner
+        if seats.size:
+            self._owner_seats[owner] = self._owner_seats.get(owner, 0) + int(seats.size)
         self.pos[seats] = 0
         self.in_episode[seats] = False
         self.episode_return[seats] = 0.0
@@ -191,6 +195,13 @@ class TrajectoryStore:
         """Forgets the partial unrolls of `seats`; returns how many recorded steps were lost."""
         if not seats.size:
             return 0
+        owners, counts = np.unique(self.owner[seats], return_counts=True)
+        for owner, count in zip(owners.tolist(), counts.tolist()):
+            left = self._owner_seats.get(owner, 0) - count
+            if left > 0:
+                self._owner_seats[owner] = left
+            else:
+                self._owner_seats.pop(owner, None)
         dropped = int(self.pos[seats].sum())
         self.pos[seats] = 0
         self.steps_dropped += dropped
@@ -318,10 +329,12 @@ class TrajectoryStore:
         """The seats whose unrolls fit their owner's remaining share of the batch being filled
         (in order); the others are dropped. Counts every owner's unrolls, cap or not."""
         owners = self.owner[seats]
+        equal_split = -(-self.batch_unrolls // max(len(self._owner_seats), 1))
+        cap = max(self._owner_cap, equal_split)
         keep = np.ones(seats.size, np.bool_)
         for owner in np.unique(owners):  # a few actors per call, not a loop over rows
             mine = np.flatnonzero(owners == owner)
-            room = max(self._owner_cap - self._owner_counts.get(int(owner), 0), 0)
+            room = max(cap - self._owner_counts.get(int(owner), 0), 0)
             keep[mine[room:]] = False
             self._owner_counts[int(owner)] = self._owner_counts.get(int(owner), 0) + min(
                 room, mine.size

@@ -1,0 +1,317 @@
+"""Fault injection on a real CartPole PPO run (loopback only): what each fault costs and whether
+the run recovers.
+
+  python benchmarks/faults.py [--scenarios=attack,attack_capped,learner_kill,silent_streams]
+
+Every scenario starts `learner.py` (configs/cartpole_ppo.py, metrics every second) and honest
+`actor.py` processes in a fresh directory, lets the policy learn to a return of `--learned` (450;
+the maximum is 500), injects its fault and reports:
+
+  attack          a well-formed malicious actor (64 envs, random CartPole-like observations)
+                  pays +10 for action 0 and -10 for action 1 for `--attack_s`; afterwards the
+                  learner checkpoints and the policy plays 20 real CartPole episodes greedily.
+  attack_capped   the same with server.max_actor_share = 0.34 (2 honest actors of 16 envs and
+                  the attacker's 64: uncapped it would fill 2/3 of every batch).
+  learner_kill    SIGKILL to the learner 25 s after it learned (checkpoint.interval_s 10), then
+                  a new learner on the same port and logdir: env steps lost (last metrics row
+                  before the kill minus the restored checkpoint), seconds until both actors are
+                  back, and whether the return is back at --learned within 90 s.
+  silent_streams  200 streams that open and send nothing (every one of server.max_actors' 64
+                  slots taken), then an honest actor: seconds until it is connected.
+
+Writes JSON (benchmarks/results/ or --out) and prints a Markdown table. Takes about 5 minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+from absl import app, flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import results_io  # noqa: E402
+
+SCENARIOS = ("attack", "attack_capped", "learner_kill", "silent_streams")
+_SCENARIOS = flags.DEFINE_list("scenarios", list(SCENARIOS), "Which scenarios to run.")
+_LEARNED = flags.DEFINE_float("learned", 450.0, "Return that counts as learned.")
+_ATTACK_S = flags.DEFINE_float("attack_s", 30.0, "How long the malicious actor plays.")
+_OUT = flags.DEFINE_string("out", None, "JSON output path.")
+
+CONFIG = os.path.join(ROOT, "configs", "cartpole_ppo.py")
+COMMON = [
+    f"--config={CONFIG}",
+    "--config.total_env_steps=100000000",
+    "--config.log.interval_s=1",
+    "--config.log.wandb_mode=disabled",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Run:
+    """A learner and its honest actors in a fresh logdir; every process is killed on close."""
+
+    def __init__(self, logdir: str, learner_flags=(), actors: int = 2):
+        self.logdir = logdir
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.learner_flags = list(learner_flags)
+        self.procs: list[subprocess.Popen] = []
+        self.learner = self.start_learner()
+        for i in range(actors):
+            self.start_actor(i)
+
+    def spawn(self, args, log: str) -> subprocess.Popen:
+        out = open(os.path.join(self.logdir, log), "ab")
+        proc = subprocess.Popen(
+            [sys.executable, *args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+        )
+        self.procs.append(proc)
+        return proc
+
+    def start_learner(self) -> subprocess.Popen:
+        args = ["learner.py", *COMMON, f"--logdir={self.logdir}", f"--port={self.port}"]
+        return self.spawn([*args, *self.learner_flags], "learner.log")
+
+    def start_actor(self, actor_id: int) -> subprocess.Popen:
+        args = ["actor.py", *COMMON[:1], f"--server={self.address}", f"--actor_id={actor_id}"]
+        return self.spawn(args, f"actor_{actor_id}.log")
+
+    def rows(self) -> list[dict]:
+        path = os.path.join(self.logdir, "metrics.jsonl")
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def latest(self, key: str):
+        return next((r[key] for r in reversed(self.rows()) if r.get(key) is not None), None)
+
+    def wait(self, predicate, timeout: float, what: str) -> float:
+        start = time.monotonic()
+        while not predicate():
+            if time.monotonic() - start > timeout:
+                raise TimeoutError(f"{what}: not within {timeout:.0f} s (logs in {self.logdir})")
+            if self.learner.poll() is not None:
+                raise RuntimeError(f"the learner exited ({self.logdir}/learner.log)")
+            time.sleep(0.25)
+        return time.monotonic() - start
+
+    def wait_learned(self, timeout: float = 180.0) -> float:
+        return self.wait(
+            lambda: (self.latest("episode_return_mean") or 0) >= _LEARNED.value, timeout, "learn"
+        )
+
+    def stop_learner(self) -> None:
+        self.learner.send_signal(signal.SIGTERM)
+        self.learner.wait(timeout=60)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=30)
+
+
+def attacker(address: str, seconds: float, out: dict) -> None:
+    """A malicious actor that speaks the protocol correctly: 64 envs of made-up CartPole states,
+    rewarded +10 for action 0 and -10 for action 1, episodes of 100 steps."""
+    from seedlike.config import load_config_file
+    from seedlike.envs.envpool_env import make_env_spec
+    from seedlike.rpc import client, codec
+    from seedlike.types import Rows
+
+    spec = make_env_spec(load_config_file(CONFIG).env)
+    n = 64
+    rng = np.random.default_rng(0)
+    connection = client.Connection(address, codec.make_hello(spec, actor_id=99, num_envs=n))
+    actions = np.zeros(n, np.int32)
+    sent, end, t = 0, time.monotonic() + seconds, 0
+    try:
+        while time.monotonic() < end:
+            done = np.full(n, t % 100 == 99)
+            reward = np.where(actions == 0, 10.0, -10.0).astype(np.float32) * (t % 100 != 0)
+            rows = Rows(
+                obs={"obs": rng.normal(0, 0.1, (n, 4)).astype(np.float32)},
+                extras={},
+                reward=reward,
+                terminated=done,
+                truncated=np.zeros(n, bool),
+                env_id=np.arange(n, dtype=np.int32),
+                player_id=np.zeros(n, np.int32),
+                acting=~done,
+                game_over=done,
+            )
+            reply = connection.step(codec.encode_step(sent, rows))
+            actions = client.decode_actions(reply, n, spec.num_actions)
+            sent, t = sent + 1, t + 1
+    except (client.Disconnected, client.Rejected, client.TrainingOver) as e:
+        out["ended"] = f"{type(e).__name__}: {e}"
+    finally:
+        connection.close()
+    out["steps_sent"] = sent * n
+
+
+def evaluate(logdir: str) -> float:
+    from seedlike.api import evaluate as play
+
+    return play(logdir, episodes=20, greedy=True)["return_mean"]
+
+
+def attack(workdir: str, capped: bool) -> dict:
+    flags_ = ["--config.server.max_actor_share=0.34"] if capped else []
+    run = Run(workdir, flags_)
+    try:
+        learned_s = run.wait_learned()
+        before = run.latest("episode_return_mean")
+        out: dict = {}
+        thread = threading.Thread(target=attacker, args=(run.address, _ATTACK_S.value, out))
+        thread.start()
+        thread.join()
+        capped_unrolls = run.latest("unrolls_capped")
+        share = run.latest("actor_share_max")
+        run.stop_learner()
+        after = evaluate(workdir)
+        return {
+            "learned_after_s": round(learned_s, 1),
+            "return_before": before,
+            "attack_steps_sent": out.get("steps_sent"),
+            "attacker_ended": out.get("ended", "no"),
+            "unrolls_capped": capped_unrolls,
+            "actor_share_max_last": share,
+            "greedy_return_after_20_episodes": after,
+            "recovered": after >= _LEARNED.value,
+        }
+    finally:
+        run.close()
+
+
+def learner_kill(workdir: str) -> dict:
+    run = Run(workdir, ["--config.checkpoint.interval_s=10"])
+    try:
+        run.wait_learned()
+        time.sleep(25)
+        steps_at_kill = run.latest("env_steps")
+        run.learner.kill()
+        run.learner.wait(timeout=30)
+        killed_at = time.monotonic()
+        rows_before = len(run.rows())
+        run.learner = run.start_learner()
+        log = os.path.join(workdir, "learner.log")
+        run.wait(lambda: "resumed from" in open(log).read(), 120, "restore after kill")
+        restored = int(re.findall(r"resumed from .* at env step (\d+)", open(log).read())[-1])
+
+        def back(key, test):
+            rows = run.rows()[rows_before:]
+            return any(r.get(key) is not None and test(r[key]) for r in rows)
+
+        run.wait(lambda: back("actors_connected", lambda n: n >= 2), 120, "actors back after kill")
+        actors_back = time.monotonic() - killed_at
+        try:
+            run.wait(lambda: back("episode_return_mean", lambda r: r >= _LEARNED.value), 90, "x")
+            recovered = True
+        except TimeoutError:
+            recovered = False
+        return {
+            "env_steps_at_kill": steps_at_kill,
+            "env_steps_restored": restored,
+            "env_steps_lost": steps_at_kill - restored,
+            "actors_back_after_s": round(actors_back, 1),
+            "recovered": recovered,
+            "recovered_after_s": round(time.monotonic() - killed_at, 1) if recovered else None,
+        }
+    finally:
+        run.close()
+
+
+def silent_streams(workdir: str) -> dict:
+    import grpc
+
+    from seedlike.rpc.codec import STREAM_METHOD
+
+    run = Run(workdir, actors=0)
+    release = threading.Event()
+    outcomes: list = []
+
+    def silent():
+        channel = grpc.insecure_channel(run.address)
+        call = channel.stream_stream(STREAM_METHOD)(iter(lambda: release.wait(60), True))
+        try:
+            for _ in call:
+                pass
+            outcomes.append("OK")
+        except grpc.RpcError as e:
+            outcomes.append(e.code().name)
+        finally:
+            channel.close()
+
+    try:
+        address_file = os.path.join(workdir, "server_address")
+        run.wait(lambda: os.path.exists(address_file), 120, "learner start")
+        threads = [threading.Thread(target=silent, daemon=True) for _ in range(200)]
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)
+        start = time.monotonic()
+        honest = run.start_actor(0)
+        log = os.path.join(workdir, "actor_0.log")
+        run.wait(lambda: "connected to" in open(log).read(), 120, "honest actor")
+        connected_s = time.monotonic() - start
+        release.set()
+        for thread in threads:
+            thread.join(timeout=30)
+        counts = {code: outcomes.count(code) for code in sorted(set(outcomes))}
+        return {
+            "honest_actor_connected_after_s": round(connected_s, 1),
+            "silent_stream_outcomes": counts,
+            "honest_actor_alive": honest.poll() is None,
+        }
+    finally:
+        release.set()
+        run.close()
+
+
+def main(argv):
+    del argv
+    unknown = sorted(set(_SCENARIOS.value) - set(SCENARIOS))
+    if unknown:
+        raise app.UsageError(f"unknown scenarios {unknown}; choose from {list(SCENARIOS)}")
+    results = {}
+    for name in _SCENARIOS.value:
+        with tempfile.TemporaryDirectory(prefix=f"faults-{name}-") as workdir:
+            start = time.monotonic()
+            if name == "attack":
+                results[name] = attack(workdir, capped=False)
+            elif name == "attack_capped":
+                results[name] = attack(workdir, capped=True)
+            elif name == "learner_kill":
+                results[name] = learner_kill(workdir)
+            else:
+                results[name] = silent_streams(workdir)
+            results[name]["scenario_s"] = round(time.monotonic() - start, 1)
+        print(name, json.dumps(results[name]), flush=True)
+    results_io.write("faults", {"config": CONFIG, "results": results}, _OUT.value, echo={})
+    print("| scenario | result |\n| --- | --- |")
+    for name, r in results.items():
+        print(f"| {name} | " + ", ".join(f"{k} {v}" for k, v in r.items()) + " |")
+
+
+if __name__ == "__main__":
+    app.run(main)
