@@ -26,6 +26,9 @@ _CONFIG = config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "Experiment 
 _NAME = flags.DEFINE_string("name", None, "Run name: a DNS label (lowercase, digits, '-').")
 _IMAGE = flags.DEFINE_string("image", None, "Container image with seedlike (see Dockerfile).")
 _ACTORS = flags.DEFINE_integer("actors", 2, "Actor pods.")
+_LEARNERS = flags.DEFINE_integer(
+    "learners", 1, "Learner pods forming one learner (seedlike/distributed.py); one GPU host each."
+)
 _CREDENTIALS = flags.DEFINE_string(
     "credentials", None, "Directory from scripts/make_credentials.sh DIR <name>-learner."
 )
@@ -45,6 +48,11 @@ def main(argv):
     name = _NAME.value
     if not (name.replace("-", "").isalnum() and name == name.lower() and len(name) <= 40):
         raise app.UsageError(f"--name={name!r}: use lowercase letters, digits and '-' (<= 40)")
+    if _LEARNERS.value < 1 or _CONFIG.value.batch_unrolls % _LEARNERS.value:
+        raise SystemExit(
+            f"error: --learners={_LEARNERS.value} must be >= 1 and divide batch_unrolls="
+            f"{_CONFIG.value.batch_unrolls} (each learner host fills its share of a batch)"
+        )
     try:
         validate(_CONFIG.value)
         credentials = read_credentials(_CREDENTIALS.value)
@@ -62,6 +70,7 @@ def main(argv):
         _ACTORS.value,
         credentials,
         _PORT.value,
+        _LEARNERS.value,
         _GPUS.value,
         _LEARNER_CPU.value,
         _LEARNER_MEMORY.value,

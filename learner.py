@@ -18,6 +18,7 @@ from ml_collections import config_flags
 from seedlike import xla_flags
 from seedlike.checkpoint import CheckpointError
 from seedlike.config import ConfigError, check_override_flags
+from seedlike.distributed import PeerLost
 from seedlike.rpc.security import TransportError
 from seedlike.training import train
 
@@ -52,6 +53,11 @@ def main(argv):
         train(_CONFIG.value, _LOGDIR.value, bind=_BIND.value, port=_PORT.value, stop=stop)
     except (ConfigError, CheckpointError, TransportError) as e:
         raise SystemExit(f"error: {e}") from None
+    except PeerLost as e:
+        # Its checkpoint is saved (process 0); JAX's exit handler would wait for the lost process.
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        logging.flush()
+        os._exit(1)
 
 
 if __name__ == "__main__":

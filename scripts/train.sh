@@ -2,9 +2,12 @@
 # Local training job: one learner (inference + learning) and N actor processes on this machine.
 #
 #   scripts/train.sh [--num_actors=2] [--max_actor_restarts=3] [--config=configs/cartpole_ppo.py]
-#                    [--config.x.y=v ...] [--logdir=runs/NAME] [any other learner.py flag]
+#                    [--config.x.y=v ...] [--logdir=runs/NAME] [--learners=1]
+#                    [any other learner.py flag]
 #
 # --config and --config.* flags go to the learner and every actor; other flags go to the learner.
+# --learners=L > 1 runs L learner processes that form one learner (seedlike/distributed.py, as
+# on L hosts): process k logs to <logdir>/process_k (k > 0), actor i serves learner i mod L.
 # Ctrl-C (or SIGTERM) makes the learner save a checkpoint; every process started here is stopped
 # before the script exits. Rerunning with the same --logdir resumes.
 #
@@ -18,6 +21,7 @@ source scripts/setup_venv.sh
 export WANDB_MODE="${WANDB_MODE:-offline}"
 
 num_actors=2
+learners=1
 max_actor_restarts=3
 config="configs/cartpole_ppo.py"
 logdir=""
@@ -27,6 +31,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --num_actors=*) num_actors="${1#*=}" ;;
     --num_actors) num_actors="$2"; shift ;;
+    --learners=*) learners="${1#*=}" ;;
     --max_actor_restarts=*) max_actor_restarts="${1#*=}" ;;
     --max_actor_restarts) max_actor_restarts="$2"; shift ;;
     --config=*) config="${1#*=}" ;;
@@ -42,16 +47,20 @@ if [ -z "$logdir" ]; then
   logdir="runs/$(basename "$config" .py)-$(date +%Y%m%d-%H%M%S)"
 fi
 mkdir -p "$logdir"
-rm -f "$logdir/server_address"
+learner_dirs=("$logdir")
+for ((k = 1; k < learners; k++)); do learner_dirs[k]="$logdir/process_$k"; done
+for dir in "${learner_dirs[@]}"; do rm -f "$dir/server_address"; done
 
 pids=()
-learner_pid=""
+learner_pids=()
 cleanup() {
   trap - INT TERM EXIT
-  if [ -n "$learner_pid" ] && kill -0 "$learner_pid" 2>/dev/null; then
-    kill -TERM "$learner_pid" 2>/dev/null || true
-    wait "$learner_pid" 2>/dev/null || true
-  fi
+  for pid in "${learner_pids[@]}"; do
+    if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; fi
+  done
+  for pid in "${learner_pids[@]}"; do
+    if [ -n "$pid" ]; then wait "$pid" 2>/dev/null || true; fi
+  done
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   sleep 0.5
   for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
@@ -60,23 +69,37 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "stopping (checkpointing)..." >&2; exit 130' INT TERM
 
-"$SEEDLIKE_PY" learner.py --config="$config" "${config_flags[@]}" --logdir="$logdir" --port=0 \
-  "${learner_flags[@]}" &
-learner_pid=$!
-
-# The learner writes its address once actors can connect.
-while [ ! -s "$logdir/server_address" ]; do
-  if ! kill -0 "$learner_pid" 2>/dev/null; then
-    wait "$learner_pid"; exit $?
-  fi
-  sleep 0.2
+distributed_flags=()
+if [ "$learners" -gt 1 ]; then
+  port="$("$SEEDLIKE_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  distributed_flags=(--config.distributed.num_processes="$learners"
+    --config.distributed.coordinator="127.0.0.1:$port")
+fi
+for ((k = 0; k < learners; k++)); do
+  flags=("${distributed_flags[@]}")
+  if [ "$learners" -gt 1 ]; then flags+=(--config.distributed.process_id="$k"); fi
+  "$SEEDLIKE_PY" learner.py --config="$config" "${config_flags[@]}" "${flags[@]}" \
+    --logdir="$logdir" --port=0 "${learner_flags[@]}" &
+  learner_pids[k]=$!
 done
-address="$(cat "$logdir/server_address")"
-echo "learner serving on $address; starting $num_actors actors; logs in $logdir" >&2
+learner_pid="${learner_pids[0]}"
+
+# Each learner writes its address once actors can connect.
+addresses=()
+for ((k = 0; k < learners; k++)); do
+  while [ ! -s "${learner_dirs[k]}/server_address" ]; do
+    if ! kill -0 "${learner_pids[k]}" 2>/dev/null; then
+      code=0; wait "${learner_pids[k]}" || code=$?; exit "$code"
+    fi
+    sleep 0.2
+  done
+  addresses[k]="$(cat "${learner_dirs[k]}/server_address")"
+done
+echo "learner serving on ${addresses[*]}; starting $num_actors actors; logs in $logdir" >&2
 restarts=()
 start_actor() {
-  "$SEEDLIKE_PY" actor.py --server="$address" --actor_id="$1" --config="$config" "${config_flags[@]}" \
-    >> "$logdir/actor_$1.log" 2>&1 &
+  "$SEEDLIKE_PY" actor.py --server="${addresses[$(($1 % learners))]}" --actor_id="$1" \
+    --config="$config" "${config_flags[@]}" >> "$logdir/actor_$1.log" 2>&1 &
   pids[$1]=$!
 }
 for ((i = 0; i < num_actors; i++)); do
@@ -86,6 +109,17 @@ done
 
 # Watch the actors while the learner runs (actors exit 0 when training is over).
 while kill -0 "$learner_pid" 2>/dev/null; do
+  for ((k = 1; k < learners; k++)); do
+    pid="${learner_pids[k]}"
+    if [ -z "$pid" ] || kill -0 "$pid" 2>/dev/null; then continue; fi
+    code=0
+    wait "$pid" || code=$?
+    learner_pids[k]=""
+    if [ "$code" -ne 0 ]; then
+      echo "learner process $k exited with status $code (${learner_dirs[k]}); stopping the job" >&2
+      exit 1
+    fi
+  done
   for ((i = 0; i < num_actors; i++)); do
     pid="${pids[i]}"
     if [ -z "$pid" ] || kill -0 "$pid" 2>/dev/null; then continue; fi
@@ -110,6 +144,8 @@ while kill -0 "$learner_pid" 2>/dev/null; do
 done
 
 status=0
-wait "$learner_pid" || status=$?
-learner_pid=""
+for pid in "${learner_pids[@]}"; do
+  if [ -n "$pid" ]; then wait "$pid" || status=$?; fi
+done
+learner_pids=()
 exit "$status"

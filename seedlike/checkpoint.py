@@ -81,12 +81,24 @@ _ORBAX_TMP = ".orbax-checkpoint-tmp-"
 class Checkpointer:
     def __init__(self, directory: str, max_to_keep: int = 3):
         self.directory = os.path.abspath(directory)
+        alone = ocp.options.MultiprocessingOptions()
+        if jax.process_count() > 1:
+            # With several learner processes (seedlike.distributed) only process 0 has a
+            # Checkpointer; orbax would wait for the others at its barriers unless told it is
+            # alone, and then it leaves creating the directory to us.
+            me = jax.process_index()
+            alone = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
+            os.makedirs(self.directory, exist_ok=True)
         self._manager = ocp.CheckpointManager(
             self.directory,
-            options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=max_to_keep,
+                create=jax.process_count() == 1,
+                multiprocessing_options=alone,
+            ),
             item_handlers={
-                "state": ocp.StandardCheckpointHandler(),
-                "meta": ocp.JsonCheckpointHandler(),
+                "state": ocp.StandardCheckpointHandler(multiprocessing_options=alone),
+                "meta": ocp.JsonCheckpointHandler(multiprocessing_options=alone),
             },
         )
 

@@ -171,6 +171,17 @@ def base_config() -> ml_collections.ConfigDict:
     # When set, episode_success_rate = fraction of episodes whose return exceeds it (MiniGrid: 0).
     c.log.success_threshold = ml_collections.config_dict.placeholder(float)
 
+    # Several learner hosts as one learner (seedlike/distributed.py, README "Several learner
+    # hosts"): start learner.py on each host with the same coordinator (process 0's host and a free
+    # port there) and its own process_id. Each host serves its own actors and learns from
+    # batch_unrolls / num_processes of their unrolls per update; gradients are averaged over every
+    # host's devices. Process 0 writes checkpoints and the run's metrics.
+    c.distributed = ml_collections.ConfigDict()
+    c.distributed.coordinator = ""  # host:port; "" = one learner process
+    c.distributed.num_processes = 1
+    c.distributed.process_id = 0
+    c.distributed.timeout_s = 300  # how long a process waits for the others to join
+
     c.checkpoint = ml_collections.ConfigDict()
     # Also saved at the end and on SIGTERM/SIGINT; a crash (SIGKILL, lost host) loses at most this
     # much. A save stops the learner loop for 0.08 s (CartPole) to 0.16 s (Atari Nature CNN with
@@ -217,6 +228,22 @@ def validate(config) -> None:
     need(config.server.max_actors >= 1, "server.max_actors must be >= 1")
     need(config.server.max_streams_per_peer >= 1, "server.max_streams_per_peer must be >= 1")
     need(0 < config.server.max_actor_share <= 1, "server.max_actor_share must lie in (0, 1]")
+    d = config.distributed
+    need(d.num_processes >= 1, "distributed.num_processes must be >= 1")
+    need(
+        0 <= d.process_id < d.num_processes,
+        f"distributed.process_id={d.process_id} must lie in [0, {d.num_processes})",
+    )
+    need(
+        d.num_processes == 1 or ":" in d.coordinator,
+        "distributed.coordinator must be host:port (process 0's host and a free port there) "
+        "when distributed.num_processes > 1",
+    )
+    need(
+        config.batch_unrolls % d.num_processes == 0,
+        f"batch_unrolls={config.batch_unrolls} must be divisible by "
+        f"distributed.num_processes={d.num_processes} (each learner host fills its share)",
+    )
     need(
         config.log.wandb_mode in ("offline", "online", "disabled"),
         "log.wandb_mode must be offline|online|disabled",

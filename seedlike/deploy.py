@@ -1,15 +1,25 @@
-"""Kubernetes manifests for a run: one learner, N actors, the run's credentials as secrets
+"""Kubernetes manifests for a run: L learner hosts, N actors, the run's credentials as secrets
 (the command is deploy.py).
 
 Rendered objects (TLeague's layout, SEED RL's roles):
   Secret <name>-learner-credentials   ca.pem, server.pem, server.key, token (never ca.key)
   Secret <name>-actor-credentials     ca.pem, client.pem, client.key, token
-  Service <name>-learner              headless: actors reach the learner pod at <name>-learner:port
-  StatefulSet <name>-learner          1 pod, learner.py on 0.0.0.0 with TLS and the run token; its
-                                      logdir on a persistent volume, so a restarted pod resumes
+  Service <name>-learner              headless: actors reach learner pod k at
+                                      <name>-learner-k.<name>-learner:port (<name>-learner:port
+                                      with one learner)
+  StatefulSet <name>-learner          L pods of learner.py on 0.0.0.0 with TLS and the run token;
+                                      each logdir on a persistent volume, so a restarted pod
+                                      resumes. With L > 1 they form one learner
+                                      (seedlike/distributed.py): pod k is process k, pod 0 the
+                                      coordinator on port + 1; all start at once (Parallel)
   StatefulSet <name>-actors           N pods of actor.py; each pod's index is its --actor_id
                                       (distinct env seeds; the pod-index label
-                                      of Kubernetes 1.28+), which a Deployment could not give
+                                      of Kubernetes 1.28+), which a Deployment could not give;
+                                      actor i serves learner i mod L
+  NetworkPolicy <name>-learner        L > 1 only: the coordinator and the gloo collectives are
+                                      neither encrypted nor authenticated, so learner pods accept
+                                      other connections only from each other (the actors' port
+                                      stays open: TLS and the token guard it)
 
 The image is this repository installed (the Dockerfile); the config file and every
 --config.x=v flag given here are passed to the learner and the actors as train.sh does.
@@ -36,6 +46,7 @@ def render(
     actors: int,
     credentials: dict[str, dict[str, bytes]],
     port: int = 50051,
+    learners: int = 1,
     gpus: int = 0,
     learner_cpu: str = "4",
     learner_memory: str = "16Gi",
@@ -50,6 +61,8 @@ def render(
       config_path: the config file's path inside the image, relative to the repository.
       config_flags_: --config.x=v flags for the learner and every actor.
       credentials: {"learner": {file: bytes}, "actor": {file: bytes}} (read_credentials).
+      learners: learner hosts (pods) forming one learner; the server certificate must name each
+        pod (scripts/make_credentials.sh DIR <name>-learner-0.<name>-learner ...).
       gpus: GPUs for the learner (nvidia.com/gpu); 0 runs JAX on its CPUs.
     """
     learner, actor_set = f"{name}-learner", f"{name}-actors"
@@ -81,24 +94,31 @@ def render(
     credentials_mount = {"name": "credentials", "mountPath": CREDENTIALS_MOUNT, "readOnly": True}
     labels = {"learner": {"seedlike/run": name, "seedlike/role": "learner"}}
     labels["actor"] = {"seedlike/run": name, "seedlike/role": "actor"}
+    ports = [{"name": "grpc", "port": port, "targetPort": port}]
+    learner_args = [*common, f"--logdir={RUNS_MOUNT}/{name}", "--bind=0.0.0.0", f"--port={port}"]
+    learner_env = [{"name": "WANDB_MODE", "value": "offline"}]
+    if learners > 1:
+        ports.append({"name": "coordinator", "port": port + 1, "targetPort": port + 1})
+        learner_args += [
+            f"--config.distributed.num_processes={learners}",
+            f"--config.distributed.coordinator={learner}-0.{learner}:{port + 1}",
+            "--config.distributed.process_id=$(POD_INDEX)",
+        ]
+        learner_env.append(_pod_index("POD_INDEX"))
     service = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": learner, "labels": labels["learner"]},
-        "spec": {
-            "clusterIP": "None",
-            "selector": labels["learner"],
-            "ports": [{"name": "grpc", "port": port, "targetPort": port}],
-        },
+        "spec": {"clusterIP": "None", "selector": labels["learner"], "ports": ports},
     }
     learner_container = {
         "name": "learner",
         "image": image,
         "workingDir": "/seedlike",
         "command": ["python", "learner.py"],
-        "args": [*common, f"--logdir={RUNS_MOUNT}/{name}", "--bind=0.0.0.0", f"--port={port}"],
-        "env": [{"name": "WANDB_MODE", "value": "offline"}],
-        "ports": [{"name": "grpc", "containerPort": port}],
+        "args": learner_args,
+        "env": learner_env,
+        "ports": [{"name": p["name"], "containerPort": p["port"]} for p in ports],
         "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 5},
         "resources": resources(learner_cpu, learner_memory, gpus),
         "volumeMounts": [credentials_mount, {"name": "runs", "mountPath": RUNS_MOUNT}],
@@ -109,7 +129,9 @@ def render(
         "metadata": {"name": learner, "labels": labels["learner"]},
         "spec": {
             "serviceName": learner,
-            "replicas": 1,
+            "replicas": learners,
+            # Every learner process must join before any can start: none waits for another.
+            **({"podManagementPolicy": "Parallel"} if learners > 1 else {}),
             "selector": {"matchLabels": labels["learner"]},
             "template": {
                 "metadata": {"labels": labels["learner"]},
@@ -131,20 +153,22 @@ def render(
             ],
         },
     }
+    if learners == 1:
+        command = ["python", "actor.py"]
+        actor_args = [*common, f"--server={learner}:{port}", "--actor_id=$(ACTOR_ID)"]
+    else:
+        # Kubernetes cannot compute i mod L in a manifest; the shell does, once, then execs
+        # ($$ is Kubernetes' escape for a literal $ before a parenthesis).
+        server = f"{learner}-$$((ACTOR_ID % {learners})).{learner}:{port}"
+        command = ["sh", "-c", f'exec python actor.py "$@" --server={server} --actor_id=$ACTOR_ID']
+        actor_args = ["actor", *common]  # "actor" is $0
     actor_container = {
         "name": "actor",
         "image": image,
         "workingDir": "/seedlike",
-        "command": ["python", "actor.py"],
-        "args": [*common, f"--server={learner}:{port}", "--actor_id=$(ACTOR_ID)"],
-        "env": [
-            {
-                "name": "ACTOR_ID",
-                "valueFrom": {
-                    "fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}
-                },
-            }
-        ],
+        "command": command,
+        "args": actor_args,
+        "env": [_pod_index("ACTOR_ID")],
         "resources": resources(actor_cpu, actor_memory),
         "volumeMounts": [credentials_mount],
     }
@@ -166,7 +190,31 @@ def render(
             },
         },
     }
-    return [secret("learner"), secret("actor"), service, learner_set, actors_set]
+    objects = [secret("learner"), secret("actor"), service, learner_set, actors_set]
+    if learners > 1:
+        peers = {"podSelector": {"matchLabels": labels["learner"]}}
+        objects.append(
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": {"name": learner, "labels": labels["learner"]},
+                "spec": {
+                    "podSelector": {"matchLabels": labels["learner"]},
+                    "policyTypes": ["Ingress"],
+                    "ingress": [
+                        {"ports": [{"protocol": "TCP", "port": port}]},
+                        {"from": [peers]},
+                    ],
+                },
+            }
+        )
+    return objects
+
+
+def _pod_index(variable: str) -> dict:
+    """An env variable holding the pod's StatefulSet index (label of Kubernetes 1.28+)."""
+    label = "metadata.labels['apps.kubernetes.io/pod-index']"
+    return {"name": variable, "valueFrom": {"fieldRef": {"fieldPath": label}}}
 
 
 def read_credentials(directory: str) -> dict[str, dict[str, bytes]]:

@@ -48,7 +48,7 @@ class MetricsWriter:
       logdir: run directory.
       config: the experiment config, stored with the wandb run.
       wandb_mode: "offline" (default), "online" or "disabled"; the WANDB_MODE environment
-        variable overrides it.
+        variable overrides it, except "never" (learner processes other than 0).
       wandb_project: wandb project name.
       total_env_steps: the run's length, for the console's progress and ETA (None: no ETA).
       tensorboard: also write every number as a TensorBoard scalar (x: env steps) to
@@ -73,7 +73,7 @@ class MetricsWriter:
         self._first: tuple[float, int] | None = None
         self._wandb = None
         mode = os.environ.get("WANDB_MODE") or wandb_mode
-        if mode != "disabled":
+        if wandb_mode != "never" and mode != "disabled":
             self._wandb = self._init_wandb(logdir, config, wandb_project, mode)
         self._tensorboard = None
         if tensorboard:

@@ -22,6 +22,7 @@ import numpy as np
 from networks import make_network
 from seedlike import checkpoint as ckpt_lib
 from seedlike import config as config_lib
+from seedlike import distributed
 from seedlike.envs.envpool_env import make_env_spec
 from seedlike.league.evaluation import Evaluation, EvaluationThread
 from seedlike.league.league import League
@@ -85,7 +86,7 @@ class LearnerProcess:
     config: object
     logdir: str
     learner: Learner
-    checkpointer: ckpt_lib.Checkpointer
+    checkpointer: ckpt_lib.Checkpointer | None  # None on learner processes other than 0
     registry: PolicyRegistry
     league: League | None
     evaluator: EvaluationThread | None
@@ -94,12 +95,13 @@ class LearnerProcess:
     service: inference.InferenceService
     server: object  # grpc.Server
     metrics: MetricsWriter
-    base_env_steps: int
+    lockstep: distributed.Lockstep
     episodes_total: int
 
     def env_steps(self) -> int:
-        """Rows received from actors since the run began, across restarts."""
-        return self.base_env_steps + self.store.rows_received
+        """Rows received from actors since the run began, across restarts (with several learner
+        processes: by all of them, as of the last update)."""
+        return self.lockstep.env_steps(self.store.rows_received)
 
     def learn(self, batch, interval: Interval) -> None:
         """One update from a learner batch; publishes the new policy version."""
@@ -122,6 +124,16 @@ class LearnerProcess:
 
     def save(self, reason: str) -> None:
         state = self.learner.state()
+        if self.checkpointer is None:
+            # Process 0 saves the state every learner process holds; the fingerprint shows it.
+            logging.info(
+                "process %d at policy version %d (%s; params %s): process 0 saves",
+                jax.process_index(),
+                self.learner.version,
+                reason,
+                ckpt_lib.params_fingerprint(state.params),
+            )
+            return
         meta = {
             "env_steps": self.env_steps(),
             "episodes": self.episodes_total,
@@ -145,16 +157,38 @@ class LearnerProcess:
 def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> LearnerProcess:
     """Restores or initializes the learner, and starts serving actors and evaluation."""
     config_lib.validate(config)
-    os.makedirs(logdir, exist_ok=True)
     spec = make_env_spec(config.env)
+    if spec.num_players > 1 and config.distributed.num_processes > 1:
+        raise config_lib.ConfigError(
+            "invalid config: two-player games (league, evaluation) run on one learner process; "
+            "set distributed.num_processes=1"
+        )
+    distributed.initialize(config)
+    primary = distributed.is_primary()
+    if not primary:
+        logdir = os.path.join(logdir, f"process_{jax.process_index()}")
+    os.makedirs(logdir, exist_ok=True)
     network = make_network(config.network, spec)
     learner = Learner(config, network)
     logging.info("learner on %d device(s): %s", learner.num_devices, learner.devices)
-    checkpointer = ckpt_lib.Checkpointer(
-        os.path.join(logdir, "checkpoints"), config.checkpoint.max_to_keep
-    )
-    checkpointer.remove_interrupted_saves()
-    meta = _restore(learner, checkpointer, config.seed)
+    checkpointer = None
+    state, meta = learner.init_state(jax.random.key(config.seed)), {}
+    if primary:
+        checkpointer = ckpt_lib.Checkpointer(
+            os.path.join(logdir, "checkpoints"), config.checkpoint.max_to_keep
+        )
+        checkpointer.remove_interrupted_saves()
+        state, meta = _restore(checkpointer, state)
+    counters = {k: int(meta.get(k, 0)) for k in ("env_steps", "episodes")}
+    state, counters = distributed.broadcast_start(state, counters)
+    learner.set_state(state)
+    if not primary:
+        logging.info(
+            "state from process 0: env step %d, policy version %d (params %s)",
+            counters["env_steps"],
+            learner.version,
+            ckpt_lib.params_fingerprint(state.params),
+        )
     registry = PolicyRegistry()
     registry.publish(learner.version, learner.policy_params())
     league, evaluation = _make_league(config, logdir, network, learner, meta)
@@ -166,7 +200,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     store = TrajectoryStore(
         annealing.server_spec(spec) if annealing else spec,
         config.unroll_length,
-        config.batch_unrolls,
+        learner.local_batch_unrolls,
         batches,
         network.initial_carry(1),
         max_owner_share=float(config.server.max_actor_share),
@@ -193,13 +227,14 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         metrics=MetricsWriter(
             logdir,
             config,
-            config.log.wandb_mode,
+            # One wandb run per job: process 0's (WANDB_MODE cannot turn the others on).
+            config.log.wandb_mode if primary else "never",
             config.log.wandb_project,
             total_env_steps=int(config.total_env_steps),
             tensorboard=bool(config.log.get("tensorboard", False)),
         ),
-        base_env_steps=int(meta.get("env_steps", 0)),
-        episodes_total=int(meta.get("episodes", 0)),
+        lockstep=distributed.Lockstep(learner.devices, counters["env_steps"]),
+        episodes_total=counters["episodes"],
     )
 
 
@@ -208,7 +243,8 @@ def train(
 ) -> dict:
     """Serves actors and learns until `config.total_env_steps` or until `stop` is set.
 
-    Writes <logdir>/server_address once actors can connect. Returns the last metrics row.
+    Writes <logdir>/server_address once actors can connect (learner processes other than 0 of a
+    multi-host run use <logdir>/process_<k>). Returns the last metrics row.
     """
     stop = stop or threading.Event()
     p = build(config, logdir, bind, port)
@@ -218,11 +254,22 @@ def train(
     total, learn = int(config.total_env_steps), bool(config.learn)
     log_s, checkpoint_s = float(config.log.interval_s), float(config.checkpoint.interval_s)
     try:
-        while not stop.is_set() and p.env_steps() < total:
+        while True:
             p.service.check_alive()
             batch = p.batches.get(timeout=0.1)
-            if batch is not None and learn:
-                p.learn(batch, interval)
+            stopping = stop.is_set()
+            try:
+                if p.lockstep.shared and (batch is not None or stopping):
+                    # Every process takes part in each update's collectives, so all agree first.
+                    stopping = p.lockstep.agree(p.store.rows_received, stopping)
+                if stopping or p.env_steps() >= total:
+                    break
+                if batch is not None and learn:
+                    p.learn(batch, interval)
+            except jax.errors.JaxRuntimeError as e:
+                if not p.lockstep.shared:
+                    raise
+                raise distributed.peer_lost(e) from None
             now = time.monotonic()
             if now - interval.start >= log_s:
                 row = p.log(interval, now)
@@ -242,27 +289,25 @@ def train(
             p.save("training complete" if finished else "stop requested")
         finally:
             p.metrics.close()
-            p.checkpointer.close()
+            if p.checkpointer is not None:
+                p.checkpointer.close()
     return row
 
 
-def _restore(learner, checkpointer, seed: int) -> dict:
-    """Installs the latest checkpoint's state (or a fresh one); returns its metadata."""
-    initial = learner.init_state(jax.random.key(seed))
+def _restore(checkpointer, initial):
+    """The latest checkpoint's (state, metadata), or (initial, {}) without one."""
     restored = checkpointer.restore(initial)
     if restored is None:
-        learner.set_state(initial)
-        return {}
+        return initial, {}
     state, meta = restored
-    learner.set_state(state)
     logging.info(
         "resumed from %s at env step %d, policy version %d (params %s)",
         checkpointer.directory,
         meta["env_steps"],
-        learner.version,
+        int(state.updates),
         ckpt_lib.params_fingerprint(state.params),
     )
-    return meta
+    return state, meta
 
 
 def _make_league(config, logdir, network, learner, meta):
@@ -321,7 +366,7 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         "inference_latency_ms_p50": p50,
         "inference_latency_ms_p99": p99,
         "actors_connected": p.service.num_sessions,
-        "unroll_queue": p.batches.qsize() * p.config.batch_unrolls,
+        "unroll_queue": p.batches.qsize() * p.learner.local_batch_unrolls,
         "steps_dropped": p.store.steps_dropped,
         "unrolls_capped": p.store.unrolls_capped,
         "actor_share_max": p.store.last_batch_max_share,

@@ -27,12 +27,13 @@ class Processes:
         self.tmp_path = tmp_path
         self.procs: list[subprocess.Popen] = []
 
-    def spawn(self, args, log_name) -> subprocess.Popen:
+    def spawn(self, args, log_name, env=None) -> subprocess.Popen:
         """Starts `python *args` in the repository root, logging to tmp_path/log_name."""
         log = open(os.path.join(self.tmp_path, log_name), "ab")
         proc = subprocess.Popen(
             [sys.executable, *args],
             cwd=ROOT,
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

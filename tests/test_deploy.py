@@ -85,3 +85,77 @@ def test_bad_input_is_one_line(tmp_path):
     assert done.returncode == 1 and "use lowercase letters, digits and '-'" in done.stderr
     done = deploy("--config.env.nmae=x", "--name=p", "--image=x", "--credentials=c", "--out=o")
     assert done.returncode == 1 and "unknown config key 'env.nmae'" in done.stderr
+
+
+def kubernetes_expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion of command and args: $$ is a literal $, unknown names stay."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("$(", i) and ")" in text[i:]:
+            name = text[i + 2 : text.index(")", i)]
+            out.append(env.get(name, f"$({name})"))
+            i += len(name) + 3
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def test_several_learner_hosts_form_one_learner(tmp_path):
+    hosts = [f"ant-learner-{k}.ant-learner" for k in range(2)]
+    creds = make_credentials(tmp_path / "creds", *hosts)
+    out = tmp_path / "ant.yaml"
+    done = deploy(
+        "--config=configs/cartpole_ppo.py", "--name=ant", "--actors=5", "--learners=2",
+        "--image=x", f"--credentials={creds}", f"--out={out}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    objects = list(yaml.safe_load_all(open(out)))
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
+    assert kinds[-1] == ("NetworkPolicy", "ant-learner")
+    _, _, service, learner, actors, policy = objects
+    assert learner["spec"]["replicas"] == 2
+    assert learner["spec"]["podManagementPolicy"] == "Parallel"
+    assert [p["port"] for p in service["spec"]["ports"]] == [50051, 50052]
+    container = learner["spec"]["template"]["spec"]["containers"][0]
+    env = {"POD_INDEX": "1"}
+    assert [e["name"] for e in container["env"]] == ["WANDB_MODE", "POD_INDEX"]
+    args = [kubernetes_expand(a, env) for a in container["args"]]
+    assert "--config.distributed.process_id=1" in args
+    assert "--config.distributed.num_processes=2" in args
+    assert "--config.distributed.coordinator=ant-learner-0.ant-learner:50052" in args
+    # Actor pod i runs actor i against learner pod i mod 2: run its command with a stand-in python.
+    actor = actors["spec"]["template"]["spec"]["containers"][0]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (bin_dir / "python").chmod(0o755)
+    for index, learner_pod in ((3, 1), (4, 0)):
+        command = [kubernetes_expand(a, {"ACTOR_ID": str(index)}) for a in actor["command"]]
+        ran = subprocess.run(
+            command + [kubernetes_expand(a, {}) for a in actor["args"]],
+            env={"PATH": f"{bin_dir}:/usr/bin:/bin", "ACTOR_ID": str(index)},
+            capture_output=True,
+            text=True,
+        )
+        assert ran.returncode == 0, ran.stderr
+        argv = ran.stdout.split("\n")
+        assert argv[0] == "actor.py" and "--config=configs/cartpole_ppo.py" in argv
+        assert f"--server=ant-learner-{learner_pod}.ant-learner:50051" in argv
+        assert f"--actor_id={index}" in argv
+    # The unauthenticated coordinator and collectives: learner pods only; the actors' port: all.
+    rules = policy["spec"]["ingress"]
+    assert rules[0] == {"ports": [{"protocol": "TCP", "port": 50051}]}
+    assert rules[1]["from"][0]["podSelector"]["matchLabels"]["seedlike/role"] == "learner"
+
+    done = deploy(
+        "--name=ant", "--learners=3", "--image=x", f"--credentials={creds}", f"--out={out}"
+    )  # fmt: skip
+    assert done.returncode == 1 and "--learners=3 must be >= 1 and divide batch_unrolls" in (
+        done.stderr
+    )

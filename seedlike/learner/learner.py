@@ -2,7 +2,11 @@
 
 One call of `update` is one policy version: prepare (advantages, normalizer statistics) on every
 device, then `epochs` passes of `num_minibatches` pmapped sgd_steps over the whole batch. Samples
-are shuffled globally on the host, so N devices compute the same update as one device.
+are shuffled on the host within each learner host's block of the batch; with one host that is the
+whole batch, so N devices compute the same update as one device. With several hosts
+(seedlike.distributed) each learns from its own actors' unrolls, and the pmap's gradient average
+spans every device of every host: 2 hosts x 1 device compute the same update as 1 host x 2 devices
+given shuffle_blocks=2 (tests/test_multihost.py).
 
 Minibatches hold independent steps for feed-forward PPO, and whole unrolls for recurrent networks
 (replayed from the carry stored at the unroll start) and for V-trace (whose targets need the
@@ -56,7 +60,16 @@ ALGORITHMS = {
 
 
 class Learner:
-    def __init__(self, config, network, devices=None):
+    """The replicated TrainState and its update.
+
+    Args:
+      devices: the pmap's devices, every learner host's (default: jax.devices()); this process
+        feeds those it owns (local_devices).
+      shuffle_blocks: blocks of the batch shuffled independently, one per learner host (default:
+        the number of processes). One process can reproduce a multi-host update with more.
+    """
+
+    def __init__(self, config, network, devices=None, shuffle_blocks=None):
         self.config = config
         self.network = network
         self.algorithm = ALGORITHMS[config.algo]
@@ -64,8 +77,22 @@ class Learner:
         self.epochs = int(self.algo_config.epochs)
         self.num_minibatches = int(self.algo_config.num_minibatches)
         self.sequences = network.is_recurrent or self.algorithm.sequences
-        self.devices = list(devices or jax.local_devices())
+        self.devices = list(devices or jax.devices())
         self.num_devices = len(self.devices)
+        me = jax.process_index()
+        self.local_devices = [d for d in self.devices if d.process_index == me]
+        self.num_local = len(self.local_devices)
+        processes = jax.process_count()
+        self.shuffle_blocks = int(shuffle_blocks or processes)
+        if self.shuffle_blocks % processes or self.num_local % (self.shuffle_blocks // processes):
+            raise ValueError(
+                f"shuffle_blocks={self.shuffle_blocks} must be a multiple of the {processes} "
+                f"processes and give each process's {self.num_local} devices whole blocks"
+            )
+        self._local_blocks = self.shuffle_blocks // processes
+        self._first_block = me * self._local_blocks
+        # Unrolls per update from this process's actors.
+        self.local_batch_unrolls = config.batch_unrolls * self.num_local // self.num_devices
         self._check_divisibility()
 
         steps_per_update = config.batch_unrolls * config.unroll_length
@@ -83,7 +110,7 @@ class Learner:
         self._version = 0
         self.metric_keys = (*self.algorithm.metrics, "grad_norm", "learning_rate", "nonfinite")
         # Shared with the inference service: see seedlike.devices.ComputeGuard.
-        self.guard = devices_lib.ComputeGuard(self.devices)
+        self.guard = devices_lib.ComputeGuard(self.local_devices)
 
     def _check_divisibility(self) -> None:
         c, n, m = self.config, self.num_devices, self.num_minibatches
@@ -93,10 +120,13 @@ class Learner:
             )
         items = c.batch_unrolls if self.sequences else c.batch_unrolls * c.unroll_length
         what = "batch_unrolls" if self.sequences else "batch_unrolls*unroll_length"
-        if items % m or (items // m) % n:
+        blocks = self.shuffle_blocks
+        per_block_devices = n // blocks
+        if items % (blocks * m) or (items // (blocks * m)) % per_block_devices:
+            where = f" in each of {blocks} host blocks" if blocks > 1 else ""
             raise ValueError(
-                f"{what}={items} must split into {c.algo}.num_minibatches={m} minibatches whose "
-                f"size is divisible by {n} devices"
+                f"{what}={items} must split{where} into {c.algo}.num_minibatches={m} minibatches "
+                f"whose size is divisible by {per_block_devices} devices"
             )
 
     # State ------------------------------------------------------------------------------------
@@ -105,12 +135,12 @@ class Learner:
         return ts.init_train_state(self.network, self.optimizer, rng)
 
     def set_state(self, state: ts.TrainState) -> None:
-        """Installs an unreplicated state on every device (leading axis = device)."""
+        """Installs an unreplicated state on this process's devices (leading axis = device)."""
         sharding = jax.sharding.NamedSharding(
-            jax.sharding.Mesh(np.array(self.devices), (ts.AXIS,)),
+            jax.sharding.Mesh(np.array(self.local_devices), (ts.AXIS,)),
             jax.sharding.PartitionSpec(ts.AXIS),
         )
-        stacked = jax.tree.map(lambda x: np.stack([np.asarray(x)] * self.num_devices), state)
+        stacked = jax.tree.map(lambda x: np.stack([np.asarray(x)] * self.num_local), state)
         self._state = self.guard(jax.device_put, stacked, sharding)
         self._version = int(np.asarray(state.updates))
 
@@ -131,11 +161,21 @@ class Learner:
     def update(self, unrolls: Unroll) -> dict[str, float]:
         """One policy version from stacked unrolls [B, T+1, ...]; returns averaged metrics.
 
-        A non-finite loss or gradient leaves the state untouched and reports nonfinite=1.
+        B is local_batch_unrolls (this process's share). A non-finite loss or gradient leaves the
+        state untouched and reports nonfinite=1 (on every process: metrics are averaged first).
+        An exception (a collective whose peer host is gone) leaves it untouched too, so the last
+        complete version can still be saved.
         """
-        n = self.num_devices
-        batch, horizon = unrolls.action.shape[0], unrolls.reward.shape[1]
         old_state = self._state
+        try:
+            return self._update(unrolls, old_state)
+        except BaseException:
+            self._state = old_state
+            raise
+
+    def _update(self, unrolls: Unroll, old_state) -> dict[str, float]:
+        n = self.num_local
+        batch, horizon = unrolls.action.shape[0], unrolls.reward.shape[1]
 
         sharded = jax.tree.map(lambda x: x.reshape((n, batch // n) + x.shape[1:]), unrolls)
         advantage, value_target, obs_norm = self.guard(self._prepare, self._state, sharded)
@@ -155,15 +195,21 @@ class Learner:
         else:
             items = _flatten_steps(unrolls, horizon, advantage, value_target)
             num_items = batch * horizon
-        rng = np.random.default_rng([int(self.config.seed), self.version])
-        size = num_items // self.num_minibatches
+        blocks = self._local_blocks
+        per_block = num_items // blocks
+        rngs = [
+            np.random.default_rng([int(self.config.seed), self.version, self._first_block + b])
+            for b in range(blocks)
+        ]
+        size = per_block // self.num_minibatches  # samples per block in each minibatch
         metrics = []
         for _ in range(self.epochs):
-            order = rng.permutation(num_items)
+            orders = [r.permutation(per_block) + b * per_block for b, r in enumerate(rngs)]
             for m in range(self.num_minibatches):
-                idx = order[m * size : (m + 1) * size]
+                # Block b's samples go to block b's devices (the reshape keeps that order).
+                idx = np.concatenate([o[m * size : (m + 1) * size] for o in orders])
                 minibatch = jax.tree.map(
-                    lambda x, idx=idx: x[idx].reshape((n, size // n) + x.shape[1:]), items
+                    lambda x, idx=idx: x[idx].reshape((n, len(idx) // n) + x.shape[1:]), items
                 )
                 self._state, step_metrics = self.guard(self._sgd_step, self._state, minibatch)
                 metrics.append(step_metrics)

@@ -1,0 +1,121 @@
+"""Several learner hosts as one learner (SEED RL's multi-host layout), with `jax.distributed`.
+
+Each learner process serves its own actors, runs inference on its own devices and keeps its own
+trajectory store; it learns from batch_unrolls / num_processes unrolls of its own per update, and
+the gradients are averaged over every device of every host (the learner's pmap spans them all).
+The processes therefore call the same collectives in the same order, one update at a time:
+
+  * process 0 restores the checkpoint and broadcasts the state and counters (`broadcast_start`);
+    only it writes checkpoints (every host holds the same replicated state);
+  * before each update the processes agree (`Lockstep.agree`) on the env steps received by all of
+    them and on whether any wants to stop, so all stop after the same update.
+
+With one process none of this runs a collective: `Lockstep` then only counts local steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+import jax
+import numpy as np
+
+
+class PeerLost(RuntimeError):
+    """A collective failed: another learner process is gone. Entrypoints print the message alone
+    and exit at once (JAX's shutdown would wait for the lost process)."""
+
+
+def peer_lost(error: Exception) -> PeerLost:
+    first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return PeerLost(
+        f"another learner process stopped answering ({first_line[:200]}); restart every learner "
+        "process with the same flags to resume from process 0's last checkpoint"
+    )
+
+
+def initialize(config) -> None:
+    """Joins the run's learner processes (config.distributed); a no-op for a single process.
+
+    Must run before anything starts a JAX backend. On CPU the collectives use gloo over TCP.
+    """
+    d = config.distributed
+    if int(d.num_processes) <= 1:
+        return
+    logging.info(
+        "learner process %d of %d, coordinator %s", d.process_id, d.num_processes, d.coordinator
+    )
+    # JAX's preemption notifier takes over SIGTERM when the process joins; the learner's own
+    # handler (checkpoint, then stop every process at the same update) is put back.
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    jax.distributed.initialize(
+        coordinator_address=d.coordinator,
+        num_processes=int(d.num_processes),
+        process_id=int(d.process_id),
+        initialization_timeout=int(d.timeout_s),
+    )
+    if threading.current_thread() is threading.main_thread():
+        for signum, handler in handlers.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+
+
+def is_primary() -> bool:
+    """Process 0 writes checkpoints and owns the run directory."""
+    return jax.process_index() == 0
+
+
+def broadcast_start(state, counters: dict[str, int]):
+    """Process 0's (state, counters) on every process; unchanged with one process.
+
+    Counters are non-negative ints (env steps can pass 2**31, so each travels as two int32 halves:
+    JAX computes in 32 bits unless x64 is on).
+    """
+    if jax.process_count() == 1:
+        return state, counters
+    from jax.experimental import multihost_utils
+
+    keys = sorted(counters)
+    halves = np.array([[counters[k] >> 31, counters[k] & (2**31 - 1)] for k in keys], np.int32)
+    state, halves = multihost_utils.broadcast_one_to_all((jax.device_get(state), halves))
+    halves = np.asarray(halves, np.int64)
+    return state, {k: int(hi << 31 | lo) for k, (hi, lo) in zip(keys, halves)}
+
+
+class Lockstep:
+    """Counts env steps across learner processes and agrees when to stop.
+
+    `agree` is a collective when there are several processes: each must call it once before every
+    update (and once to stop), in the same order as the learner's own collectives.
+    """
+
+    def __init__(self, devices, base_env_steps: int = 0):
+        self.shared = jax.process_count() > 1
+        self._base = int(base_env_steps)
+        self._agreed = int(base_env_steps)  # every process's steps, as of the last agreement
+        self._counted = 0  # this process's steps already in _agreed
+        if self.shared:
+            local = [d for d in devices if d.process_index == jax.process_index()]
+            self._local_devices = len(local)
+            self._sum = jax.pmap(lambda x: jax.lax.psum(x, "all"), "all", devices=devices)
+
+    def env_steps(self, local_steps: int) -> int:
+        """Steps since the run began: live with one process, as of the last agreement with more.
+
+        local_steps: steps this process received since it started (monotonic).
+        """
+        return self._agreed if self.shared else self._base + int(local_steps)
+
+    def agree(self, local_steps: int, stop: bool) -> bool:
+        """Adds this process's new steps to every process's count; True if any wants to stop."""
+        if not self.shared:
+            return stop
+        # One row per local device; only the first carries this process's numbers.
+        x = np.zeros((self._local_devices, 2), np.int32)
+        x[0] = (int(local_steps) - self._counted, int(stop))
+        total = np.asarray(self._sum(x))[0]
+        self._counted = int(local_steps)
+        self._agreed += int(total[0])
+        return bool(total[1])
