@@ -1,12 +1,15 @@
 """Fault injection on a real CartPole PPO run (loopback only): what each fault costs and whether
 the run recovers.
 
-  python benchmarks/faults.py [--scenarios=attack,attack_capped,learner_kill,silent_streams]
+  python benchmarks/faults.py [--scenarios=actor_kill,attack,...]  (all by default)
 
 Every scenario starts `learner.py` (configs/cartpole_ppo.py, metrics every second) and honest
 `actor.py` processes in a fresh directory, lets the policy learn to a return of `--learned` (450;
 the maximum is 500), injects its fault and reports:
 
+  actor_kill      SIGKILL to one of two actors, restarted 5 s later as train.sh would: the partial
+                  unrolls the server dropped (steps_dropped), env steps/s while it was gone,
+                  seconds until it is connected again, and whether the return stayed learned.
   attack          a well-formed malicious actor (64 envs, random CartPole-like observations)
                   pays +10 for action 0 and -10 for action 1 for `--attack_s`; afterwards the
                   learner checkpoints and the policy plays 20 real CartPole episodes greedily.
@@ -16,10 +19,19 @@ the maximum is 500), injects its fault and reports:
                   a new learner on the same port and logdir: env steps lost (last metrics row
                   before the kill minus the restored checkpoint), seconds until both actors are
                   back, and whether the return is back at --learned within 90 s.
+  damaged_checkpoint  the learner stops (SIGTERM: a checkpoint), 64 bytes of the newest step's
+                  array files are overwritten with random ones, the learner restarts: which step
+                  it restored, and whether the return is back at --learned within 90 s.
+  stalled_actor   SIGSTOP to one of two actors for 75 s (longer than server.idle_timeout_s, 60):
+                  env steps/s of the run before and during the stall, when the server closed the
+                  stalled stream, and whether the actor rejoins after SIGCONT.
+  fuzz            10,000 malformed messages on fresh streams (random bytes, and valid steps with
+                  random bytes flipped) while two actors train: rejected streams, whether the
+                  learner and the honest actors stayed up, and the return at the end.
   silent_streams  200 streams that open and send nothing (every one of server.max_actors' 64
                   slots taken), then an honest actor: seconds until it is connected.
 
-Writes JSON (benchmarks/results/ or --out) and prints a Markdown table. Takes about 5 minutes.
+Writes JSON (benchmarks/results/ or --out) and prints a Markdown table. Takes about 7 minutes.
 """
 
 from __future__ import annotations
@@ -44,7 +56,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import results_io  # noqa: E402
 
-SCENARIOS = ("attack", "attack_capped", "learner_kill", "silent_streams")
+SCENARIOS = (
+    "actor_kill",
+    "attack",
+    "attack_capped",
+    "learner_kill",
+    "damaged_checkpoint",
+    "stalled_actor",
+    "fuzz",
+    "silent_streams",
+)
 _SCENARIOS = flags.DEFINE_list("scenarios", list(SCENARIOS), "Which scenarios to run.")
 _LEARNED = flags.DEFINE_float("learned", 450.0, "Return that counts as learned.")
 _ATTACK_S = flags.DEFINE_float("attack_s", 30.0, "How long the malicious actor plays.")
@@ -241,6 +262,179 @@ def learner_kill(workdir: str) -> dict:
         run.close()
 
 
+def actor_kill(workdir: str) -> dict:
+    run = Run(workdir)
+    try:
+        run.wait_learned()
+        time.sleep(5)
+        mean_sps = lambda rows: float(np.mean([r["sps"] for r in rows])) if rows else None  # noqa: E731
+        before = mean_sps(run.rows()[-5:])
+        dropped_before = run.latest("steps_dropped") or 0
+        victim = run.procs[2]  # actor 1 (procs: learner, actor 0, actor 1)
+        victim.kill()
+        victim.wait(timeout=30)
+        killed_at, mark = time.monotonic(), len(run.rows())
+        time.sleep(5)
+        alone = run.rows()[mark:]
+        run.start_actor(1)
+        mark = len(run.rows())
+        run.wait(
+            lambda: any(r.get("actors_connected") == 2 for r in run.rows()[mark:]),
+            60,
+            "the restarted actor connects",
+        )
+        back = time.monotonic() - killed_at
+        time.sleep(10)
+        after = run.rows()[mark:]
+        returns = [r["episode_return_mean"] for r in alone + after if r["episode_return_mean"]]
+        return {
+            "sps_before": round(before, 0),
+            "sps_one_actor": round(mean_sps(alone), 0),
+            "steps_dropped": (run.latest("steps_dropped") or 0) - dropped_before,
+            "connected_again_after_s": round(back, 1),
+            "return_min_after_kill": min(returns) if returns else None,
+            "stayed_learned": bool(returns) and min(returns) >= _LEARNED.value * 0.9,
+        }
+    finally:
+        run.close()
+
+
+def damaged_checkpoint(workdir: str) -> dict:
+    run = Run(workdir, ["--config.checkpoint.interval_s=5"])
+    try:
+        run.wait_learned()
+        time.sleep(6)  # at least one periodic checkpoint before the final one
+        run.stop_learner()
+        checkpoints = os.path.join(workdir, "checkpoints")
+        steps = sorted(int(d) for d in os.listdir(checkpoints) if d.isdigit())
+        newest = os.path.join(checkpoints, str(steps[-1]), "state")
+        # The largest file of the step's state: array data (orbax's OCDBT chunks).
+        files = [os.path.join(d, f) for d, _, names in os.walk(newest) for f in names]
+        target = max(files, key=os.path.getsize)
+        rng = np.random.default_rng(0)
+        with open(target, "r+b") as f:
+            f.seek(os.path.getsize(target) // 2)
+            f.write(rng.integers(0, 256, 64, dtype=np.uint8).tobytes())
+        rows_before = len(run.rows())
+        start = time.monotonic()
+        run.learner = run.start_learner()
+        log = os.path.join(workdir, "learner.log")
+        run.wait(lambda: "resumed from" in open(log).read(), 120, "restore")
+        text = open(log).read()
+        restored = int(re.findall(r"policy version (\d+) \(params", text)[-1])
+        try:
+            run.wait(
+                lambda: any(
+                    (r.get("episode_return_mean") or 0) >= _LEARNED.value
+                    for r in run.rows()[rows_before:]
+                ),
+                90,
+                "return after restore",
+            )
+            recovered = round(time.monotonic() - start, 1)
+        except TimeoutError:
+            recovered = None
+        return {
+            "damaged_step": steps[-1],
+            "damaged_file": os.path.relpath(target, checkpoints),
+            "restored_step": restored,
+            "fell_back_with_warning": "falling back" in text,
+            "return_back_after_s": recovered,
+        }
+    finally:
+        run.close()
+
+
+def stalled_actor(workdir: str) -> dict:
+    run = Run(workdir)
+    try:
+        run.wait_learned()
+        time.sleep(5)
+        mean_sps = lambda rows: float(np.mean([r["sps"] for r in rows])) if rows else None  # noqa: E731
+        before = mean_sps(run.rows()[-5:])
+        stalled = run.procs[2]  # actor 1 (procs: learner, actor 0, actor 1)
+        stalled.send_signal(signal.SIGSTOP)
+        start, mark = time.monotonic(), len(run.rows())
+        closed_after = None
+        while time.monotonic() - start < 75:
+            if (
+                closed_after is None
+                and "disconnected" in open(os.path.join(workdir, "learner.log")).read()
+            ):
+                closed_after = round(time.monotonic() - start, 1)
+            time.sleep(0.5)
+        during = run.rows()[mark:]
+        stalled.send_signal(signal.SIGCONT)
+        resumed = time.monotonic()
+        run.wait(lambda: run.latest("actors_connected") == 2, 60, "the stalled actor rejoins")
+        return {
+            "sps_before": round(before, 0),
+            "sps_during_first_20s": round(mean_sps(during[:20]), 0),
+            "sps_during_after_close": round(mean_sps(during[-10:]), 0),
+            "stream_closed_after_s": closed_after,
+            "rejoined_after_sigcont_s": round(time.monotonic() - resumed, 1),
+        }
+    finally:
+        run.close()
+
+
+def fuzz(workdir: str) -> dict:
+    import grpc
+
+    from seedlike.config import load_config_file
+    from seedlike.envs.envpool_env import make_env_spec
+    from seedlike.rpc import codec
+    from seedlike.rpc.codec import STREAM_METHOD
+
+    run = Run(workdir)
+    try:
+        run.wait_learned()
+        spec = make_env_spec(load_config_file(CONFIG).env)
+        hello = codec.pb.ActorMessage(hello=codec.make_hello(spec, 77, 4)).SerializeToString()
+        rows = dict(
+            obs={"obs": np.zeros((4, 4), np.float32)}, extras={}, reward=np.zeros(4, np.float32),
+            terminated=np.zeros(4, bool), truncated=np.zeros(4, bool),
+            env_id=np.arange(4, dtype=np.int32), player_id=np.zeros(4, np.int32),
+            acting=np.ones(4, bool), game_over=np.zeros(4, bool),
+        )  # fmt: skip
+        from seedlike.types import Rows
+
+        valid = codec.encode_step(0, Rows(**rows)).SerializeToString()
+        rng = np.random.default_rng(0)
+        codes: dict = {}
+        channel = grpc.insecure_channel(run.address)
+        method = channel.stream_stream(STREAM_METHOD)
+        start = time.monotonic()
+        for i in range(10_000):
+            if i % 2:
+                body = bytearray(valid)
+                for at in rng.integers(0, len(body), 8):
+                    body[at] = int(rng.integers(0, 256))
+                messages = [hello, bytes(body)]
+            else:
+                messages = [rng.integers(0, 256, int(rng.integers(1, 400)), np.uint8).tobytes()]
+            try:
+                list(method(iter(messages), timeout=10))
+                code = "OK"
+            except grpc.RpcError as e:
+                code = e.code().name
+            codes[code] = codes.get(code, 0) + 1
+        channel.close()
+        seconds = time.monotonic() - start
+        time.sleep(3)
+        return {
+            "messages": 10_000,
+            "seconds": round(seconds, 1),
+            "stream_outcomes": codes,
+            "learner_alive": run.learner.poll() is None,
+            "honest_actors_alive": all(p.poll() is None for p in run.procs[1:]),
+            "actors_connected": run.latest("actors_connected"),
+            "return_at_end": run.latest("episode_return_mean"),
+        }
+    finally:
+        run.close()
+
+
 def silent_streams(workdir: str) -> dict:
     import grpc
 
@@ -301,10 +495,8 @@ def main(argv):
                 results[name] = attack(workdir, capped=False)
             elif name == "attack_capped":
                 results[name] = attack(workdir, capped=True)
-            elif name == "learner_kill":
-                results[name] = learner_kill(workdir)
             else:
-                results[name] = silent_streams(workdir)
+                results[name] = globals()[name](workdir)
             results[name]["scenario_s"] = round(time.monotonic() - start, 1)
         print(name, json.dumps(results[name]), flush=True)
     results_io.write("faults", {"config": CONFIG, "results": results}, _OUT.value, echo={})

@@ -45,7 +45,7 @@ def test_requests_that_waited_in_the_inbox_form_one_batch():
     batch = batcher.gather()
     assert [r.session_id for r in batch.requests] == [1, 2, 3, 4]
     assert batcher.in_flight == 4
-    batcher.replied(4)
+    batcher.replied([1, 2, 3, 4])
     assert batcher.in_flight == 0
 
 
@@ -75,10 +75,22 @@ def test_a_stalled_actor_holds_the_others_for_the_timeout_only():
     batcher.put(request(2))
     batch = gather_in_thread(batcher)
     assert batch is not None and [r.session_id for r in batch.requests] == [1, 2]
-    batcher.replied(2)
+    batcher.replied([1, 2])
+    assert batcher.late == 1
+    # Session 3 missed a batch: the next ones close as soon as 1 and 2 are in, without a wait.
+    batcher.put(request(1))
+    batcher.put(request(2))
+    batch = gather_in_thread(batcher)
+    assert batch is not None and [r.session_id for r in batch.requests] == [1, 2]
+    assert batch.closed - batch.started < 0.04
+    batcher.replied([1, 2])
+    # Once it sends again it is waited for again; now 2 is the one that misses the deadline.
+    batcher.put(request(3))
     batcher.put(request(1))
     batch = gather_in_thread(batcher)
-    assert batch is not None and [r.session_id for r in batch.requests] == [1]
+    assert [r.session_id for r in batch.requests] == [3, 1]
+    assert batch.closed - batch.started >= 0.05
+    assert batcher._late == {2}
 
 
 def test_sessions_in_flight_are_not_waited_for():
@@ -91,7 +103,7 @@ def test_sessions_in_flight_are_not_waited_for():
     batcher.put(request(3))
     first = batcher.gather()
     assert len(first.requests) == 3
-    batcher.replied(1)  # session 1 got its actions; 2 and 3 are still in flight
+    batcher.replied([1])  # session 1 got its actions; 2 and 3 are still in flight
     batcher.put(request(1))
     batch = gather_in_thread(batcher)
     assert batch is not None and [r.session_id for r in batch.requests] == [1]

@@ -438,7 +438,7 @@ class InferenceService:
                 offset += n
             for loop, replies in loops.items():
                 loop.call_soon_threadsafe(_resolve, replies)
-            self.batcher.replied(len(job.requests))
+            self.batcher.replied([r.session_id for r in job.requests])
             replied = time.perf_counter()
             n = len(job.requests)
             segments = {
