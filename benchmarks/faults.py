@@ -21,7 +21,8 @@ the maximum is 500), injects its fault and reports:
                   back, and whether the return is back at --learned within 90 s.
   damaged_checkpoint  the learner stops (SIGTERM: a checkpoint), 64 bytes of the newest step's
                   array files are overwritten with random ones, the learner restarts: which step
-                  it restored, and whether the return is back at --learned within 90 s.
+                  it restored, and whether the return is back at --learned within 90 s; then the
+                  same with the newest step's metadata file.
   stalled_actor   SIGSTOP to one of two actors for 75 s (longer than server.idle_timeout_s, 60):
                   env steps/s of the run before and during the stall, when the server closed the
                   stalled stream, and whether the actor rejoins after SIGCONT.
@@ -301,26 +302,20 @@ def actor_kill(workdir: str) -> dict:
 
 def damaged_checkpoint(workdir: str) -> dict:
     run = Run(workdir, ["--config.checkpoint.interval_s=5"])
-    try:
-        run.wait_learned()
-        time.sleep(6)  # at least one periodic checkpoint before the final one
-        run.stop_learner()
-        checkpoints = os.path.join(workdir, "checkpoints")
-        steps = sorted(int(d) for d in os.listdir(checkpoints) if d.isdigit())
-        newest = os.path.join(checkpoints, str(steps[-1]), "state")
-        # The largest file of the step's state: array data (orbax's OCDBT chunks).
-        files = [os.path.join(d, f) for d, _, names in os.walk(newest) for f in names]
-        target = max(files, key=os.path.getsize)
-        rng = np.random.default_rng(0)
-        with open(target, "r+b") as f:
-            f.seek(os.path.getsize(target) // 2)
-            f.write(rng.integers(0, 256, 64, dtype=np.uint8).tobytes())
-        rows_before = len(run.rows())
+    checkpoints = os.path.join(workdir, "checkpoints")
+    log = os.path.join(workdir, "learner.log")
+    rng = np.random.default_rng(0)
+
+    def newest() -> int:
+        return max(int(d) for d in os.listdir(checkpoints) if d.isdigit())
+
+    def restart() -> tuple[int, float | None, bool]:
+        """Restarts the learner: (restored step, seconds until learned again, warned)."""
+        rows_before, logged = len(run.rows()), len(open(log).read())
         start = time.monotonic()
         run.learner = run.start_learner()
-        log = os.path.join(workdir, "learner.log")
-        run.wait(lambda: "resumed from" in open(log).read(), 120, "restore")
-        text = open(log).read()
+        run.wait(lambda: "resumed from" in open(log).read()[logged:], 120, "restore")
+        text = open(log).read()[logged:]
         restored = int(re.findall(r"policy version (\d+) \(params", text)[-1])
         try:
             run.wait(
@@ -331,16 +326,39 @@ def damaged_checkpoint(workdir: str) -> dict:
                 90,
                 "return after restore",
             )
-            recovered = round(time.monotonic() - start, 1)
+            back = round(time.monotonic() - start, 1)
         except TimeoutError:
-            recovered = None
-        return {
-            "damaged_step": steps[-1],
-            "damaged_file": os.path.relpath(target, checkpoints),
-            "restored_step": restored,
-            "fell_back_with_warning": "falling back" in text,
-            "return_back_after_s": recovered,
-        }
+            back = None
+        return restored, back, "falling back" in text
+
+    try:
+        out = {}
+        for part in ("data", "meta"):
+            run.wait_learned()
+            time.sleep(6)  # at least one periodic checkpoint before the final one
+            run.stop_learner()
+            step = newest()
+            if part == "data":
+                # The largest file of the step's state: array data (orbax's OCDBT chunks).
+                state = os.path.join(checkpoints, str(step), "state")
+                files = [os.path.join(d, f) for d, _, names in os.walk(state) for f in names]
+                target = max(files, key=os.path.getsize)
+                offset = os.path.getsize(target) // 2
+            else:
+                # The metadata: env steps, league, config (JSON).
+                meta = os.path.join(checkpoints, str(step), "meta")
+                target = next(os.path.join(meta, f) for f in os.listdir(meta))
+                offset = 0
+            with open(target, "r+b") as f:
+                f.seek(offset)
+                f.write(rng.integers(0, 256, 64, dtype=np.uint8).tobytes())
+            restored, back, warned = restart()
+            out[f"{part}_damaged_step"] = step
+            out[f"{part}_damaged_file"] = os.path.relpath(target, checkpoints)
+            out[f"{part}_restored_step"] = restored
+            out[f"{part}_fell_back_with_warning"] = warned
+            out[f"{part}_return_back_after_s"] = back
+        return out
     finally:
         run.close()
 

@@ -1,0 +1,104 @@
+"""Per-stage CPU costs of seedlike's path, each stage timed alone (used by atari_throughput.py and
+scale_model.py)."""
+
+import os
+import resource
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _timed(fn, repeats: int) -> tuple[float, float]:
+    """(seconds per call, cores used) of fn()."""
+    fn()
+    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
+    return wall / repeats, cpu / wall
+
+
+def breakdown(env: str, config_file: str = "atari_ppo.py") -> dict:
+    """Microseconds of CPU time per env step for each stage of seedlike's path (one actor's
+    message of env.num_envs rows; inference batches two such messages)."""
+    import jax
+    import numpy as np
+
+    from networks import make_network
+    from seedlike.config import load_config_file
+    from seedlike.envs.envpool_env import EnvpoolAdapter, make_env_spec
+    from seedlike.learner.learner import Learner
+    from seedlike.policy import PolicyRunner
+    from seedlike.rpc import codec
+    from seedlike.rpc import seedlike_pb2 as pb
+    from seedlike.server.trajectory_store import BatchQueue, StepRecord, TrajectoryStore
+
+    config = load_config_file(os.path.join(ROOT, "configs", config_file))
+    config.unlock()
+    config.env.name = env
+    spec = make_env_spec(config.env)
+    network = make_network(config.network, spec)
+    n = int(config.env.num_envs)  # rows per actor message
+    out = {}
+
+    actor = EnvpoolAdapter(config.env, spec, 0)
+    actor.reset()
+    rng = np.random.default_rng(0)
+
+    def env_step():
+        rows = actor.recv()
+        actor.send(rng.integers(0, spec.num_actions, rows.reward.shape[0]).astype(np.int32), rows)
+
+    s, cores = _timed(env_step, 200)
+    out["actor_env_step"] = s * cores / n * 1e6
+    rows = actor.recv()
+    message = codec.encode_step(0, rows)
+    data = message.SerializeToString()
+    s, cores = _timed(lambda: codec.encode_step(0, rows).SerializeToString(), 500)
+    out["actor_encode"] = s * cores / n * 1e6
+    s, cores = _timed(lambda: codec.decode_step(codec.parse_actor_message(data).step, spec, n), 500)
+    out["server_decode_validate"] = s * cores / n * 1e6
+    reply = pb.ServerMessage(actions=pb.ActionBatch(action=codec.encode(np.zeros(n, np.int32))))
+    s, cores = _timed(lambda: reply.SerializeToString(), 500)
+    out["server_encode_reply"] = s * cores / n * 1e6
+
+    params = {"params": network.init(jax.random.key(0)), "obs_norm": network.init_obs_norm()}
+    runner = PolicyRunner(network)
+    batch = 2 * n  # both actors in one call, as the batcher does
+    obs = {k: np.zeros((batch, *a.shape), a.dtype) for k, a in spec.observation.items()}
+    first = np.zeros(batch, bool)
+    s, cores = _timed(lambda: runner.step(params, obs, {}, (), first), 100)
+    out["server_inference"] = s * cores / batch * 1e6
+
+    # The store writes complete unrolls straight into learner batches (no stacking later).
+    # Two slots: the store reserves the next batch inside the record() that fills one, before
+    # this loop (the learner here) can take it.
+    batches = BatchQueue(slots=2)
+    store = TrajectoryStore(spec, config.unroll_length, config.batch_unrolls, batches)
+    seats = np.arange(n)
+    store.open(seats)
+    rows = codec.decode_step(message.step, spec, n)
+    zeros, ones = np.zeros(n, np.float32), np.ones(n, bool)
+    step = StepRecord(
+        seats, rows.reward, rows.terminated, rows.truncated, rows.acting, rows.game_over, ones,
+        rows.obs, {}, ~ones, np.full(n, -1), (), zeros.astype(np.int32), zeros, zeros, 0,
+    )  # fmt: skip
+    full = []
+
+    def record():
+        store.record(step)
+        full.append(batches.get(timeout=0))  # the learner takes each full batch
+
+    s, cores = _timed(record, 500)
+    out["server_trajectory_store"] = s * cores / n * 1e6
+
+    learner = Learner(config, network, devices=jax.local_devices()[:1])
+    learner.set_state(learner.init_state(jax.random.key(0)))
+    stacked = next(b for b in full if b is not None)
+    steps = config.batch_unrolls * config.unroll_length
+    s, cores = _timed(lambda: learner.update(stacked), 3)
+    out["learner_update"] = s * cores / steps * 1e6
+    out["total"] = sum(out.values())
+    return {k: round(v, 1) for k, v in out.items()}
