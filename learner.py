@@ -7,6 +7,7 @@ checkpoint and exit; actors keep retrying and rejoin the restarted learner. When
 every actor stream ends normally and the actors exit.
 """
 
+import faulthandler
 import os
 import signal
 import sys
@@ -46,6 +47,8 @@ def main(argv):
         del frame
         logging.info("signal %d: saving a checkpoint and stopping", signum)
         stop.set()
+        # Stopping takes seconds; if it ever takes a minute, every thread's stack goes to stderr.
+        faulthandler.dump_traceback_later(60)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

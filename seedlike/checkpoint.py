@@ -113,7 +113,12 @@ class Checkpointer:
                 shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
 
     def save(self, step: int, state, meta: dict) -> None:
-        """Saves synchronously (returns once the step is committed)."""
+        """Starts saving and returns; orbax writes in the background and commits the step when
+        complete (`wait` or `close` waits for it). The state is copied to host memory first, so
+        the caller may go on changing it."""
+        self._manager.wait_until_finished()  # one save at a time
+        # orbax copies the arrays before it returns (tests/test_checkpoint.py checks that later
+        # changes to the caller's arrays do not reach the write).
         state = jax.device_get(state)
         meta = {**meta, DIGEST_KEY: tree_digest(state)}
         if int(step) in self._manager.all_steps():
@@ -127,6 +132,9 @@ class Checkpointer:
             ),
             force=True,
         )
+
+    def wait(self) -> None:
+        """Returns once the last save is committed."""
         self._manager.wait_until_finished()
 
     def steps(self) -> list[int]:

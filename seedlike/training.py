@@ -146,9 +146,12 @@ class LearnerProcess:
             if self.evaluator is not None:
                 meta["evaluation"] = self.evaluator.state_dict()
         self.checkpointer.save(self.learner.version, state, meta)
+        if reason != "interval":
+            self.checkpointer.wait()  # the last save: committed before the process ends
         logging.info(
-            "checkpoint %d saved (%s; params %s)",
+            "checkpoint %d %s (%s; params %s)",
             self.learner.version,
+            "writing in the background" if reason == "interval" else "saved",
             reason,
             ckpt_lib.params_fingerprint(state.params),
         )

@@ -35,6 +35,7 @@ def test_round_trip_is_exact(tmp_path):
     state = state.replace(updates=state.updates + 7)
     ckpt = Checkpointer(str(tmp_path))
     ckpt.save(7, state, {"env_steps": 1234})
+    ckpt.wait()  # saves are written in the background
     restored, meta = Checkpointer(str(tmp_path)).restore(make_state(seed=2))
     assert meta == {"env_steps": 1234}
     jax.tree.map(np.testing.assert_array_equal, restored, state)
@@ -54,6 +55,25 @@ def test_orbax_info_lines_stay_off_the_console_and_other_lines_pass(tmp_path, ca
     # Without the filter orbax logs through absl at INFO on every save; the filter keeps the rest.
     absl_logging.info("seedlike line")
     assert "seedlike line" in caplog.text
+
+
+def test_background_saves_keep_what_was_passed_and_all_commit(tmp_path):
+    """save() returns before orbax has written; the state is copied first, so changing the
+    caller's arrays afterwards changes nothing saved, and back-to-back saves all commit."""
+    ckpt = Checkpointer(str(tmp_path), max_to_keep=5)
+    states = [jax.tree.map(np.array, make_state(seed=s)) for s in range(3)]
+    expected = [jax.tree.map(np.copy, s) for s in states]
+    for step, state in enumerate(states):
+        ckpt.save(step, state, {"env_steps": step})
+        for leaf in jax.tree.leaves(state.params):
+            leaf[...] = 7.0  # the caller reuses its buffers at once
+    ckpt.wait()
+    assert ckpt.steps() == [0, 1, 2]
+    for step in range(3):
+        restored, meta = ckpt.restore(make_state(), step)
+        assert meta["env_steps"] == step
+        jax.tree.map(np.testing.assert_array_equal, restored.params, expected[step].params)
+    ckpt.close()
 
 
 def test_no_checkpoint_returns_none(tmp_path):
@@ -128,6 +148,7 @@ def test_a_save_interrupted_by_a_kill_leaves_nothing_behind(tmp_path, caplog):
 def test_incompatible_network_names_the_layer_and_shapes(tmp_path):
     ckpt = Checkpointer(str(tmp_path))
     ckpt.save(1, make_state(hidden=(8, 8)), {"env_steps": 1})
+    ckpt.wait()
     with pytest.raises(IncompatibleCheckpoint) as info:
         Checkpointer(str(tmp_path)).restore(make_state(hidden=(16, 8)))
     message = str(info.value)

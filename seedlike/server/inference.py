@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import faulthandler
 import itertools
 import logging
 import queue
@@ -45,6 +46,8 @@ STAGES = ("decode", "prepare", "policy", "reply", "record")
 # waiting for its batch to close, preparing the batch, the policy (queued, computed, fetched), and
 # handing the actions back to the gRPC event loop.
 SEGMENTS = ("batching", "prepare", "policy", "reply")
+# How long stop() waits for the pipeline threads in all (they normally end within milliseconds).
+STOP_TIMEOUT_S = 10.0
 # Batches between the reply and record threads. A full queue holds the replies back until the
 # recorder catches up (backpressure). Two absorb the recorder's jitter; more let actors act on
 # while the learner's queue is full, and those steps reach the learner older (8: staleness 2.38
@@ -267,8 +270,14 @@ class InferenceService:
         self.batcher.put(STOP)
         if self.store.batches is not None:
             self.store.batches.close()  # a recorder waiting for the learner gives up
+        deadline = time.monotonic() + STOP_TIMEOUT_S
         for thread in self._threads:
-            thread.join(timeout=30)
+            thread.join(timeout=max(deadline - time.monotonic(), 0.0))
+        stuck = [t.name for t in self._threads if t.is_alive()]
+        if stuck:
+            # Daemon threads: the learner can still save and exit. Their stacks say why.
+            logging.warning("%s did not stop within %.0f s; stacks follow", stuck, STOP_TIMEOUT_S)
+            faulthandler.dump_traceback(all_threads=True)
         for future in list(self._pending):
             self._fail(future)
 
