@@ -235,10 +235,11 @@ def validate(config) -> None:
         0 <= d.process_id < d.num_processes,
         f"distributed.process_id={d.process_id} must lie in [0, {d.num_processes})",
     )
+    host, _, port = d.coordinator.rpartition(":")
     need(
-        d.num_processes == 1 or ":" in d.coordinator,
-        "distributed.coordinator must be host:port (process 0's host and a free port there) "
-        "when distributed.num_processes > 1",
+        d.num_processes == 1 or (bool(host) and port.isdigit() and 0 < int(port) < 65536),
+        f"distributed.coordinator={d.coordinator!r} must be host:port (process 0's host and a "
+        "free port there) when distributed.num_processes > 1",
     )
     need(
         config.batch_unrolls % d.num_processes == 0,

@@ -2,6 +2,7 @@
 
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -9,7 +10,7 @@ import jax
 import pytest
 
 from networks import make_network
-from seedlike.config import load_config_file, validate
+from seedlike.config import ConfigError, load_config_file, validate
 from seedlike.envs.envpool_env import make_env_spec
 from seedlike.learner.learner import Learner
 from tests.procs import ROOT
@@ -61,3 +62,21 @@ def test_an_unknown_env_is_one_line_naming_close_tasks(entrypoint, tmp_path):
         )
     )
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"num_processes": 2, "coordinator": "host0"}, "distributed.coordinator='host0' must be"),
+        ({"num_processes": 2, "coordinator": "h:port"}, "distributed.coordinator='h:port' must be"),
+        ({"num_processes": 2, "coordinator": "h:1", "process_id": 2}, "process_id=2 must lie in"),
+        ({"num_processes": 3, "coordinator": "h:1"}, "batch_unrolls=32 must be divisible by"),
+    ],
+)
+def test_distributed_settings_that_cannot_work_are_refused(setting, message):
+    """A bad port reaches JAX's coordinator as a segfault, a join timeout as an abort: the config
+    is checked before either can happen."""
+    config = load_config_file(os.path.join(ROOT, "configs", "cartpole_ppo.py"))
+    config.distributed.update(setting)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate(config)
