@@ -141,6 +141,12 @@ class Run:
             lambda: (self.latest("episode_return_mean") or 0) >= _LEARNED.value, timeout, "learn"
         )
 
+    def settled_sps(self) -> float:
+        """Env steps/s over the last 5 metrics rows, 5 s after the policy learned."""
+        self.wait_learned()
+        time.sleep(5)
+        return mean_sps(self.rows()[-5:])
+
     def stop_learner(self) -> None:
         self.learner.send_signal(signal.SIGTERM)
         self.learner.wait(timeout=60)
@@ -150,6 +156,10 @@ class Run:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=30)
+
+
+def mean_sps(rows) -> float | None:
+    return float(np.mean([r["sps"] for r in rows])) if rows else None
 
 
 def attacker(address: str, seconds: float, out: dict) -> None:
@@ -266,10 +276,7 @@ def learner_kill(workdir: str) -> dict:
 def actor_kill(workdir: str) -> dict:
     run = Run(workdir)
     try:
-        run.wait_learned()
-        time.sleep(5)
-        mean_sps = lambda rows: float(np.mean([r["sps"] for r in rows])) if rows else None  # noqa: E731
-        before = mean_sps(run.rows()[-5:])
+        before = run.settled_sps()
         dropped_before = run.latest("steps_dropped") or 0
         victim = run.procs[2]  # actor 1 (procs: learner, actor 0, actor 1)
         victim.kill()
@@ -366,10 +373,7 @@ def damaged_checkpoint(workdir: str) -> dict:
 def stalled_actor(workdir: str) -> dict:
     run = Run(workdir)
     try:
-        run.wait_learned()
-        time.sleep(5)
-        mean_sps = lambda rows: float(np.mean([r["sps"] for r in rows])) if rows else None  # noqa: E731
-        before = mean_sps(run.rows()[-5:])
+        before = run.settled_sps()
         stalled = run.procs[2]  # actor 1 (procs: learner, actor 0, actor 1)
         stalled.send_signal(signal.SIGSTOP)
         start, mark = time.monotonic(), len(run.rows())

@@ -48,6 +48,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import results_io  # noqa: E402
 from stages import breakdown  # noqa: E402
 
+from seedlike.metrics import read_metrics  # noqa: E402
+
 _ACTORS = flags.DEFINE_list("actors", ["1", "2", "4", "8", "16"], "Actor processes per run.")
 _ENVS = flags.DEFINE_integer("envs", 8, "Envs per actor (rows per message).")
 _SECONDS = flags.DEFINE_float("seconds", 15.0, "Measurement window per run.")
@@ -96,11 +98,7 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
 
 
 def env_steps(logdir: str) -> int:
-    path = os.path.join(logdir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return 0
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = read_metrics(logdir)
     return rows[-1]["env_steps"] if rows else 0
 
 

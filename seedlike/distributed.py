@@ -24,15 +24,17 @@ import numpy as np
 
 
 class PeerLost(RuntimeError):
-    """A collective failed: another learner process is gone. Entrypoints print the message alone
-    and exit at once (JAX's shutdown would wait for the lost process)."""
+    """A step shared by the learner processes failed, most often because one of them is gone.
+    Entrypoints print the message alone and exit at once (JAX's shutdown would wait for a lost
+    process); the full error is in the log."""
 
 
 def peer_lost(error: Exception) -> PeerLost:
-    first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
     return PeerLost(
-        f"another learner process stopped answering ({first_line[:200]}); restart every learner "
-        "process with the same flags to resume from process 0's last checkpoint"
+        f"another learner process stopped answering, or a step shared with it failed "
+        f"({first_line[:200]}; the whole error is logged above); restart every learner process "
+        "with the same flags to resume from process 0's last checkpoint"
     )
 
 

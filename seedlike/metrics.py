@@ -48,9 +48,11 @@ class MetricsWriter:
       logdir: run directory.
       config: the experiment config, stored with the wandb run.
       wandb_mode: "offline" (default), "online" or "disabled"; the WANDB_MODE environment
-        variable overrides it, except "never" (learner processes other than 0).
+        variable overrides it.
       wandb_project: wandb project name.
       total_env_steps: the run's length, for the console's progress and ETA (None: no ETA).
+      use_wandb: False keeps this writer off wandb whatever the mode (learner processes other
+        than 0 of a multi-host run: one wandb run per job).
       tensorboard: also write every number as a TensorBoard scalar (x: env steps) to
         <logdir>/tensorboard; a resumed run adds a file there and its curves continue.
     """
@@ -63,6 +65,7 @@ class MetricsWriter:
         wandb_project: str = "seedlike",
         total_env_steps: int | None = None,
         tensorboard: bool = False,
+        use_wandb: bool = True,
     ):
         os.makedirs(logdir, exist_ok=True)
         self.path = os.path.join(logdir, "metrics.jsonl")
@@ -73,7 +76,7 @@ class MetricsWriter:
         self._first: tuple[float, int] | None = None
         self._wandb = None
         mode = os.environ.get("WANDB_MODE") or wandb_mode
-        if wandb_mode != "never" and mode != "disabled":
+        if use_wandb and mode != "disabled":
             self._wandb = self._init_wandb(logdir, config, wandb_project, mode)
         self._tensorboard = None
         if tensorboard:

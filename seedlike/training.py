@@ -230,11 +230,11 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         metrics=MetricsWriter(
             logdir,
             config,
-            # One wandb run per job: process 0's (WANDB_MODE cannot turn the others on).
-            config.log.wandb_mode if primary else "never",
+            config.log.wandb_mode,
             config.log.wandb_project,
             total_env_steps=int(config.total_env_steps),
             tensorboard=bool(config.log.get("tensorboard", False)),
+            use_wandb=primary,
         ),
         lockstep=distributed.Lockstep(learner.devices, counters["env_steps"]),
         episodes_total=counters["episodes"],
@@ -272,6 +272,8 @@ def train(
             except jax.errors.JaxRuntimeError as e:
                 if not p.lockstep.shared:
                     raise
+                # The whole error stays in the log; the entrypoint prints one line and exits.
+                logging.error("a step shared by the learner processes failed: %s", e)
                 raise distributed.peer_lost(e) from None
             now = time.monotonic()
             if now - interval.start >= log_s:
