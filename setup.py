@@ -12,6 +12,7 @@ INSTALL_REQUIRES = [
     "numpy==2.4.6",
     "envpool==1.2.5",
     "gymnasium==1.4.0",
+    "pettingzoo==1.27.0",  # env.backend=pettingzoo (multi-agent envs)
     "grpcio==1.85.1",
     "protobuf==7.36.2",
     "orbax-checkpoint==0.12.8",
@@ -25,6 +26,19 @@ INSTALL_REQUIRES = [
     "pyyaml==6.0.3",  # deploy.py's Kubernetes manifests
 ]
 
+# What an actor process imports (seedlike.actor, seedlike.envs, seedlike.rpc, seedlike.config):
+# scripts/actor_venv.sh installs only these, for actors whose envs pin packages the learner cannot
+# share. No jax: actors hold no model.
+ACTOR_REQUIRES = [
+    "numpy==2.4.6",
+    "grpcio==1.85.1",
+    "protobuf==7.36.2",
+    "absl-py==2.5.1",
+    "ml_collections==1.1.0",
+    "gymnasium==1.4.0",
+    "pettingzoo==1.27.0",
+]
+
 setup(
     name="seedlike",
     version="0.1.0",
@@ -36,7 +50,12 @@ setup(
     package_data={"seedlike.rpc": ["*.proto", "*.pyi"]},
     install_requires=INSTALL_REQUIRES,
     extras_require={
+        # MAgent2 battles (configs/magent_battle.py); needed where actors step them and where the
+        # learner reads their spec.
+        "magent": ["magent2==0.3.4", "pygame-ce==2.5.8"],
         "dev": [
+            "magent2==0.3.4",  # tests/test_pettingzoo.py
+            "pygame-ce==2.5.8",
             "pytest==9.2.0",
             "ruff==0.17.6",
             "grpcio-tools==1.85.1",

@@ -1,4 +1,5 @@
-"""An actor: steps an envpool batch, streams rows to the server, applies the actions it returns.
+"""An actor: steps a batch of envs (envpool or PettingZoo), streams rows to the server and
+applies the actions it returns.
 
 Actors hold no model (SEED RL). Every (re)connection starts fresh episodes: the server keeps no
 state for a stream that broke, so a half-played episode could not be attributed correctly.
@@ -12,7 +13,7 @@ import time
 
 import numpy as np
 
-from seedlike.envs.envpool_env import EnvpoolAdapter, make_env_spec
+from seedlike.envs import make_env, make_env_spec
 from seedlike.rpc import client, codec, security
 
 EXIT_OK, EXIT_GAVE_UP, EXIT_REJECTED = 0, 1, 2
@@ -90,7 +91,7 @@ class Actor:
         return EXIT_OK
 
     def _play(self, connection: client.Connection, seed: int) -> None:
-        env = EnvpoolAdapter(self.config.env, self.spec, seed)
+        env = make_env(self.config.env, self.spec, seed)
         try:
             env.reset()
             sequence, session_steps = 0, 0

@@ -281,7 +281,7 @@ def load_checkpoint(path: str):
     import ml_collections
 
     from networks import make_network
-    from seedlike.envs.envpool_env import make_env_spec
+    from seedlike.envs import make_env_spec
     from seedlike.learner import train_state as ts
 
     directory, step = existing_checkpoint_path(path)

@@ -26,16 +26,46 @@ def base_config() -> ml_collections.ConfigDict:
     c.batch_unrolls = 32  # unrolls per learner batch (one policy version)
 
     c.env = ml_collections.ConfigDict()
-    c.env.name = "CartPole-v1"  # envpool task id
+    # envpool | pettingzoo (any PettingZoo parallel env; seedlike/envs/__init__.py)
+    c.env.backend = "envpool"
+    # envpool: a task id. pettingzoo: the module with parallel_env(), or module:function, e.g.
+    # "magent2.environments.battle_v4" (pip install -e .[magent]) or "seedlike.envs.coins".
+    c.env.name = "CartPole-v1"
     c.env.num_envs = 16  # envs per actor
     # envpool batch per recv; 0 = num_envs (sync). Less runs envpool asynchronously: the actor sends
     # each batch when it is ready and steps the other envs while that request is in flight. Sync is
     # the default because on a 2-core host async measured slower (benchmarks/throughput.py).
     c.env.batch_size = 0
     c.env.num_threads = 0  # envpool worker threads; 0 = envpool's default
-    c.env.kwargs = ml_collections.ConfigDict()  # extra envpool.make kwargs, e.g. episodic_life
+    # extra envpool.make kwargs (e.g. episodic_life), or the pettingzoo env's parallel_env kwargs
+    c.env.kwargs = ml_collections.ConfigDict()
     c.env.obs_indices = ()  # keep only these features of a vector observation (() = all)
     c.env.obs_keys = ()  # keep only these keys of a dict observation (() = all)
+    # pettingzoo: add observation "agent_id", the agent's one-hot index, so replicas of one shared
+    # policy know which agent they play.
+    c.env.agent_id = False
+
+    # Teams in multi-agent envs (seedlike/teams.py; OpenAI Five App. G): how seats form teams and
+    # how each agent's learning reward is shaped from its team's. Episode returns stay raw.
+    c.teams = ml_collections.ConfigDict()
+    # Agents per team, in player-id order (PettingZoo: possible_agents order), e.g. (81, 81).
+    # (): two-player games are two teams of one; other envs one team of every agent.
+    c.teams.sizes = ()
+    # Team spirit tau: each agent learns from (1 - tau) * its reward + tau * its team's mean reward,
+    # tau moving linearly from `spirit` to `spirit_final` over `spirit_updates` policy versions.
+    c.teams.spirit = 0.0
+    c.teams.spirit_final = ml_collections.config_dict.placeholder(float)  # None: constant
+    c.teams.spirit_updates = 0
+    # Subtract the opposing teams' mean reward from every agent's (zero-sum games).
+    c.teams.zero_sum = False
+    # Scale rewards by reward_decay ** (t / reward_decay_horizon), t the agent's steps in its
+    # episode (OpenAI Five: 0.6 per 10 minutes of game time, so early and late rewards weigh alike
+    # against the rising stakes of late game). 0: off.
+    c.teams.reward_decay = 0.6
+    c.teams.reward_decay_horizon = 0
+    # Who won a game (league results, win rates): the team with the larger summed return
+    # ("return"), or with more agents alive when the game ended ("survivors").
+    c.teams.result = "return"
 
     c.network = ml_collections.ConfigDict()
     # mlp | nature_cnn | impala_cnn | small_cnn (MiniGrid-sized images) | board_cnn (board games)
@@ -198,7 +228,7 @@ class ConfigError(ValueError):
 
 def validate(config) -> None:
     """Raises ConfigError naming the setting that cannot work."""
-    from seedlike.envs.envpool_env import UnknownTask, check_task_id
+    from seedlike.envs import UnknownEnv, check_env
 
     def need(ok: bool, message: str):
         if not ok:
@@ -206,8 +236,8 @@ def validate(config) -> None:
 
     need(config.algo in ALGOS, f"algo={config.algo!r} is not one of {list(ALGOS)}")
     try:
-        check_task_id(config.env.name)
-    except UnknownTask as e:
+        check_env(config.env)
+    except UnknownEnv as e:
         raise ConfigError(f"invalid config: {e}") from None
     need(config.total_env_steps > 0, "total_env_steps must be positive")
     need(config.unroll_length >= 1, "unroll_length must be >= 1")
@@ -225,6 +255,14 @@ def validate(config) -> None:
     need(0.0 < algo.gamma <= 1.0, f"{config.algo}.gamma must lie in (0, 1]")
     need(config.ppo.gae_lambda <= 1.0 and config.vtrace.lambda_ <= 1.0, "lambdas must be <= 1")
     need(config.optimizer.learning_rate >= 0, "optimizer.learning_rate must be >= 0")
+    t = config.teams
+    need(all(int(n) >= 1 for n in t.sizes), f"teams.sizes={tuple(t.sizes)} must be positive")
+    for name in ("spirit", "spirit_final"):
+        value = t.get(name)
+        need(value is None or 0.0 <= value <= 1.0, f"teams.{name}={value} must lie in [0, 1]")
+    need(0.0 < t.reward_decay <= 1.0, "teams.reward_decay must lie in (0, 1]")
+    need(t.reward_decay_horizon >= 0, "teams.reward_decay_horizon must be >= 0 (0 = off)")
+    need(t.result in ("return", "survivors"), "teams.result must be return|survivors")
     need(config.server.queue_unrolls >= 0, "server.queue_unrolls must be >= 0")
     need(config.server.max_actors >= 1, "server.max_actors must be >= 1")
     need(config.server.max_streams_per_peer >= 1, "server.max_streams_per_peer must be >= 1")

@@ -23,7 +23,7 @@ from networks import make_network
 from seedlike import checkpoint as ckpt_lib
 from seedlike import config as config_lib
 from seedlike import distributed
-from seedlike.envs.envpool_env import make_env_spec
+from seedlike.envs import make_env_spec
 from seedlike.league.evaluation import Evaluation, EvaluationThread
 from seedlike.league.league import League
 from seedlike.league.players import LEARNER
@@ -35,7 +35,9 @@ from seedlike.rpc.service import serve
 from seedlike.server import inference
 from seedlike.server.anneal import Annealing
 from seedlike.server.matchmaking import Matchmaker
+from seedlike.server.teams import Teams
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
+from seedlike.types import LEGAL_ACTION_MASK
 
 ADDRESS_FILE = "server_address"
 LEAGUE_DIR = "league"
@@ -161,10 +163,14 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     """Restores or initializes the learner, and starts serving actors and evaluation."""
     config_lib.validate(config)
     spec = make_env_spec(config.env)
-    if spec.num_players > 1 and config.distributed.num_processes > 1:
+    try:
+        teams = Teams.from_config(config.teams, spec)
+    except ValueError as e:
+        raise config_lib.ConfigError(f"invalid config: {e}") from None
+    if teams.num_teams > 1 and config.distributed.num_processes > 1:
         raise config_lib.ConfigError(
-            "invalid config: two-player games (league, evaluation) run on one learner process; "
-            "set distributed.num_processes=1"
+            "invalid config: games between teams (league, evaluation) run on one learner "
+            "process; set distributed.num_processes=1"
         )
     distributed.initialize(config)
     primary = distributed.is_primary()
@@ -194,10 +200,10 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         )
     registry = PolicyRegistry()
     registry.publish(learner.version, learner.policy_params())
-    league, evaluation = _make_league(config, logdir, network, learner, meta)
+    league, evaluation = _make_league(config, logdir, network, learner, meta, teams)
 
     annealing = Annealing.from_config(config.anneal)
-    matchmaker = Matchmaker(spec, league, annealing, config.seed)
+    matchmaker = Matchmaker(spec, league, annealing, config.seed, teams)
     slots = -(-int(config.server.queue_unrolls or config.batch_unrolls) // config.batch_unrolls)
     batches = BatchQueue(slots)
     store = TrajectoryStore(
@@ -207,6 +213,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         batches,
         network.initial_carry(1),
         max_owner_share=float(config.server.max_actor_share),
+        teams=teams,
     )
     service, server, _ = start_inference(
         config, network, registry, store, logdir, bind, port, matchmaker, learner.guard
@@ -315,20 +322,24 @@ def _restore(checkpointer, initial):
     return state, meta
 
 
-def _make_league(config, logdir, network, learner, meta):
-    """League and TrueSkill evaluation for two-player games (None, None otherwise)."""
-    if network.spec.num_players < 2:
+def _make_league(config, logdir, network, learner, meta, teams):
+    """The league of games between teams, with TrueSkill evaluation for two-player board games
+    (None where there is no opponent team)."""
+    if teams.num_teams < 2:
         return None, None
     snapshots = os.path.join(logdir, LEAGUE_DIR, "snapshots")
     references = os.path.join(logdir, LEAGUE_DIR, "references")
     league = League(config.league, seed=config.seed, snapshot_dir=snapshots)
-    evaluation = Evaluation(
-        config.league, config.env.name, network, references, config.seed, learner.guard
-    )
+    evaluation = None
+    if network.spec.num_players == 2 and LEGAL_ACTION_MASK in network.spec.extras:
+        evaluation = Evaluation(
+            config.league, config.env.name, network, references, config.seed, learner.guard
+        )
     if "league" in meta:
         template = learner.policy_params()
         league.load_state_dict(meta["league"], template)
-        evaluation.load_state_dict(meta.get("evaluation", {}), template)
+        if evaluation is not None:
+            evaluation.load_state_dict(meta.get("evaluation", {}), template)
         logging.info("league restored: %d snapshots", len(league.pool))
     return league, evaluation
 

@@ -292,14 +292,14 @@ def run_surgery(
       dry_run: transform and verify, write nothing.
       seed: seeds the new weights and the verification batch.
       mode, lstm_noise: derive_plan settings when the plan is derived.
-      spec_fn: config.env -> EnvSpec (default: seedlike.envs.envpool_env.make_env_spec).
+      spec_fn: config.env -> EnvSpec (default: seedlike.envs.make_env_spec).
 
     Raises:
       SurgeryRefused: a policy changed by more than the tolerance (and not forced).
       SurgeryError / PlanError: the plan cannot be applied or does not fit the new config.
     """
     if spec_fn is None:
-        from seedlike.envs.envpool_env import make_env_spec as spec_fn
+        from seedlike.envs import make_env_spec as spec_fn
     if plan is None and new_config is None:
         raise ops.SurgeryError("run_surgery needs a plan or a new config (or both)")
     directory, step = ckpt_lib.existing_checkpoint_path(checkpoint)

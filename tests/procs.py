@@ -27,11 +27,12 @@ class Processes:
         self.tmp_path = tmp_path
         self.procs: list[subprocess.Popen] = []
 
-    def spawn(self, args, log_name, env=None) -> subprocess.Popen:
-        """Starts `python *args` in the repository root, logging to tmp_path/log_name."""
+    def spawn(self, args, log_name, env=None, python=None) -> subprocess.Popen:
+        """Starts `python *args` (this interpreter unless `python`) in the repository root,
+        logging to tmp_path/log_name."""
         log = open(os.path.join(self.tmp_path, log_name), "ab")
         proc = subprocess.Popen(
-            [sys.executable, *args],
+            [python or sys.executable, *args],
             cwd=ROOT,
             env=env,
             stdout=log,

@@ -11,8 +11,9 @@ import pytest
 
 from networks import make_network
 from seedlike.config import ConfigError, load_config_file, validate
-from seedlike.envs.envpool_env import make_env_spec
+from seedlike.envs import make_env_spec
 from seedlike.learner.learner import Learner
+from seedlike.server.teams import Teams
 from tests.procs import ROOT
 
 CONFIGS = sorted(glob.glob(os.path.join(ROOT, "configs", "*.py")))
@@ -30,6 +31,7 @@ def test_config_builds_on_two_devices(path):
     validate(config)
     spec = make_env_spec(config.env)
     assert spec.name == config.env.name
+    Teams.from_config(config.teams, spec)  # teams.sizes fit the env's agents
     network = make_network(config.network, spec)
     params = jax.eval_shape(network.init, jax.random.key(0))
     logits = params["params"]["policy_head"]["logits"]["kernel"]

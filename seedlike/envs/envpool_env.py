@@ -58,12 +58,13 @@ def make_env_spec(env_config) -> EnvSpec:
 
     check_task_id(env_config.name)
     kwargs = {k: v for k, v in envpool_kwargs(env_config).items() if k not in ("num_threads",)}
-    spec = envpool.make_spec(env_config.name, **kwargs)
+    pool_spec = envpool.make_spec(env_config.name, **kwargs)
     spec = spec_from_spaces(
         env_config.name,
-        spec.observation_space,
-        spec.action_space,
-        num_players=int(spec.config.max_num_players),
+        pool_spec.observation_space,
+        pool_spec.action_space,
+        num_players=int(pool_spec.config.max_num_players),
+        turn_based=_turn_based(pool_spec),
     )
     keys = tuple(env_config.get("obs_keys", ()) or ())
     if keys:
@@ -88,7 +89,16 @@ def make_env_spec(env_config) -> EnvSpec:
     return spec
 
 
-def spec_from_spaces(name: str, observation_space, action_space, num_players: int) -> EnvSpec:
+def _turn_based(pool_spec) -> bool:
+    """Board games name the player of each row (info "players.id") and the player to move;
+    simultaneous multi-agent tasks (e.g. intersection-multi-agent-v0) list their players' rows in
+    env order, every one acting each step."""
+    return "info:players.id" in pool_spec.state_array_spec
+
+
+def spec_from_spaces(
+    name: str, observation_space, action_space, num_players: int, turn_based: bool = True
+) -> EnvSpec:
     import gymnasium
 
     if not isinstance(action_space, gymnasium.spaces.Discrete):
@@ -101,7 +111,7 @@ def spec_from_spaces(name: str, observation_space, action_space, num_players: in
         observation = {"obs": _array_spec(name, observation_space)}
     num_actions = int(action_space.n)
     extras = {}
-    if num_players > 1:
+    if num_players > 1 and turn_based:
         extras[LEGAL_ACTION_MASK] = ArraySpec(np.bool_, (num_actions,))
     return EnvSpec(name, observation, num_actions, num_players, extras)
 
@@ -132,6 +142,12 @@ class EnvpoolAdapter:
         indices = tuple(env_config.get("obs_indices", ()) or ())
         self._obs_indices = np.asarray(indices, np.int64) if indices else None
         self._env = envpool.make(env_config.name, env_type="gymnasium", seed=int(seed), **kwargs)
+        self._turn_based = spec.num_players == 1 or _turn_based(self._env.spec)
+        if not self._turn_based and self.num_envs != int(kwargs.get("batch_size", self.num_envs)):
+            raise ValueError(
+                f"{env_config.name} is a simultaneous multi-agent task: set env.batch_size=0 "
+                "(its players' rows come in whole envs only in synchronous mode)"
+            )
 
     def reset(self) -> None:
         self._env.async_reset()
@@ -158,7 +174,33 @@ class EnvpoolAdapter:
                 acting=~done,
                 game_over=game_over,
             )
+        if not self._turn_based:
+            return self._simultaneous_rows(obs, reward, terminated, truncated, info, env_id)
         return self._player_rows(obs, reward, terminated, truncated, info, env_id)
+
+    def _simultaneous_rows(self, obs, reward, terminated, truncated, info, env_id) -> Rows:
+        # Every player of every env reports and acts; rows come grouped by env, and a row's player
+        # id is its rank within its env's group.
+        row_env = np.asarray(info["players"]["env_id"], np.int32)
+        starts = np.flatnonzero(np.r_[True, row_env[1:] != row_env[:-1]])
+        counts = np.diff(np.r_[starts, row_env.shape[0]])
+        row_player = (np.arange(row_env.shape[0]) - np.repeat(starts, counts)).astype(np.int32)
+        position = np.empty(self.num_envs, np.int64)
+        position[env_id] = np.arange(env_id.shape[0])
+        pos = position[row_env]
+        row_term = np.asarray(terminated, np.bool_)[pos]
+        row_trunc = np.asarray(truncated, np.bool_)[pos]
+        return Rows(
+            obs=self._obs_dict(obs),
+            extras={},
+            reward=np.asarray(reward, np.float32),
+            terminated=row_term,
+            truncated=row_trunc,
+            env_id=row_env,
+            player_id=row_player,
+            acting=~(row_term | row_trunc),
+            game_over=row_term | row_trunc,
+        )
 
     def _player_rows(self, obs, reward, terminated, truncated, info, env_id) -> Rows:
         # Board games report one row per (env, player); per-env fields are indexed by the position
@@ -199,6 +241,11 @@ class EnvpoolAdapter:
         """Steps the envs of `rows` with the actions of their acting rows."""
         if self.spec.num_players == 1:
             self._env.send(np.asarray(action, np.int32), rows.env_id)
+            return
+        if not self._turn_based:  # one action per row, rows grouped by env as they came
+            env = rows.env_id
+            order = env[np.r_[True, env[1:] != env[:-1]]]
+            self._env.send(np.asarray(action, np.int32), order.astype(np.int32))
             return
         # One action per env: the mover's. Envs that just ended still need an (ignored) action.
         env_ids = np.unique(rows.env_id)

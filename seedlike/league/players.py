@@ -16,7 +16,6 @@ from typing import Protocol
 import numpy as np
 
 from seedlike.league import connect_four
-from seedlike.types import LEGAL_ACTION_MASK
 
 LEARNER = -1
 MINE_PLANE, THEIRS_PLANE = connect_four.MINE, connect_four.THEIRS
@@ -121,7 +120,7 @@ def render_board(board: np.ndarray, numbered_cells: bool = False) -> str:
 @dataclasses.dataclass(frozen=True)
 class Bot:
     """A built-in opponent: a policy id, an agent without per-env state, and the envs it plays
-    (() = any game with a legal-action mask)."""
+    (() = any env; without a legal-action mask every action is legal)."""
 
     id: int
     make: Callable[[], Agent]
@@ -157,8 +156,6 @@ def make_bot(name: str, spec) -> Agent:
     """Bot `name`, checked against the env in `spec` (an EnvSpec)."""
     bot_id(name)  # unknown names fail here, with the list
     bot = BOTS[name]
-    if LEGAL_ACTION_MASK not in spec.extras:
-        raise ValueError(f"league bots need a legal-action mask; {spec.name} has none")
     if not bot.plays(spec.name):
         raise ValueError(f"the {name} bot plays {', '.join(bot.envs)}, not {spec.name}")
     return bot.make()

@@ -358,8 +358,9 @@ class InferenceService:
         first, carry, policy, changed = self.seats.inputs(run_seats)
         if first.any():
             starting = np.flatnonzero(first)
-            player = (run_seats[starting] % self.spec.num_players).astype(np.int32)
-            policy[starting], changed[starting] = self.matchmaker.start(player, version)
+            policy[starting], changed[starting] = self.matchmaker.start(
+                run_seats[starting], version
+            )
             self.seats.start(run_seats[starting], policy[starting], changed[starting])
         obs, extras = _policy_inputs(requests, ran)
         m = first.shape[0]  # rows the policy runs on; obs and extras are padded beyond them
@@ -388,9 +389,12 @@ class InferenceService:
             )
             bot = self.matchmaker.bots.get(int(pid))
             if bot is not None:  # no network: logp and value 0, carry unchanged
+                mask = part_extras.get(LEGAL_ACTION_MASK)
+                if mask is None:  # every action is legal
+                    mask = np.ones((idx.size, self.spec.num_actions), np.bool_)
                 actions = bot.act(
                     part_obs,
-                    part_extras[LEGAL_ACTION_MASK],
+                    mask,
                     idx,
                     first[idx],
                     self.matchmaker.bot_rng,
@@ -467,11 +471,12 @@ class InferenceService:
             start = time.perf_counter()
             if not isinstance(item, _Seats):
                 episodes = self.store.record(item)
-                self.matchmaker.report(episodes)
+                self.matchmaker.report(item, episodes)
                 self.stats.ended(episodes)
                 self.stats.add_busy("record", time.perf_counter() - start)
             elif item.opens:
                 self.store.open(item.seats, item.session_id)
+                self.matchmaker.opened(item.seats)
             else:
                 dropped = self.store.close(item.seats)
                 if dropped:

@@ -1,12 +1,14 @@
 """Who plays each episode, and in which world: the one place where league sampling, built-in
-bots and annealing meet the server.
+bots, teams and annealing meet the server.
 
-When episodes start, the inference thread asks `start`: in a league, player 1 of a two-player
-game gets an opponent (the learning policy, a frozen snapshot or a bot; the learning policy always
-plays player 0), every other seat the learning policy; and every starting episode draws whether it
-has the environment change being annealed in (OpenAI Five App. B). When episodes end, the recorder
-`report`s them and the games' results go to the league (payoff matrix, quality scores, win rates
-against bots). Nothing here calls back into the server.
+When episodes start, the inference thread asks `start`: in a league, the seats of every team but
+team 0 get an opponent (the learning policy, a frozen snapshot or a bot; the learning policy always
+plays team 0), drawn once per env for all of that env's seats starting together; every other seat
+gets the learning policy. In a two-player board game the teams are the two players. Every starting
+episode also draws whether it has the environment change being annealed in (OpenAI Five App. B).
+The recorder `report`s every recorded batch; each game that ends (every seat of its env done) goes
+to the league as a result (payoff matrix, quality scores, win rates against bots). Nothing here
+calls back into the server.
 """
 
 from __future__ import annotations
@@ -15,34 +17,42 @@ import numpy as np
 
 from seedlike.league import players
 from seedlike.league.players import LEARNER
+from seedlike.server.teams import GameTracker, Teams
 
 
 class Matchmaker:
     """Args:
     spec: the EnvSpec the server serves.
-    league: a seedlike.league.league.League (two-player games), or None.
+    league: a seedlike.league.league.League (games of two or more teams), or None.
     annealing: a seedlike.server.anneal.Annealing, or None (every episode has every change).
     seed: seeds the annealing draws and the bots' moves.
+    teams: the seats' teams (seedlike.server.teams.Teams); None: from the spec's defaults.
     """
 
-    def __init__(self, spec, league=None, annealing=None, seed: int = 0):
+    def __init__(self, spec, league=None, annealing=None, seed=0, teams: Teams | None = None):
         self.num_players = spec.num_players
+        self.teams = teams or Teams.from_config({}, spec)
         self.league = league
         self.annealing = annealing
         self._rng = np.random.default_rng(seed + 1)
         self.bot_rng = np.random.default_rng(seed + 3)
         names = league.bot_names if league is not None else ()
         self.bots = {players.bot_id(name): players.make_bot(name, spec) for name in names}
+        self._games = GameTracker(self.teams) if league is not None else None
 
-    def start(self, player: np.ndarray, version: int) -> tuple[np.ndarray, np.ndarray]:
-        """Policy ids int64 [k] and annealed-change flags bool [k] for k starting episodes whose
-        seats are `player` [k], at learner policy `version`."""
-        k = player.shape[0]
+    def start(self, seat: np.ndarray, version: int) -> tuple[np.ndarray, np.ndarray]:
+        """Policy ids int64 [k] and annealed-change flags bool [k] for k starting episodes at
+        global seats `seat` [k] (seedlike.server.seats), at learner policy `version`."""
+        k = seat.shape[0]
         policy = np.full(k, LEARNER, np.int64)
         if self.league is not None:
-            second = np.flatnonzero(player == 1)
-            if second.size:
-                policy[second] = self.league.opponents(second.size)
+            team = self.teams.team_of[seat % self.num_players]
+            others = np.flatnonzero(team > 0)
+            if others.size:
+                # One opponent per env (and team) for the seats starting there together.
+                group = (seat[others] // self.num_players) * self.teams.num_teams + team[others]
+                groups, which = np.unique(group, return_inverse=True)
+                policy[others] = self.league.opponents(groups.size)[which]
         if self.annealing is None:
             return policy, np.ones(k, np.bool_)
         return policy, self._rng.random(k) < self.annealing.fraction(version)
@@ -55,14 +65,19 @@ class Matchmaker:
         params = self.league.params(policy)
         return latest if params is None else params
 
-    def report(self, episodes) -> None:
-        """Ended episodes (seedlike.server.trajectory_store.Episodes): the result of every game in
-        which both seats ended, from the learning policy's side (player 0)."""
-        if self.league is None or self.num_players != 2 or not len(episodes.seat):
+    def opened(self, seats: np.ndarray) -> None:
+        """Seats given to a new session: games left unfinished there are forgotten."""
+        if self._games is not None and seats.size:
+            self._games.forget(seats)
+
+    def report(self, step, episodes) -> None:
+        """One recorded batch (seedlike.server.trajectory_store.StepRecord) and the episodes that
+        ended with it: the result of every game it ends, from team 0's side, goes to the league."""
+        if self._games is None:
             return
-        ended = dict(zip(episodes.seat.tolist(), range(len(episodes.seat))))
-        for seat, i in ended.items():
-            j = ended.get(seat + 1)
-            if seat % 2 == 0 and j is not None:
-                outcome = int(np.sign(episodes.episode_return[i]))
-                self.league.record(int(episodes.policy[j]), outcome)
+        ran = step.seat[step.ran]
+        results = self._games.update(
+            ran[step.first], step.policy[step.first], episodes.seat, episodes.episode_return
+        )
+        for opponent, outcome in results:
+            self.league.record(opponent, outcome)

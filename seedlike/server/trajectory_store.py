@@ -139,6 +139,9 @@ class TrajectoryStore:
         counted in `unrolls_capped`, so one actor, honest or not, cannot make up a whole batch.
         1.0: no cap. The cap never goes below an equal split of the batch among the owners with
         open seats, so batches always fill, however few actors are connected.
+      teams: shapes the rewards that are learned from (seedlike.server.teams.Teams; team spirit,
+        zero-sum, time decay); None or no shaping configured: raw rewards. Episode returns are
+        always raw.
     """
 
     def __init__(
@@ -149,8 +152,10 @@ class TrajectoryStore:
         batches: BatchQueue | None = None,
         carry_template=(),
         max_owner_share: float = 1.0,
+        teams=None,
     ):
         self.spec = spec
+        self._teams = teams if teams is not None and teams.shapes else None
         self.horizon = horizon
         self.batch_unrolls = int(batch_unrolls)
         self.batches = batches
@@ -212,16 +217,22 @@ class TrajectoryStore:
     def record(self, step: StepRecord) -> Episodes:
         """Records one inference batch; returns the episodes that ended with it."""
         self.rows_received += step.seat.shape[0]
+        seat = step.seat
+        reward = step.reward
+        if self._teams is not None and self.horizon is not None:
+            # The pending action was the seat's episode_length-th of its episode.
+            t = np.maximum(self.episode_length[seat] - 1, 0)
+            reward = self._teams.shape(step.reward, seat, t, step.version)
         episodes = self._episode_statistics(step)
         if self.horizon is None:
             return episodes
-        seat, done = step.seat, step.terminated | step.truncated
+        done = step.terminated | step.truncated
         f = self._fields
 
-        # 1. The outcome of each seat's pending step.
+        # 1. The outcome of each seat's pending step (shaped for teams).
         pending = self.pos[seat] > 0
         s, idx = seat[pending], self.pos[seat[pending]] - 1
-        f["reward"][s, idx] += step.reward[pending]
+        f["reward"][s, idx] += reward[pending]
         f["terminated"][s, idx] |= step.terminated[pending]
         f["truncated"][s, idx] |= step.truncated[pending]
 

@@ -1,0 +1,203 @@
+"""PettingZoo adapter: any parallel-API multi-agent env as rows of (env, agent) seats.
+
+PettingZoo's parallel API (`reset() -> (obs, infos)`, `step(actions) -> (obs, rewards,
+terminations, truncations, infos)`, all dicts keyed by agent name) is the common interface of
+multi-agent Python envs (MAgent2, MPE, Neural MMO, ...). An actor owns `num_envs` instances and
+steps them one after another.
+
+Seats: agent `possible_agents[p]` of env `e` is the row (env_id=e, player_id=p), so
+`num_players = len(possible_agents)` and a seat keeps its agent for the whole run. Each step reports
+the agents that received an observation: the live ones (acting) and those whose episode ended in
+that step (terminated or truncated, not acting). An agent that has died sends no rows until its env
+resets; one that appears mid-episode starts sending rows (and an episode) when it does.
+
+Like envpool, an env whose agents are all done is reset on the next `send` (its rows' actions are
+ignored) and its next rows are the new episode's first, with reward 0.
+
+Imports only numpy and the env's own package: actors may run without jax (README, "An actor in its
+own virtualenv").
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+from seedlike.types import LEGAL_ACTION_MASK, ArraySpec, EnvSpec, Rows
+
+# Observation key of the agent's one-hot player id (env.agent_id=True): replicas of one shared
+# policy can tell which agent they play (OpenAI Five feeds the hero's identity the same way).
+AGENT_ID = "agent_id"
+# A dict observation's legal-action mask (PettingZoo's convention) becomes the policy's mask.
+ACTION_MASK = "action_mask"
+
+
+def load_factory(name: str):
+    """`module` or `module:function` -> the function making a parallel env (`parallel_env`)."""
+    module_name, _, attr = name.partition(":")
+    attr = attr or "parallel_env"
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(
+            f"env.name={name!r} (env.backend=pettingzoo): cannot import {module_name!r} ({e}); "
+            "install the env's package (e.g. pip install -e .[magent]) where this process runs"
+        ) from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ValueError(
+            f"env.name={name!r} (env.backend=pettingzoo): {module_name} has no function {attr!r}; "
+            "name a module with parallel_env() or module:function"
+        )
+    return factory
+
+
+def make_env_spec(env_config) -> EnvSpec:
+    """The EnvSpec of a PettingZoo env, read from one instance's spaces."""
+    env = load_factory(env_config.name)(**dict(env_config.get("kwargs", {}) or {}))
+    try:
+        return spec_of(env_config.name, env, bool(env_config.get("agent_id", False)))
+    finally:
+        env.close()
+
+
+def spec_of(name: str, env, agent_id: bool = False) -> EnvSpec:
+    import gymnasium
+
+    agents = list(env.possible_agents)
+    if not agents:
+        raise ValueError(f"{name}: possible_agents is empty")
+    obs_space, act_space = env.observation_space(agents[0]), env.action_space(agents[0])
+    for agent in agents[1:]:
+        if env.observation_space(agent) != obs_space or env.action_space(agent) != act_space:
+            raise ValueError(
+                f"{name}: agents {agents[0]!r} and {agent!r} have different observation or action "
+                "spaces; one shared policy needs them equal (pad them in a wrapper)"
+            )
+    if not isinstance(act_space, gymnasium.spaces.Discrete):
+        raise ValueError(f"{name} has action space {act_space}; seedlike supports discrete actions")
+    extras = {}
+    if isinstance(obs_space, gymnasium.spaces.Dict):
+        observation = {k: _array_spec(f"{name}[{k!r}]", s) for k, s in obs_space.items()}
+        if ACTION_MASK in observation:
+            del observation[ACTION_MASK]
+            extras[LEGAL_ACTION_MASK] = ArraySpec(np.bool_, (int(act_space.n),))
+    else:
+        observation = {"obs": _array_spec(name, obs_space)}
+    if agent_id:
+        observation[AGENT_ID] = ArraySpec(np.float32, (len(agents),))
+    return EnvSpec(name, observation, int(act_space.n), len(agents), extras)
+
+
+def _array_spec(name: str, space) -> ArraySpec:
+    import gymnasium
+
+    if isinstance(space, gymnasium.spaces.Discrete):
+        return ArraySpec(np.int32, ())
+    if space.dtype is None or space.shape is None:
+        raise ValueError(f"{name}: observation space {space} is not an array")
+    dtype = np.dtype(space.dtype)
+    return ArraySpec(np.float32 if dtype == np.float64 else dtype, space.shape)
+
+
+class PettingZooAdapter:
+    """Steps `env.num_envs` PettingZoo parallel envs and reports their agents' rows."""
+
+    def __init__(self, env_config, spec: EnvSpec, seed: int):
+        self.spec = spec
+        self.num_envs = int(env_config.num_envs)
+        factory = load_factory(env_config.name)
+        kwargs = dict(env_config.get("kwargs", {}) or {})
+        self._envs = [factory(**kwargs) for _ in range(self.num_envs)]
+        self._seed = int(seed)
+        agents = list(self._envs[0].possible_agents)
+        if len(agents) != spec.num_players:
+            raise ValueError(
+                f"{spec.name} has {len(agents)} agents here and {spec.num_players} in the spec"
+            )
+        self._index = {agent: p for p, agent in enumerate(agents)}
+        self._agent_id = AGENT_ID in spec.observation
+        self._mask = LEGAL_ACTION_MASK in spec.extras
+        self._keys = [k for k in spec.observation if k != AGENT_ID]
+        import gymnasium
+
+        space = self._envs[0].observation_space(agents[0])
+        self._dict_obs = isinstance(space, gymnasium.spaces.Dict)
+        self._last: list[tuple] = [None] * self.num_envs  # per env: what its last step returned
+        self._over = np.zeros(self.num_envs, np.bool_)  # every agent of the env is done
+        self._resets = 0
+
+    def reset(self) -> None:
+        for e in range(self.num_envs):
+            self._reset(e)
+
+    def _reset(self, e: int) -> None:
+        obs, _ = self._envs[e].reset(seed=self._seed + 7919 * self._resets + e)
+        self._resets += 1
+        self._last[e] = (obs, {}, {}, {})
+        self._over[e] = False
+
+    def recv(self) -> Rows:
+        env_id, player_id, reward, terminated, truncated, obs_list = [], [], [], [], [], []
+        for e, (obs, rewards, terms, truncs) in enumerate(self._last):
+            names = list(obs)
+            env_id.extend([e] * len(names))
+            player_id.extend(self._index[a] for a in names)
+            reward.extend(rewards.get(a, 0.0) for a in names)
+            terminated.extend(terms.get(a, False) for a in names)
+            truncated.extend(truncs.get(a, False) for a in names)
+            obs_list.extend(obs[a] for a in names)
+        env_id, player_id = np.asarray(env_id, np.int32), np.asarray(player_id, np.int32)
+        terminated, truncated = np.asarray(terminated, np.bool_), np.asarray(truncated, np.bool_)
+        reward = np.asarray(reward, np.float32)
+        done = terminated | truncated
+        obs, extras = self._stack(obs_list, player_id)
+        return Rows(
+            obs=obs,
+            extras=extras,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            env_id=env_id,
+            player_id=player_id,
+            acting=~done,
+            game_over=done,
+        )
+
+    def _stack(self, obs_list: list, player_id: np.ndarray) -> tuple[dict, dict]:
+        spec = self.spec.observation
+        if self._dict_obs:
+            obs = {k: np.asarray([o[k] for o in obs_list], spec[k].dtype) for k in self._keys}
+        else:
+            obs = {"obs": np.asarray(obs_list, spec["obs"].dtype)}
+        if self._agent_id:
+            one_hot = np.zeros((player_id.shape[0], self.spec.num_players), np.float32)
+            one_hot[np.arange(player_id.shape[0]), player_id] = 1.0
+            obs[AGENT_ID] = one_hot
+        extras = {}
+        if self._mask:
+            extras[LEGAL_ACTION_MASK] = np.asarray([o[ACTION_MASK] for o in obs_list], np.bool_)
+        return obs, extras
+
+    def send(self, action: np.ndarray, rows: Rows) -> None:
+        """Steps every env with its acting rows' actions; envs whose agents are all done reset."""
+        names = self._envs[0].possible_agents
+        per_env: list[dict] = [{} for _ in range(self.num_envs)]
+        for e, p, a in zip(rows.env_id[rows.acting], rows.player_id[rows.acting],
+                           action[rows.acting]):  # fmt: skip
+            per_env[e][names[p]] = int(a)
+        for e, env in enumerate(self._envs):
+            if self._over[e] or not env.agents:
+                self._reset(e)
+                continue
+            obs, rewards, terms, truncs, _ = env.step(per_env[e])
+            self._last[e] = (obs, rewards, terms, truncs)
+            self._over[e] = not env.agents
+
+    def render(self) -> np.ndarray:
+        return np.asarray(self._envs[0].render())
+
+    def close(self) -> None:
+        for env in self._envs:
+            env.close()

@@ -1,0 +1,154 @@
+"""Teams of a multi-agent env: which team each seat plays for, how learning rewards are shaped
+from the team's (config section `teams`, read once here), and who won each game.
+
+A seat's player id p (seedlike.server.seats) names its agent; `team_of[p]` its team. Team 0 is
+always the learning policy's; in a league every other team is played by the episode's opponent
+(seedlike.server.matchmaking).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from seedlike.algos.shaping import team_rewards, time_decay
+from seedlike.types import LEGAL_ACTION_MASK, EnvSpec
+
+
+class Teams:
+    """Args:
+    team_of: int64 [num_players], the team of each player id.
+    spirit, spirit_final, spirit_updates: team spirit tau, moving linearly from `spirit` to
+      `spirit_final` (None: constant) over `spirit_updates` policy versions.
+    zero_sum: subtract the opposing teams' mean reward.
+    decay, decay_horizon: rewards scaled by decay ** (t / decay_horizon); horizon 0: off.
+    result: "return" (larger summed team return wins) or "survivors" (more agents alive at the end).
+    """
+
+    def __init__(
+        self,
+        team_of,
+        spirit: float = 0.0,
+        spirit_final: float | None = None,
+        spirit_updates: int = 0,
+        zero_sum: bool = False,
+        decay: float = 0.6,
+        decay_horizon: float = 0.0,
+        result: str = "return",
+    ):
+        self.team_of = np.asarray(team_of, np.int64)
+        self.num_players = self.team_of.shape[0]
+        self.num_teams = int(self.team_of.max()) + 1
+        self.spirit, self.spirit_updates = float(spirit), int(spirit_updates)
+        self.spirit_final = self.spirit if spirit_final is None else float(spirit_final)
+        self.zero_sum = bool(zero_sum)
+        self.decay, self.decay_horizon = float(decay), float(decay_horizon)
+        self.result = result
+        self.shapes = bool(
+            self.spirit or self.spirit_final or self.zero_sum or self.decay_horizon > 0
+        )
+
+    @classmethod
+    def from_config(cls, teams_config, spec: EnvSpec) -> Teams:
+        sizes = tuple(int(n) for n in teams_config.get("sizes", ()) or ())
+        if sizes:
+            if sum(sizes) != spec.num_players:
+                raise ValueError(
+                    f"teams.sizes={sizes} covers {sum(sizes)} agents; {spec.name} has "
+                    f"{spec.num_players} (list every agent's team, in player-id order)"
+                )
+            team_of = np.repeat(np.arange(len(sizes)), sizes)
+        elif spec.num_players == 2 and LEGAL_ACTION_MASK in spec.extras:
+            team_of = np.array([0, 1])  # a two-player board game: one seat per side
+        else:
+            team_of = np.zeros(spec.num_players, np.int64)  # every agent on one side
+        return cls(
+            team_of,
+            spirit=teams_config.get("spirit", 0.0),
+            spirit_final=teams_config.get("spirit_final"),
+            spirit_updates=teams_config.get("spirit_updates", 0),
+            zero_sum=teams_config.get("zero_sum", False),
+            decay=teams_config.get("reward_decay", 0.6),
+            decay_horizon=teams_config.get("reward_decay_horizon", 0),
+            result=teams_config.get("result", "return"),
+        )
+
+    def spirit_at(self, version: int) -> float:
+        if self.spirit_updates <= 0:
+            return self.spirit_final
+        frac = min(max(version / self.spirit_updates, 0.0), 1.0)
+        return self.spirit + frac * (self.spirit_final - self.spirit)
+
+    def shape(self, reward: np.ndarray, seat: np.ndarray, t: np.ndarray, version: int):
+        """The learning rewards of one step's rows, float32 [n] (seats as in SeatTable: an env's
+        seats are `slot * num_players + p`; t: each row's step in its episode)."""
+        env, team = seat // self.num_players, self.team_of[seat % self.num_players]
+        shaped = team_rewards(
+            reward, env, team, self.num_teams, self.spirit_at(version), self.zero_sum
+        )
+        return time_decay(shaped, t, self.decay, self.decay_horizon)
+
+
+class GameTracker:
+    """Follows every env's game through its seats' episodes and reports each game's result.
+
+    A game starts with the first seat that starts an episode in an env and is over when every seat
+    that started in it has ended (agents that die early end early; ones that appear late join).
+    Called from the recorder thread only.
+    """
+
+    def __init__(self, teams: Teams):
+        self.teams = teams
+        self._live = np.zeros(0, np.int64)  # per env slot: seats in an episode
+        self._score = np.zeros((0, teams.num_teams))  # per env slot and team: summed return
+        self._alive = np.zeros((0, teams.num_teams), np.int64)  # ... seats that ended with the game
+        self._opponent = np.zeros(0, np.int64)  # per env slot: who played the other teams
+
+    def forget(self, seats: np.ndarray) -> None:
+        """Drops the games of `seats`' envs (their session closed or the slots were reused)."""
+        slots = np.unique(seats // self.teams.num_players)
+        self._grow(slots)
+        self._live[slots] = 0
+        self._score[slots] = 0.0
+        self._alive[slots] = 0
+
+    def update(self, started_seat, started_policy, ended_seat, ended_return) -> list:
+        """Seats whose episode started (with who plays them) and ended (with their returns) in
+        one recorded batch; returns (opponent policy, outcome for team 0) of every game it ends."""
+        p = self.teams.num_players
+        start_slot = started_seat // p
+        end_slot = ended_seat // p
+        self._grow(np.concatenate([start_slot, end_slot]))
+        np.add.at(self._live, start_slot, 1)
+        other = self.teams.team_of[started_seat % p] > 0
+        self._opponent[start_slot[other]] = started_policy[other]
+        end_team = self.teams.team_of[ended_seat % p]
+        np.add.at(self._score, (end_slot, end_team), ended_return)
+        np.subtract.at(self._live, end_slot, 1)
+        over = np.unique(end_slot[self._live[end_slot] <= 0])
+        results = []
+        if not over.size:
+            return results
+        last = np.isin(end_slot, over)  # seats still in the game when it ended
+        np.add.at(self._alive, (end_slot[last], end_team[last]), 1)
+        for slot in over.tolist():
+            score = self._alive[slot] if self.teams.result == "survivors" else self._score[slot]
+            best = score[1:].max() if score.size > 1 else -np.inf
+            outcome = 1 if score[0] > best else (0 if score[0] == best else -1)
+            results.append((int(self._opponent[slot]), outcome))
+        self._live[over] = 0
+        self._score[over] = 0.0
+        self._alive[over] = 0
+        return results
+
+    def _grow(self, slots: np.ndarray) -> None:
+        need = int(slots.max()) + 1 if slots.size else 0
+        if need <= self._live.shape[0]:
+            return
+        size = max(need, 2 * self._live.shape[0])
+        extra = size - self._live.shape[0]
+        self._live = np.concatenate([self._live, np.zeros(extra, np.int64)])
+        self._score = np.concatenate([self._score, np.zeros((extra, self.teams.num_teams))])
+        self._alive = np.concatenate(
+            [self._alive, np.zeros((extra, self.teams.num_teams), np.int64)]
+        )
+        self._opponent = np.concatenate([self._opponent, np.full(extra, -1, np.int64)])
