@@ -1,6 +1,8 @@
-"""Actor: steps envpool environments and streams them to the central server (no model here).
+"""Actor: steps environments (envpool or PettingZoo) and streams them to the central server (no
+model here).
 
   python actor.py --server=127.0.0.1:50051 --config=configs/cartpole_ppo.py --actor_id=0
+  python actor.py --server=HOST:P0,HOST:P1 --config=configs/coins_teams.py   # a population of 2
 
 Exit codes: 0 training over, 1 server unreachable for actor.give_up_s, 2 rejected by the server.
 """
@@ -23,19 +25,29 @@ DEFAULT_CONFIG = os.path.join(
 # ml_collections applies --config.x overrides while defining the flag; check them first.
 check_override_flags(sys.argv, DEFAULT_CONFIG)
 _CONFIG = config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "Experiment config.")
-_SERVER = flags.DEFINE_string("server", "127.0.0.1:50051", "host:port of the learner.")
+_SERVER = flags.DEFINE_string(
+    "server",
+    "127.0.0.1:50051",
+    "host:port of the learner; a population's learners as a comma-separated list, member 0 first "
+    "(each gets its own teams' agents).",
+)
 _ACTOR_ID = flags.DEFINE_integer("actor_id", 0, "Distinct id per actor (seeds its envs).")
 
 
 def _is_address(value: str) -> bool:
-    host, _, port = value.rpartition(":")
-    return bool(host) and port.isdigit() and 0 < int(port) < 65536
+    def one(address):
+        host, _, port = address.rpartition(":")
+        return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+    return all(one(a) for a in value.split(","))
 
 
 # Checked here: gRPC would take a malformed address as a server that is down and retry for
 # actor.give_up_s.
 flags.register_validator(
-    "server", _is_address, "--server must be HOST:PORT, e.g. 127.0.0.1:50051 or learner:50051"
+    "server",
+    _is_address,
+    "--server must be HOST:PORT (or a comma-separated list), e.g. 127.0.0.1:50051 or learner:50051",
 )
 
 
@@ -46,7 +58,7 @@ def main(argv):
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         validate(_CONFIG.value)
-        actor = Actor(_CONFIG.value, _SERVER.value, _ACTOR_ID.value, stop)
+        actor = Actor(_CONFIG.value, _SERVER.value.split(","), _ACTOR_ID.value, stop)
     except (ConfigError, TransportError) as e:
         raise SystemExit(f"error: {e}") from None
     sys.exit(actor.run())

@@ -68,7 +68,7 @@ def evaluate() -> dict:
     from seedlike.envs import make_env
     from seedlike.league.games import load_policy
     from seedlike.policy import PolicyRunner
-    from seedlike.server.teams import Teams
+    from seedlike.teams import Teams
 
     config, network, _, _ = load_checkpoint(_RUN.value)
     _, params, label = load_policy(_RUN.value)

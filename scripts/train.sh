@@ -3,11 +3,14 @@
 #
 #   scripts/train.sh [--num_actors=2] [--max_actor_restarts=3] [--config=configs/cartpole_ppo.py]
 #                    [--config.x.y=v ...] [--logdir=runs/NAME] [--learners=1]
-#                    [any other learner.py flag]
+#                    [--population=1] [any other learner.py flag]
 #
 # --config and --config.* flags go to the learner and every actor; other flags go to the learner.
 # --learners=L > 1 runs L learner processes that form one learner (seedlike/distributed.py, as
 # on L hosts): process k logs to <logdir>/process_k (k > 0), actor i serves learner i mod L.
+# --population=N > 1 runs N independent learners in one world (README "Teams and populations"):
+# member k learns from the agents of teams k, k + N, ... and logs to <logdir>/member_k; every
+# actor streams to all of them. The job ends when the first member finishes (the others save).
 # Ctrl-C (or SIGTERM) makes the learner save a checkpoint; every process started here is stopped
 # before the script exits. Rerunning with the same --logdir resumes.
 #
@@ -22,6 +25,7 @@ export WANDB_MODE="${WANDB_MODE:-offline}"
 
 num_actors=2
 learners=1
+population=1
 max_actor_restarts=3
 config="configs/cartpole_ppo.py"
 logdir=""
@@ -32,6 +36,7 @@ while [ $# -gt 0 ]; do
     --num_actors=*) num_actors="${1#*=}" ;;
     --num_actors) num_actors="$2"; shift ;;
     --learners=*) learners="${1#*=}" ;;
+    --population=*) population="${1#*=}" ;;
     --max_actor_restarts=*) max_actor_restarts="${1#*=}" ;;
     --max_actor_restarts) max_actor_restarts="$2"; shift ;;
     --config=*) config="${1#*=}" ;;
@@ -49,6 +54,16 @@ fi
 mkdir -p "$logdir"
 learner_dirs=("$logdir")
 for ((k = 1; k < learners; k++)); do learner_dirs[k]="$logdir/process_$k"; done
+if [ "$population" -gt 1 ]; then
+  if [ "$learners" -gt 1 ]; then
+    echo "--population and --learners cannot be combined" >&2
+    exit 2
+  fi
+  learners="$population"
+  config_flags+=(--config.population.size="$population")
+  for ((k = 0; k < population; k++)); do learner_dirs[k]="$logdir/member_$k"; done
+  mkdir -p "${learner_dirs[@]}"
+fi
 for dir in "${learner_dirs[@]}"; do rm -f "$dir/server_address"; done
 
 pids=()
@@ -70,16 +85,26 @@ trap cleanup EXIT
 trap 'echo "stopping (checkpointing)..." >&2; exit 130' INT TERM
 
 distributed_flags=()
-if [ "$learners" -gt 1 ]; then
+if [ "$learners" -gt 1 ] && [ "$population" -eq 1 ]; then
   port="$("$SEEDLIKE_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   distributed_flags=(--config.distributed.num_processes="$learners"
     --config.distributed.coordinator="127.0.0.1:$port")
 fi
 for ((k = 0; k < learners; k++)); do
   flags=("${distributed_flags[@]}")
-  if [ "$learners" -gt 1 ]; then flags+=(--config.distributed.process_id="$k"); fi
+  if [ "$learners" -gt 1 ] && [ "$population" -eq 1 ]; then
+    flags+=(--config.distributed.process_id="$k")
+  fi
+  if [ "$population" -gt 1 ]; then  # distinct seeds: the members are independent learners
+    base_seed=0
+    for f in "${config_flags[@]}"; do
+      case "$f" in --config.seed=*) base_seed="${f#*=}" ;; esac
+    done
+    flags+=(--config.seed="$((base_seed + k))")
+  fi
   "$SEEDLIKE_PY" learner.py --config="$config" "${config_flags[@]}" "${flags[@]}" \
-    --logdir="$logdir" --port=0 "${learner_flags[@]}" &
+    --logdir="$([ "$population" -gt 1 ] && echo "${learner_dirs[k]}" || echo "$logdir")" \
+    --port=0 "${learner_flags[@]}" &
   learner_pids[k]=$!
 done
 learner_pid="${learner_pids[0]}"
@@ -98,7 +123,9 @@ done
 echo "learner serving on ${addresses[*]}; starting $num_actors actors; logs in $logdir" >&2
 restarts=()
 start_actor() {
-  "$SEEDLIKE_PY" actor.py --server="${addresses[$(($1 % learners))]}" --actor_id="$1" \
+  local server="${addresses[$(($1 % learners))]}"
+  if [ "$population" -gt 1 ]; then server="$(IFS=,; echo "${addresses[*]}")"; fi
+  "$SEEDLIKE_PY" actor.py --server="$server" --actor_id="$1" \
     --config="$config" "${config_flags[@]}" >> "$logdir/actor_$1.log" 2>&1 &
   pids[$1]=$!
 }
@@ -118,6 +145,10 @@ while kill -0 "$learner_pid" 2>/dev/null; do
     if [ "$code" -ne 0 ]; then
       echo "learner process $k exited with status $code (${learner_dirs[k]}); stopping the job" >&2
       exit 1
+    fi
+    if [ "$population" -gt 1 ]; then  # the world needs every member: the others save and stop
+      echo "population member $k finished; stopping the others" >&2
+      exit 0
     fi
   done
   for ((i = 0; i < num_actors; i++)); do
@@ -144,6 +175,10 @@ while kill -0 "$learner_pid" 2>/dev/null; do
 done
 
 status=0
+if [ "$population" -gt 1 ]; then  # member 0 finished: the others save and stop (cleanup)
+  wait "$learner_pid" || status=$?
+  exit "$status"
+fi
 for pid in "${learner_pids[@]}"; do
   if [ -n "$pid" ]; then wait "$pid" || status=$?; fi
 done

@@ -3,6 +3,10 @@ applies the actions it returns.
 
 Actors hold no model (SEED RL). Every (re)connection starts fresh episodes: the server keeps no
 state for a stream that broke, so a half-played episode could not be attributed correctly.
+
+With several servers (a population: one independent learner per member, README "Teams and
+populations"), the actor holds one stream to each and sends each member the rows of its teams
+(seedlike.teams.Teams.member_of); a step's actions are all members' replies put together.
 """
 
 from __future__ import annotations
@@ -13,8 +17,11 @@ import time
 
 import numpy as np
 
+from seedlike.config import ConfigError
 from seedlike.envs import make_env, make_env_spec
 from seedlike.rpc import client, codec, security
+from seedlike.teams import Teams
+from seedlike.types import take_rows
 
 EXIT_OK, EXIT_GAVE_UP, EXIT_REJECTED = 0, 1, 2
 
@@ -26,13 +33,30 @@ def env_seed(base_seed: int, actor_id: int, connection: int) -> int:
 
 class Actor:
     def __init__(
-        self, config, server_address: str, actor_id: int, stop: threading.Event | None = None
+        self,
+        config,
+        server_address: str | list[str],
+        actor_id: int,
+        stop: threading.Event | None = None,
     ):
         self.config = config
-        self.address = server_address
+        addresses = [server_address] if isinstance(server_address, str) else server_address
+        self.addresses = list(addresses)
+        self.address = ",".join(self.addresses)
         self.actor_id = int(actor_id)
         self.stop = stop or threading.Event()
         self.spec = make_env_spec(config.env)
+        try:
+            teams = Teams.from_config(config.get("teams", {}), self.spec)
+        except ValueError as e:
+            raise ConfigError(f"invalid config: {e}") from None
+        members = int(config.get("population", {}).get("size", 1))
+        if len(self.addresses) != members:
+            raise ConfigError(
+                f"--server lists {len(self.addresses)} learner(s) and population.size is "
+                f"{members}: give one address per population member, member 0 first"
+            )
+        self.member = teams.member_of(len(self.addresses))
         self.credentials = security.load(
             config.get("transport", {}).get("credentials", ""), "client"
         )
@@ -49,10 +73,10 @@ class Actor:
     def run(self) -> int:
         """Plays until the server ends training (0), rejects us (2) or stays away too long (1)."""
         hello = codec.make_hello(self.spec, self.actor_id, self.num_envs)
-        connections = 0
+        attempts = 0
         while not self.stop.is_set():
             try:
-                connection = client.Connection(self.address, hello, credentials=self.credentials)
+                connections = self._connect(hello)
             except client.Disconnected as e:
                 logging.info("actor %d: cannot connect to %s (%s)", self.actor_id, self.address, e)
                 if not self._backoff.wait():
@@ -66,13 +90,13 @@ class Actor:
                 return EXIT_OK
             self._backoff.reset()
             logging.info(
-                "actor %d: connected to %s (session %d)",
+                "actor %d: connected to %s (session %s)",
                 self.actor_id,
                 self.address,
-                connection.welcome.session_id,
+                ",".join(str(c.welcome.session_id) for c in connections),
             )
             try:
-                self._play(connection, env_seed(int(self.config.seed), self.actor_id, connections))
+                self._play(connections, env_seed(int(self.config.seed), self.actor_id, attempts))
             except client.TrainingOver:
                 logging.info(
                     "actor %d: server ended training after %d steps", self.actor_id, self.steps
@@ -86,22 +110,42 @@ class Actor:
                 if not self._backoff.wait():
                     return EXIT_GAVE_UP
             finally:
-                connection.close()
-                connections += 1
+                for connection in connections:
+                    connection.close()
+                attempts += 1
         return EXIT_OK
 
-    def _play(self, connection: client.Connection, seed: int) -> None:
+    def _connect(self, hello) -> list[client.Connection]:
+        """One stream per server, all or none."""
+        connections = []
+        try:
+            for address in self.addresses:
+                connections.append(client.Connection(address, hello, credentials=self.credentials))
+        except BaseException:
+            for connection in connections:
+                connection.close()
+            raise
+        return connections
+
+    def _play(self, connections: list[client.Connection], seed: int) -> None:
         env = make_env(self.config.env, self.spec, seed)
         try:
             env.reset()
-            sequence, session_steps = 0, 0
+            sequence, session_steps = [0] * len(connections), 0
             started = last_log = time.monotonic()
             while not self.stop.is_set():
                 rows = env.recv()
-                reply = connection.step(codec.encode_step(sequence, rows))
-                actions = client.decode_actions(reply, rows.reward.shape[0], self.spec.num_actions)
+                if len(connections) == 1:
+                    actions = self._step(connections[0], sequence, 0, rows)
+                else:
+                    # Each member gets its own agents' rows (none: no message this step).
+                    actions = np.zeros(rows.reward.shape[0], np.int32)
+                    member = self.member[rows.player_id]
+                    for k, connection in enumerate(connections):
+                        idx = np.flatnonzero(member == k)
+                        if idx.size:
+                            actions[idx] = self._step(connection, sequence, k, take_rows(rows, idx))
                 env.send(actions, rows)
-                sequence += 1
                 session_steps += rows.reward.shape[0]
                 if time.monotonic() - last_log > 30.0:
                     last_log = time.monotonic()
@@ -112,3 +156,8 @@ class Actor:
         finally:
             self.steps += session_steps
             env.close()
+
+    def _step(self, connection, sequence: list[int], k: int, rows) -> np.ndarray:
+        reply = connection.step(codec.encode_step(sequence[k], rows))
+        sequence[k] += 1
+        return client.decode_actions(reply, rows.reward.shape[0], self.spec.num_actions)

@@ -67,6 +67,13 @@ def base_config() -> ml_collections.ConfigDict:
     # ("return"), or with more agents alive when the game ended ("survivors").
     c.teams.result = "return"
 
+    # A population (Neural MMO's N_pop): `size` independent learners in one world, member k
+    # learning from the agents of teams k, k + size, ... (scripts/train.sh --population=N sets it
+    # for learners and actors). A member's learner plays all of its own seats (no league), and
+    # zero-sum shaping sees only its own teams' rewards.
+    c.population = ml_collections.ConfigDict()
+    c.population.size = 1
+
     c.network = ml_collections.ConfigDict()
     # mlp | nature_cnn | impala_cnn | small_cnn (MiniGrid-sized images) | board_cnn (board games)
     c.network.torso = "mlp"
@@ -263,6 +270,7 @@ def validate(config) -> None:
     need(0.0 < t.reward_decay <= 1.0, "teams.reward_decay must lie in (0, 1]")
     need(t.reward_decay_horizon >= 0, "teams.reward_decay_horizon must be >= 0 (0 = off)")
     need(t.result in ("return", "survivors"), "teams.result must be return|survivors")
+    need(config.population.size >= 1, "population.size must be >= 1")
     need(config.server.queue_unrolls >= 0, "server.queue_unrolls must be >= 0")
     need(config.server.max_actors >= 1, "server.max_actors must be >= 1")
     need(config.server.max_streams_per_peer >= 1, "server.max_streams_per_peer must be >= 1")

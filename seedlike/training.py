@@ -35,8 +35,8 @@ from seedlike.rpc.service import serve
 from seedlike.server import inference
 from seedlike.server.anneal import Annealing
 from seedlike.server.matchmaking import Matchmaker
-from seedlike.server.teams import Teams
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
+from seedlike.teams import Teams
 from seedlike.types import LEGAL_ACTION_MASK
 
 ADDRESS_FILE = "server_address"
@@ -324,8 +324,9 @@ def _restore(checkpointer, initial):
 
 def _make_league(config, logdir, network, learner, meta, teams):
     """The league of games between teams, with TrueSkill evaluation for two-player board games
-    (None where there is no opponent team)."""
-    if teams.num_teams < 2:
+    (None where there is no opponent team, and for a population member: its opponents are the
+    other members)."""
+    if teams.num_teams < 2 or int(config.get("population", {}).get("size", 1)) > 1:
         return None, None
     snapshots = os.path.join(logdir, LEAGUE_DIR, "snapshots")
     references = os.path.join(logdir, LEAGUE_DIR, "references")

@@ -76,6 +76,15 @@ class Rows(NamedTuple):
     game_over: np.ndarray
 
 
+def take_rows(rows: Rows, idx: np.ndarray) -> Rows:
+    """The rows at `idx` (int [k] or bool [n]) of a batch."""
+    return Rows(
+        {k: v[idx] for k, v in rows.obs.items()},
+        {k: v[idx] for k, v in rows.extras.items()},
+        *(getattr(rows, f)[idx] for f in Rows._fields[2:]),
+    )
+
+
 class Unroll(NamedTuple):
     """T+1 consecutive steps of one seat, recorded by the server's trajectory store.
 

@@ -13,7 +13,7 @@ from networks import make_network
 from seedlike.config import ConfigError, load_config_file, validate
 from seedlike.envs import make_env_spec
 from seedlike.learner.learner import Learner
-from seedlike.server.teams import Teams
+from seedlike.teams import Teams
 from tests.procs import ROOT
 
 CONFIGS = sorted(glob.glob(os.path.join(ROOT, "configs", "*.py")))

@@ -149,7 +149,7 @@ def test_team_of_two_learns_coins_against_the_league(tmp_path):
     and zero-sum rewards: random agents score ~1.6 coins a game, and lose half their games."""
     rows = train(
         tmp_path / "coins", COINS,
-        "--config.total_env_steps=150000", "--config.log.interval_s=3",
+        "--config.total_env_steps=100000", "--config.log.interval_s=3",
         "--config.log.wandb_mode=disabled",
     )  # fmt: skip
     assert max(returns(rows)) >= 4.0, returns(rows)
@@ -185,3 +185,21 @@ def test_an_actor_runs_in_its_own_virtualenv_without_jax(tmp_path):
         assert metrics(logdir)[-1]["env_steps"] >= 5000
     finally:
         procs.stop_all()
+
+
+@pytest.mark.slow
+def test_a_population_of_two_learners_each_learns_from_its_own_team(tmp_path):
+    """train.sh --population=2: two independent learners in one world, each actor streaming red's
+    rows to member 0 and blue's to member 1; both teams learn to collect coins."""
+    done = subprocess.run(
+        ["scripts/train.sh", f"--logdir={tmp_path}", f"--config={COINS}", "--population=2",
+         "--config.total_env_steps=70000", "--config.log.interval_s=3",
+         "--config.log.wandb_mode=disabled"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    for member in (0, 1):
+        rows = metrics(tmp_path / f"member_{member}")
+        assert rows[-1]["env_steps"] >= 60000  # both got their own agents' rows, half each
+        assert max(returns(rows)) >= 3.5, (member, returns(rows))
+        assert rows[-1].get("league/pool_size") is None  # its opponent is the other member

@@ -8,8 +8,8 @@ import pytest
 from seedlike.algos.shaping import team_rewards, time_decay
 from seedlike.league.players import LEARNER
 from seedlike.server.matchmaking import Matchmaker
-from seedlike.server.teams import GameTracker, Teams
 from seedlike.server.trajectory_store import BatchQueue, Episodes, StepRecord, TrajectoryStore
+from seedlike.teams import GameTracker, Teams
 from seedlike.types import ArraySpec, EnvSpec
 
 # One env, teams (a, b) vs (c, d); raw rewards a=1, b=0, c=2, d=0.

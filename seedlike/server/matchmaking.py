@@ -17,7 +17,7 @@ import numpy as np
 
 from seedlike.league import players
 from seedlike.league.players import LEARNER
-from seedlike.server.teams import GameTracker, Teams
+from seedlike.teams import GameTracker, Teams
 
 
 class Matchmaker:
@@ -26,7 +26,7 @@ class Matchmaker:
     league: a seedlike.league.league.League (games of two or more teams), or None.
     annealing: a seedlike.server.anneal.Annealing, or None (every episode has every change).
     seed: seeds the annealing draws and the bots' moves.
-    teams: the seats' teams (seedlike.server.teams.Teams); None: from the spec's defaults.
+    teams: the seats' teams (seedlike.teams.Teams); None: from the spec's defaults.
     """
 
     def __init__(self, spec, league=None, annealing=None, seed=0, teams: Teams | None = None):

@@ -139,7 +139,7 @@ class TrajectoryStore:
         counted in `unrolls_capped`, so one actor, honest or not, cannot make up a whole batch.
         1.0: no cap. The cap never goes below an equal split of the batch among the owners with
         open seats, so batches always fill, however few actors are connected.
-      teams: shapes the rewards that are learned from (seedlike.server.teams.Teams; team spirit,
+      teams: shapes the rewards that are learned from (seedlike.teams.Teams; team spirit,
         zero-sum, time decay); None or no shaping configured: raw rewards. Episode returns are
         always raw.
     """

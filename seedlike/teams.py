@@ -3,7 +3,10 @@ from the team's (config section `teams`, read once here), and who won each game.
 
 A seat's player id p (seedlike.server.seats) names its agent; `team_of[p]` its team. Team 0 is
 always the learning policy's; in a league every other team is played by the episode's opponent
-(seedlike.server.matchmaking).
+(seedlike.server.matchmaking). In a population of N independent learners sharing one world (Neural
+MMO's N_pop; README, "Teams and populations"), actors send team k's rows to member k mod N.
+
+Imported by actors too: numpy only.
 """
 
 from __future__ import annotations
@@ -71,6 +74,10 @@ class Teams:
             decay_horizon=teams_config.get("reward_decay_horizon", 0),
             result=teams_config.get("result", "return"),
         )
+
+    def member_of(self, members: int) -> np.ndarray:
+        """The population member (learner) of each player id, int64 [num_players]."""
+        return self.team_of % int(members)
 
     def spirit_at(self, version: int) -> float:
         if self.spirit_updates <= 0:
