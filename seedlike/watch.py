@@ -1,4 +1,4 @@
-"""Watching a policy: play episodes of a checkpoint in one envpool env, locally (no server), and
+"""Watching a policy: play episodes of a checkpoint in one env, locally (no server), and
 keep envpool's rendered frames (`render_mode="rgb_array"`) for a GIF (`watch.py`).
 
 The env is the checkpoint's own (same task, frame stacking, episodic life, ...), one copy, stepped
@@ -13,9 +13,10 @@ import dataclasses
 import numpy as np
 
 from seedlike.checkpoint import load_checkpoint
-from seedlike.envs.envpool_env import EnvpoolAdapter
+from seedlike.envs import make_env
 from seedlike.league.games import NetworkAgent
 from seedlike.policy import PolicyRunner
+from seedlike.teams import Teams
 from seedlike.types import LEGAL_ACTION_MASK
 
 
@@ -45,12 +46,16 @@ def record_episodes(
         env_config.kwargs = {**(env_config.get("kwargs", {}) or {}), "render_mode": "rgb_array"}
     spec = network.spec
     params = {"params": state.params, "obs_norm": state.obs_norm}
+    if spec.num_players > 2:  # a multi-agent env: the policy plays every agent of every team
+        team_of = Teams.from_config(config.get("teams", {}), spec).team_of
+        return _record_team_game(env_config, spec, network, params, team_of, episodes,
+                                 greedy, seed, max_frames, render)  # fmt: skip
     agents = [NetworkAgent(PolicyRunner(network, greedy=greedy, seed=seed), params)]
     if spec.num_players == 2:
         agents.append(opponent or NetworkAgent(PolicyRunner(network, greedy, seed + 1), params))
     for agent in agents:
         agent.reset(1)
-    env = EnvpoolAdapter(env_config, spec, seed)
+    env = make_env(env_config, spec, seed)
     rng = np.random.default_rng(seed)
     out = Recording(config.env.name, [], [], [])
     first = np.ones(len(agents), bool)  # per player: the next move starts an episode
@@ -80,6 +85,51 @@ def record_episodes(
                 actions[acting] = agent.act(obs, mask, rows.env_id[acting], first_move, rng)
                 first[p] = False
             length += int(rows.acting[mine].any())
+            env.send(actions, rows)
+    finally:
+        env.close()
+    return out
+
+
+def _record_team_game(
+    env_config, spec, network, params, team_of, episodes, greedy, seed, max_frames, render
+) -> Recording:
+    """record_episodes for envs of many agents: one policy plays every seat (a recurrent state
+    each); an episode is a whole game, its return the summed reward of team 0's agents."""
+    agent = NetworkAgent(PolicyRunner(network, greedy=greedy, seed=seed), params)
+    agent.reset(spec.num_players)
+    env = make_env(env_config, spec, seed)
+    rng = np.random.default_rng(seed)
+    out = Recording(env_config.name, [], [], [])
+    first = np.ones(spec.num_players, bool)
+    episode_return, length, observed = 0.0, 0, 0
+    env.reset()
+    try:
+        while len(out.returns) < episodes and observed < max_frames:
+            rows = env.recv()
+            observed += 1
+            if render:
+                out.frames.append(env.render())
+            episode_return += float(rows.reward[team_of[rows.player_id] == 0].sum())
+            if (rows.terminated | rows.truncated).all():  # the env resets next
+                out.returns.append(episode_return)
+                out.lengths.append(length)
+                episode_return, length, first[:] = 0.0, 0, True
+            actions = np.zeros(rows.reward.shape[0], np.int32)
+            acting = rows.acting
+            if acting.any():
+                seat = rows.player_id[acting]
+                obs = {k: v[acting] for k, v in rows.obs.items()}
+                mask = rows.extras.get(LEGAL_ACTION_MASK)
+                mask = (
+                    mask[acting]
+                    if mask is not None
+                    else np.ones((seat.size, spec.num_actions), bool)
+                )
+                actions[acting] = agent.act(obs, mask, seat, first[seat], rng)
+                first[seat] = False
+                length += 1
+            first[rows.player_id[~acting]] = True
             env.send(actions, rows)
     finally:
         env.close()

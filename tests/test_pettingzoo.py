@@ -157,6 +157,13 @@ def test_team_of_two_learns_coins_against_the_league(tmp_path):
     assert max(v for v in vs_random if v is not None) >= 0.8, vs_random
     assert rows[-1]["league/pool_size"] >= 3
 
+    # watch.py's recorder plays every agent of both teams: one frame per step, a game is 32 steps.
+    from seedlike.watch import record_episodes
+
+    recording = record_episodes(str(tmp_path / "coins"), episodes=2)
+    assert recording.lengths == [32, 32] and len(recording.frames) == 2 * 33
+    assert recording.frames[0].shape == (80, 80, 3)
+
 
 @pytest.mark.slow
 def test_an_actor_runs_in_its_own_virtualenv_without_jax(tmp_path):
