@@ -115,12 +115,14 @@ def test_envpool_simultaneous_multi_agent_task():
     ended = np.zeros(3, bool)
     for _ in range(300):
         rows = env.recv()
+        # Rows come grouped by env (in the order envpool returns them), players 0 and 1 in each.
         np.testing.assert_array_equal(rows.player_id, [0, 1] * 3)
-        np.testing.assert_array_equal(rows.env_id, [0, 0, 1, 1, 2, 2])
+        np.testing.assert_array_equal(rows.env_id[0::2], rows.env_id[1::2])
+        assert sorted(rows.env_id[0::2]) == [0, 1, 2]
         done = rows.terminated | rows.truncated
         np.testing.assert_array_equal(done[0::2], done[1::2])  # a whole env ends together
         np.testing.assert_array_equal(rows.acting, ~done)
-        ended |= done[0::2]
+        ended[rows.env_id[0::2][done[0::2]]] = True
         env.send(np.full(6, 2, np.int32), rows)
         if ended.all():
             break
@@ -149,7 +151,7 @@ def test_team_of_two_learns_coins_against_the_league(tmp_path):
     and zero-sum rewards: random agents score ~1.6 coins a game, and lose half their games."""
     rows = train(
         tmp_path / "coins", COINS,
-        "--config.total_env_steps=100000", "--config.log.interval_s=3",
+        "--config.total_env_steps=60000", "--config.log.interval_s=3",
         "--config.log.wandb_mode=disabled",
     )  # fmt: skip
     assert max(returns(rows)) >= 4.0, returns(rows)
@@ -200,13 +202,13 @@ def test_a_population_of_two_learners_each_learns_from_its_own_team(tmp_path):
     rows to member 0 and blue's to member 1; both teams learn to collect coins."""
     done = subprocess.run(
         ["scripts/train.sh", f"--logdir={tmp_path}", f"--config={COINS}", "--population=2",
-         "--config.total_env_steps=70000", "--config.log.interval_s=3",
+         "--config.total_env_steps=40000", "--config.log.interval_s=3",
          "--config.log.wandb_mode=disabled"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     for member in (0, 1):
         rows = metrics(tmp_path / f"member_{member}")
-        assert rows[-1]["env_steps"] >= 60000  # both got their own agents' rows, half each
+        assert rows[-1]["env_steps"] >= 30000  # both got their own agents' rows, half each
         assert max(returns(rows)) >= 3.5, (member, returns(rows))
         assert rows[-1].get("league/pool_size") is None  # its opponent is the other member
