@@ -66,7 +66,10 @@ class Run:
         """Stops the job as Ctrl-C would: the learner checkpoints (rerun `train` with the same
         logdir to resume) and every process ends; returns train.sh's status, 130."""
         if self.running:
-            os.killpg(self.process.pid, signal.SIGINT)
+            # SIGTERM, which train.sh and its processes treat as Ctrl-C: a shell started from a
+            # background job inherits SIGINT ignored and cannot trap it (a CI run launched with
+            # `&` saw train.sh end with status 0, its learner alone having checkpointed).
+            os.killpg(self.process.pid, signal.SIGTERM)
         return self.process.wait(timeout)
 
 
