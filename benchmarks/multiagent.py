@@ -68,7 +68,7 @@ def evaluate() -> dict:
     from seedlike.envs import make_env
     from seedlike.league.games import load_policy
     from seedlike.policy import PolicyRunner
-    from seedlike.teams import Teams
+    from seedlike.teams import Teams, game_outcome
 
     config, network, _, _ = load_checkpoint(_RUN.value)
     _, params, label = load_policy(_RUN.value)
@@ -123,8 +123,7 @@ def evaluate() -> dict:
                 final = np.bincount(team[mine], minlength=teams.num_teams).astype(float)
             else:
                 final = score[e]
-            best = final[1:].max()
-            outcomes.append(1 if final[0] > best else (0 if final[0] == best else -1))
+            outcomes.append(game_outcome(final))
             score[e] = 0.0
         env.send(actions, rows)
     env.close()

@@ -90,21 +90,22 @@ if [ "$learners" -gt 1 ] && [ "$population" -eq 1 ]; then
   distributed_flags=(--config.distributed.num_processes="$learners"
     --config.distributed.coordinator="127.0.0.1:$port")
 fi
+base_seed=0  # a population's member k runs with seed base_seed + k: independent learners
+for f in "${config_flags[@]}"; do
+  case "$f" in --config.seed=*) base_seed="${f#*=}" ;; esac
+done
 for ((k = 0; k < learners; k++)); do
   flags=("${distributed_flags[@]}")
+  dir="$logdir"  # a multi-host run's process k > 0 adds process_k itself
   if [ "$learners" -gt 1 ] && [ "$population" -eq 1 ]; then
     flags+=(--config.distributed.process_id="$k")
   fi
-  if [ "$population" -gt 1 ]; then  # distinct seeds: the members are independent learners
-    base_seed=0
-    for f in "${config_flags[@]}"; do
-      case "$f" in --config.seed=*) base_seed="${f#*=}" ;; esac
-    done
+  if [ "$population" -gt 1 ]; then
     flags+=(--config.seed="$((base_seed + k))")
+    dir="${learner_dirs[k]}"
   fi
   "$SEEDLIKE_PY" learner.py --config="$config" "${config_flags[@]}" "${flags[@]}" \
-    --logdir="$([ "$population" -gt 1 ] && echo "${learner_dirs[k]}" || echo "$logdir")" \
-    --port=0 "${learner_flags[@]}" &
+    --logdir="$dir" --port=0 "${learner_flags[@]}" &
   learner_pids[k]=$!
 done
 learner_pid="${learner_pids[0]}"

@@ -95,6 +95,12 @@ class Teams:
         return time_decay(shaped, t, self.decay, self.decay_horizon)
 
 
+def game_outcome(score) -> int:
+    """Team 0's result from per-team scores [num_teams]: +1 best alone, 0 tied best, -1 beaten."""
+    best = max(score[1:], default=-np.inf)
+    return 1 if score[0] > best else (0 if score[0] == best else -1)
+
+
 class GameTracker:
     """Follows every env's game through its seats' episodes and reports each game's result.
 
@@ -107,7 +113,6 @@ class GameTracker:
         self.teams = teams
         self._live = np.zeros(0, np.int64)  # per env slot: seats in an episode
         self._score = np.zeros((0, teams.num_teams))  # per env slot and team: summed return
-        self._alive = np.zeros((0, teams.num_teams), np.int64)  # ... seats that ended with the game
         self._opponent = np.zeros(0, np.int64)  # per env slot: who played the other teams
 
     def forget(self, seats: np.ndarray) -> None:
@@ -116,11 +121,12 @@ class GameTracker:
         self._grow(slots)
         self._live[slots] = 0
         self._score[slots] = 0.0
-        self._alive[slots] = 0
 
     def update(self, started_seat, started_policy, ended_seat, ended_return) -> list:
         """Seats whose episode started (with who plays them) and ended (with their returns) in
         one recorded batch; returns (opponent policy, outcome for team 0) of every game it ends."""
+        if not started_seat.size and not ended_seat.size:
+            return []
         p = self.teams.num_players
         start_slot = started_seat // p
         end_slot = ended_seat // p
@@ -133,18 +139,14 @@ class GameTracker:
         np.subtract.at(self._live, end_slot, 1)
         over = np.unique(end_slot[self._live[end_slot] <= 0])
         results = []
-        if not over.size:
-            return results
-        last = np.isin(end_slot, over)  # seats still in the game when it ended
-        np.add.at(self._alive, (end_slot[last], end_team[last]), 1)
         for slot in over.tolist():
-            score = self._alive[slot] if self.teams.result == "survivors" else self._score[slot]
-            best = score[1:].max() if score.size > 1 else -np.inf
-            outcome = 1 if score[0] > best else (0 if score[0] == best else -1)
-            results.append((int(self._opponent[slot]), outcome))
+            if self.teams.result == "survivors":  # the seats still in the game when it ended
+                score = np.bincount(end_team[end_slot == slot], minlength=self.teams.num_teams)
+            else:
+                score = self._score[slot]
+            results.append((int(self._opponent[slot]), game_outcome(score)))
         self._live[over] = 0
         self._score[over] = 0.0
-        self._alive[over] = 0
         return results
 
     def _grow(self, slots: np.ndarray) -> None:
@@ -155,7 +157,4 @@ class GameTracker:
         extra = size - self._live.shape[0]
         self._live = np.concatenate([self._live, np.zeros(extra, np.int64)])
         self._score = np.concatenate([self._score, np.zeros((extra, self.teams.num_teams))])
-        self._alive = np.concatenate(
-            [self._alive, np.zeros((extra, self.teams.num_teams), np.int64)]
-        )
         self._opponent = np.concatenate([self._opponent, np.full(extra, -1, np.int64)])

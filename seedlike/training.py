@@ -326,7 +326,7 @@ def _make_league(config, logdir, network, learner, meta, teams):
     """The league of games between teams, with TrueSkill evaluation for two-player board games
     (None where there is no opponent team, and for a population member: its opponents are the
     other members)."""
-    if teams.num_teams < 2 or int(config.get("population", {}).get("size", 1)) > 1:
+    if teams.num_teams < 2 or config.population.size > 1:
         return None, None
     snapshots = os.path.join(logdir, LEAGUE_DIR, "snapshots")
     references = os.path.join(logdir, LEAGUE_DIR, "references")

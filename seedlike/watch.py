@@ -78,11 +78,10 @@ def record_episodes(
                 acting = rows.acting & (rows.player_id == p)
                 if not acting.any():
                     continue
-                obs = {k: v[acting] for k, v in rows.obs.items()}
-                mask = rows.extras.get(LEGAL_ACTION_MASK)
-                mask = mask[acting] if mask is not None else np.ones((1, spec.num_actions), bool)
                 first_move = np.array([first[p]])
-                actions[acting] = agent.act(obs, mask, rows.env_id[acting], first_move, rng)
+                actions[acting] = _act(
+                    agent, rows, acting, rows.env_id[acting], first_move, spec.num_actions, rng
+                )
                 first[p] = False
             length += int(rows.acting[mine].any())
             env.send(actions, rows)
@@ -119,14 +118,9 @@ def _record_team_game(
             acting = rows.acting
             if acting.any():
                 seat = rows.player_id[acting]
-                obs = {k: v[acting] for k, v in rows.obs.items()}
-                mask = rows.extras.get(LEGAL_ACTION_MASK)
-                mask = (
-                    mask[acting]
-                    if mask is not None
-                    else np.ones((seat.size, spec.num_actions), bool)
+                actions[acting] = _act(
+                    agent, rows, acting, seat, first[seat], spec.num_actions, rng
                 )
-                actions[acting] = agent.act(obs, mask, seat, first[seat], rng)
                 first[seat] = False
                 length += 1
             first[rows.player_id[~acting]] = True
@@ -134,6 +128,15 @@ def _record_team_game(
     finally:
         env.close()
     return out
+
+
+def _act(agent, rows, acting, slot, first, num_actions, rng) -> np.ndarray:
+    """`agent`'s actions for the `acting` rows; `slot` [k] indexes its recurrent state per row.
+    Without a legal-action mask every action is legal."""
+    obs = {k: v[acting] for k, v in rows.obs.items()}
+    mask = rows.extras.get(LEGAL_ACTION_MASK)
+    mask = mask[acting] if mask is not None else np.ones((slot.size, num_actions), bool)
+    return agent.act(obs, mask, slot, first, rng)
 
 
 def save_gif(frames: list, path: str, fps: float = 30.0) -> None:

@@ -15,6 +15,7 @@ import functools
 
 import numpy as np
 
+from seedlike.envs.spaces import spec_from_spaces
 from seedlike.types import LEGAL_ACTION_MASK, ArraySpec, EnvSpec, Rows
 
 
@@ -96,39 +97,6 @@ def _turn_based(pool_spec) -> bool:
     return "info:players.id" in pool_spec.state_array_spec
 
 
-def spec_from_spaces(
-    name: str, observation_space, action_space, num_players: int, turn_based: bool = True
-) -> EnvSpec:
-    import gymnasium
-
-    if not isinstance(action_space, gymnasium.spaces.Discrete):
-        raise ValueError(
-            f"{name} has action space {action_space}; seedlike supports discrete actions only"
-        )
-    if isinstance(observation_space, gymnasium.spaces.Dict):
-        observation = {k: _array_spec(f"{name}[{k!r}]", s) for k, s in observation_space.items()}
-    else:
-        observation = {"obs": _array_spec(name, observation_space)}
-    num_actions = int(action_space.n)
-    extras = {}
-    if num_players > 1 and turn_based:
-        extras[LEGAL_ACTION_MASK] = ArraySpec(np.bool_, (num_actions,))
-    return EnvSpec(name, observation, num_actions, num_players, extras)
-
-
-def _array_spec(name: str, space) -> ArraySpec:
-    import gymnasium
-
-    if isinstance(space, gymnasium.spaces.Discrete):
-        return ArraySpec(np.int32, ())
-    if space.dtype is None or space.shape is None:
-        raise ValueError(f"{name}: observation space {space} is not an array")
-    dtype = np.dtype(space.dtype)
-    if dtype == np.float64:
-        dtype = np.dtype(np.float32)
-    return ArraySpec(dtype, space.shape)
-
-
 class EnvpoolAdapter:
     """Steps an envpool batch and reports rows; one actor owns one adapter."""
 
@@ -185,9 +153,7 @@ class EnvpoolAdapter:
         starts = np.flatnonzero(np.r_[True, row_env[1:] != row_env[:-1]])
         counts = np.diff(np.r_[starts, row_env.shape[0]])
         row_player = (np.arange(row_env.shape[0]) - np.repeat(starts, counts)).astype(np.int32)
-        position = np.empty(self.num_envs, np.int64)
-        position[env_id] = np.arange(env_id.shape[0])
-        pos = position[row_env]
+        pos = self._positions(env_id, row_env)
         row_term = np.asarray(terminated, np.bool_)[pos]
         row_trunc = np.asarray(truncated, np.bool_)[pos]
         return Rows(
@@ -207,9 +173,7 @@ class EnvpoolAdapter:
         # of the env in this batch, which we recover from the row's env id.
         row_env = np.asarray(info["players"]["env_id"], np.int32)
         row_player = np.asarray(info["players"]["id"], np.int32)
-        position = np.empty(self.num_envs, np.int64)
-        position[env_id] = np.arange(env_id.shape[0])
-        pos = position[row_env]
+        pos = self._positions(env_id, row_env)
         row_term = np.asarray(terminated, np.bool_)[pos]
         row_trunc = np.asarray(truncated, np.bool_)[pos]
         mover = np.asarray(info["current_player"], np.int32)[pos] == row_player
@@ -227,6 +191,12 @@ class EnvpoolAdapter:
             acting=acting,
             game_over=row_term | row_trunc,
         )
+
+    def _positions(self, env_id: np.ndarray, row_env: np.ndarray) -> np.ndarray:
+        """Per row, the position of its env in this batch (where per-env fields are)."""
+        position = np.empty(self.num_envs, np.int64)
+        position[env_id] = np.arange(env_id.shape[0])
+        return position[row_env]
 
     def _obs_dict(self, obs) -> dict[str, np.ndarray]:
         if isinstance(obs, dict):

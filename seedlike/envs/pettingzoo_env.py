@@ -24,6 +24,7 @@ import importlib
 
 import numpy as np
 
+from seedlike.envs.spaces import spec_from_spaces
 from seedlike.types import LEGAL_ACTION_MASK, ArraySpec, EnvSpec, Rows
 
 # Observation key of the agent's one-hot player id (env.agent_id=True): replicas of one shared
@@ -63,8 +64,6 @@ def make_env_spec(env_config) -> EnvSpec:
 
 
 def spec_of(name: str, env, agent_id: bool = False) -> EnvSpec:
-    import gymnasium
-
     agents = list(env.possible_agents)
     if not agents:
         raise ValueError(f"{name}: possible_agents is empty")
@@ -75,30 +74,14 @@ def spec_of(name: str, env, agent_id: bool = False) -> EnvSpec:
                 f"{name}: agents {agents[0]!r} and {agent!r} have different observation or action "
                 "spaces; one shared policy needs them equal (pad them in a wrapper)"
             )
-    if not isinstance(act_space, gymnasium.spaces.Discrete):
-        raise ValueError(f"{name} has action space {act_space}; seedlike supports discrete actions")
-    extras = {}
-    if isinstance(obs_space, gymnasium.spaces.Dict):
-        observation = {k: _array_spec(f"{name}[{k!r}]", s) for k, s in obs_space.items()}
-        if ACTION_MASK in observation:
-            del observation[ACTION_MASK]
-            extras[LEGAL_ACTION_MASK] = ArraySpec(np.bool_, (int(act_space.n),))
-    else:
-        observation = {"obs": _array_spec(name, obs_space)}
+    # Every agent acts each step; a legal-action mask, if any, is one of its observations.
+    spec = spec_from_spaces(name, obs_space, act_space, len(agents), turn_based=False)
+    if ACTION_MASK in spec.observation:
+        del spec.observation[ACTION_MASK]
+        spec.extras[LEGAL_ACTION_MASK] = ArraySpec(np.bool_, (spec.num_actions,))
     if agent_id:
-        observation[AGENT_ID] = ArraySpec(np.float32, (len(agents),))
-    return EnvSpec(name, observation, int(act_space.n), len(agents), extras)
-
-
-def _array_spec(name: str, space) -> ArraySpec:
-    import gymnasium
-
-    if isinstance(space, gymnasium.spaces.Discrete):
-        return ArraySpec(np.int32, ())
-    if space.dtype is None or space.shape is None:
-        raise ValueError(f"{name}: observation space {space} is not an array")
-    dtype = np.dtype(space.dtype)
-    return ArraySpec(np.float32 if dtype == np.float64 else dtype, space.shape)
+        spec.observation[AGENT_ID] = ArraySpec(np.float32, (len(agents),))
+    return spec
 
 
 class PettingZooAdapter:
@@ -125,7 +108,6 @@ class PettingZooAdapter:
         space = self._envs[0].observation_space(agents[0])
         self._dict_obs = isinstance(space, gymnasium.spaces.Dict)
         self._last: list[tuple] = [None] * self.num_envs  # per env: what its last step returned
-        self._over = np.zeros(self.num_envs, np.bool_)  # every agent of the env is done
         self._resets = 0
 
     def reset(self) -> None:
@@ -136,7 +118,6 @@ class PettingZooAdapter:
         obs, _ = self._envs[e].reset(seed=self._seed + 7919 * self._resets + e)
         self._resets += 1
         self._last[e] = (obs, {}, {}, {})
-        self._over[e] = False
 
     def recv(self) -> Rows:
         env_id, player_id, reward, terminated, truncated, obs_list = [], [], [], [], [], []
@@ -188,12 +169,11 @@ class PettingZooAdapter:
                            action[rows.acting]):  # fmt: skip
             per_env[e][names[p]] = int(a)
         for e, env in enumerate(self._envs):
-            if self._over[e] or not env.agents:
+            if not env.agents:  # every agent was done in the last step
                 self._reset(e)
                 continue
             obs, rewards, terms, truncs, _ = env.step(per_env[e])
             self._last[e] = (obs, rewards, terms, truncs)
-            self._over[e] = not env.agents
 
     def render(self) -> np.ndarray:
         return np.asarray(self._envs[0].render())
