@@ -10,6 +10,11 @@ Parameter paths (used by surgery to locate layers):
               IMPALA CNN: stack_i/{conv, block_j/conv_k}, dense_0
   core:       params/core/lstm/{ii,if,ig,io,hi,hf,hg,ho} (flax LSTMCell, one Dense per gate)
   heads:      params/policy_head/logits, params/value_head/value
+
+With `team_pool` (OpenAI Five's cross-hero pool) the torso also runs on each teammate's
+observation (keys "teammates/...", seedlike/envs/teammates.py) and its features gain a max-pool
+over the agent and its present teammates: the heads then read [F + S] features, S = the pooled
+share of F.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from networks import heads, normalization, torsos
-from seedlike.types import EnvSpec
+from seedlike.types import TEAMMATES, EnvSpec
+from seedlike.types import TEAMMATES_PRESENT as PRESENT
 
 TORSOS = ("mlp", *torsos.CNN_TORSOS)
 CORES = ("none", "lstm")
@@ -38,6 +44,28 @@ class LSTMCore(nn.Module):
     def __call__(self, carry, x: jax.Array, first: jax.Array):
         carry = jax.tree.map(lambda c: jnp.where(first[:, None], jnp.zeros_like(c), c), carry)
         return nn.LSTMCell(self.features, name="lstm")(carry, x)
+
+
+def team_max_pool(h: jax.Array, present: jax.Array, pooled: int) -> jax.Array:
+    """OpenAI Five's cross-hero pool: the agent's features and a max-pool of the first `pooled`
+    features over itself and its teammates that are present.
+
+    Args:
+      h: float [N, K, F], features of the agent (k = 0) and of its K-1 teammates.
+      present: bool [N, K], which of them are in the game (k = 0 always).
+      pooled: S <= F.
+
+    Returns:
+      [N, F + S]: h[:, 0] followed by max_k h[:, k, :S] over the present k. Absent teammates are
+      masked with -inf, so they neither change the pool nor receive gradient.
+    """
+    masked = jnp.where(present[..., None], h[..., :pooled], -jnp.inf)
+    return jnp.concatenate([h[:, 0], jnp.max(masked, axis=1)], axis=-1)
+
+
+def pooled_size(features: int, share: float) -> int:
+    """S, the pooled features of `team_max_pool` for a torso of `features` and a pooled share."""
+    return min(features, max(1, round(share * features)))
 
 
 class ActorCritic(nn.Module):
@@ -64,6 +92,9 @@ class ActorCritic(nn.Module):
     # action per cell, row-major, TicTacToe). "" = off. See `mirror_actions`.
     mirror: str = ""
     board_width: int = 0  # W of the mirrored board
+    # > 0: pool this share of the torso's features across teammates (team_max_pool); the inputs
+    # then hold "teammates/<key>" [N, K-1, ...] and "teammates/present" [N, K-1].
+    team_pool: float = 0.0
 
     def setup(self):
         if self.torso_kind == "mlp" and not self.shared_torso:
@@ -98,11 +129,35 @@ class ActorCritic(nn.Module):
         A mirrored network returns [N, 2F]: the features of the board and of its mirror image,
         which `outputs` turns into one equivariant policy and one invariant value.
         """
+        if self.team_pool:
+            return self._encode_team(inputs)
         if not self.mirror:
             return self._encode(inputs)
         flipped = {k: jnp.flip(v, axis=2) for k, v in inputs.items()}  # [N, H, W, C]: W
         (p, v), (pm, vm) = self._encode(inputs), self._encode(flipped)
         return jnp.concatenate([p, pm], -1), jnp.concatenate([v, vm], -1)
+
+    def _encode_team(self, inputs: dict) -> tuple[jax.Array, jax.Array]:
+        """The torso on the agent and its teammates in one pass, then team_max_pool."""
+        present = inputs[PRESENT] > 0
+        n, mates = present.shape
+        agents = {}
+        for key, own in inputs.items():
+            if key.startswith(TEAMMATES):
+                continue
+            both = jnp.concatenate([own[:, None], inputs[TEAMMATES + key]], axis=1)
+            agents[key] = both.reshape((n * (mates + 1),) + own.shape[1:])
+        present = jnp.concatenate([jnp.ones((n, 1), bool), present], axis=1)
+
+        def pool(h):
+            h = h.reshape(n, mates + 1, -1)
+            return team_max_pool(h, present, pooled_size(h.shape[-1], self.team_pool))
+
+        policy_h, value_h = self._encode(agents)
+        if policy_h is value_h:
+            pooled = pool(policy_h)
+            return pooled, pooled
+        return pool(policy_h), pool(value_h)
 
     def _encode(self, inputs: dict) -> tuple[jax.Array, jax.Array]:
         if self.torso_kind == "mlp":
@@ -186,7 +241,7 @@ class Network:
         return {
             k: normalization.init_stats(s.shape)
             for k, s in self.spec.observation.items()
-            if np.issubdtype(s.dtype, np.floating)
+            if np.issubdtype(s.dtype, np.floating) and not k.startswith(TEAMMATES)
         }
 
     def initial_carry(self, batch: int):
@@ -247,13 +302,20 @@ class Network:
     def _inputs(self, obs_norm, obs, batch_ndim: int) -> dict:
         inputs = {}
         for k, s in self.spec.observation.items():
+            # A teammate's observation [*batch, K-1, ...] is preprocessed as the agent's own
+            # (the agent's normalizer statistics), with one more batch dimension.
+            own, nd = (
+                (k[len(TEAMMATES) :], batch_ndim + 1)
+                if k.startswith(TEAMMATES)
+                else (k, batch_ndim)
+            )
             x = obs[k]
-            if k in obs_norm:
-                x = normalization.normalize(obs_norm[k], x, self.obs_clip)
-            elif k == self.module.image_key:
+            if own in obs_norm:
+                x = normalization.normalize(obs_norm[own], x, self.obs_clip)
+            elif own == self.module.image_key:
                 x = x.astype(jnp.float32) * self.image_scale
                 if self.image_layout == "CHW":
-                    x = jnp.moveaxis(x, batch_ndim, -1)
+                    x = jnp.moveaxis(x, nd, -1)
             elif s.dtype == np.uint8:
                 x = x.astype(jnp.float32) / 255.0
             inputs[k] = x.astype(jnp.float32)
@@ -297,6 +359,13 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         kernel, padding = kernel or 3, padding or "SAME"
     mirror = network_config.get("mirror", "") or ""
     board_width = _check_mirror(mirror, spec, core, layout) if mirror else 0
+    team_pool = float(network_config.get("team_pool", 0.0) or 0.0)
+    if team_pool and not (0.0 < team_pool <= 1.0 and PRESENT in spec.observation and not mirror):
+        raise ValueError(
+            f"network.team_pool={team_pool} pools a share in (0, 1] of the torso's features "
+            "across teammates: it needs env.teammates (the teammates' observations in every row) "
+            "and no network.mirror; set network.team_pool=0 otherwise"
+        )
     module = ActorCritic(
         num_actions=spec.num_actions,
         torso_kind=torso,
@@ -313,6 +382,7 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         cnn_padding=padding,
         mirror=mirror,
         board_width=board_width,
+        team_pool=team_pool,
     )
     return Network(
         spec=spec,

@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from seedlike.config import ConfigError
-from seedlike.envs import make_env, make_env_spec
+from seedlike.config import ConfigError, env_spec
+from seedlike.envs import make_env
 from seedlike.rpc import client, codec, security
 from seedlike.teams import Teams
 from seedlike.types import take_rows
@@ -45,7 +45,7 @@ class Actor:
         self.address = ",".join(self.addresses)
         self.actor_id = int(actor_id)
         self.stop = stop or threading.Event()
-        self.spec = make_env_spec(config.env)
+        self.spec = env_spec(config)
         try:
             teams = Teams.from_config(config.get("teams", {}), self.spec)
         except ValueError as e:

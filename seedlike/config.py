@@ -44,6 +44,10 @@ def base_config() -> ml_collections.ConfigDict:
     # pettingzoo: add observation "agent_id", the agent's one-hot index, so replicas of one shared
     # policy know which agent they play.
     c.env.agent_id = False
+    # K >= 2: every row also carries the observations of the other K-1 agents of its team (teams
+    # are consecutive blocks of K player ids, teams.sizes = (K, K, ...)), for network.team_pool
+    # (seedlike/envs/teammates.py). 0: off.
+    c.env.teammates = 0
 
     # Teams in multi-agent envs (seedlike/teams.py; OpenAI Five App. G): how seats form teams and
     # how each agent's learning reward is shaped from its team's. Episode returns stay raw.
@@ -92,6 +96,10 @@ def base_config() -> ml_collections.ConfigDict:
     # Left-right symmetric board games: average the network over the board and its mirror image
     # (exactly equivariant policy): columns (an action per column) | cells (per cell) | "" = off
     c.network.mirror = ""
+    # OpenAI Five's cross-hero pool: the torso also reads every teammate's observation (needs
+    # env.teammates) and the heads get this share of its features max-pooled over the agent and
+    # its present teammates, besides the agent's own features. 0: off.
+    c.network.team_pool = 0.0
     c.network.core = "none"  # none | lstm (between torso and heads; the torso is then shared)
     c.network.core_size = 256  # LSTM units
     c.network.normalize_obs = True  # running mean/std normalization of float observations
@@ -271,6 +279,12 @@ def validate(config) -> None:
     need(t.reward_decay_horizon >= 0, "teams.reward_decay_horizon must be >= 0 (0 = off)")
     need(t.result in ("return", "survivors"), "teams.result must be return|survivors")
     need(config.population.size >= 1, "population.size must be >= 1")
+    k = int(config.env.teammates)
+    need(
+        k == 0 or (k >= 2 and all(int(n) == k for n in t.sizes)),
+        f"env.teammates={k} needs teams of {k} agents each (teams.sizes={tuple(t.sizes)}); "
+        "set it to the team size, or 0",
+    )
     need(config.server.queue_unrolls >= 0, "server.queue_unrolls must be >= 0")
     need(config.server.max_actors >= 1, "server.max_actors must be >= 1")
     need(config.server.max_streams_per_peer >= 1, "server.max_streams_per_peer must be >= 1")
@@ -296,6 +310,16 @@ def validate(config) -> None:
         config.log.wandb_mode in ("offline", "online", "disabled"),
         "log.wandb_mode must be offline|online|disabled",
     )
+
+
+def env_spec(config):
+    """The EnvSpec of the config's env; an env that cannot be described is a ConfigError."""
+    from seedlike.envs import make_env_spec
+
+    try:
+        return make_env_spec(config.env)
+    except ValueError as e:
+        raise ConfigError(f"invalid config: {e}") from None
 
 
 def load_config_file(path: str) -> ml_collections.ConfigDict:

@@ -23,7 +23,6 @@ from networks import make_network
 from seedlike import checkpoint as ckpt_lib
 from seedlike import config as config_lib
 from seedlike import distributed
-from seedlike.envs import make_env_spec
 from seedlike.league.evaluation import Evaluation, EvaluationThread
 from seedlike.league.league import League
 from seedlike.league.players import LEARNER
@@ -162,7 +161,7 @@ class LearnerProcess:
 def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> LearnerProcess:
     """Restores or initializes the learner, and starts serving actors and evaluation."""
     config_lib.validate(config)
-    spec = make_env_spec(config.env)
+    spec = config_lib.env_spec(config)
     try:
         teams = Teams.from_config(config.teams, spec)
     except ValueError as e:

@@ -9,6 +9,10 @@ import numpy as np
 
 # The extras key of a two-player game's per-row legal moves, bool [num_actions].
 LEGAL_ACTION_MASK = "legal_action_mask"
+# Observation keys of a row's teammates (env.teammates, seedlike/envs/teammates.py): TEAMMATES + key
+# holds the other agents' `key` [K-1, ...] and TEAMMATES_PRESENT bool [K-1] which of them are there.
+TEAMMATES = "teammates/"
+TEAMMATES_PRESENT = TEAMMATES + "present"
 
 
 @dataclasses.dataclass(frozen=True)

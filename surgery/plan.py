@@ -21,6 +21,7 @@ import ml_collections
 import numpy as np
 
 from networks import torsos
+from seedlike.types import TEAMMATES
 from surgery import ops
 from surgery.ops import ActionInfo, AxisMap, OpResult, ParamMap, SurgeryError
 
@@ -73,10 +74,19 @@ def layout_of(network) -> Layout:
     shapes = jax.eval_shape(network.init, jax.random.key(0))
     rows = shapes["params"]["torso"]["dense_0"]["kernel"].shape[0]
     others = sum(
-        int(np.prod(s.shape)) for k, s in network.spec.observation.items() if k != m.image_key
+        int(np.prod(s.shape)) for k, s in _torso_inputs(network).items() if k != m.image_key
     )
     positions = (rows - others) // _cnn_resolved(m)[0][-1]
     return Layout(m.torso_kind, m.image_key, network.image_layout, positions, bound)
+
+
+def _torso_inputs(network) -> dict:
+    """The observations the torso reads per agent: with a team pool, the agent's own keys (its
+    teammates' observations go through the same torso, so they follow their own key)."""
+    obs = network.spec.observation
+    if not network.module.team_pool:
+        return dict(obs)
+    return {k: s for k, s in obs.items() if not k.startswith(TEAMMATES)}
 
 
 def _hwc(shape, layout: str) -> tuple[int, ...]:
@@ -423,6 +433,7 @@ def derive_plan(
     same("network.shared_torso (as built)", om.shared_torso, nm.shared_torso)
     same("network.image_key", om.image_key, nm.image_key)
     same("network.mirror", om.mirror, nm.mirror)
+    same("network.team_pool", om.team_pool, nm.team_pool)
     same("network.cnn_kernel", om.cnn_kernel, nm.cnn_kernel)
     same("network.cnn_padding", om.cnn_padding, nm.cnn_padding)
     same("network.normalize_obs", old.normalize_obs, new.normalize_obs)
@@ -441,12 +452,19 @@ def derive_plan(
     if problems:
         raise PlanError("; ".join(problems))
 
-    _derive_observations(old.spec, new.spec, problems, plan)
+    _derive_observations(_torso_inputs(old), _torso_inputs(new), problems, plan)
     names = _torso_names(om)
     if om.torso_kind == "mlp":
         _derive_mlp(om, nm, names, mode, init_scale, problems, plan)
     else:
         _derive_cnn(om, nm, mode, init_scale, problems, plan)
+    widened = [op.path for op in plan if isinstance(op, WidenDense)]
+    if om.team_pool and any(p.split("/")[2:] == [_last_torso_layer(om)] for p in widened):
+        problems.append(
+            f"network.team_pool={om.team_pool}: the heads read the torso's last layer and its "
+            f"pooled share ([F + S] features); widening {_last_torso_layer(om)} would move the "
+            "pooled features, which surgery does not do"
+        )
     if nm.core_size != om.core_size:
         if nm.core_size < om.core_size:
             problems.append(
@@ -469,8 +487,14 @@ def derive_plan(
     return Plan(tuple(plan))
 
 
-def _derive_observations(old_spec, new_spec, problems, plan):
-    old_obs, new_obs = old_spec.observation, new_spec.observation
+def _last_torso_layer(module) -> str:
+    """The torso layer whose width the heads read (the path below params/<torso>/)."""
+    if module.torso_kind != "mlp":
+        return "dense_0"
+    return f"dense_{len(module.hidden_sizes) - 1}"  # residual blocks keep its width
+
+
+def _derive_observations(old_obs, new_obs, problems, plan):
     changed = False
     for key, spec in sorted(old_obs.items()):
         if key not in new_obs:

@@ -51,6 +51,20 @@ def test_episodes_without_the_change_see_the_old_world():
     np.testing.assert_array_equal(batch.obs["obs"], 1.0)  # the actor's rows are not changed
 
 
+def test_teammates_see_the_world_of_the_agents_episode():
+    """env.teammates: a row's teammates' observations lose the new features with the row's."""
+    a = annealing(new_actions=())
+    mates = np.arange(3 * 2 * 3, dtype=np.float32).reshape(3, 2, 3) + 1
+    obs, _ = a.apply(
+        {"obs": np.ones((3, 3), np.float32), "teammates/obs": mates}, {},
+        np.array([True, False, True]), 4,
+    )  # fmt: skip
+    want = mates.copy()
+    want[1, :, 2] = 0.0
+    np.testing.assert_array_equal(obs["teammates/obs"], want)
+    np.testing.assert_array_equal(obs["obs"][:, 2], [1.0, 0.0, 1.0])
+
+
 def test_each_episode_draws_the_change_once_and_the_learner_sees_what_the_policy_saw():
     """Through a real inference pipeline: half of the episodes (fraction 0.5) have the change.
     Without it the policy, which prefers the new action 3, cannot play it and sees feature 2 as 0;

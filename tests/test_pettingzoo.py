@@ -170,7 +170,8 @@ def test_team_of_two_learns_coins_against_the_league(tmp_path):
 @pytest.mark.slow
 def test_an_actor_runs_in_its_own_virtualenv_without_jax(tmp_path):
     """scripts/actor_venv.sh makes a venv with the actor's packages only; its actor plays Coins
-    for a real learner until training ends."""
+    for a real learner until training ends, with OpenAI Five's pool across teammates (their
+    observations cross the wire in every row and the learner trains the pooled network)."""
     venv = tmp_path / "actor-venv"
     made = subprocess.run(
         ["scripts/actor_venv.sh", str(venv)], cwd=ROOT, capture_output=True, text=True, timeout=600
@@ -182,16 +183,19 @@ def test_an_actor_runs_in_its_own_virtualenv_without_jax(tmp_path):
     procs = Processes(tmp_path)
     try:
         logdir = tmp_path / "run"
+        pool = ["--config.env.teammates=4", "--config.network.team_pool=0.5"]
         learner, address = procs.learner(
-            logdir, "--config.total_env_steps=5000", "--config.log.wandb_mode=disabled",
+            logdir, "--config.total_env_steps=5000", "--config.log.wandb_mode=disabled", *pool,
             config=COINS,
         )  # fmt: skip
         actor = procs.spawn(
-            ["actor.py", f"--server={address}", f"--config={COINS}"], "actor.log", python=python
-        )
+            ["actor.py", f"--server={address}", f"--config={COINS}", *pool], "actor.log",
+            python=python,
+        )  # fmt: skip
         assert actor.wait(timeout=300) == 0  # training over
         assert learner.wait(timeout=120) == 0
-        assert metrics(logdir)[-1]["env_steps"] >= 5000
+        last = metrics(logdir)[-1]
+        assert last["env_steps"] >= 5000 and last["learner_updates"] >= 3
     finally:
         procs.stop_all()
 

@@ -5,10 +5,15 @@
               "magent2.environments.battle_v4" or "seedlike.envs.coins")
 
 Both turn an env batch into seedlike.types.Rows of (env, player) seats with the same methods:
-reset(), recv() -> Rows, send(actions, rows), render(), close().
+reset(), recv() -> Rows, send(actions, rows), render(), close(). With `env.teammates = K` every row
+also carries its teammates' observations (seedlike/envs/teammates.py), whatever the backend.
 """
 
 from __future__ import annotations
+
+import dataclasses
+
+from seedlike.envs import teammates
 
 BACKENDS = ("envpool", "pettingzoo")
 
@@ -48,7 +53,11 @@ def make_env_spec(env_config):
         from seedlike.envs.envpool_env import make_env_spec as spec_fn
     else:
         from seedlike.envs.pettingzoo_env import make_env_spec as spec_fn
-    return spec_fn(env_config)
+    spec = spec_fn(env_config)
+    team_size = int(env_config.get("teammates", 0) or 0)
+    if team_size:
+        spec = teammates.with_teammates(spec, team_size)
+    return spec
 
 
 def make_env(env_config, spec, seed: int):
@@ -57,4 +66,9 @@ def make_env(env_config, spec, seed: int):
         from seedlike.envs.envpool_env import EnvpoolAdapter as adapter
     else:
         from seedlike.envs.pettingzoo_env import PettingZooAdapter as adapter
-    return adapter(env_config, spec, seed)
+    team_size = int(env_config.get("teammates", 0) or 0)
+    if not team_size:
+        return adapter(env_config, spec, seed)
+    own = {k: spec.observation[k] for k in teammates.own_keys(spec.observation)}
+    env = adapter(env_config, dataclasses.replace(spec, observation=own), seed)
+    return teammates.TeammatesAdapter(env, spec, team_size)

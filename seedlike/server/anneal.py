@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from seedlike.types import LEGAL_ACTION_MASK, ArraySpec, EnvSpec
+from seedlike.types import LEGAL_ACTION_MASK, TEAMMATES, ArraySpec, EnvSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,12 +52,24 @@ class Annealing:
         old = ~changed
         extras = dict(extras)
         if self.new_obs_features and old.any():
-            flat = obs["obs"].reshape(obs["obs"].shape[0], -1).copy()
-            flat[np.ix_(old, np.asarray(self.new_obs_features))] = 0
-            obs = {**obs, "obs": flat.reshape(obs["obs"].shape)}
+            obs = dict(obs)
+            features = np.asarray(self.new_obs_features)
+            obs["obs"] = _zero_features(obs["obs"], old, features, 1)
+            if TEAMMATES + "obs" in obs:  # teammates see the world of the agent's episode
+                obs[TEAMMATES + "obs"] = _zero_features(obs[TEAMMATES + "obs"], old, features, 2)
         if self.new_actions:
             m = changed.shape[0]
             mask = extras.get(LEGAL_ACTION_MASK, np.ones((m, num_actions), np.bool_)).copy()
             mask[np.ix_(old, np.asarray(self.new_actions))] = False
             extras[LEGAL_ACTION_MASK] = mask
         return obs, extras
+
+
+def _zero_features(x: np.ndarray, rows: np.ndarray, features: np.ndarray, batch_ndim: int):
+    """x [m, ...] with the flat features `features` of each row in `rows` set to 0 (a row's
+    features are everything after its first `batch_ndim` axes)."""
+    flat = x.reshape(x.shape[:batch_ndim] + (-1,)).copy()
+    chosen = flat[rows]
+    chosen[..., features] = 0
+    flat[rows] = chosen
+    return flat.reshape(x.shape)
