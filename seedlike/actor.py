@@ -61,6 +61,7 @@ class Actor:
             config.get("transport", {}).get("credentials", ""), "client"
         )
         self.num_envs = int(config.env.num_envs)
+        self.num_levels = len(config.env.get("levels", ()) or ())
         self.steps = 0
         actor_config = config.get("actor", {})
         self._backoff = client.Backoff(
@@ -130,13 +131,14 @@ class Actor:
     def _play(self, connections: list[client.Connection], seed: int) -> None:
         env = make_env(self.config.env, self.spec, seed)
         try:
+            self._levels(env, connections[0].welcome)
             env.reset()
             sequence, session_steps = [0] * len(connections), 0
             started = last_log = time.monotonic()
             while not self.stop.is_set():
                 rows = env.recv()
                 if len(connections) == 1:
-                    actions = self._step(connections[0], sequence, 0, rows)
+                    actions = self._step(connections[0], sequence, 0, rows, env)
                 else:
                     # Each member gets its own agents' rows (none: no message this step).
                     actions = np.zeros(rows.reward.shape[0], np.int32)
@@ -144,7 +146,8 @@ class Actor:
                     for k, connection in enumerate(connections):
                         idx = np.flatnonzero(member == k)
                         if idx.size:
-                            actions[idx] = self._step(connection, sequence, k, take_rows(rows, idx))
+                            part = take_rows(rows, idx)
+                            actions[idx] = self._step(connection, sequence, k, part, env)
                 env.send(actions, rows)
                 session_steps += rows.reward.shape[0]
                 if time.monotonic() - last_log > 30.0:
@@ -157,7 +160,16 @@ class Actor:
             self.steps += session_steps
             env.close()
 
-    def _step(self, connection, sequence: list[int], k: int, rows) -> np.ndarray:
+    def _step(self, connection, sequence: list[int], k: int, rows, env) -> np.ndarray:
         reply = connection.step(codec.encode_step(sequence[k], rows))
         sequence[k] += 1
+        if k == 0:  # a population's curriculum is member 0's
+            self._levels(env, reply)
         return client.decode_actions(reply, rows.reward.shape[0], self.spec.num_actions)
+
+    def _levels(self, env, message) -> None:
+        """Curriculum levels (env.levels): the probabilities the server sent, if any."""
+        if self.num_levels:
+            probs = client.decode_level_probs(message, self.num_levels)
+            if probs is not None:
+                env.set_level_probs(probs)

@@ -48,6 +48,10 @@ def base_config() -> ml_collections.ConfigDict:
     # are consecutive blocks of K player ids, teams.sizes = (K, K, ...)), for network.team_pool
     # (seedlike/envs/teammates.py). 0: off.
     c.env.teammates = 0
+    # Curriculum levels inside one job (seedlike/envs/levels.py): task ids with the spaces of
+    # env.name, easiest first. Each actor slot plays one level per episode, drawn from the
+    # probabilities the server sets (`curriculum`). (): env.name only.
+    c.env.levels = ()
 
     # Teams in multi-agent envs (seedlike/teams.py; OpenAI Five App. G): how seats form teams and
     # how each agent's learning reward is shaped from its team's. Episode returns stay raw.
@@ -70,6 +74,18 @@ def base_config() -> ml_collections.ConfigDict:
     # Who won a game (league results, win rates): the team with the larger summed return
     # ("return"), or with more agents alive when the game ended ("survivors").
     c.teams.result = "return"
+
+    # MazeBase's threshold curriculum over env.levels (seedlike/server/curriculum.py): episodes
+    # draw their level uniformly from [0, bound]; once `window` episodes have ended since the
+    # bound last moved, their success rate (return > log.success_threshold) above `upper` (T_u)
+    # raises the bound by one level, below `lower` (T_l) lowers it. From `full_range_from` of
+    # total_env_steps on, every level is played (MazeBase: the last third of training).
+    c.curriculum = ml_collections.ConfigDict()
+    c.curriculum.lower = 0.3
+    c.curriculum.upper = 0.8
+    c.curriculum.window = 200
+    c.curriculum.start = 0  # the bound at the start of a run
+    c.curriculum.full_range_from = 2.0 / 3.0  # > 1: never
 
     # A population (Neural MMO's N_pop): `size` independent learners in one world, member k
     # learning from the agents of teams k, k + size, ... (scripts/train.sh --population=N sets it
@@ -279,6 +295,27 @@ def validate(config) -> None:
     need(t.reward_decay_horizon >= 0, "teams.reward_decay_horizon must be >= 0 (0 = off)")
     need(t.result in ("return", "survivors"), "teams.result must be return|survivors")
     need(config.population.size >= 1, "population.size must be >= 1")
+    levels, cur = tuple(config.env.levels), config.curriculum
+    if levels:
+        need(
+            config.env.backend == "envpool" and config.log.success_threshold is not None,
+            "env.levels needs the envpool backend and log.success_threshold (what a success is)",
+        )
+        need(
+            0.0 <= cur.lower <= cur.upper <= 1.0,
+            f"curriculum.lower={cur.lower} and curriculum.upper={cur.upper} must satisfy "
+            "0 <= lower <= upper <= 1",
+        )
+        need(cur.window >= 1, "curriculum.window must be >= 1")
+        need(
+            0 <= cur.start < len(levels),
+            f"curriculum.start={cur.start} must be a level index in [0, {len(levels)})",
+        )
+        for name in levels:
+            try:
+                check_env(ml_collections.ConfigDict({**config.env.to_dict(), "name": name}))
+            except UnknownEnv as e:
+                raise ConfigError(f"invalid config: env.levels: {e}") from None
     k = int(config.env.teammates)
     need(
         k == 0 or (k >= 2 and all(int(n) == k for n in t.sizes)),

@@ -33,6 +33,7 @@ from seedlike.rpc import security
 from seedlike.rpc.service import serve
 from seedlike.server import inference
 from seedlike.server.anneal import Annealing
+from seedlike.server.curriculum import Curriculum
 from seedlike.server.matchmaking import Matchmaker
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
 from seedlike.teams import Teams
@@ -142,6 +143,9 @@ class LearnerProcess:
             # Lets inference_server.py, surgery and evaluation rebuild the network.
             "config": json.loads(self.config.to_json()),
         }
+        curriculum = self.service.matchmaker.curriculum
+        if curriculum is not None:
+            meta["curriculum"] = curriculum.state_dict()
         if self.league is not None:
             meta["league"] = self.league.state_dict()
             if self.evaluator is not None:
@@ -202,7 +206,14 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     league, evaluation = _make_league(config, logdir, network, learner, meta, teams)
 
     annealing = Annealing.from_config(config.anneal)
-    matchmaker = Matchmaker(spec, league, annealing, config.seed, teams)
+    curriculum = Curriculum.from_config(config)
+    if curriculum is not None and "curriculum" in meta:
+        curriculum.load_state_dict(meta["curriculum"])
+        logging.info("curriculum restored: levels up to %d", curriculum.bound)
+    threshold = config.log.success_threshold
+    matchmaker = Matchmaker(
+        spec, league, annealing, config.seed, teams, curriculum, threshold or 0.0
+    )
     slots = -(-int(config.server.queue_unrolls or config.batch_unrolls) // config.batch_unrolls)
     batches = BatchQueue(slots)
     store = TrajectoryStore(
@@ -394,6 +405,10 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
     row.update({k: float("nan") for k in p.learner.metric_keys})
     if p.service.matchmaker.annealing is not None:
         row["anneal_fraction"] = p.service.matchmaker.annealing.fraction(p.learner.version)
+    curriculum = p.service.matchmaker.curriculum
+    if curriculum is not None:
+        curriculum.progress(env_steps)
+        row.update(curriculum.take_metrics())
     if p.league is not None:
         row.update(p.league.take_metrics())
     if p.evaluator is not None:

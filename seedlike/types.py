@@ -13,6 +13,8 @@ LEGAL_ACTION_MASK = "legal_action_mask"
 # holds the other agents' `key` [K-1, ...] and TEAMMATES_PRESENT bool [K-1] which of them are there.
 TEAMMATES = "teammates/"
 TEAMMATES_PRESENT = TEAMMATES + "present"
+# The extras key of a row's curriculum level (env.levels, seedlike/envs/levels.py), int32 [].
+LEVEL = "level"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +41,8 @@ class EnvSpec:
       observation: observation key -> per-row spec. Array observations use the key "obs".
       num_actions: size of the discrete action space.
       num_players: rows per env per step (1 for single-player games).
-      extras: per-row side inputs to the policy, e.g. "legal_action_mask" bool[num_actions].
+      extras: per-row side information: inputs to the policy ("legal_action_mask"
+        bool[num_actions]) or bookkeeping for the server ("level" int32[], the curriculum level).
     """
 
     name: str
@@ -126,6 +129,15 @@ class Unroll(NamedTuple):
     terminated: np.ndarray
     truncated: np.ndarray
     carry: Any = ()
+
+
+def concat_rows(parts: list[Rows]) -> Rows:
+    """Several batches' rows, one after another."""
+    return Rows(
+        {k: np.concatenate([p.obs[k] for p in parts]) for k in parts[0].obs},
+        {k: np.concatenate([p.extras[k] for p in parts]) for k in parts[0].extras},
+        *(np.concatenate([getattr(p, f) for p in parts]) for f in Rows._fields[2:]),
+    )
 
 
 def stack_unrolls(unrolls: list[Unroll]) -> Unroll:

@@ -6,14 +6,18 @@
 
 Both turn an env batch into seedlike.types.Rows of (env, player) seats with the same methods:
 reset(), recv() -> Rows, send(actions, rows), render(), close(). With `env.teammates = K` every row
-also carries its teammates' observations (seedlike/envs/teammates.py), whatever the backend.
+also carries its teammates' observations (seedlike/envs/teammates.py), whatever the backend; with
+`env.levels` an actor plays several tasks of one curriculum (seedlike/envs/levels.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from seedlike.envs import teammates
+import ml_collections
+
+from seedlike.envs import levels, teammates
+from seedlike.types import LEVEL
 
 BACKENDS = ("envpool", "pettingzoo")
 
@@ -54,10 +58,24 @@ def make_env_spec(env_config):
     else:
         from seedlike.envs.pettingzoo_env import make_env_spec as spec_fn
     spec = spec_fn(env_config)
+    level_names = tuple(env_config.get("levels", ()) or ())
+    if level_names:
+        others = {name: spec_fn(_level_config(env_config, name, 1)) for name in level_names}
+        spec = levels.level_spec(spec, others)
     team_size = int(env_config.get("teammates", 0) or 0)
     if team_size:
         spec = teammates.with_teammates(spec, team_size)
     return spec
+
+
+def _level_config(env_config, name: str, num_envs: int):
+    """env_config for `num_envs` envs of level `name` (synchronous, one envpool thread each)."""
+    config = ml_collections.ConfigDict(env_config.to_dict())
+    config.name, config.num_envs, config.levels = name, num_envs, ()
+    if "batch_size" in config:
+        config.batch_size = 0
+    config.num_threads = 1
+    return config
 
 
 def make_env(env_config, spec, seed: int):
@@ -66,6 +84,15 @@ def make_env(env_config, spec, seed: int):
         from seedlike.envs.envpool_env import EnvpoolAdapter as adapter
     else:
         from seedlike.envs.pettingzoo_env import PettingZooAdapter as adapter
+    level_names = tuple(env_config.get("levels", ()) or ())
+    if level_names:
+        extras = {k: v for k, v in spec.extras.items() if k != LEVEL}
+        one = dataclasses.replace(spec, extras=extras)
+
+        def make(level: int, slot: int, env_seed: int):
+            return adapter(_level_config(env_config, level_names[level], 1), one, env_seed)
+
+        return levels.LevelsAdapter(make, len(level_names), int(env_config.num_envs), seed)
     team_size = int(env_config.get("teammates", 0) or 0)
     if not team_size:
         return adapter(env_config, spec, seed)

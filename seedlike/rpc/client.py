@@ -142,6 +142,19 @@ def decode_actions(batch: pb.ActionBatch, rows: int, num_actions: int) -> np.nda
     return actions
 
 
+def decode_level_probs(message, num_levels: int):
+    """The level probabilities a Welcome or ActionBatch carries (None when it has none)."""
+    if not message.level_probs:
+        return None
+    p = np.asarray(message.level_probs, np.float64)
+    if p.shape != (num_levels,) or not np.all(np.isfinite(p)) or p.min() < 0 or p.sum() <= 0:
+        raise Disconnected(
+            f"server sent level probabilities {p.tolist()}, not a distribution over this "
+            f"actor's {num_levels} env.levels"
+        )
+    return p / p.sum()
+
+
 class Backoff:
     """Exponential backoff with full jitter; gives up after `give_up_s` without success."""
 

@@ -47,14 +47,16 @@ class Hello(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., actor_id: _Optional[int] = ..., env_name: _Optional[str] = ..., observation: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., num_actions: _Optional[int] = ..., num_envs: _Optional[int] = ..., num_players: _Optional[int] = ..., extras: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("protocol_version", "session_id", "policy_version")
+    __slots__ = ("protocol_version", "session_id", "policy_version", "level_probs")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_PROBS_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     session_id: int
     policy_version: int
-    def __init__(self, protocol_version: _Optional[int] = ..., session_id: _Optional[int] = ..., policy_version: _Optional[int] = ...) -> None: ...
+    level_probs: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, protocol_version: _Optional[int] = ..., session_id: _Optional[int] = ..., policy_version: _Optional[int] = ..., level_probs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class StepBatch(_message.Message):
     __slots__ = ("sequence", "observation", "reward", "terminated", "truncated", "env_id", "player_id", "extras", "acting", "game_over")
@@ -95,14 +97,16 @@ class StepBatch(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., observation: _Optional[_Mapping[str, Tensor]] = ..., reward: _Optional[_Union[Tensor, _Mapping]] = ..., terminated: _Optional[_Union[Tensor, _Mapping]] = ..., truncated: _Optional[_Union[Tensor, _Mapping]] = ..., env_id: _Optional[_Union[Tensor, _Mapping]] = ..., player_id: _Optional[_Union[Tensor, _Mapping]] = ..., extras: _Optional[_Mapping[str, Tensor]] = ..., acting: _Optional[_Union[Tensor, _Mapping]] = ..., game_over: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class ActionBatch(_message.Message):
-    __slots__ = ("sequence", "action", "policy_version")
+    __slots__ = ("sequence", "action", "policy_version", "level_probs")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_PROBS_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     action: Tensor
     policy_version: int
-    def __init__(self, sequence: _Optional[int] = ..., action: _Optional[_Union[Tensor, _Mapping]] = ..., policy_version: _Optional[int] = ...) -> None: ...
+    level_probs: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, sequence: _Optional[int] = ..., action: _Optional[_Union[Tensor, _Mapping]] = ..., policy_version: _Optional[int] = ..., level_probs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ActorMessage(_message.Message):
     __slots__ = ("hello", "step")

@@ -85,11 +85,13 @@ class InferenceServicer:
             codec.check_hello(hello.hello, service.spec, service.max_envs_per_actor)
             num_envs = hello.hello.num_envs
             session_id = service.open_session(hello.hello.actor_id, num_envs)
+            levels_sent, probs = service.level_probs()
             yield pb.ServerMessage(
                 welcome=pb.Welcome(
                     protocol_version=codec.PROTOCOL_VERSION,
                     session_id=session_id,
                     policy_version=service.registry.version,
+                    level_probs=probs,
                 )
             ).SerializeToString()
             sequence = 0
@@ -113,11 +115,14 @@ class InferenceServicer:
                 service.stats.add_busy("decode", time.perf_counter() - start)
                 future = asyncio.get_running_loop().create_future()
                 actions, version = await service.submit(session_id, rows, future)
-                yield pb.ServerMessage(
-                    actions=pb.ActionBatch(
-                        sequence=sequence, action=codec.encode(actions), policy_version=version
-                    )
-                ).SerializeToString()
+                reply = pb.ActionBatch(
+                    sequence=sequence, action=codec.encode(actions), policy_version=version
+                )
+                levels, probs = service.level_probs()
+                if levels != levels_sent:  # the curriculum moved: new episodes draw from these
+                    reply.level_probs.extend(probs)
+                    levels_sent = levels
+                yield pb.ServerMessage(actions=reply).SerializeToString()
                 sequence += 1
         except codec.ProtocolError as e:
             logging.warning("rejecting session %s: %s", session_id, e)

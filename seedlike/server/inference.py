@@ -236,6 +236,14 @@ class InferenceService:
             self.batcher.put(Control(session_id))
             logging.info("actor %d disconnected (session %d)", actor_id, session_id)
 
+    def level_probs(self) -> tuple[int, list[float]]:
+        """(version, level probabilities) of the curriculum for the actors; (0, []) without one."""
+        curriculum = self.matchmaker.curriculum
+        if curriculum is None:
+            return 0, []
+        version, probs = curriculum.probs()
+        return version, probs.tolist()
+
     def flush(self, timeout_s: float = 30.0) -> None:
         """Waits until every batch answered so far has been recorded."""
         deadline = time.monotonic() + timeout_s

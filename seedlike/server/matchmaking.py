@@ -1,5 +1,5 @@
 """Who plays each episode, and in which world: the one place where league sampling, built-in
-bots, teams and annealing meet the server.
+bots, teams, annealing and the curriculum meet the server.
 
 When episodes start, the inference thread asks `start`: in a league, the seats of every team but
 team 0 get an opponent (the learning policy, a frozen snapshot or a bot; the learning policy always
@@ -7,7 +7,8 @@ plays team 0), drawn once per env for all of that env's seats starting together;
 gets the learning policy. In a two-player board game the teams are the two players. Every starting
 episode also draws whether it has the environment change being annealed in (OpenAI Five App. B).
 The recorder `report`s every recorded batch; each game that ends (every seat of its env done) goes
-to the league as a result (payoff matrix, quality scores, win rates against bots). Nothing here
+to the league as a result (payoff matrix, quality scores, win rates against bots), and each
+episode that ends goes to the curriculum with its level and whether it succeeded. Nothing here
 calls back into the server.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 from seedlike.league import players
 from seedlike.league.players import LEARNER
 from seedlike.teams import GameTracker, Teams
+from seedlike.types import LEVEL
 
 
 class Matchmaker:
@@ -27,13 +29,26 @@ class Matchmaker:
     annealing: a seedlike.server.anneal.Annealing, or None (every episode has every change).
     seed: seeds the annealing draws and the bots' moves.
     teams: the seats' teams (seedlike.teams.Teams); None: from the spec's defaults.
+    curriculum: a seedlike.server.curriculum.Curriculum over env.levels, or None.
+    success_threshold: an episode succeeded if its return exceeds this (with a curriculum).
     """
 
-    def __init__(self, spec, league=None, annealing=None, seed=0, teams: Teams | None = None):
+    def __init__(
+        self,
+        spec,
+        league=None,
+        annealing=None,
+        seed=0,
+        teams: Teams | None = None,
+        curriculum=None,
+        success_threshold: float = 0.0,
+    ):
         self.num_players = spec.num_players
         self.teams = teams or Teams.from_config({}, spec)
         self.league = league
         self.annealing = annealing
+        self.curriculum = curriculum
+        self.success_threshold = float(success_threshold)
         self._rng = np.random.default_rng(seed + 1)
         self.bot_rng = np.random.default_rng(seed + 3)
         names = league.bot_names if league is not None else ()
@@ -72,7 +87,15 @@ class Matchmaker:
 
     def report(self, step, episodes) -> None:
         """One recorded batch (seedlike.server.trajectory_store.StepRecord) and the episodes that
-        ended with it: the result of every game it ends, from team 0's side, goes to the league."""
+        ended with it: the result of every game it ends, from team 0's side, goes to the league,
+        and every episode that ended, with its level, to the curriculum."""
+        if self.curriculum is not None and episodes.seat.size:
+            # The level of an episode is in the extras of its last row (one row per seat here).
+            ran = step.seat[step.ran]
+            order = np.argsort(ran)
+            row = order[np.searchsorted(ran, episodes.seat, sorter=order)]
+            level = step.extras[LEVEL][row]
+            self.curriculum.report(level, episodes.episode_return > self.success_threshold)
         if self._games is None:
             return
         ran = step.seat[step.ran]
