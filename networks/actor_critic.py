@@ -10,6 +10,7 @@ Parameter paths (used by surgery to locate layers):
               IMPALA CNN: stack_i/{conv, block_j/conv_k}, dense_0
   core:       params/core/lstm/{ii,if,ig,io,hi,hf,hg,ho} (flax LSTMCell, one Dense per gate)
   heads:      params/policy_head/logits, params/value_head/value
+  text:       params/text_encoder/{embed, gru} (with network.text_key)
 
 With `team_pool` (OpenAI Five's cross-hero pool) the torso also runs on each teammate's
 observation (keys "teammates/...", seedlike/envs/teammates.py) and its features gain a max-pool
@@ -28,6 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from networks import heads, normalization, torsos
+from networks.text import TextEncoder
+from seedlike.envs.text import VOCAB_SIZE
 from seedlike.types import TEAMMATES, EnvSpec
 from seedlike.types import TEAMMATES_PRESENT as PRESENT
 
@@ -95,6 +98,10 @@ class ActorCritic(nn.Module):
     # > 0: pool this share of the torso's features across teammates (team_max_pool); the inputs
     # then hold "teammates/<key>" [N, K-1, ...] and "teammates/present" [N, K-1].
     team_pool: float = 0.0
+    # An input of word ids [N, L] read by a TextEncoder, whose features join the torso's other
+    # (non-image) inputs. "": none.
+    text_key: str = ""
+    text_size: int = 64
 
     def setup(self):
         if self.torso_kind == "mlp" and not self.shared_torso:
@@ -104,6 +111,8 @@ class ActorCritic(nn.Module):
             self.torso = self._make_torso()
         if self.core_size:
             self.core = LSTMCore(self.core_size)
+        if self.text_key:
+            self.text_encoder = TextEncoder(VOCAB_SIZE, self.text_size)
         self.policy_head = heads.CategoricalHead(self.num_actions)
         self.value_head = heads.ValueHead()
 
@@ -160,14 +169,23 @@ class ActorCritic(nn.Module):
         return pool(policy_h), pool(value_h)
 
     def _encode(self, inputs: dict) -> tuple[jax.Array, jax.Array]:
+        words = None
+        if self.text_key:
+            inputs = dict(inputs)
+            words = self.text_encoder(inputs.pop(self.text_key))
         if self.torso_kind == "mlp":
             flat = torsos.flatten_features(inputs, 1)
+            if words is not None:
+                flat = jnp.concatenate([flat, words], -1)
             if not self.shared_torso:
                 return self.policy_torso(flat), self.value_torso(flat)
             h = self.torso(flat)
             return h, h
         others = {k: v for k, v in inputs.items() if k != self.image_key}
-        extra = torsos.flatten_features(others, 1) if others else None
+        parts = [torsos.flatten_features(others, 1)] if others else []
+        if words is not None:
+            parts.append(words)
+        extra = jnp.concatenate(parts, -1) if parts else None
         h = self.torso(inputs[self.image_key], extra)
         return h, h
 
@@ -316,6 +334,9 @@ class Network:
                 x = x.astype(jnp.float32) * self.image_scale
                 if self.image_layout == "CHW":
                     x = jnp.moveaxis(x, nd, -1)
+            elif own == self.module.text_key:
+                inputs[k] = x.astype(jnp.int32)  # word ids for the text encoder
+                continue
             elif s.dtype == np.uint8:
                 x = x.astype(jnp.float32) / 255.0
             inputs[k] = x.astype(jnp.float32)
@@ -359,6 +380,15 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         kernel, padding = kernel or 3, padding or "SAME"
     mirror = network_config.get("mirror", "") or ""
     board_width = _check_mirror(mirror, spec, core, layout) if mirror else 0
+    text_key = network_config.get("text_key", "") or ""
+    if text_key:
+        words = spec.observation.get(text_key)
+        if words is None or len(words.shape) != 1 or not np.issubdtype(words.dtype, np.integer):
+            raise ValueError(
+                f"network.text_key={text_key!r} needs an int [L] observation of word ids "
+                f"(env.mission_tokens); {spec.name} has "
+                f"{ {k: str(v) for k, v in spec.observation.items()} }"
+            )
     team_pool = float(network_config.get("team_pool", 0.0) or 0.0)
     if team_pool and not (0.0 < team_pool <= 1.0 and PRESENT in spec.observation and not mirror):
         raise ValueError(
@@ -383,6 +413,8 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         mirror=mirror,
         board_width=board_width,
         team_pool=team_pool,
+        text_key=text_key,
+        text_size=int(network_config.get("text_size", 64)),
     )
     return Network(
         spec=spec,

@@ -52,6 +52,10 @@ def base_config() -> ml_collections.ConfigDict:
     # env.name, easiest first. Each actor slot plays one level per episode, drawn from the
     # probabilities the server sets (`curriculum`). (): env.name only.
     c.env.levels = ()
+    # MiniGrid/BabyAI: send the mission as this many word ids (int32, seedlike/envs/text.py) for a
+    # text encoder (network.text_key); 0: as envpool gives it (bytes), or drop it with obs_keys.
+    c.env.mission_tokens = 0
+    c.env.blank_mission = False  # every mission reads as empty: the baseline a mission must beat
 
     # Teams in multi-agent envs (seedlike/teams.py; OpenAI Five App. G): how seats form teams and
     # how each agent's learning reward is shaped from its team's. Episode returns stay raw.
@@ -116,6 +120,10 @@ def base_config() -> ml_collections.ConfigDict:
     # env.teammates) and the heads get this share of its features max-pooled over the agent and
     # its present teammates, besides the agent's own features. 0: off.
     c.network.team_pool = 0.0
+    # An int32 [L] observation of word ids (env.mission_tokens) read by a text encoder (embedding
+    # and GRU, networks/text.py) whose features join the torso's other inputs. "": none.
+    c.network.text_key = ""
+    c.network.text_size = 64  # word embedding and GRU width
     c.network.core = "none"  # none | lstm (between torso and heads; the torso is then shared)
     c.network.core_size = 256  # LSTM units
     c.network.normalize_obs = True  # running mean/std normalization of float observations

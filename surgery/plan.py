@@ -75,17 +75,19 @@ def layout_of(network) -> Layout:
     rows = shapes["params"]["torso"]["dense_0"]["kernel"].shape[0]
     others = sum(
         int(np.prod(s.shape)) for k, s in _torso_inputs(network).items() if k != m.image_key
-    )
+    ) + (m.text_size if m.text_key else 0)
     positions = (rows - others) // _cnn_resolved(m)[0][-1]
     return Layout(m.torso_kind, m.image_key, network.image_layout, positions, bound)
 
 
 def _torso_inputs(network) -> dict:
-    """The observations the torso reads per agent: with a team pool, the agent's own keys (its
-    teammates' observations go through the same torso, so they follow their own key)."""
-    obs = network.spec.observation
-    if not network.module.team_pool:
-        return dict(obs)
+    """The observations the torso reads per agent as features: with a team pool, the agent's own
+    keys (its teammates' observations go through the same torso, so they follow their own key);
+    never the word ids of a text encoder (its features follow the others')."""
+    m = network.module
+    obs = {k: s for k, s in network.spec.observation.items() if k != m.text_key}
+    if not m.team_pool:
+        return obs
     return {k: s for k, s in obs.items() if not k.startswith(TEAMMATES)}
 
 
@@ -434,6 +436,8 @@ def derive_plan(
     same("network.image_key", om.image_key, nm.image_key)
     same("network.mirror", om.mirror, nm.mirror)
     same("network.team_pool", om.team_pool, nm.team_pool)
+    same("network.text_key", om.text_key, nm.text_key)
+    same("network.text_size", om.text_size, nm.text_size)
     same("network.cnn_kernel", om.cnn_kernel, nm.cnn_kernel)
     same("network.cnn_padding", om.cnn_padding, nm.cnn_padding)
     same("network.normalize_obs", old.normalize_obs, new.normalize_obs)
@@ -453,6 +457,12 @@ def derive_plan(
         raise PlanError("; ".join(problems))
 
     _derive_observations(_torso_inputs(old), _torso_inputs(new), problems, plan)
+    if om.text_key and plan:
+        problems.append(
+            f"observations {sorted(_torso_inputs(old))} change, and the text encoder's features "
+            f"(network.text_key={om.text_key!r}) follow them in the torso's first layer: surgery "
+            "does not move them"
+        )
     names = _torso_names(om)
     if om.torso_kind == "mlp":
         _derive_mlp(om, nm, names, mode, init_scale, problems, plan)

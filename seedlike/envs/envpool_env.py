@@ -15,6 +15,7 @@ import functools
 
 import numpy as np
 
+from seedlike.envs import text
 from seedlike.envs.spaces import spec_from_spaces
 from seedlike.types import LEGAL_ACTION_MASK, ArraySpec, EnvSpec, Rows
 
@@ -24,6 +25,10 @@ def _all_task_ids() -> tuple[str, ...]:
     import envpool
 
     return tuple(envpool.list_all_envs())
+
+
+# MiniGrid/BabyAI's mission text (NUL-terminated bytes; word tokens with env.mission_tokens).
+MISSION = "mission"
 
 
 class UnknownTask(ValueError):
@@ -78,6 +83,14 @@ def make_env_spec(env_config) -> EnvSpec:
         for key in list(spec.observation):
             if key not in keys:
                 del spec.observation[key]
+    length = int(env_config.get("mission_tokens", 0) or 0)
+    if length:
+        if MISSION not in spec.observation:
+            raise ValueError(
+                f"env.mission_tokens={length}: {env_config.name} has no observation {MISSION!r} "
+                f"(it has {sorted(spec.observation)}); set env.mission_tokens=0"
+            )
+        spec.observation[MISSION] = ArraySpec(np.int32, (length,))
     indices = tuple(env_config.get("obs_indices", ()) or ())
     if indices:
         obs = spec.observation.get("obs")
@@ -109,6 +122,9 @@ class EnvpoolAdapter:
         # Hiding features (e.g. CartPole's velocities) turns a task into a partially observed one.
         indices = tuple(env_config.get("obs_indices", ()) or ())
         self._obs_indices = np.asarray(indices, np.int64) if indices else None
+        length = int(env_config.get("mission_tokens", 0) or 0)
+        blank = bool(env_config.get("blank_mission", False))
+        self._tokenizer = text.MissionTokenizer(length, blank) if length else None
         self._env = envpool.make(env_config.name, env_type="gymnasium", seed=int(seed), **kwargs)
         self._turn_based = spec.num_players == 1 or _turn_based(self._env.spec)
         if not self._turn_based and self.num_envs != int(kwargs.get("batch_size", self.num_envs)):
@@ -200,9 +216,13 @@ class EnvpoolAdapter:
 
     def _obs_dict(self, obs) -> dict[str, np.ndarray]:
         if isinstance(obs, dict):
-            return {
-                k: np.asarray(obs[k], self.spec.observation[k].dtype) for k in self.spec.observation
-            }
+            out = {}
+            for k, s in self.spec.observation.items():
+                if k == MISSION and self._tokenizer is not None:
+                    out[k] = self._tokenizer(obs[k])
+                else:
+                    out[k] = np.asarray(obs[k], s.dtype)
+            return out
         if self._obs_indices is not None:
             obs = obs[:, self._obs_indices]
         return {"obs": np.asarray(obs, self.spec.observation["obs"].dtype)}
