@@ -27,4 +27,15 @@ else
   export PATH="$VENV/bin:$PATH"
   SEEDLIKE_PY="$VENV/bin/python"
 fi
+# envpool's Procgen tasks need the system Qt 5 runtime: installed here when this runs as root with
+# apt; otherwise a Procgen run stops with the command to run.
+if ! ldconfig -p 2>/dev/null | grep -q 'libQt5Gui.so.5'; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing libqt5gui5 (envpool's Procgen)" >&2
+    apt-get install -y -qq --no-install-recommends libqt5gui5 >/dev/null 2>&1 ||
+      { apt-get update -qq >/dev/null 2>&1 &&
+        apt-get install -y -qq --no-install-recommends libqt5gui5 >/dev/null 2>&1; } ||
+      echo "could not install libqt5gui5; Procgen needs: apt-get install -y --no-install-recommends libqt5gui5" >&2
+  fi
+fi
 export SEEDLIKE_PY

@@ -74,12 +74,12 @@ class Run:
 
 
 def _config_path(config: str) -> str:
-    if os.path.exists(config):
-        return os.path.abspath(config)
-    in_repo = os.path.join(ROOT, config)
-    if os.path.exists(in_repo):
-        return in_repo
-    raise FileNotFoundError(f"no config file {config} (here or in {ROOT})")
+    """The absolute path of a config file, keeping a `:argument` (configs/of_run.py:RUN)."""
+    path, sep, arg = config.partition(":")
+    for candidate in (path, os.path.join(ROOT, path)):
+        if os.path.exists(candidate):
+            return os.path.abspath(candidate) + sep + arg
+    raise FileNotFoundError(f"no config file {path} (here or in {ROOT})")
 
 
 def train(

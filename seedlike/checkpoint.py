@@ -287,14 +287,7 @@ def load_checkpoint(path: str):
     directory, step = existing_checkpoint_path(path)
     checkpointer = Checkpointer(directory)
     try:
-        steps = checkpointer.steps()
-        if not steps:
-            raise FileNotFoundError(f"no checkpoint in {directory}")
-        meta = checkpointer.read_meta(step if step is not None else steps[-1])
-        if "config" not in meta:
-            raise IncompatibleCheckpoint(
-                f"{directory} has no stored config (written by an old seedlike)"
-            )
+        step, meta = _latest_meta(checkpointer, directory, step)
         config = ml_collections.ConfigDict(meta["config"])
         network = make_network(config.network, make_env_spec(config.env))
         target = ts.init_train_state(
@@ -304,3 +297,27 @@ def load_checkpoint(path: str):
     finally:
         checkpointer.close()
     return config, network, state, meta
+
+
+def _latest_meta(checkpointer: Checkpointer, directory: str, step: int | None):
+    """(step, metadata) of `step` or the newest step; the metadata holds the run's config."""
+    steps = checkpointer.steps()
+    if not steps:
+        raise FileNotFoundError(f"no checkpoint in {directory}")
+    step = step if step is not None else steps[-1]
+    meta = checkpointer.read_meta(step)
+    if "config" not in meta:
+        raise IncompatibleCheckpoint(
+            f"{directory} has no stored config (written by an old seedlike)"
+        )
+    return step, meta
+
+
+def stored_config(path: str) -> dict:
+    """The config a run, checkpoint or step directory was trained with, as a dict."""
+    directory, step = existing_checkpoint_path(path)
+    checkpointer = Checkpointer(directory)
+    try:
+        return _latest_meta(checkpointer, directory, step)[1]["config"]
+    finally:
+        checkpointer.close()

@@ -20,6 +20,10 @@ def base_config() -> ml_collections.ConfigDict:
     # (the policy stays as initialized or restored). Measures what the serving path sustains
     # without the learner's compute (benchmarks/server_capacity.py).
     c.learn = True
+    # A run or checkpoint to start a new run from (fine-tuning): its parameters and observation
+    # statistics, with a fresh optimizer, counters and league. Ignored when the logdir has a
+    # checkpoint of its own (a resumed run continues from that). "": from scratch.
+    c.init_from = ""
     c.unroll_length = (
         32  # T: learning steps per unroll (the server sends T+1 steps, last bootstraps)
     )
@@ -90,6 +94,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.curriculum.window = 200
     c.curriculum.start = 0  # the bound at the start of a run
     c.curriculum.full_range_from = 2.0 / 3.0  # > 1: never
+    # Whose success moves the bound: "all" episodes at levels <= bound (MazeBase) or only those at
+    # the bound ("bound": the hardest level in play must be mastered before the next comes in).
+    c.curriculum.measure = "all"
 
     # A population (Neural MMO's N_pop): `size` independent learners in one world, member k
     # learning from the agents of teams k, k + size, ... (scripts/train.sh --population=N sets it
@@ -315,6 +322,7 @@ def validate(config) -> None:
             "0 <= lower <= upper <= 1",
         )
         need(cur.window >= 1, "curriculum.window must be >= 1")
+        need(cur.measure in ("all", "bound"), "curriculum.measure must be all|bound")
         need(
             0 <= cur.start < len(levels),
             f"curriculum.start={cur.start} must be a level index in [0, {len(levels)})",
@@ -368,14 +376,34 @@ def env_spec(config):
 
 
 def load_config_file(path: str) -> ml_collections.ConfigDict:
-    """Loads get_config() from a configs/*.py file (what --config=path does in the entrypoints)."""
+    """Loads get_config() from a configs/*.py file, or get_config(arg) for `file.py:arg` (what
+    --config=path does in the entrypoints)."""
     import importlib.util
     import os
 
+    path, sep, arg = path.partition(":")
     spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.get_config()
+    return module.get_config(arg) if sep else module.get_config()
+
+
+def from_dict(values: dict) -> ml_collections.ConfigDict:
+    """base_config() with `values` (a config as stored with a checkpoint) laid over it: fields keep
+    their types (tuples, typed placeholders), so --config.x overrides still work."""
+
+    def merge(node, values):
+        for key, value in values.items():
+            if isinstance(value, dict) and isinstance(node.get(key), ml_collections.ConfigDict):
+                merge(node[key], value)
+            elif isinstance(value, dict):
+                node[key] = ml_collections.ConfigDict(value)
+            else:
+                node[key] = tuple(value) if isinstance(value, list) else value
+
+    config = base_config()
+    merge(config, values)
+    return config
 
 
 def check_override_flags(argv: list[str], default_config: str) -> None:
@@ -388,7 +416,7 @@ def check_override_flags(argv: list[str], default_config: str) -> None:
     path = default_config
     for arg in argv[1:]:
         if arg.startswith("--config="):
-            path = arg.split("=", 1)[1].split(":", 1)[0]
+            path = arg.split("=", 1)[1]
     overrides = [
         a[len("--config.") :].split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")
     ]

@@ -191,6 +191,8 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         )
         checkpointer.remove_interrupted_saves()
         state, meta = _restore(checkpointer, state)
+        if not meta and config.init_from:
+            state = _init_from(config.init_from, state)
     counters = {k: int(meta.get(k, 0)) for k in ("env_steps", "episodes")}
     state, counters = distributed.broadcast_start(state, counters)
     learner.set_state(state)
@@ -330,6 +332,32 @@ def _restore(checkpointer, initial):
         ckpt_lib.params_fingerprint(state.params),
     )
     return state, meta
+
+
+def _init_from(path: str, state):
+    """A new run's state with the parameters and observation statistics of another run's
+    checkpoint (fine-tuning); optimizer, counters and RNG stay fresh."""
+    try:
+        _, _, source, meta = ckpt_lib.load_checkpoint(path)
+    except FileNotFoundError as e:
+        raise ckpt_lib.IncompatibleCheckpoint(f"init_from={path}: {e}") from None
+    for part in ("params", "obs_norm"):
+        have = ckpt_lib.shapes_by_name(getattr(state, part))
+        got = ckpt_lib.shapes_by_name(getattr(source, part))
+        if have != got:
+            differ = sorted(k for k in set(have) | set(got) if have.get(k) != got.get(k))
+            raise ckpt_lib.IncompatibleCheckpoint(
+                f"init_from={path}: its {part} do not fit this config's network (they differ at "
+                f"{', '.join(differ[:4])}{' ...' if len(differ) > 4 else ''}); change a run's "
+                "network with surgery (python -m surgery) instead"
+            )
+    logging.info(
+        "initialized from %s (policy version %s, params %s); optimizer and counters fresh",
+        path,
+        meta.get("policy_version"),
+        ckpt_lib.params_fingerprint(source.params),
+    )
+    return state.replace(params=source.params, obs_norm=source.obs_norm)
 
 
 def _make_league(config, logdir, network, learner, meta, teams):

@@ -67,6 +67,18 @@ def test_the_bound_moves_once_a_window_of_episodes_at_levels_up_to_it_has_ended(
     assert restored.bound == 2 and list(restored.probs()[1]) == pytest.approx([1 / 3] * 3)
 
 
+def test_measured_at_the_bound_only_the_hardest_level_in_play_moves_it():
+    c = Curriculum(3, lower=0.3, upper=0.8, window=4, measure="bound")
+    c.report(np.zeros(4, int), np.ones(4, bool))
+    assert c.bound == 1
+    c.report(np.zeros(10, int), np.ones(10, bool))  # level 0 no longer counts
+    assert c.bound == 1
+    c.report(np.array([1, 1, 1, 1]), np.zeros(4, bool))
+    assert c.bound == 0
+    with pytest.raises(ValueError, match="curriculum.measure='top' is not one of"):
+        Curriculum(3, 0.3, 0.8, 4, measure="top")
+
+
 def cartpole_levels(num_envs=3):
     c = base_config()
     c.env.name, c.env.num_envs = "CartPole-v1", num_envs

@@ -27,6 +27,11 @@ def _all_task_ids() -> tuple[str, ...]:
     return tuple(envpool.list_all_envs())
 
 
+# envpool's Procgen tasks load the system Qt 5 runtime (scripts/setup_venv.sh installs it as root).
+QT_FIX = (
+    "the system Qt 5 runtime (envpool's Procgen): "
+    "apt-get install -y --no-install-recommends libqt5gui5"
+)
 # MiniGrid/BabyAI's mission text (NUL-terminated bytes; word tokens with env.mission_tokens).
 MISSION = "mission"
 
@@ -64,7 +69,12 @@ def make_env_spec(env_config) -> EnvSpec:
 
     check_task_id(env_config.name)
     kwargs = {k: v for k, v in envpool_kwargs(env_config).items() if k not in ("num_threads",)}
-    pool_spec = envpool.make_spec(env_config.name, **kwargs)
+    try:
+        pool_spec = envpool.make_spec(env_config.name, **kwargs)
+    except ImportError as e:
+        if "Qt" not in str(e):
+            raise
+        raise ValueError(f"{env_config.name} needs {QT_FIX}") from None
     spec = spec_from_spaces(
         env_config.name,
         pool_spec.observation_space,

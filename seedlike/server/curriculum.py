@@ -8,9 +8,12 @@ the bound last moved leaves [T_l, T_u], the bound moves:
     bound <- min(bound + 1, L - 1)   if success > T_u
     bound <- max(bound - 1, 0)       if success < T_l
 
-measured over `window` episodes at levels <= bound. For the last part of training (MazeBase: the
-last third) every level is played whatever the bound. The server sends the level probabilities to
-the actors with their actions whenever they change (seedlike/rpc/seedlike.proto, `level_probs`).
+measured over `window` episodes at levels <= bound (MazeBase: the model's success on the games it
+is given), or at the bound alone (`measure="bound"`: a level is added only once the hardest one
+in play is mastered, and taken away while it is failed). For the last part of training (MazeBase:
+the last third) every level is played whatever the bound. The server sends the level
+probabilities to the actors with their actions whenever they change (seedlike/rpc/seedlike.proto,
+`level_probs`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+
+MEASURES = ("all", "bound")
 
 
 def threshold_rule(bound: int, success_rate: float, lower: float, upper: float, top: int) -> int:
@@ -47,6 +52,7 @@ class Curriculum:
       window: episodes (at levels <= bound, since the bound last moved) per decision.
       start: the first bound.
       full_range_steps: env steps from which every level is played (None: never).
+      measure: "all" (episodes at levels <= bound) or "bound" (at the bound level only).
     """
 
     def __init__(
@@ -57,7 +63,11 @@ class Curriculum:
         window: int,
         start: int = 0,
         full_range_steps: int | None = None,
+        measure: str = "all",
     ):
+        if measure not in MEASURES:
+            raise ValueError(f"curriculum.measure={measure!r} is not one of {list(MEASURES)}")
+        self.measure = measure
         self.num_levels = int(num_levels)
         self.lower, self.upper, self.window = float(lower), float(upper), int(window)
         self.full_range_steps = full_range_steps
@@ -85,6 +95,7 @@ class Curriculum:
             c.window,
             c.start,
             int(full * config.total_env_steps) if full <= 1.0 else None,
+            c.get("measure", "all"),
         )
 
     def probs(self) -> tuple[int, np.ndarray]:
@@ -100,7 +111,7 @@ class Curriculum:
         with self._lock:
             np.add.at(self._ended, level, 1)
             np.add.at(self._successes, level, success.astype(np.int64))
-            counted = level <= self.bound
+            counted = level <= self.bound if self.measure == "all" else level == self.bound
             self._window_ended += int(counted.sum())
             self._window_successes += int(success[counted].sum())
             if self._window_ended < self.window:
