@@ -16,7 +16,11 @@ from seedlike.learner.learner import Learner
 from seedlike.teams import Teams
 from tests.procs import ROOT
 
-CONFIGS = sorted(glob.glob(os.path.join(ROOT, "configs", "*.py")))
+# of_run.py takes a run (tested below); variants are file.py:argument.
+CONFIGS = sorted(
+    [p for p in glob.glob(os.path.join(ROOT, "configs", "*.py")) if not p.endswith("of_run.py")]
+    + [os.path.join(ROOT, "configs", "procgen_coinrun.py:cpu")]
+)
 
 
 def test_every_config_file_is_found():
@@ -82,3 +86,26 @@ def test_distributed_settings_that_cannot_work_are_refused(setting, message):
     config.distributed.update(setting)
     with pytest.raises(ConfigError, match=re.escape(message)):
         validate(config)
+
+
+def test_of_run_is_the_config_a_run_was_trained_with(tmp_path):
+    """configs/of_run.py:RUN lays a checkpoint's stored config over the defaults, so its fields
+    keep their types for overrides; a path without a run is a one-line exit."""
+    import json
+
+    from seedlike.checkpoint import Checkpointer
+    from seedlike.learner import train_state as ts
+
+    config = load_config_file(os.path.join(ROOT, "configs", "coins_teams.py"))
+    network = make_network(config.network, make_env_spec(config.env))
+    state = ts.init_train_state(network, ts.make_optimizer(config.optimizer), jax.random.key(0))
+    checkpointer = Checkpointer(str(tmp_path / "run" / "checkpoints"))
+    checkpointer.save(1, state, {"config": json.loads(config.to_json())})
+    checkpointer.close()
+    loaded = load_config_file(os.path.join(ROOT, "configs", f"of_run.py:{tmp_path / 'run'}"))
+    assert loaded.is_locked and loaded.to_dict() == config.to_dict()
+    assert loaded.teams.sizes == (4, 4) and isinstance(loaded.teams.sizes, tuple)
+    loaded.unlock()
+    loaded.log.success_threshold = 0.5  # a typed placeholder, not a None field
+    with pytest.raises(SystemExit, match="of_run.py:.*nowhere: no run or checkpoint"):
+        load_config_file(os.path.join(ROOT, "configs", f"of_run.py:{tmp_path / 'nowhere'}"))
