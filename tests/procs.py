@@ -14,6 +14,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "cartpole_ppo.py")
 
 
+def has_qt5() -> bool:
+    """Whether envpool's Procgen tasks can load (scripts/setup_venv.sh installs Qt 5 as root)."""
+    found = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    return "libQt5Gui.so.5" in found
+
+
+# Procgen tests need the system Qt 5 runtime; where it could not be installed they say so.
+NEEDS_QT = "no libQt5Gui.so.5: apt-get install -y --no-install-recommends libqt5gui5"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

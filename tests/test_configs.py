@@ -14,7 +14,7 @@ from seedlike.config import ConfigError, load_config_file, validate
 from seedlike.envs import make_env_spec
 from seedlike.learner.learner import Learner
 from seedlike.teams import Teams
-from tests.procs import ROOT
+from tests.procs import NEEDS_QT, ROOT, has_qt5
 
 # of_run.py takes a run (tested below); variants are file.py:argument.
 CONFIGS = sorted(
@@ -28,7 +28,16 @@ def test_every_config_file_is_found():
     assert {"cartpole_ppo.py", "connect4_selfplay.py", "atari_ppo.py"} <= names
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
+QT = has_qt5()
+
+
+def _param(path):
+    procgen = "procgen" in os.path.basename(path)
+    marks = [pytest.mark.skipif(procgen and not QT, reason=NEEDS_QT)]
+    return pytest.param(path, marks=marks, id=os.path.basename(path))
+
+
+@pytest.mark.parametrize("path", [_param(p) for p in CONFIGS])
 def test_config_builds_on_two_devices(path):
     config = load_config_file(path)
     assert config.is_locked, "configs must lock so misspelled keys fail"

@@ -18,7 +18,9 @@ from seedlike.config import base_config, load_config_file
 from seedlike.envs import make_env_spec
 from seedlike.learner import train_state as ts
 from seedlike.training import _init_from
-from tests.procs import ROOT
+from tests.procs import NEEDS_QT, ROOT, has_qt5
+
+needs_qt = pytest.mark.skipif(not has_qt5(), reason=NEEDS_QT)
 
 
 def test_levels_are_ranges_steps_or_lists():
@@ -47,6 +49,7 @@ def procgen_config():
     return c
 
 
+@needs_qt
 def test_a_level_is_played_alone_and_as_envpool_plays_it():
     """Greedy play of a fixed network: Procgen is deterministic given the level and the actions,
     so each episode's return and length must equal those of envpool's own env made with
@@ -131,6 +134,7 @@ def get_config():
 
 
 @pytest.mark.slow
+@needs_qt
 def test_evaluate_scores_levels_and_fine_tunes_against_scratch(tmp_path):
     """A checkpoint of the tiny Procgen config (trained on levels 0..199), scored on 2 training
     and 2 held-out levels and fine-tuned on one of them, from the checkpoint and from scratch."""
