@@ -30,8 +30,7 @@ import numpy as np
 
 from networks import heads, normalization, torsos
 from networks.text import TextEncoder
-from seedlike.envs.text import VOCAB_SIZE
-from seedlike.types import TEAMMATES, EnvSpec
+from seedlike.types import MISSION_VOCAB_SIZE, TEAMMATES, EnvSpec
 from seedlike.types import TEAMMATES_PRESENT as PRESENT
 
 TORSOS = ("mlp", *torsos.CNN_TORSOS)
@@ -112,7 +111,7 @@ class ActorCritic(nn.Module):
         if self.core_size:
             self.core = LSTMCore(self.core_size)
         if self.text_key:
-            self.text_encoder = TextEncoder(VOCAB_SIZE, self.text_size)
+            self.text_encoder = TextEncoder(MISSION_VOCAB_SIZE, self.text_size)
         self.policy_head = heads.CategoricalHead(self.num_actions)
         self.value_head = heads.ValueHead()
 

@@ -15,6 +15,14 @@ TEAMMATES = "teammates/"
 TEAMMATES_PRESENT = TEAMMATES + "present"
 # The extras key of a row's curriculum level (env.levels, seedlike/envs/levels.py), int32 [].
 LEVEL = "level"
+# Word ids of a mission given as text (env.mission_tokens, seedlike/envs/text.py): 0 pads, 1 is a
+# word outside the vocabulary, 2.. are these words, every word of envpool's BabyAI missions.
+MISSION_WORDS = (
+    ",", "a", "after", "and", "ball", "behind", "blue", "box", "door", "front", "go", "green",
+    "grey", "in", "key", "left", "next", "object", "of", "on", "open", "pick", "purple", "put",
+    "red", "right", "the", "then", "to", "up", "yellow", "you", "your",
+)  # fmt: skip
+MISSION_VOCAB_SIZE = len(MISSION_WORDS) + 2
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,8 @@
 envpool's MiniGrid/BabyAI tasks give each observation its mission as NUL-terminated UTF-8 bytes
 (uint8 [512] for BabyAI). The actor turns them into int32 [L] word ids of a fixed vocabulary, so
 the wire carries L ids instead of 512 bytes and the network embeds words (networks.text). The
-vocabulary is BabyAI's grammar: every word of every envpool BabyAI task's missions.
+vocabulary (seedlike.types.MISSION_WORDS, shared with the network) is BabyAI's grammar: every
+word of every envpool BabyAI task's missions.
 
 Imports only numpy (actors may run without jax).
 """
@@ -13,14 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from seedlike.types import MISSION_WORDS
+
 PAD, UNKNOWN = 0, 1
-WORDS = (
-    ",", "a", "after", "and", "ball", "behind", "blue", "box", "door", "front", "go", "green",
-    "grey", "in", "key", "left", "next", "object", "of", "on", "open", "pick", "purple", "put",
-    "red", "right", "the", "then", "to", "up", "yellow", "you", "your",
-)  # fmt: skip
-VOCAB = {word: i + 2 for i, word in enumerate(WORDS)}
-VOCAB_SIZE = len(WORDS) + 2  # with PAD and UNKNOWN
+VOCAB = {word: i + 2 for i, word in enumerate(MISSION_WORDS)}
 
 
 def words(mission: str) -> list[str]:
