@@ -3,8 +3,10 @@ plays DoorKey 5x5, 6x6, 8x8 and 16x16 (they share the 7x7 egocentric view), each
 drawn uniformly up to a bound that the server raises when the success rate passes T_u and lowers
 below T_l (seedlike/server/curriculum.py). No process restarts between levels.
 
-PPO on 16x16 alone finds no reward in this budget: a random policy almost never reaches the goal
-of a 16x16 room within its 2,560 steps (benchmarks/RESULTS.md, "Curriculum").
+Measured here (benchmarks/RESULTS.md, "DoorKey-16x16 through a curriculum"): 16x16 success 1.00
+from 3M steps on (20 minutes on 2 cores); PPO on 16x16 alone with the same settings and budget
+(--config.env.levels='()') stays near 0, since a random policy rarely reaches the goal of a 16x16
+room within its 2,560 steps and every update then teaches nothing.
 
   scripts/train.sh --config=configs/doorkey_curriculum.py --logdir=runs/doorkey16
 """
@@ -23,8 +25,8 @@ def get_config():
     )
     c.env.num_envs = 16
     c.env.obs_keys = ("image",)
-    c.total_env_steps = 6_000_000
-    c.unroll_length = 32
+    c.total_env_steps = 4_500_000
+    c.unroll_length = 64  # 16x16 episodes run to 2,560 steps: longer unrolls for the LSTM
     c.batch_unrolls = 32
     # As configs/minigrid_doorkey_lstm.py: small CNN over the 7x7 view, LSTM.
     c.network.torso = "small_cnn"
@@ -36,11 +38,13 @@ def get_config():
     c.ppo.epochs = 4
     c.ppo.num_minibatches = 4
     c.ppo.ent_coef = 0.01
-    c.optimizer.learning_rate = 5e-4
+    # With 5e-4, 32-step unrolls and measure="all", 16x16 peaked near 0.4 and was lost again.
+    c.optimizer.learning_rate = 3e-4
     c.optimizer.anneal_lr = False
-    c.curriculum.lower = 0.3  # T_l
+    c.curriculum.lower = 0.2  # T_l
     c.curriculum.upper = 0.8  # T_u
-    c.curriculum.window = 200  # episodes per decision
+    c.curriculum.window = 100  # episodes at the bound per decision
+    c.curriculum.measure = "bound"  # a level comes in once the hardest in play is mastered
     c.log.interval_s = 15.0
     c.log.success_threshold = 0.0  # MiniGrid pays > 0 only for reaching the goal
     c.lock()

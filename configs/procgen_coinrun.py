@@ -38,10 +38,11 @@ def get_config(variant: str = ""):
     c.ppo.ent_coef = 0.01
     c.ppo.clip_eps = 0.2
     c.optimizer.learning_rate = 5e-4
+    c.optimizer.anneal_lr = False  # the paper's constant rate
     c.log.success_threshold = 0.0  # Coinrun pays 10 for the coin
     if variant == "cpu":
-        # XLA:CPU runs the IMPALA CNN's small 3x3 convs and max-pools slowly: even at 8-16-16
-        # channels an update costs 15x a 16-32-32 Nature CNN's per sample (benchmarks/RESULTS.md).
+        # On XLA:CPU a PPO update with the paper's IMPALA CNN costs 29x this Nature CNN's per env
+        # step, 10x at 8-16-16 channels (benchmarks/torso_cost.py, benchmarks/RESULTS.md).
         c.network.torso = "nature_cnn"
         c.network.cnn_channels = (16, 32, 32)
         c.network.cnn_hidden = 256
@@ -49,6 +50,6 @@ def get_config(variant: str = ""):
         c.unroll_length = 64
         c.batch_unrolls = 32
         c.ppo.num_minibatches = 4
-        c.total_env_steps = 3_000_000
+        c.total_env_steps = 5_000_000
     c.lock()
     return c
