@@ -21,7 +21,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_venv.sh
-export WANDB_MODE="${WANDB_MODE:-offline}"
 
 num_actors=2
 learners=1
