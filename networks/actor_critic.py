@@ -11,6 +11,13 @@ Parameter paths (used by surgery to locate layers):
   core:       params/core/lstm/{ii,if,ig,io,hi,hf,hg,ho} (flax LSTMCell, one Dense per gate)
   heads:      params/policy_head/logits, params/value_head/value
   text:       params/text_encoder/{embed, gru} (with network.text_key)
+  entities:   params/entity_encoder/{embed, attention/{query,key,value,out}, norm, mlp}
+              (with network.entities); pointer heads params/pointers_<i>/{query, key, extra}
+              for action head i, the other heads' logits side by side in params/policy_head/logits
+
+A factorized action (EnvSpec.action_heads) has one categorical per argument, independent given
+the features; a pointer head (network.pointer_heads) chooses an entity of the set
+`network.entities` by attention from the features to the entities' embeddings.
 
 With `team_pool` (OpenAI Five's cross-hero pool) the torso also runs on each teammate's
 observation (keys "teammates/...", seedlike/envs/teammates.py) and its features gain a max-pool
@@ -28,7 +35,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from networks import heads, normalization, torsos
+from networks import entities, heads, normalization, torsos
+from networks.entities import EntityEncoder
 from networks.text import TextEncoder
 from seedlike.types import MISSION_VOCAB_SIZE, TEAMMATES, EnvSpec
 from seedlike.types import TEAMMATES_PRESENT as PRESENT
@@ -101,6 +109,21 @@ class ActorCritic(nn.Module):
     # (non-image) inputs. "": none.
     text_key: str = ""
     text_size: int = 64
+    # A factorized action's argument sizes (EnvSpec.action_heads); () for one categorical.
+    action_heads: Sequence[int] = ()
+    # An entity set input [N, E, F] read by an EntityEncoder (networks/entities.py), whose pooled
+    # features join the torso's other (non-image) inputs. "": none.
+    entity_key: str = ""
+    num_entities: int = 0  # E
+    entity_size: int = 64
+    entity_heads: int = 4  # attention heads
+    # Action heads (indices into action_heads) that point into the entity set: their first E
+    # choices are the entities, any further ones ordinary logits.
+    pointer_heads: Sequence[int] = ()
+
+    @property
+    def head_sizes(self) -> tuple[int, ...]:
+        return tuple(self.action_heads) or (self.num_actions,)
 
     def setup(self):
         if self.torso_kind == "mlp" and not self.shared_torso:
@@ -112,7 +135,16 @@ class ActorCritic(nn.Module):
             self.core = LSTMCore(self.core_size)
         if self.text_key:
             self.text_encoder = TextEncoder(MISSION_VOCAB_SIZE, self.text_size)
-        self.policy_head = heads.CategoricalHead(self.num_actions)
+        if self.entity_key:
+            self.entity_encoder = EntityEncoder(self.entity_size, self.entity_heads)
+        dense = sum(n for i, n in enumerate(self.head_sizes) if i not in self.pointer_heads)
+        if dense:
+            self.policy_head = heads.CategoricalHead(dense)
+        # flax names them pointers_<i>
+        self.pointers = {
+            str(i): heads.PointerHead(extra=self.head_sizes[i] - self.num_entities)
+            for i in self.pointer_heads
+        }
         self.value_head = heads.ValueHead()
 
     def _make_torso(self):
@@ -131,19 +163,21 @@ class ActorCritic(nn.Module):
             kwargs["padding"] = self.cnn_padding
         return torsos.CNN_TORSOS[self.torso_kind](**kwargs)
 
-    def encode(self, inputs: dict) -> tuple[jax.Array, jax.Array]:
-        """Policy and value features [N, F] (the same array for a shared torso).
+    def encode(self, inputs: dict) -> tuple[jax.Array, jax.Array, dict]:
+        """Policy and value features [N, F] (the same array for a shared torso), and what the
+        heads read besides: {"entities": [N, E, D], "present": bool [N, E]} for pointer heads,
+        else {}.
 
         A mirrored network returns [N, 2F]: the features of the board and of its mirror image,
         which `outputs` turns into one equivariant policy and one invariant value.
         """
         if self.team_pool:
-            return self._encode_team(inputs)
+            return (*self._encode_team(inputs), {})
         if not self.mirror:
             return self._encode(inputs)
         flipped = {k: jnp.flip(v, axis=2) for k, v in inputs.items()}  # [N, H, W, C]: W
-        (p, v), (pm, vm) = self._encode(inputs), self._encode(flipped)
-        return jnp.concatenate([p, pm], -1), jnp.concatenate([v, vm], -1)
+        (p, v, _), (pm, vm, _) = self._encode(inputs), self._encode(flipped)
+        return jnp.concatenate([p, pm], -1), jnp.concatenate([v, vm], -1), {}
 
     def _encode_team(self, inputs: dict) -> tuple[jax.Array, jax.Array]:
         """The torso on the agent and its teammates in one pass, then team_max_pool."""
@@ -161,39 +195,42 @@ class ActorCritic(nn.Module):
             h = h.reshape(n, mates + 1, -1)
             return team_max_pool(h, present, pooled_size(h.shape[-1], self.team_pool))
 
-        policy_h, value_h = self._encode(agents)
+        policy_h, value_h, _ = self._encode(agents)
         if policy_h is value_h:
             pooled = pool(policy_h)
             return pooled, pooled
         return pool(policy_h), pool(value_h)
 
-    def _encode(self, inputs: dict) -> tuple[jax.Array, jax.Array]:
-        words = None
+    def _encode(self, inputs: dict) -> tuple[jax.Array, jax.Array, dict]:
+        inputs, encoded, ctx = dict(inputs), [], {}
         if self.text_key:
-            inputs = dict(inputs)
-            words = self.text_encoder(inputs.pop(self.text_key))
+            encoded.append(self.text_encoder(inputs.pop(self.text_key)))
+        if self.entity_key:
+            units = inputs.pop(self.entity_key)
+            mask = entities.present(units)
+            pooled, embedded = self.entity_encoder(units, mask)
+            encoded.append(pooled)
+            ctx = {"entities": embedded, "present": mask}
         if self.torso_kind == "mlp":
-            flat = torsos.flatten_features(inputs, 1)
-            if words is not None:
-                flat = jnp.concatenate([flat, words], -1)
+            flat = jnp.concatenate(
+                ([torsos.flatten_features(inputs, 1)] if inputs else []) + encoded, -1
+            )
             if not self.shared_torso:
-                return self.policy_torso(flat), self.value_torso(flat)
+                return self.policy_torso(flat), self.value_torso(flat), ctx
             h = self.torso(flat)
-            return h, h
+            return h, h, ctx
         others = {k: v for k, v in inputs.items() if k != self.image_key}
-        parts = [torsos.flatten_features(others, 1)] if others else []
-        if words is not None:
-            parts.append(words)
+        parts = ([torsos.flatten_features(others, 1)] if others else []) + encoded
         extra = jnp.concatenate(parts, -1) if parts else None
         h = self.torso(inputs[self.image_key], extra)
-        return h, h
+        return h, h, ctx
 
     def core_step(self, carry, x: jax.Array, first: jax.Array):
         return self.core(carry, x, first)
 
-    def outputs(self, policy_h: jax.Array, value_h: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def outputs(self, policy_h, value_h, ctx=None) -> tuple[jax.Array, jax.Array]:
         if not self.mirror:
-            return self.policy_head(policy_h), self.value_head(value_h)
+            return self._logits(policy_h, ctx), self.value_head(value_h)
         # pi(a | s) from the average of the logits for s and, with actions mirrored back, for
         # mirror(s): the policy is exactly equivariant and the value invariant, and every game
         # teaches both orientations.
@@ -205,12 +242,26 @@ class ActorCritic(nn.Module):
         logits = 0.5 * (self.policy_head(p) + mirrored)
         return logits, 0.5 * (self.value_head(v) + self.value_head(vm))
 
+    def _logits(self, h: jax.Array, ctx) -> jax.Array:
+        """The heads' logits side by side: pointer heads attend to ctx's entities."""
+        if not self.pointer_heads:
+            return self.policy_head(h)
+        dense = self.policy_head(h) if len(self.pointers) < len(self.head_sizes) else None
+        parts, start = [], 0
+        for i, n in enumerate(self.head_sizes):
+            if str(i) in self.pointers:
+                parts.append(self.pointers[str(i)](h, ctx["entities"], ctx["present"]))
+            else:
+                parts.append(dense[:, start : start + n])
+                start += n
+        return jnp.concatenate(parts, axis=-1)
+
     def __call__(self, inputs: dict, carry=(), first=None):
-        policy_h, value_h = self.encode(inputs)
+        policy_h, value_h, ctx = self.encode(inputs)
         if self.core_size:
             carry, policy_h = self.core_step(carry, policy_h, first)
             value_h = policy_h
-        logits, value = self.outputs(policy_h, value_h)
+        logits, value = self.outputs(policy_h, value_h, ctx)
         return logits, value, carry
 
 
@@ -246,6 +297,11 @@ class Network:
     def is_recurrent(self) -> bool:
         return self.module.core_size > 0
 
+    @property
+    def action_sizes(self) -> tuple[int, ...] | None:
+        """The argument sizes of a factorized action (heads.log_prob etc.), None for one head."""
+        return self.spec.action_heads or None
+
     def init(self, rng: jax.Array):
         obs = {k: jnp.zeros((1, *s.shape), s.dtype) for k, s in self.spec.observation.items()}
         inputs = self._inputs(self.init_obs_norm(), obs, 1)
@@ -258,7 +314,9 @@ class Network:
         return {
             k: normalization.init_stats(s.shape)
             for k, s in self.spec.observation.items()
-            if np.issubdtype(s.dtype, np.floating) and not k.startswith(TEAMMATES)
+            if np.issubdtype(s.dtype, np.floating)
+            and not k.startswith(TEAMMATES)
+            and k != self.module.entity_key  # symlog-scaled in the encoder (networks/entities)
         }
 
     def initial_carry(self, batch: int):
@@ -274,7 +332,8 @@ class Network:
         """
         inputs = self._inputs(obs_norm, obs, 1)
         logits, value, carry = self.module.apply(params, inputs, carry, first)
-        return heads.apply_mask(logits, (extras or {}).get("legal_action_mask")), value, carry
+        mask = (extras or {}).get("legal_action_mask")
+        return heads.apply_mask(logits, mask, self.action_sizes), value, carry
 
     def unroll(self, params, obs_norm, obs, extras, carry, first):
         """A sequence per batch row: obs [B, T, ...], carry [B, ...], first bool [B, T].
@@ -285,7 +344,7 @@ class Network:
         key = next(iter(self.spec.observation))
         b, t = obs[key].shape[:2]
         flat = jax.tree.map(lambda x: x.reshape((b * t,) + x.shape[2:]), obs)
-        policy_h, value_h = self.module.apply(
+        policy_h, value_h, ctx = self.module.apply(
             params, self._inputs(obs_norm, flat, 1), method=ActorCritic.encode
         )
         if self.is_recurrent:
@@ -297,10 +356,12 @@ class Network:
             time_major = jnp.swapaxes(policy_h.reshape((b, t, -1)), 0, 1)
             carry, h = jax.lax.scan(scan_step, carry, (time_major, jnp.swapaxes(first, 0, 1)))
             policy_h = value_h = jnp.swapaxes(h, 0, 1).reshape((b * t, -1))
-        logits, value = self.module.apply(params, policy_h, value_h, method=ActorCritic.outputs)
+        logits, value = self.module.apply(
+            params, policy_h, value_h, ctx, method=ActorCritic.outputs
+        )
         logits = logits.reshape((b, t, -1))
         mask = (extras or {}).get("legal_action_mask")
-        return heads.apply_mask(logits, mask), value.reshape((b, t)), carry
+        return heads.apply_mask(logits, mask, self.action_sizes), value.reshape((b, t)), carry
 
     def apply(self, params, obs_norm, obs, extras=None):
         """Feed-forward networks only: logits [*batch, A] and values [*batch] for any batch dims."""
@@ -314,7 +375,7 @@ class Network:
         logits, value, _ = self.module.apply(params, inputs)
         logits = logits.reshape(batch_shape + (-1,))
         mask = (extras or {}).get("legal_action_mask")
-        return heads.apply_mask(logits, mask), value.reshape(batch_shape)
+        return heads.apply_mask(logits, mask, self.action_sizes), value.reshape(batch_shape)
 
     def _inputs(self, obs_norm, obs, batch_ndim: int) -> dict:
         inputs = {}
@@ -395,6 +456,7 @@ def make_network(network_config, spec: EnvSpec) -> Network:
             "across teammates: it needs env.teammates (the teammates' observations in every row) "
             "and no network.mirror; set network.team_pool=0 otherwise"
         )
+    entity_key, pointer_heads = _check_entities(network_config, spec, mirror, team_pool)
     module = ActorCritic(
         num_actions=spec.num_actions,
         torso_kind=torso,
@@ -414,6 +476,12 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         team_pool=team_pool,
         text_key=text_key,
         text_size=int(network_config.get("text_size", 64)),
+        action_heads=spec.action_heads,
+        entity_key=entity_key,
+        num_entities=spec.observation[entity_key].shape[0] if entity_key else 0,
+        entity_size=int(network_config.get("entity_size", 64)),
+        entity_heads=int(network_config.get("entity_heads", 4)),
+        pointer_heads=pointer_heads,
     )
     return Network(
         spec=spec,
@@ -449,3 +517,33 @@ def _check_mirror(mirror: str, spec: EnvSpec, core: str, layout: str) -> int:
             f"{spec.name} has {spec.num_actions} actions and observations {shapes}; {fix}"
         )
     return width
+
+
+def _check_entities(network_config, spec: EnvSpec, mirror: str, team_pool: float):
+    """network.entities and network.pointer_heads, checked against the env's spaces."""
+    key = network_config.get("entities", "") or ""
+    pointers = tuple(int(i) for i in (network_config.get("pointer_heads", ()) or ()))
+    shapes = {k: str(v) for k, v in spec.observation.items()}
+    if key:
+        units = spec.observation.get(key)
+        if units is None or len(units.shape) != 2 or not np.issubdtype(units.dtype, np.floating):
+            raise ValueError(
+                f"network.entities={key!r} needs a float [E, F] observation (E entities of F "
+                f"attributes, absent ones all zero); {spec.name} has {shapes}"
+            )
+        if mirror or team_pool:
+            raise ValueError(
+                "network.entities does not combine with network.mirror or network.team_pool; "
+                "set those to '' / 0"
+            )
+    if pointers:
+        sizes, entities = spec.head_sizes, spec.observation[key].shape[0] if key else 0
+        bad = [i for i in pointers if not 0 <= i < len(sizes) or sizes[i] < entities]
+        if not key or bad or len(set(pointers)) != len(pointers):
+            raise ValueError(
+                f"network.pointer_heads={list(pointers)} name action heads (indices into "
+                f"{list(sizes)}) of at least E choices that point into the entity set "
+                f"network.entities (E={entities}, {key or 'not set'}); fix the indices or set "
+                "network.entities"
+            )
+    return key, pointers

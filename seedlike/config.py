@@ -131,6 +131,16 @@ def base_config() -> ml_collections.ConfigDict:
     # and GRU, networks/text.py) whose features join the torso's other inputs. "": none.
     c.network.text_key = ""
     c.network.text_size = 64  # word embedding and GRU width
+    # A float [E, F] observation of up to E entities (absent ones all zero) read by an entity
+    # encoder (per-entity MLP, self-attention, max-pool; networks/entities.py) whose pooled
+    # features join the torso's other inputs. "": none.
+    c.network.entities = ""
+    c.network.entity_size = 64  # entity embedding width
+    c.network.entity_heads = 4  # attention heads of the entity encoder
+    # Factorized actions (MultiDiscrete): the action heads, by index, that choose an entity of
+    # network.entities by attention from the core's output (OpenAI Five's and Neural MMO's
+    # target choice); their choices beyond E are ordinary logits (e.g. "no target").
+    c.network.pointer_heads = ()
     c.network.core = "none"  # none | lstm (between torso and heads; the torso is then shared)
     c.network.core_size = 256  # LSTM units
     c.network.normalize_obs = True  # running mean/std normalization of float observations

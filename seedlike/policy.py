@@ -13,7 +13,6 @@ import threading
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from networks import heads
@@ -96,12 +95,13 @@ class PolicyRunner:
             logits, value, carry = network.step(
                 policy_params["params"], policy_params["obs_norm"], obs, extras, carry, first
             )
+            sizes = network.action_sizes
             if greedy:
-                action = logits.argmax(-1).astype(jnp.int32)
+                action = heads.greedy(logits, sizes)
             else:
                 key = jax.random.fold_in(jax.random.key(seed), counter)
-                action = jax.random.categorical(key, logits).astype(jnp.int32)
-            return action, heads.log_prob(logits, action), value, carry
+                action = heads.sample(key, logits, sizes)
+            return action, heads.log_prob(logits, action, sizes), value, carry
 
         def evaluate(policy_params, obs, extras):
             return network.apply(policy_params["params"], policy_params["obs_norm"], obs, extras)

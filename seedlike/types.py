@@ -7,7 +7,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-# The extras key of a two-player game's per-row legal moves, bool [num_actions].
+# The extras key of a row's legal actions, bool [logits_size]: a two-player game's legal moves, or
+# one mask per argument of a factorized action, side by side (EnvSpec.action_heads).
 LEGAL_ACTION_MASK = "legal_action_mask"
 # Observation keys of a row's teammates (env.teammates, seedlike/envs/teammates.py): TEAMMATES + key
 # holds the other agents' `key` [K-1, ...] and TEAMMATES_PRESENT bool [K-1] which of them are there.
@@ -50,7 +51,13 @@ class EnvSpec:
       num_actions: size of the discrete action space.
       num_players: rows per env per step (1 for single-player games).
       extras: per-row side information: inputs to the policy ("legal_action_mask"
-        bool[num_actions]) or bookkeeping for the server ("level" int32[], the curriculum level).
+        bool[logits_size]) or bookkeeping for the server ("level" int32[], the curriculum level).
+      action_heads: a factorized action (gymnasium MultiDiscrete): the sizes (n_1, ..., n_H) of its
+        H arguments, e.g. Neural MMO's (move direction, attack style, attack target). () is one
+        categorical. An action still travels and is stored as one int32, its arguments' digits in
+        mixed radix: a = ((d_1 * n_2 + d_2) * n_3 + d_3) ..., so num_actions = n_1 * ... * n_H
+        (np.ravel_multi_index order). The policy's logits are the heads' logits side by side,
+        [logits_size] = [n_1 + ... + n_H], and so is the legal-action mask (one mask per argument).
     """
 
     name: str
@@ -58,6 +65,31 @@ class EnvSpec:
     num_actions: int
     num_players: int = 1
     extras: dict[str, ArraySpec] = dataclasses.field(default_factory=dict)
+    action_heads: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        heads = tuple(int(n) for n in self.action_heads)
+        object.__setattr__(self, "action_heads", heads)
+        if heads and (min(heads) < 1 or int(np.prod(heads, dtype=np.int64)) != self.num_actions):
+            raise ValueError(
+                f"{self.name}: action heads {heads} need num_actions = their product, "
+                f"not {self.num_actions}"
+            )
+        if self.num_actions >= 2**31:
+            raise ValueError(
+                f"{self.name}: {self.num_actions} actions do not fit the int32 an action travels "
+                "as; drop or merge action arguments in the env's wrapper"
+            )
+
+    @property
+    def head_sizes(self) -> tuple[int, ...]:
+        """The sizes of the action's arguments: action_heads, or (num_actions,) for one head."""
+        return self.action_heads or (self.num_actions,)
+
+    @property
+    def logits_size(self) -> int:
+        """Width of the policy's logits and of the legal-action mask."""
+        return sum(self.head_sizes)
 
 
 class Rows(NamedTuple):
@@ -70,7 +102,7 @@ class Rows(NamedTuple):
 
     Layout:
       obs:        dict key -> [n, *spec.shape]
-      extras:     dict key -> [n, *spec.shape], e.g. LEGAL_ACTION_MASK bool [n, num_actions]
+      extras:     dict key -> [n, *spec.shape], e.g. LEGAL_ACTION_MASK bool [n, logits_size]
       reward:     float32 [n]
       terminated: bool    [n]
       truncated:  bool    [n]

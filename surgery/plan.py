@@ -438,6 +438,14 @@ def derive_plan(
     same("network.team_pool", om.team_pool, nm.team_pool)
     same("network.text_key", om.text_key, nm.text_key)
     same("network.text_size", om.text_size, nm.text_size)
+    if om.entity_key or nm.entity_key or om.action_heads or nm.action_heads:
+        # Their layers (entity encoder, pointer heads, heads side by side) have no operations
+        # yet; refusing beats widening a torso whose readers the plan does not know.
+        problems.append(
+            "network.entities / factorized actions: surgery has no operations for entity "
+            "encoders, pointer heads or several action heads yet; train the new network from "
+            "scratch or keep these settings unchanged"
+        )
     same("network.cnn_kernel", om.cnn_kernel, nm.cnn_kernel)
     same("network.cnn_padding", om.cnn_padding, nm.cnn_padding)
     same("network.normalize_obs", old.normalize_obs, new.normalize_obs)

@@ -79,20 +79,21 @@ def make_ppo_loss(network, config, axis_name: str | None = None, sequence: bool 
         else:
             samples = batch
             logits, value = network.apply(params, obs_norm, batch.obs, batch.extras)
-        return ppo_terms(logits, value, samples, config, pmean)
+        return ppo_terms(logits, value, samples, config, pmean, network.action_sizes)
 
     return loss_fn
 
 
-def ppo_terms(logits, value, batch: PPOBatch, config, pmean):
-    """The PPO objective from the current logits [*S, A] and values [*S] of the batch's samples."""
+def ppo_terms(logits, value, batch: PPOBatch, config, pmean, sizes=None):
+    """The PPO objective from the current logits [*S, A] and values [*S] of the batch's samples
+    (`sizes`: a factorized action's argument sizes, networks.heads)."""
     mask = batch.mask.astype(jnp.float32)
     per_device = jnp.maximum(pmean(jnp.sum(mask)), 1e-8)
 
     def mean(x):
         return jnp.sum(mask * x) / per_device
 
-    logp = heads.log_prob(logits, batch.action)
+    logp = heads.log_prob(logits, batch.action, sizes)
     log_ratio = logp - batch.behaviour_logp
     ratio = jnp.exp(log_ratio)
 
@@ -113,7 +114,7 @@ def ppo_terms(logits, value, batch: PPOBatch, config, pmean):
         )
         value_error = jnp.maximum(value_error, jnp.square(clipped_value - batch.value_target))
     value_loss = 0.5 * value_error
-    entropy = heads.entropy(logits)
+    entropy = heads.entropy(logits, sizes)
 
     total = mean(policy_loss) + config.vf_coef * mean(value_loss) - config.ent_coef * mean(entropy)
     metrics = {

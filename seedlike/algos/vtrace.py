@@ -99,7 +99,7 @@ def make_vtrace_loss(network, config, axis_name: str | None = None):
         def mean(x):
             return jnp.sum(mask * x) / per_device
 
-        logp = heads.log_prob(logits[:, :horizon], u.action[:, :horizon])
+        logp = heads.log_prob(logits[:, :horizon], u.action[:, :horizon], network.action_sizes)
         rho = jnp.where(valid, jnp.exp(logp - u.behaviour_logp[:, :horizon]), 0.0)
         rho = jax.lax.stop_gradient(rho)
         reward = u.reward
@@ -114,7 +114,7 @@ def make_vtrace_loss(network, config, axis_name: str | None = None):
 
         policy_loss = -logp * pg_adv
         value_loss = 0.5 * jnp.square(vs - values[:, :-1])
-        entropy = heads.entropy(logits[:, :horizon])
+        entropy = heads.entropy(logits[:, :horizon], network.action_sizes)
         total = (
             mean(policy_loss) + config.vf_coef * mean(value_loss) - config.ent_coef * mean(entropy)
         )

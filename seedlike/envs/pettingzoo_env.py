@@ -78,7 +78,7 @@ def spec_of(name: str, env, agent_id: bool = False) -> EnvSpec:
     spec = spec_from_spaces(name, obs_space, act_space, len(agents), turn_based=False)
     if ACTION_MASK in spec.observation:
         del spec.observation[ACTION_MASK]
-        spec.extras[LEGAL_ACTION_MASK] = ArraySpec(np.bool_, (spec.num_actions,))
+        spec.extras[LEGAL_ACTION_MASK] = ArraySpec(np.bool_, (spec.logits_size,))
     if agent_id:
         spec.observation[AGENT_ID] = ArraySpec(np.float32, (len(agents),))
     return spec
@@ -165,9 +165,12 @@ class PettingZooAdapter:
         """Steps every env with its acting rows' actions; envs whose agents are all done reset."""
         names = self._envs[0].possible_agents
         per_env: list[dict] = [{} for _ in range(self.num_envs)]
+        acting = action[rows.acting]
+        if self.spec.action_heads:  # MultiDiscrete: each action's arguments (EnvSpec)
+            acting = np.stack(np.unravel_index(acting, self.spec.action_heads), axis=-1)
         for e, p, a in zip(rows.env_id[rows.acting], rows.player_id[rows.acting],
-                           action[rows.acting]):  # fmt: skip
-            per_env[e][names[p]] = int(a)
+                           acting):  # fmt: skip
+            per_env[e][names[p]] = a if self.spec.action_heads else int(a)
         for e, env in enumerate(self._envs):
             if not env.agents:  # every agent was done in the last step
                 self._reset(e)

@@ -12,19 +12,25 @@ def spec_from_spaces(
 ) -> EnvSpec:
     import gymnasium
 
-    if not isinstance(action_space, gymnasium.spaces.Discrete):
+    heads = ()
+    if isinstance(action_space, gymnasium.spaces.MultiDiscrete) and action_space.nvec.ndim == 1:
+        heads = tuple(int(n) for n in action_space.nvec)  # a factorized action (EnvSpec)
+        if np.any(action_space.start != 0):
+            raise ValueError(f"{name}: a MultiDiscrete action space must start at 0")
+    elif not isinstance(action_space, gymnasium.spaces.Discrete):
         raise ValueError(
-            f"{name} has action space {action_space}; seedlike supports discrete actions only"
+            f"{name} has action space {action_space}; seedlike supports Discrete and 1-d "
+            "MultiDiscrete actions only"
         )
     if isinstance(observation_space, gymnasium.spaces.Dict):
         observation = {k: _array_spec(f"{name}[{k!r}]", s) for k, s in observation_space.items()}
     else:
         observation = {"obs": _array_spec(name, observation_space)}
-    num_actions = int(action_space.n)
+    num_actions = int(np.prod(heads, dtype=np.int64)) if heads else int(action_space.n)
     extras = {}
     if num_players > 1 and turn_based:
-        extras[LEGAL_ACTION_MASK] = ArraySpec(np.bool_, (num_actions,))
-    return EnvSpec(name, observation, num_actions, num_players, extras)
+        extras[LEGAL_ACTION_MASK] = ArraySpec(np.bool_, (sum(heads) or num_actions,))
+    return EnvSpec(name, observation, num_actions, num_players, extras, heads)
 
 
 def _array_spec(name: str, space) -> ArraySpec:

@@ -34,13 +34,23 @@ class Agent(Protocol):
 
 
 class RandomAgent:
+    """Uniformly random legal actions; with `sizes` (a factorized action, EnvSpec.action_heads)
+    each argument is drawn from its own part of the mask."""
+
     name = "random"
+
+    def __init__(self, sizes: tuple[int, ...] = ()):
+        self.sizes = tuple(sizes)
 
     def reset(self, num_envs: int) -> None:
         pass
 
     def act(self, obs, legal_mask, env_id, first, rng) -> np.ndarray:
-        return connect_four.random_actions(None, legal_mask, rng)
+        if not self.sizes:
+            return connect_four.random_actions(None, legal_mask, rng)
+        parts = np.split(legal_mask, np.cumsum(self.sizes)[:-1], axis=-1)
+        args = [connect_four.random_actions(None, m, rng) for m in parts]
+        return np.ravel_multi_index(args, self.sizes).astype(np.int32)
 
 
 class ScriptedConnectFour:
@@ -158,6 +168,8 @@ def make_bot(name: str, spec) -> Agent:
     bot = BOTS[name]
     if not bot.plays(spec.name):
         raise ValueError(f"the {name} bot plays {', '.join(bot.envs)}, not {spec.name}")
+    if spec.action_heads:
+        return RandomAgent(spec.action_heads)  # the only bot with factorized actions
     return bot.make()
 
 

@@ -159,6 +159,7 @@ def make_hello(spec: EnvSpec, actor_id: int, num_envs: int) -> pb.Hello:
         num_envs=num_envs,
         num_players=spec.num_players,
         extras=[spec_to_proto(k, v) for k, v in spec.extras.items()],
+        action_heads=spec.action_heads,
     )
 
 
@@ -180,6 +181,11 @@ def check_hello(hello: pb.Hello, spec: EnvSpec, max_envs: int) -> None:
     if hello.num_actions != spec.num_actions:
         raise ProtocolError(
             "hello.num_actions", f"actor has {hello.num_actions}, server {spec.num_actions}; {hint}"
+        )
+    if tuple(hello.action_heads) != spec.action_heads:
+        raise ProtocolError(
+            "hello.action_heads",
+            f"actor has {tuple(hello.action_heads)}, server {spec.action_heads}; {hint}",
         )
     if hello.num_players != spec.num_players:
         raise ProtocolError(

@@ -399,7 +399,7 @@ class InferenceService:
             if bot is not None:  # no network: logp and value 0, carry unchanged
                 mask = part_extras.get(LEGAL_ACTION_MASK)
                 if mask is None:  # every action is legal
-                    mask = np.ones((idx.size, self.spec.num_actions), np.bool_)
+                    mask = np.ones((idx.size, self.spec.logits_size), np.bool_)
                 actions = bot.act(
                     part_obs,
                     mask,
