@@ -11,7 +11,7 @@ Parameter paths (used by surgery to locate layers):
   core:       params/core/lstm/{ii,if,ig,io,hi,hf,hg,ho} (flax LSTMCell, one Dense per gate)
   heads:      params/policy_head/logits, params/value_head/value
   text:       params/text_encoder/{embed, gru} (with network.text_key)
-  entities:   params/entity_encoder/{embed, attention/{query,key,value,out}, norm, mlp}
+  entities:   params/entity_encoder/{embed, attention/{query,key,value,out}, mlp}
               (with network.entities); pointer heads params/pointers_<i>/{query, key, extra}
               for action head i, the other heads' logits side by side in params/policy_head/logits
 
@@ -263,6 +263,52 @@ class ActorCritic(nn.Module):
             value_h = policy_h
         logits, value = self.outputs(policy_h, value_h, ctx)
         return logits, value, carry
+
+
+@dataclasses.dataclass(frozen=True)
+class EntityGraph:
+    """Which parameters read the entity set and the entity encoder's D units (module paths under
+    params/): what surgery needs to change them exactly (surgery/entities.py), instead of
+    guessing from names.
+
+    Attributes:
+      attributes: the layer reading the F attributes (kernel axis 0).
+      stream_writers: layers writing the encoder's D-unit residual stream (kernel's last axis,
+        bias): the per-entity layer, the attention's output projection, the MLP.
+      stream_readers: kernels reading the stream on axis 0 (the attention's query, key and value,
+        the MLP, and every pointer head's key).
+      attention: the attention module: query/key/value kernels [D, heads, d], out [heads, d, D].
+      pooled_readers: kernels whose last D input rows read the pooled features (the torso's first
+        dense layer: the pool joins the torso's inputs last).
+      heads: attention heads.
+    """
+
+    attributes: str
+    stream_writers: tuple[str, ...]
+    stream_readers: tuple[str, ...]
+    attention: str
+    pooled_readers: tuple[str, ...]
+    heads: int
+
+
+def entity_graph(module: ActorCritic) -> EntityGraph | None:
+    """The EntityGraph of an ActorCritic with an entity encoder (None without one)."""
+    if not module.entity_key:
+        return None
+    enc = "entity_encoder"
+    torsos = ("torso",) if module.shared_torso else ("policy_torso", "value_torso")
+    return EntityGraph(
+        attributes=f"{enc}/embed",
+        stream_writers=(f"{enc}/embed", f"{enc}/attention/out", f"{enc}/mlp"),
+        stream_readers=(
+            *(f"{enc}/attention/{x}" for x in ("query", "key", "value")),
+            f"{enc}/mlp",
+            *(f"pointers_{i}/key" for i in module.pointer_heads),
+        ),
+        attention=f"{enc}/attention",
+        pooled_readers=tuple(f"{t}/dense_0" for t in torsos),
+        heads=module.entity_heads,
+    )
 
 
 def mirror_actions(kind: str, num_actions: int, width: int) -> np.ndarray:

@@ -23,7 +23,8 @@ def symlog(x: jax.Array) -> jax.Array:
 
 
 class EntityEncoder(nn.Module):
-    """Per-entity MLP, one block of self-attention among the present entities, and a max-pool.
+    """Per-entity layer, one residual block of self-attention among the present entities and an
+    MLP, and a max-pool.
 
     Returns the pooled features [N, D] (zeros where no entity is present) and every entity's
     embedding [N, E, D], which pointer heads attend to. Absent entities are masked as keys and
@@ -41,7 +42,9 @@ class EntityEncoder(nn.Module):
         attended = nn.MultiHeadDotProductAttention(
             num_heads=self.num_heads, qkv_features=self.features, name="attention"
         )(h, h, mask=mask[:, None, None, :])
-        h = nn.LayerNorm(name="norm")(h + attended)
+        # No normalization layer: every layer is then linear in its inputs' units, so surgery can
+        # add units whose readers start at zero and keep the function exactly (surgery/ops.py).
+        h = h + attended
         h = h + nn.Dense(self.features, name="mlp")(nn.relu(h))
         pooled = jnp.max(jnp.where(mask[..., None], h, -jnp.inf), axis=1)
         pooled = jnp.where(jnp.any(mask, axis=1)[:, None], pooled, 0.0)

@@ -3,7 +3,7 @@
 #
 #   scripts/train.sh [--num_actors=2] [--max_actor_restarts=3] [--config=configs/cartpole_ppo.py]
 #                    [--config.x.y=v ...] [--logdir=runs/NAME] [--learners=1]
-#                    [--population=1] [any other learner.py flag]
+#                    [--population=1] [--actor_python=PATH] [any other learner.py flag]
 #
 # --config and --config.* flags go to the learner and every actor; other flags go to the learner.
 # --learners=L > 1 runs L learner processes that form one learner (seedlike/distributed.py, as
@@ -11,6 +11,8 @@
 # --population=N > 1 runs N independent learners in one world (README "Teams and populations"):
 # member k learns from the agents of teams k, k + N, ... and logs to <logdir>/member_k; every
 # actor streams to all of them. The job ends when the first member finishes (the others save).
+# --actor_python runs the actors with another interpreter: a virtualenv of the env's own
+# (scripts/actor_venv.sh, scripts/nmmo_venv.sh) when its package cannot share the learner's.
 # Ctrl-C (or SIGTERM) makes the learner save a checkpoint; every process started here is stopped
 # before the script exits. Rerunning with the same --logdir resumes.
 #
@@ -29,6 +31,7 @@ max_actor_restarts=3
 config="configs/cartpole_ppo.py"
 logdir=""
 config_flags=()
+actor_py=""
 learner_flags=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,6 +41,7 @@ while [ $# -gt 0 ]; do
     --population=*) population="${1#*=}" ;;
     --max_actor_restarts=*) max_actor_restarts="${1#*=}" ;;
     --max_actor_restarts) max_actor_restarts="$2"; shift ;;
+    --actor_python=*) actor_py="${1#*=}" ;;
     --config=*) config="${1#*=}" ;;
     --config) config="$2"; shift ;;
     --config.*) config_flags+=("$1") ;;
@@ -47,6 +51,10 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+if [ -n "$actor_py" ] && [ ! -x "$actor_py" ]; then
+  echo "--actor_python=$actor_py is not an executable; make the venv first (scripts/actor_venv.sh DIR, scripts/nmmo_venv.sh)" >&2
+  exit 2
+fi
 if [ -z "$logdir" ]; then
   logdir="runs/$(basename "$config" .py)-$(date +%Y%m%d-%H%M%S)"
 fi
@@ -125,7 +133,7 @@ restarts=()
 start_actor() {
   local server="${addresses[$(($1 % learners))]}"
   if [ "$population" -gt 1 ]; then server="$(IFS=,; echo "${addresses[*]}")"; fi
-  "$SEEDLIKE_PY" actor.py --server="$server" --actor_id="$1" \
+  "${actor_py:-$SEEDLIKE_PY}" actor.py --server="$server" --actor_id="$1" \
     --config="$config" "${config_flags[@]}" >> "$logdir/actor_$1.log" 2>&1 &
   pids[$1]=$!
 }

@@ -11,6 +11,7 @@ populations"), the actor holds one stream to each and sends each member the rows
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -156,9 +157,26 @@ class Actor:
                     logging.info(
                         "actor %d: %d steps, %.0f steps/s", self.actor_id, session_steps, sps
                     )
+                    self._log_episode_infos(env)
         finally:
             self.steps += session_steps
             env.close()
+
+    def _log_episode_infos(self, env) -> None:
+        """Means of the numbers PettingZoo envs report when an agent's episode ends (Neural MMO's
+        lifetime and achievements), per population member, as one JSON line each."""
+        ended = env.episode_infos() if hasattr(env, "episode_infos") else []
+        by_member: dict[int, list[dict]] = {}
+        for player, numbers in ended:
+            by_member.setdefault(int(self.member[player]), []).append(numbers)
+        for k, episodes in sorted(by_member.items()):
+            keys = sorted({key for numbers in episodes for key in numbers})
+            means = {key: float(np.mean([n.get(key, 0.0) for n in episodes])) for key in keys}
+            logging.info(
+                "actor %d: episode infos %s",
+                self.actor_id,
+                json.dumps({"member": k, "episodes": len(episodes), **means}),
+            )
 
     def _step(self, connection, sequence: list[int], k: int, rows, env) -> np.ndarray:
         reply = connection.step(codec.encode_step(sequence[k], rows))

@@ -21,7 +21,9 @@ import ml_collections
 import numpy as np
 
 from networks import torsos
+from networks.actor_critic import EntityGraph, entity_graph
 from seedlike.types import TEAMMATES
+from surgery import entities as entity_ops
 from surgery import ops
 from surgery.ops import ActionInfo, AxisMap, OpResult, ParamMap, SurgeryError
 
@@ -43,6 +45,7 @@ class Layout:
       image_layout: "HWC" or "CHW": how the image observation is laid out in the env spec.
       feature_positions: H*W of the last conv feature map (rows of dense_0 per channel).
       feature_bound: |x| <= feature_bound for the heads' inputs (tanh MLP, LSTM h: 1), else None.
+      entities: the network's EntityGraph (who reads the entity encoder), None without one.
     """
 
     torso: str = "mlp"
@@ -50,6 +53,7 @@ class Layout:
     image_layout: str = "HWC"
     feature_positions: int = 0
     feature_bound: float | None = None
+    entities: EntityGraph | None = None
 
 
 def _cnn_resolved(module) -> tuple[tuple[int, ...], int]:
@@ -67,17 +71,20 @@ def layout_of(network) -> Layout:
         bound = 1.0  # h = o * tanh(c)
     elif m.torso_kind == "mlp" and m.activation == "tanh" and m.hidden_sizes:
         bound = 1.0 if not m.residual_blocks else None
+    graph = entity_graph(m)
     if m.torso_kind == "mlp":
-        return Layout(feature_bound=bound)
+        return Layout(feature_bound=bound, entities=graph)
     # dense_0 reads the flattened last feature map, then the other (flattened) observations;
     # its kernel's rows give H*W whatever the convs, strides and pools of the torso.
     shapes = jax.eval_shape(network.init, jax.random.key(0))
     rows = shapes["params"]["torso"]["dense_0"]["kernel"].shape[0]
-    others = sum(
-        int(np.prod(s.shape)) for k, s in _torso_inputs(network).items() if k != m.image_key
-    ) + (m.text_size if m.text_key else 0)
+    others = (
+        sum(int(np.prod(s.shape)) for k, s in _torso_inputs(network).items() if k != m.image_key)
+        + (m.text_size if m.text_key else 0)
+        + (m.entity_size if m.entity_key else 0)
+    )
     positions = (rows - others) // _cnn_resolved(m)[0][-1]
-    return Layout(m.torso_kind, m.image_key, network.image_layout, positions, bound)
+    return Layout(m.torso_kind, m.image_key, network.image_layout, positions, bound, graph)
 
 
 def _torso_inputs(network) -> dict:
@@ -85,7 +92,7 @@ def _torso_inputs(network) -> dict:
     keys (its teammates' observations go through the same torso, so they follow their own key);
     never the word ids of a text encoder (its features follow the others')."""
     m = network.module
-    obs = {k: s for k, s in network.spec.observation.items() if k != m.text_key}
+    obs = {k: s for k, s in network.spec.observation.items() if k not in (m.text_key, m.entity_key)}
     if not m.team_pool:
         return obs
     return {k: s for k, s in obs.items() if not k.startswith(TEAMMATES)}
@@ -245,11 +252,61 @@ class AddResidualBlock:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class AddEntityAttributes:
+    """surgery.entities.add_entity_attributes: `old` -> `new` attributes per entity."""
+
+    kind: ClassVar[str] = "add_entity_attributes"
+    old: int
+    new: int
+
+    def apply(self, params, rng, ctx: Context) -> OpResult:
+        return entity_ops.add_entity_attributes(params, _graph(ctx), self.old, self.new)
+
+
+@dataclasses.dataclass(frozen=True)
+class WidenEntities:
+    """surgery.entities.widen_entities: the entity encoder (and its attention) to `size` units."""
+
+    kind: ClassVar[str] = "widen_entities"
+    size: int
+    init_scale: float = 0.1
+
+    def apply(self, params, rng, ctx: Context) -> OpResult:
+        return entity_ops.widen_entities(
+            params, _graph(ctx), self.size, rng=rng, init_scale=self.init_scale
+        )
+
+
+def _graph(ctx: Context) -> EntityGraph:
+    if ctx.layout.entities is None:
+        raise SurgeryError("the network has no entity encoder (network.entities is not set)")
+    return ctx.layout.entities
+
+
 OPS = {
     cls.kind: cls
-    for cls in (WidenDense, WidenConv, WidenLSTM, AddObservations, AddActions, AddResidualBlock)
+    for cls in (
+        WidenDense,
+        WidenConv,
+        WidenLSTM,
+        AddObservations,
+        AddActions,
+        AddResidualBlock,
+        AddEntityAttributes,
+        WidenEntities,
+    )
 }
-Op = WidenDense | WidenConv | WidenLSTM | AddObservations | AddActions | AddResidualBlock
+Op = (
+    WidenDense
+    | WidenConv
+    | WidenLSTM
+    | AddObservations
+    | AddActions
+    | AddResidualBlock
+    | AddEntityAttributes
+    | WidenEntities
+)
 
 
 # Plans -------------------------------------------------------------------------------------------
@@ -439,13 +496,7 @@ def derive_plan(
     same("network.text_key", om.text_key, nm.text_key)
     same("network.text_size", om.text_size, nm.text_size)
     if om.entity_key or nm.entity_key or om.action_heads or nm.action_heads:
-        # Their layers (entity encoder, pointer heads, heads side by side) have no operations
-        # yet; refusing beats widening a torso whose readers the plan does not know.
-        problems.append(
-            "network.entities / factorized actions: surgery has no operations for entity "
-            "encoders, pointer heads or several action heads yet; train the new network from "
-            "scratch or keep these settings unchanged"
-        )
+        return _derive_entities(old, new, init_scale, problems)
     same("network.cnn_kernel", om.cnn_kernel, nm.cnn_kernel)
     same("network.cnn_padding", om.cnn_padding, nm.cnn_padding)
     same("network.normalize_obs", old.normalize_obs, new.normalize_obs)
@@ -500,6 +551,48 @@ def derive_plan(
         )
     elif a_new > a_old:
         plan.append(AddActions(num_new=a_new - a_old, tolerance=action_tolerance))
+    if problems:
+        raise PlanError("; ".join(problems))
+    return Plan(tuple(plan))
+
+
+def _derive_entities(old, new, init_scale: float, problems: list[str]) -> Plan:
+    """Networks with an entity encoder or factorized actions: their entity attributes and the
+    encoder's width may grow (surgery/entities.py); everything else must stay as it is, since the
+    torso ops do not know the pointer heads that read the torso's features."""
+    om, nm = old.module, new.module
+    plan: list = []
+
+    def same(what, a, b):
+        if a != b:
+            problems.append(
+                f"{what} changes from {a!r} to {b!r}: with network.entities or factorized "
+                "actions, surgery only adds entity attributes and widens the entity encoder"
+            )
+
+    same("network.entities", om.entity_key, nm.entity_key)
+    same("network.entity_heads", om.entity_heads, nm.entity_heads)
+    same("network.pointer_heads", tuple(om.pointer_heads), tuple(nm.pointer_heads))
+    same("action heads", old.spec.head_sizes, new.spec.head_sizes)
+    for field in ("hidden_sizes", "residual_blocks", "cnn_channels", "cnn_hidden", "core_size"):
+        same(f"network.{field}", getattr(om, field), getattr(nm, field))
+    same("observations", _torso_inputs(old), _torso_inputs(new))
+    same("extras", old.spec.extras, new.spec.extras)
+    if om.entity_key and om.entity_key == nm.entity_key:
+        (e_old, f_old), (e_new, f_new) = (
+            net.spec.observation[om.entity_key].shape for net in (old, new)
+        )
+        same(f"entity slots of {om.entity_key!r}", e_old, e_new)
+        if f_new < f_old:
+            problems.append(f"entity attributes {f_old} -> {f_new}: surgery only adds them")
+        elif f_new > f_old:
+            plan.append(AddEntityAttributes(f_old, f_new))
+        if nm.entity_size < om.entity_size:
+            problems.append(
+                f"network.entity_size {om.entity_size} -> {nm.entity_size}: surgery only widens"
+            )
+        elif nm.entity_size > om.entity_size:
+            plan.append(WidenEntities(nm.entity_size, init_scale))
     if problems:
         raise PlanError("; ".join(problems))
     return Plan(tuple(plan))

@@ -127,10 +127,10 @@ def extend_observations(obs, old_spec, new_spec, new_obs_norm, rng) -> dict:
 def _legal_masks(old_spec, new_spec, rng, batch_shape, action_map: AxisMap | None):
     if LEGAL_ACTION_MASK not in old_spec.extras:
         return {}, {}
-    old = generator(rng).random((*batch_shape, old_spec.num_actions)) < 0.7
+    old = generator(rng).random((*batch_shape, old_spec.logits_size)) < 0.7
     old[..., 0] |= ~old.any(axis=-1)  # at least one legal action per row
-    new = np.ones((*batch_shape, new_spec.num_actions), bool)  # new actions legal: worst case
-    positions = _old_positions(action_map, old_spec.num_actions)
+    new = np.ones((*batch_shape, new_spec.logits_size), bool)  # new actions legal: worst case
+    positions = _old_positions(action_map, old_spec.logits_size)
     new[..., positions] = old
     return {LEGAL_ACTION_MASK: old}, {LEGAL_ACTION_MASK: new}
 
@@ -156,14 +156,23 @@ def _logsumexp(x: np.ndarray) -> np.ndarray:
     return m + np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))
 
 
-def _compare(old_logits, old_value, new_logits, new_value, positions):
+def _log_softmax(logits: np.ndarray, sizes) -> np.ndarray:
+    """Per head of a factorized action (sizes; one head: None)."""
+    if not sizes:
+        return logits - _logsumexp(logits)
+    parts = np.split(logits, np.cumsum(sizes)[:-1], axis=-1)
+    return np.concatenate([x - _logsumexp(x) for x in parts], axis=-1)
+
+
+def _compare(old_logits, old_value, new_logits, new_value, positions, sizes=None):
     old_logits = np.asarray(old_logits, np.float64)
     new_logits = np.asarray(new_logits, np.float64)
     kept = new_logits[..., positions]
     d_logits = float(np.max(np.abs(kept - old_logits), initial=0.0))
     d_value = float(np.max(np.abs(np.asarray(new_value) - np.asarray(old_value)), initial=0.0))
-    logp_old = old_logits - _logsumexp(old_logits)
-    logp_new = new_logits - _logsumexp(new_logits)
+    # A factorized action's KL is the sum of its heads' (surgery keeps its heads as they are).
+    logp_old = _log_softmax(old_logits, sizes)
+    logp_new = _log_softmax(new_logits, sizes)
     p_old = np.exp(logp_old)
     # KL in float64 from the two log-softmaxes; only the old actions carry old probability mass.
     kl = np.sum(p_old * (logp_old - logp_new[..., positions]), axis=-1)
@@ -277,7 +286,8 @@ class Verifier:
     ) -> VerifyReport:
         """See `verify`."""
         old_spec, new_spec = self.old_network.spec, self.new_network.spec
-        positions = _old_positions(action_map, old_spec.num_actions)
+        positions = _old_positions(action_map, old_spec.logits_size)
+        sizes = old_spec.action_heads or None
         gen = generator(rng)
         batch_size, unroll_length = self.batch_size, self.unroll_length
 
@@ -297,8 +307,8 @@ class Verifier:
         old_s, new_s, old_u, new_u = self._outputs(
             old_params, old_obs_norm, new_params, new_obs_norm, step_inputs, unroll_inputs
         )
-        step = _compare(*old_s, *new_s, positions)
-        unroll = _compare(*old_u, *new_u, positions)
+        step = _compare(*old_s, *new_s, positions, sizes)
+        unroll = _compare(*old_u, *new_u, positions, sizes)
         kl = np.concatenate([step[2], unroll[2]])
         return VerifyReport(
             step_max_abs_logits=step[0],

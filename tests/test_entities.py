@@ -12,14 +12,28 @@ import ml_collections
 import numpy as np
 import pytest
 
+import surgery
 from networks import heads, make_network
+from seedlike.checkpoint import Checkpointer
 from seedlike.envs import make_env, make_env_spec
 from seedlike.envs.spaces import spec_from_spaces
 from seedlike.envs.targets import KINDS, Targets
 from seedlike.league.players import RandomAgent
 from seedlike.rpc import codec
 from seedlike.types import LEGAL_ACTION_MASK, ArraySpec, EnvSpec
+from surgery import checkpoint_surgery
+from surgery.plan import Context, layout_of
 from tests.procs import ROOT, returns, train
+from tests.test_surgery import (
+    _adam,
+    assert_exact,
+    check,
+    derive_and_apply,
+    random_obs_norm,
+    random_params,
+    save_run,
+    small_config,
+)
 
 SIZES = (3, 4, 2)
 F32 = np.float32
@@ -251,3 +265,83 @@ def test_padding_changes_nothing_in_the_entity_encoder():
     np.testing.assert_allclose(
         np.asarray(embedded_p[:, :5])[mask], np.asarray(embedded)[mask], atol=1e-5
     )
+
+
+# Surgery on entity networks (surgery/entities.py) ------------------------------------------------
+
+
+def entity_spec(attributes=5, image=False):
+    obs = {"entities": ArraySpec(F32, (6, attributes)), "self": ArraySpec(F32, (3,))}
+    if image:
+        obs["tiles"] = ArraySpec(F32, (7, 7, 3))
+    mask = {LEGAL_ACTION_MASK: ArraySpec(np.bool_, (5 + 3 + 7,))}
+    return EnvSpec("e", obs, 5 * 3 * 7, extras=mask, action_heads=(5, 3, 7))
+
+
+def entity_network(spec, **overrides):
+    return network(spec, **{"pointer_heads": (2,), "entity_heads": 2, **overrides})
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        {},
+        {"torso": "small_cnn", "image_key": "tiles", "core": "lstm", "core_size": 16},
+        {"shared_torso": True, "hidden_sizes": (16, 16)},
+    ],
+    ids=["mlp", "cnn_lstm", "shared"],
+)
+def test_entity_surgery_is_exact(kind):
+    image = "image_key" in kind
+    old = entity_network(entity_spec(5, image), **kind)
+    new = entity_network(entity_spec(8, image), entity_size=24, **kind)
+    params = random_params(old, 0)
+    plan, result = derive_and_apply(old, new, params)
+    assert [op.kind for op in plan.ops] == ["add_entity_attributes", "widen_entities"]
+    report = check(old, new, params, random_obs_norm(old, 1), result)
+    assert_exact(report)
+    # the new units are live: random incoming weights where the function allows them
+    enc = result.params["params"]["entity_encoder"]
+    assert np.abs(enc["embed"]["kernel"][:5, 16:]).min() > 0
+    assert np.abs(enc["attention"]["key"]["kernel"][:16, :, 8:]).max() > 0
+    assert np.all(enc["embed"]["kernel"][5:, :16] == 0)  # new attributes reach new units only
+
+
+def test_entity_surgery_refuses_what_it_cannot_keep():
+    old = entity_network(entity_spec())
+    for overrides, match in (
+        ({"hidden_sizes": (64,)}, "network.hidden_sizes changes"),
+        ({"entity_size": 8}, "surgery only widens"),
+        ({"entity_heads": 4}, "network.entity_heads changes"),
+        ({"pointer_heads": ()}, "network.pointer_heads changes"),
+    ):
+        with pytest.raises(surgery.PlanError, match=match):
+            surgery.derive_plan(old, entity_network(entity_spec(), **overrides))
+    with pytest.raises(surgery.PlanError, match="multiple of its 2 attention heads"):
+        plan = surgery.derive_plan(old, entity_network(entity_spec(), entity_size=21))
+        plan.apply(old.init(jax.random.key(0)), 0, Context(layout_of(old)))
+
+
+def test_entity_surgery_on_a_whole_checkpoint_with_a_league_snapshot(tmp_path):
+    import surgery
+
+    specs = {"Ent-v0": entity_spec(5, image=True), "Ent2-v0": entity_spec(8, image=True)}
+
+    def spec_fn(env_config):
+        return specs[env_config.name]
+
+    settings = {"entities": "entities", "pointer_heads": (2,), "entity_heads": 2,
+                "entity_size": 16, "torso": "small_cnn", "image_key": "tiles",
+                "core": "lstm", "core_size": 16}  # fmt: skip
+    run, out = str(tmp_path / "run"), str(tmp_path / "out")
+    save_run(run, small_config("Ent-v0", **settings), 5, env_spec_fn=spec_fn)
+    new_config = small_config("Ent2-v0", **{**settings, "entity_size": 24})
+    outcome = surgery.run_surgery(run, out, new_config=new_config, spec_fn=spec_fn)
+    assert outcome.written
+    assert_exact(outcome.report)
+    assert_exact(outcome.snapshot_reports["league/snapshots/3"])
+    new_net = make_network(new_config.network, spec_fn(new_config.env))
+    target = checkpoint_surgery.abstract_train_state(new_net, new_config.optimizer)
+    restored, _ = Checkpointer(os.path.join(out, "checkpoints")).restore(target)
+    nu = _adam(restored.opt_state).nu["params"]["entity_encoder"]["embed"]["kernel"]
+    assert nu.shape == (8, 24) and np.all(nu[:, 16:] == 0) and np.all(nu[:5, :16] > 0)

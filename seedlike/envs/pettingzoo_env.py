@@ -55,12 +55,31 @@ def load_factory(name: str):
 
 
 def make_env_spec(env_config) -> EnvSpec:
-    """The EnvSpec of a PettingZoo env, read from one instance's spaces."""
-    env = load_factory(env_config.name)(**dict(env_config.get("kwargs", {}) or {}))
+    """The EnvSpec of a PettingZoo env, read from one instance's spaces, or from the module's
+    `seedlike_spaces(**kwargs) -> (possible_agents, observation_space, action_space)` where it
+    has one: then the learner needs only the wrapper module, not the env's package (Neural MMO
+    lives in a virtualenv of its own, seedlike/envs/nmmo_env.py)."""
+    kwargs = dict(env_config.get("kwargs", {}) or {})
+    agent_id = bool(env_config.get("agent_id", False))
+    declared = _declared_spaces(env_config.name)
+    if declared is not None:
+        agents, obs_space, act_space = declared(**kwargs)
+        return _spec(env_config.name, list(agents), obs_space, act_space, agent_id)
+    env = load_factory(env_config.name)(**kwargs)
     try:
-        return spec_of(env_config.name, env, bool(env_config.get("agent_id", False)))
+        return spec_of(env_config.name, env, agent_id)
     finally:
         env.close()
+
+
+def _declared_spaces(name: str):
+    if ":" in name:
+        return None
+    try:
+        module = importlib.import_module(name)
+    except ImportError:
+        return None  # load_factory says why
+    return getattr(module, "seedlike_spaces", None)
 
 
 def spec_of(name: str, env, agent_id: bool = False) -> EnvSpec:
@@ -74,6 +93,12 @@ def spec_of(name: str, env, agent_id: bool = False) -> EnvSpec:
                 f"{name}: agents {agents[0]!r} and {agent!r} have different observation or action "
                 "spaces; one shared policy needs them equal (pad them in a wrapper)"
             )
+    return _spec(name, agents, obs_space, act_space, agent_id)
+
+
+def _spec(name: str, agents: list, obs_space, act_space, agent_id: bool) -> EnvSpec:
+    if not agents:
+        raise ValueError(f"{name}: possible_agents is empty")
     # Every agent acts each step; a legal-action mask, if any, is one of its observations.
     spec = spec_from_spaces(name, obs_space, act_space, len(agents), turn_based=False)
     if ACTION_MASK in spec.observation:
@@ -108,6 +133,7 @@ class PettingZooAdapter:
         space = self._envs[0].observation_space(agents[0])
         self._dict_obs = isinstance(space, gymnasium.spaces.Dict)
         self._last: list[tuple] = [None] * self.num_envs  # per env: what its last step returned
+        self._ended: list[tuple[int, dict]] = []  # (player id, numeric infos) of ended episodes
         self._resets = 0
 
     def reset(self) -> None:
@@ -117,12 +143,16 @@ class PettingZooAdapter:
     def _reset(self, e: int) -> None:
         obs, _ = self._envs[e].reset(seed=self._seed + 7919 * self._resets + e)
         self._resets += 1
-        self._last[e] = (obs, {}, {}, {})
+        self._last[e] = (obs, {}, {}, {}, {})
 
     def recv(self) -> Rows:
         env_id, player_id, reward, terminated, truncated, obs_list = [], [], [], [], [], []
-        for e, (obs, rewards, terms, truncs) in enumerate(self._last):
+        for e, (obs, rewards, terms, truncs, infos) in enumerate(self._last):
             names = list(obs)
+            for a in names:
+                numbers = _numbers(infos.get(a, {}))
+                if numbers and (terms.get(a, False) or truncs.get(a, False)):
+                    self._ended.append((self._index[a], numbers))
             env_id.extend([e] * len(names))
             player_id.extend(self._index[a] for a in names)
             reward.extend(rewards.get(a, 0.0) for a in names)
@@ -175,8 +205,14 @@ class PettingZooAdapter:
             if not env.agents:  # every agent was done in the last step
                 self._reset(e)
                 continue
-            obs, rewards, terms, truncs, _ = env.step(per_env[e])
-            self._last[e] = (obs, rewards, terms, truncs)
+            self._last[e] = env.step(per_env[e])
+
+    def episode_infos(self) -> list[tuple[int, dict]]:
+        """(player id, {key: number}) for each agent episode that ended since the last call: the
+        numbers in the env's info of the agent's last step (one level of nesting flattened to
+        "key/sub", e.g. Neural MMO's lifetime and achievements/...)."""
+        ended, self._ended = self._ended, []
+        return ended
 
     def render(self) -> np.ndarray:
         return np.asarray(self._envs[0].render())
@@ -184,3 +220,13 @@ class PettingZooAdapter:
     def close(self) -> None:
         for env in self._envs:
             env.close()
+
+
+def _numbers(info: dict) -> dict:
+    out = {}
+    for key, value in info.items():
+        items = value.items() if isinstance(value, dict) else [("", value)]
+        for sub, v in items:
+            if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+                out[f"{key}/{sub}" if sub else key] = float(v)
+    return out
