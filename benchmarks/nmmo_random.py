@@ -78,7 +78,8 @@ def run_adapter(config, seconds: float, seed: int) -> dict:
 def run_raw(config, seconds: float, seed: int) -> dict:
     from seedlike.envs import nmmo_env
 
-    env = nmmo_env.parallel_env(**dict(config.env.kwargs)).nmmo_env
+    wrapper = nmmo_env.parallel_env(**dict(config.env.kwargs))  # owns the maps directory
+    env = wrapper.nmmo_env
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed)
     steps, start = 0, time.monotonic()
@@ -97,7 +98,7 @@ def run_raw(config, seconds: float, seed: int) -> dict:
         obs, *_ = env.step(actions)
         steps += len(actions)
     elapsed = time.monotonic() - start
-    env.close()
+    wrapper.close()
     return {"agent_steps_per_s": steps / elapsed}
 
 
