@@ -27,6 +27,9 @@ for node in tree.body:
         print("\n".join(ast.literal_eval(node.value)))
 PYEOF
 )
+# ACTOR_NUMPY replaces ACTOR_REQUIRES' numpy pin for env packages that need another numpy
+# (scripts/nmmo_venv.sh: nmmo 2.1.1 needs numpy < 2).
+if [ -n "${ACTOR_NUMPY:-}" ]; then requires=("${requires[@]/#numpy==*/$ACTOR_NUMPY}"); fi
 "$DIR/bin/python" -m pip install --quiet --disable-pip-version-check "${requires[@]}" "$@"
 # seedlike's code without its dependency list (which names jax).
 "$DIR/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e "$ROOT"

@@ -18,21 +18,6 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DIR="${1:-$ROOT/.nmmo-venv}"
-PY="${PYTHON:-python3}"
-if [ ! -x "$DIR/bin/python" ]; then
-  "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "seedlike needs Python 3.11+"'
-  "$PY" -m venv "$DIR"
-fi
-mapfile -t requires < <("$PY" - "$ROOT/setup.py" <<'PYEOF'
-import ast, sys
-tree = ast.parse(open(sys.argv[1]).read())
-for node in tree.body:
-    if isinstance(node, ast.Assign) and node.targets[0].id == "ACTOR_REQUIRES":
-        print("\n".join(ast.literal_eval(node.value)))
-PYEOF
-)
-requires=("${requires[@]/#numpy==*/numpy==1.26.4}")  # numpy<2 (see above)
-pip=("$DIR/bin/python" -m pip install --quiet --disable-pip-version-check)
 # nmmo's run-time imports (besides numpy, gymnasium, pettingzoo) and what building it needs.
 nmmo_deps=(
   scipy==1.17.1
@@ -46,7 +31,9 @@ nmmo_deps=(
   setuptools==65.5.0
   wheel==0.48.0
 )
-"${pip[@]}" "${requires[@]}" "${nmmo_deps[@]}"
+# The actors' packages with numpy<2 (see above), nmmo's dependencies and seedlike's code.
+ACTOR_NUMPY=numpy==1.26.4 "$ROOT/scripts/actor_venv.sh" "$DIR" "${nmmo_deps[@]}" > /dev/null
+pip=("$DIR/bin/python" -m pip install --quiet --disable-pip-version-check)
 if ! "$DIR/bin/python" -c 'import importlib.metadata as m; assert m.version("nmmo") == "2.1.1"' \
     2>/dev/null; then
   # Built against the numpy installed above (no build isolation), without nmmo's own pins.
@@ -56,7 +43,5 @@ site="$("$DIR/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pur
 if [ -f "$site/tests/testhelpers.py" ] && grep -q nmmo "$site/tests/testhelpers.py"; then
   rm -rf "$site/tests"
 fi
-# seedlike's code without its dependency list (which names jax).
-"${pip[@]}" --no-deps -e "$ROOT"
 "$DIR/bin/python" -c 'import nmmo, seedlike.actor'
 echo "$DIR/bin/python"
