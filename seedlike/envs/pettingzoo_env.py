@@ -150,9 +150,10 @@ class PettingZooAdapter:
         for e, (obs, rewards, terms, truncs, infos) in enumerate(self._last):
             names = list(obs)
             for a in names:
-                numbers = _numbers(infos.get(a, {}))
-                if numbers and (terms.get(a, False) or truncs.get(a, False)):
-                    self._ended.append((self._index[a], numbers))
+                if terms.get(a, False) or truncs.get(a, False):  # only ended agents' infos
+                    numbers = _numbers(infos.get(a, {}))
+                    if numbers:
+                        self._ended.append((self._index[a], numbers))
             env_id.extend([e] * len(names))
             player_id.extend(self._index[a] for a in names)
             reward.extend(rewards.get(a, 0.0) for a in names)
