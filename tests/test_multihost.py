@@ -180,7 +180,8 @@ def test_two_learner_processes_train_stop_together_and_resume(tmp_path):
             "more updates",
         )
         learners[1].kill()
-        assert learners[0].wait(timeout=30) == 1
+        # The loss shows in a failing collective: seen taking more than 30 s on a loaded machine.
+        assert learners[0].wait(timeout=90) == 1
         text = log_text(learners[0])
         assert "error: another learner process stopped answering" in text
         assert "Traceback" not in text
