@@ -4,7 +4,7 @@
 normalization of float inputs, uint8 scaling, image layout), so acting and learning run exactly the
 same function of (params, obs_norm, obs, carry).
 
-Parameter paths (used by surgery to locate layers):
+Parameter paths (`layer_graph` tells surgery which layer reads which; see networks/graph.py):
   torso:      params/torso/... (shared), or params/policy_torso/... and params/value_torso/...
               MLP: dense_i, res_j/dense_{0,1}; Nature CNN: conv_0..2, dense_0;
               IMPALA CNN: stack_i/{conv, block_j/conv_k}, dense_0
@@ -37,6 +37,7 @@ import numpy as np
 
 from networks import entities, heads, normalization, torsos
 from networks.entities import EntityEncoder
+from networks.graph import LayerGraph, Reader, Space
 from networks.text import TextEncoder
 from seedlike.types import MISSION_VOCAB_SIZE, TEAMMATES, EnvSpec
 from seedlike.types import TEAMMATES_PRESENT as PRESENT
@@ -127,10 +128,10 @@ class ActorCritic(nn.Module):
 
     def setup(self):
         if self.torso_kind == "mlp" and not self.shared_torso:
-            self.policy_torso = self._make_torso()
-            self.value_torso = self._make_torso()
+            self.policy_torso = make_torso(self)
+            self.value_torso = make_torso(self)
         else:
-            self.torso = self._make_torso()
+            self.torso = make_torso(self)
         if self.core_size:
             self.core = LSTMCore(self.core_size)
         if self.text_key:
@@ -146,22 +147,6 @@ class ActorCritic(nn.Module):
             for i in self.pointer_heads
         }
         self.value_head = heads.ValueHead()
-
-    def _make_torso(self):
-        if self.torso_kind == "mlp":
-            return torsos.MLP(self.hidden_sizes, self.activation, self.residual_blocks)
-        kwargs = {}
-        if self.cnn_channels is not None:
-            kwargs["channels"] = tuple(self.cnn_channels)
-        if self.cnn_hidden is not None:
-            kwargs["hidden_size"] = self.cnn_hidden
-        if self.torso_kind == "nature_cnn":
-            kwargs["space_to_depth"] = self.space_to_depth
-        if self.cnn_kernel:
-            kwargs["kernel_size"] = self.cnn_kernel
-        if self.cnn_padding:
-            kwargs["padding"] = self.cnn_padding
-        return torsos.CNN_TORSOS[self.torso_kind](**kwargs)
 
     def encode(self, inputs: dict) -> tuple[jax.Array, jax.Array, dict]:
         """Policy and value features [N, F] (the same array for a shared torso), and what the
@@ -265,6 +250,24 @@ class ActorCritic(nn.Module):
         return logits, value, carry
 
 
+def make_torso(module: ActorCritic, **kwargs):
+    """The torso module of an ActorCritic (kwargs: e.g. parent=None for one outside `setup`)."""
+    m = module
+    if m.torso_kind == "mlp":
+        return torsos.MLP(m.hidden_sizes, m.activation, m.residual_blocks, **kwargs)
+    if m.cnn_channels is not None:
+        kwargs["channels"] = tuple(m.cnn_channels)
+    if m.cnn_hidden is not None:
+        kwargs["hidden_size"] = m.cnn_hidden
+    if m.torso_kind == "nature_cnn":
+        kwargs["space_to_depth"] = m.space_to_depth
+    if m.cnn_kernel:
+        kwargs["kernel_size"] = m.cnn_kernel
+    if m.cnn_padding:
+        kwargs["padding"] = m.cnn_padding
+    return torsos.CNN_TORSOS[m.torso_kind](**kwargs)
+
+
 @dataclasses.dataclass(frozen=True)
 class EntityGraph:
     """Which parameters read the entity set and the entity encoder's D units (module paths under
@@ -311,6 +314,99 @@ def entity_graph(module: ActorCritic) -> EntityGraph | None:
     )
 
 
+LSTM_INPUT_GATES = ("ii", "if", "ig", "io")  # flax LSTMCell: one Dense per gate and input
+LSTM_HIDDEN_GATES = ("hi", "hf", "hg", "ho")
+
+
+def layer_graph(
+    module: ActorCritic, positions: int = 0, blocks: dict[str, int] | None = None
+) -> LayerGraph:
+    """The LayerGraph of an ActorCritic (networks/graph.py).
+
+    Args:
+      positions: H*W of a CNN torso's last feature map (Network.layer_graph works it out).
+      blocks: residual blocks per MLP torso module, where they differ from the module's.
+    """
+    blocks = dict(blocks or {})
+    sizes = module.head_sizes
+    pointers = {i: f"pointers_{i}" for i in module.pointer_heads}
+    dense_heads = len(pointers) < len(sizes)
+    policy = "policy_head/logits" if dense_heads else ""
+    reads_policy = [Reader(policy)] if policy else []
+    for i, name in pointers.items():
+        reads_policy.append(Reader(f"{name}/query"))
+        if sizes[i] > module.num_entities:
+            reads_policy.append(Reader(f"{name}/extra"))
+    reads_value = [Reader("value_head/value")]
+    spaces: dict[str, Space] = {}
+    core = None
+    if module.core_size:
+        gates = tuple(f"core/lstm/{g}" for g in LSTM_INPUT_GATES + LSTM_HIDDEN_GATES)
+        hidden = tuple(Reader(f"core/lstm/{g}") for g in LSTM_HIDDEN_GATES)
+        core = Space(gates, readers=(*hidden, *reads_policy, *reads_value))
+        for g in gates:
+            spaces[g] = Space((g,), refused=f"params/{g} is in the LSTM core: use widen_lstm")
+        torso_readers = {"torso": tuple(Reader(f"core/lstm/{g}") for g in LSTM_INPUT_GATES)}
+    else:
+        torso_readers = {
+            "torso": (*reads_policy, *reads_value),
+            "policy_torso": tuple(reads_policy),
+            "value_torso": tuple(reads_value),
+        }
+    names = ["torso"] if module.torso_kind != "mlp" or module.shared_torso else []
+    names = names or ["policy_torso", "value_torso"]
+    extra = (module.text_size if module.text_key else 0) + (
+        module.entity_size if module.entity_key else 0
+    )
+    torso_graphs, readers = {}, []
+    inputs = image = None
+    for name in names:
+        t_spaces, t_inputs, image, torso = make_torso(module, parent=None).graph(
+            name, torso_readers[name], extra, positions, blocks.get(name)
+        )
+        if module.team_pool:
+            last = torso.layers[-1]
+            t_spaces[last] = Space(
+                (last,),
+                refused=f"network.team_pool={module.team_pool}: the heads read params/{last}'s "
+                "units and their pooled share across teammates; widening it would move the pooled "
+                "features, which surgery does not do",
+            )
+        spaces.update(t_spaces)
+        torso_graphs[name] = torso
+        readers.append(t_inputs)
+    inputs = Space(
+        residual=tuple(r for s in readers for r in s.residual),
+        readers=tuple(r for s in readers for r in s.readers),
+    )
+    if policy:
+        spaces[policy] = Space(
+            (policy,), refused="params/policy_head/logits is the policy head: use add_actions"
+        )
+    spaces["value_head/value"] = Space(
+        ("value_head/value",),
+        refused="params/value_head/value is the value head: its single output cannot be widened",
+    )
+
+    def rebuild(more_blocks: dict[str, int], **fields) -> LayerGraph:
+        changed = module.clone(parent=None, **fields) if fields else module
+        return layer_graph(changed, positions, {**blocks, **more_blocks})
+
+    return LayerGraph(
+        spaces=spaces,
+        inputs=inputs,
+        image=image,
+        core=core,
+        policy_head=policy,
+        value_head="value_head/value",
+        pointer_heads=pointers,
+        head_sizes=tuple(int(n) for n in sizes),
+        torsos=torso_graphs,
+        entities=entity_graph(module),
+        rebuild=rebuild,
+    )
+
+
 def mirror_actions(kind: str, num_actions: int, width: int) -> np.ndarray:
     """Index array m with m[a] = the action that mirrors a left-right on a board W wide.
 
@@ -347,6 +443,27 @@ class Network:
     def action_sizes(self) -> tuple[int, ...] | None:
         """The argument sizes of a factorized action (heads.log_prob etc.), None for one head."""
         return self.spec.action_heads or None
+
+    def layer_graph(self) -> LayerGraph:
+        """Which parameters read which units (networks/graph.py), for surgery."""
+        return layer_graph(self.module, self.feature_positions())
+
+    def feature_positions(self) -> int:
+        """H*W of a CNN torso's last feature map (0 for MLP torsos)."""
+        m = self.module
+        if m.torso_kind == "mlp":
+            return 0
+        # dense_0 reads the flattened last feature map, then the other (flattened) inputs; its
+        # kernel's rows give H*W whatever the convs, strides and pools of the torso.
+        rows = jax.eval_shape(self.init, jax.random.key(0))["params"]["torso"]["dense_0"]
+        others = sum(
+            int(np.prod(s.shape))
+            for k, s in self.spec.observation.items()
+            if k not in (m.image_key, m.text_key, m.entity_key)
+            and not (m.team_pool and k.startswith(TEAMMATES))
+        )
+        others += (m.text_size if m.text_key else 0) + (m.entity_size if m.entity_key else 0)
+        return (rows["kernel"].shape[0] - others) // make_torso(m, parent=None).channels[-1]
 
     def init(self, rng: jax.Array):
         obs = {k: jnp.zeros((1, *s.shape), s.dtype) for k, s in self.spec.observation.items()}

@@ -1,6 +1,7 @@
 """Feature extractors ("torsos") from preprocessed observations to a feature vector.
 
-Every layer has a fixed name (dense_i, conv_i, stack_i/...) so surgery can locate it by path.
+Each torso also describes its layers as a layer graph (`graph`, networks/graph.py): which layer
+reads which layer's units. Surgery follows that graph, so the names below are free to change.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from networks.graph import Reader, Space, TorsoGraph
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
 
@@ -61,6 +64,46 @@ class MLP(nn.Module):
         for i in range(self.residual_blocks):
             x = ResidualDense(x.shape[-1], self.activation, name=f"res_{i}")(x)
         return x
+
+    def graph(self, prefix, consumers, extra_rows=0, positions=0, blocks=None):
+        """(spaces, inputs, image, TorsoGraph) of this torso as module `prefix` (see
+        `conv_chain_graph`); `blocks` overrides residual_blocks."""
+        blocks = self.residual_blocks if blocks is None else blocks
+        dense = tuple(f"{prefix}/dense_{i}" for i in range(len(self.hidden_sizes)))
+        inner = tuple(f"{prefix}/res_{j}/dense_0" for j in range(blocks))
+        outer = tuple(f"{prefix}/res_{j}/dense_1" for j in range(blocks))
+        stream = Space(
+            dense[-1:],
+            residual=tuple(Reader(x) for x in outer),
+            readers=(*(Reader(x) for x in inner), *consumers),
+            tied=inner,
+        )
+        spaces = {d: Space((d,), readers=(Reader(n),)) for d, n in zip(dense, dense[1:])}
+        if dense:
+            spaces[dense[-1]] = stream
+        writer = f"params/{dense[-1]}" if dense else "none: the stream is the torso's input"
+        for x, y in zip(inner, outer):
+            spaces[x] = Space((x,), readers=(Reader(y),))
+            spaces[y] = Space(
+                (y,),
+                refused=f"params/{y} adds into the residual stream; widen the stream's writer "
+                f"({writer})",
+            )
+        if dense:
+            inputs = Space(readers=(Reader(dense[0], rest=extra_rows),))
+        else:
+            inputs = Space(
+                residual=tuple(Reader(r.layer, rest=extra_rows) for r in stream.residual),
+                readers=tuple(Reader(r.layer, rest=extra_rows) for r in stream.readers),
+            )
+        torso = TorsoGraph(
+            "mlp",
+            dense,
+            tuple(f"{prefix}/res_{j}" for j in range(blocks)),
+            ("dense_0", "dense_1"),
+            lambda j: f"res_{j}",
+        )
+        return spaces, inputs, None, torso
 
 
 class ResidualDense(nn.Module):
@@ -141,6 +184,27 @@ class NatureCNN(nn.Module):
             x = jnp.concatenate([x, extra], axis=-1)
         return nn.relu(_dense(self.hidden_size, "dense_0")(x))
 
+    def graph(self, prefix, consumers, extra_rows=0, positions=0, blocks=None):
+        return conv_chain_graph(prefix, len(self.channels), consumers, extra_rows, positions)
+
+
+def conv_chain_graph(prefix, convs: int, consumers, extra_rows: int, positions: int):
+    """The graph of conv_0 ... conv_{n-1} then dense_0 (Nature, small and board CNNs; pooling
+    between convs does not change which units read which).
+
+    Returns (spaces, inputs, image, TorsoGraph): `consumers` read dense_0's units; dense_0 reads
+    the last conv map flattened (h, w, c) over `positions` = H*W, then the other observations,
+    then `extra_rows` encoder features (text, entities).
+    """
+    conv = tuple(f"{prefix}/conv_{i}" for i in range(convs))
+    dense = f"{prefix}/dense_0"
+    spaces = {c: Space((c,), readers=(Reader(n),)) for c, n in zip(conv, conv[1:])}
+    spaces[conv[-1]] = Space((conv[-1],), readers=(Reader(dense, positions=positions, rest=None),))
+    spaces[dense] = Space((dense,), readers=tuple(consumers))
+    inputs = Space(readers=(Reader(dense, offset=None, rest=extra_rows),))
+    image = Space(readers=(Reader(conv[0]),))
+    return spaces, inputs, image, TorsoGraph("conv_chain", (*conv, dense))
+
 
 class ResidualBlock(nn.Module):
     channels: int
@@ -152,6 +216,9 @@ class ResidualBlock(nn.Module):
         return x + y
 
 
+IMPALA_BLOCKS = 2  # residual blocks per stack
+
+
 class ImpalaStack(nn.Module):
     channels: int
 
@@ -159,8 +226,9 @@ class ImpalaStack(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         x = _conv(self.channels, 3, 1, "conv", padding="SAME")(x)
         x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
-        x = ResidualBlock(self.channels, name="block_0")(x)
-        return ResidualBlock(self.channels, name="block_1")(x)
+        for j in range(IMPALA_BLOCKS):
+            x = ResidualBlock(self.channels, name=f"block_{j}")(x)
+        return x
 
 
 class ImpalaCNN(nn.Module):
@@ -179,6 +247,39 @@ class ImpalaCNN(nn.Module):
             x = jnp.concatenate([x, extra], axis=-1)
         return nn.relu(_dense(self.hidden_size, "dense_0")(x))
 
+    def graph(self, prefix, consumers, extra_rows=0, positions=0, blocks=None):
+        """Each stack_i/conv writes a stream that its blocks' conv_1 add into and their conv_0,
+        then the next stack's conv (or dense_0, over `positions`) read."""
+        stacks = [f"{prefix}/stack_{i}" for i in range(len(self.channels))]
+        dense = f"{prefix}/dense_0"
+        spaces = {}
+        for i, stack in enumerate(stacks):
+            blocks_ = [f"{stack}/block_{j}" for j in range(IMPALA_BLOCKS)]
+            inner = tuple(f"{b}/conv_0" for b in blocks_)
+            nxt = (
+                Reader(f"{stacks[i + 1]}/conv")
+                if i + 1 < len(stacks)
+                else Reader(dense, positions=positions, rest=None)
+            )
+            spaces[f"{stack}/conv"] = Space(
+                (f"{stack}/conv",),
+                residual=tuple(Reader(f"{b}/conv_1") for b in blocks_),
+                readers=(*(Reader(x) for x in inner), nxt),
+                tied=inner,
+            )
+            for b in blocks_:
+                spaces[f"{b}/conv_0"] = Space((f"{b}/conv_0",), readers=(Reader(f"{b}/conv_1"),))
+                spaces[f"{b}/conv_1"] = Space(
+                    (f"{b}/conv_1",),
+                    refused=f"params/{b}/conv_1 adds into {stack}'s stream; widen "
+                    f"params/{stack}/conv instead",
+                )
+        spaces[dense] = Space((dense,), readers=tuple(consumers))
+        inputs = Space(readers=(Reader(dense, offset=None, rest=extra_rows),))
+        image = Space(readers=(Reader(f"{stacks[0]}/conv"),))
+        torso = TorsoGraph("impala_cnn", (*(f"{s}/conv" for s in stacks), dense))
+        return spaces, inputs, image, torso
+
 
 class SmallCNN(nn.Module):
     """For small grid images (MiniGrid's 7x7): conv 2x2, max-pool 2x2, conv 2x2, conv 2x2, dense."""
@@ -196,6 +297,9 @@ class SmallCNN(nn.Module):
         if extra is not None:
             x = jnp.concatenate([x, extra], axis=-1)
         return nn.relu(_dense(self.hidden_size, "dense_0")(x))
+
+    def graph(self, prefix, consumers, extra_rows=0, positions=0, blocks=None):
+        return conv_chain_graph(prefix, len(self.channels), consumers, extra_rows, positions)
 
 
 class BoardCNN(nn.Module):
@@ -219,6 +323,9 @@ class BoardCNN(nn.Module):
         if extra is not None:
             x = jnp.concatenate([x, extra], axis=-1)
         return nn.relu(_dense(self.hidden_size, "dense_0")(x))
+
+    def graph(self, prefix, consumers, extra_rows=0, positions=0, blocks=None):
+        return conv_chain_graph(prefix, len(self.channels), consumers, extra_rows, positions)
 
 
 # The image torsos selectable by network.torso (surgery reads their default sizes from here too).

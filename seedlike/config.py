@@ -237,6 +237,8 @@ def base_config() -> ml_collections.ConfigDict:
     # Bring an environment change in gradually after surgery (OpenAI Five App. B): the share of new
     # episodes with the change ramps from 0 to 1 over `updates` policy versions from start_version;
     # without it, new_actions are illegal and new_obs_features (indices into "obs") read 0.
+    # new_actions are columns of the legal mask: for a factorized action, [n_1 + ... + n_H], so
+    # a head's new choices (surgery writes them in its report's "actions").
     c.anneal = ml_collections.ConfigDict()
     c.anneal.start_version = 0
     c.anneal.updates = 0  # 0: no annealing

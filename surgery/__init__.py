@@ -23,6 +23,7 @@ from surgery.ops import (
     OpResult,
     ParamMap,
     SurgeryError,
+    add_action_head,
     add_actions,
     add_input_features,
     add_residual_block,
@@ -36,6 +37,7 @@ from surgery.ops import (
 )
 from surgery.optimizer import reset_opt_state, set_lr_zero, transform_opt_state
 from surgery.plan import (
+    AddActionHead,
     AddActions,
     AddObservations,
     AddResidualBlock,
@@ -56,6 +58,7 @@ from surgery.verify import verify as verify_policy
 
 __all__ = [
     "ActionInfo",
+    "AddActionHead",
     "AddActions",
     "AddObservations",
     "AddResidualBlock",
@@ -76,6 +79,7 @@ __all__ = [
     "WidenConv",
     "WidenDense",
     "WidenLSTM",
+    "add_action_head",
     "add_actions",
     "add_input_features",
     "add_residual_block",

@@ -330,7 +330,7 @@ def run_surgery(
         probe = PolicySurgery(plan, old_network, old_network, seed).transform_params(
             state.params, state.obs_norm
         )
-        new_config = config_from_params(old_config, probe.params)
+        new_config = config_from_params(old_config, probe.params, probe.graph)
     new_network = make_network(new_config.network, spec_fn(new_config.env))
     if plan is None:
         plan = derive_plan(old_network, new_network, mode=mode, lstm_noise=lstm_noise)

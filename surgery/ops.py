@@ -4,18 +4,9 @@ Every op is a pure function `params -> OpResult`: the new parameter tree plus a 
 where each entry of every changed leaf came from, so that optimizer moments (surgery/optimizer.py),
 recurrent carries and action indices can follow the parameters.
 
-Layers are located by module path ("params/policy_torso/dense_0"; the leading "params" may be
-omitted) and the layers that read a layer's output are found from the naming scheme of
-networks/actor_critic.py, whatever the nesting:
-
-  MLP dense_i         -> dense_{i+1}; the last one -> the residual stream (every res_j/dense_0
-                         reads it, every res_j/dense_1 adds to it) and the torso's consumers
-  MLP res_j/dense_0   -> res_j/dense_1
-  Nature conv_i       -> conv_{i+1}; conv_2 -> dense_0 rows, (h, w, c) flatten order
-  IMPALA stack_i/conv -> the stack's stream (block_j/conv_0 read it, block_j/conv_1 add to it),
-                         then stack_{i+1}/conv or dense_0 rows; stack_i/block_j/conv_0 -> conv_1
-  torso output        -> core/lstm/{ii,if,ig,io} if there is a core, else the heads
-  core/lstm (h)       -> core/lstm/{hi,hf,hg,ho} rows and the heads
+Layers are named by module path ("params/policy_torso/dense_0"; the leading "params" may be
+omitted). Which layers read, write or add into a layer's units comes from the network's layer
+graph (networks/graph.py, `Network.layer_graph()`), never from the names themselves.
 
 Widening a layer ("a space" of units) inserts entries into three kinds of slots: the layer's own
 kernel columns and bias (UNIT: new entries random, or copies of existing units), the residual
@@ -27,21 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Mapping, Sequence
 
 import jax
 import numpy as np
 
+from networks.graph import LayerGraph, Reader, Space
+
 Path = tuple[str, ...]
 
 UNIT, RESIDUAL, READER = "unit", "residual", "reader"
-TORSOS = ("torso", "policy_torso", "value_torso")
-CORE = ("params", "core", "lstm")
-LSTM_INPUT_GATES = ("ii", "if", "ig", "io")
-LSTM_HIDDEN_GATES = ("hi", "hf", "hg", "ho")
-POLICY_HEAD = ("params", "policy_head", "logits")
-VALUE_HEAD = ("params", "value_head", "value")
 MODES = ("random", "replicate")
 # Statistics an AxisMap can carry: parameters, Adam's first and second moments, plain indices.
 KINDS = ("param", "first_moment", "second_moment", "index")
@@ -234,16 +220,18 @@ class LeafMap:
 class ParamMap:
     """How an op maps a parameter tree: new leaf path -> LeafMap for every leaf that changed.
 
-    Leaves not listed keep their path and values. No leaf is ever removed (surgery only adds).
-    The same map transforms any tree of the parameters' structure: the parameters themselves
-    (without the random entries an op adds), or optimizer statistics (surgery/optimizer.py).
+    Leaves not listed keep their path and values; `dropped` leaves are gone (moved elsewhere: a
+    module renamed when action heads shift). The same map transforms any tree of the parameters'
+    structure: the parameters themselves (without the random entries an op adds), or optimizer
+    statistics (surgery/optimizer.py).
     """
 
     leaves: Mapping[Path, LeafMap] = dataclasses.field(default_factory=dict)
+    dropped: frozenset = frozenset()
 
     def apply(self, tree, kind: str = "param") -> dict:
         flat = flatten_params(tree)
-        out = dict(flat)
+        out = {p: v for p, v in flat.items() if p not in self.dropped}
         for path, leaf_map in self.leaves.items():
             if leaf_map.source is not None and leaf_map.source not in flat:
                 raise SurgeryError(f"{path_str(leaf_map.source)} is not in the tree")
@@ -254,7 +242,7 @@ class ParamMap:
 
     def then(self, other: ParamMap) -> ParamMap:
         """This map followed by `other` (which maps the tree this map produces)."""
-        leaves = dict(self.leaves)
+        leaves = {p: lm for p, lm in self.leaves.items() if p not in other.dropped}
         for path, lm in other.leaves.items():
             first = self.leaves.get(lm.source) if lm.source is not None else None
             if lm.source is None or first is None:
@@ -263,7 +251,7 @@ class ParamMap:
                 leaves[path] = LeafMap(None, lm.shape, lm.dtype)
             else:
                 leaves[path] = LeafMap(first.source, lm.shape, lm.dtype, first.axes + lm.axes)
-        return ParamMap(leaves)
+        return ParamMap(leaves, (self.dropped | other.dropped) - frozenset(leaves))
 
     def describe(self) -> dict[str, str]:
         """'path' -> 'old shape -> new shape' (or 'new'), for logs and reports."""
@@ -340,6 +328,7 @@ class OpResult:
       action_map: the logits axis, if the op changed the actions.
       action_info: see ActionInfo, for add_actions.
       exact: whether the op preserves the function exactly (up to float rounding).
+      graph: the layer graph after the op, if the op changed the network's structure.
     """
 
     params: dict
@@ -348,6 +337,7 @@ class OpResult:
     action_map: AxisMap | None = None
     action_info: ActionInfo | None = None
     exact: bool = True
+    graph: LayerGraph | None = None
 
 
 def pad_carry(carry, carry_map: AxisMap | None):
@@ -364,16 +354,22 @@ def pad_carry(carry, carry_map: AxisMap | None):
 class _Slot:
     """One axis of one leaf that indexes the units being widened.
 
-    The axis holds `offset` other entries, then `positions` blocks of the units (a flattened
-    [H, W, C] feature map has H*W blocks of C), then `rest` other entries (None: any number).
+    The axis holds `offset` other entries (None: whatever precedes the units and `rest`), then
+    `positions` blocks of the units (a flattened [H, W, C] feature map has H*W blocks of C), then
+    `rest` other entries (None: any number).
     """
 
     path: Path
     axis: int
     role: str
-    offset: int = 0
+    offset: int | None = 0
     positions: int = 1
     rest: int | None = 0
+
+
+def layer_path(layer: str) -> Path:
+    """A layer graph's name ("policy_torso/dense_0") as a parameter path."""
+    return as_path(layer)
 
 
 def _kernel(flat, layer: Path) -> np.ndarray:
@@ -383,160 +379,56 @@ def _kernel(flat, layer: Path) -> np.ndarray:
     return np.asarray(flat[layer + ("kernel",)])
 
 
-def _unit_slots(flat, layer: Path, role: str = UNIT) -> list[_Slot]:
+def _unit_slots(flat, layer: Path, role: str = UNIT, reader: Reader | None = None) -> list[_Slot]:
     kernel = _kernel(flat, layer)
-    slots = [_Slot(layer + ("kernel",), kernel.ndim - 1, role)]
+    layout = {}
+    if reader is not None:
+        layout = dict(offset=reader.offset, positions=reader.positions, rest=reader.rest)
+    slots = [_Slot(layer + ("kernel",), kernel.ndim - 1, role, **layout)]
     if layer + ("bias",) in flat:
-        slots.append(_Slot(layer + ("bias",), 0, role))
+        slots.append(_Slot(layer + ("bias",), 0, role, **layout))
     return slots
 
 
-def _reader_slots(flat, layer: Path, **layout) -> list[_Slot]:
+def _reader_slots(flat, reader: Reader) -> list[_Slot]:
+    layer = layer_path(reader.layer)
     kernel = _kernel(flat, layer)
-    return [_Slot(layer + ("kernel",), kernel.ndim - 2, READER, **layout)]
-
-
-def _indices(flat, prefix: Path, stem: str) -> list[int]:
-    """Sorted i of every child `stem_i` of prefix."""
-    n = len(prefix)
-    found = set()
-    for p in flat:
-        if len(p) > n and p[:n] == prefix:
-            m = re.fullmatch(rf"{stem}_(\d+)", p[n])
-            if m:
-                found.add(int(m.group(1)))
-    return sorted(found)
-
-
-def _torsos(flat) -> list[str]:
-    return sorted({p[1] for p in flat if len(p) > 1 and p[0] == "params" and p[1] in TORSOS})
-
-
-def _torso_kind(flat, torso: str) -> str:
-    """ "impala_cnn" (residual stacks), "conv_chain" (conv_0, conv_1, ... then dense_0: the Nature,
-    small and board CNNs; pooling between convs does not change which units read which) or "mlp"."""
-    root = ("params", torso)
-    if _indices(flat, root, "stack"):
-        return "impala_cnn"
-    if _indices(flat, root, "conv"):
-        return "conv_chain"
-    return "mlp"
-
-
-def _has_core(flat) -> bool:
-    return any(p[:3] == CORE for p in flat)
-
-
-def _consumer_slots(flat, torso: str | None) -> list[_Slot]:
-    """The readers of a torso's output: the LSTM input kernels, or the head(s) it feeds."""
-    if _has_core(flat):
-        return [s for g in LSTM_INPUT_GATES for s in _reader_slots(flat, CORE + (g,))]
-    heads = {"policy_torso": [POLICY_HEAD], "value_torso": [VALUE_HEAD]}
-    return [s for h in heads.get(torso, [POLICY_HEAD, VALUE_HEAD]) for s in _reader_slots(flat, h)]
-
-
-def _mlp_stream_slots(flat, torso: str) -> list[_Slot]:
-    """Every slot of the residual stream after the MLP's last dense layer (its writer excluded)."""
-    root = ("params", torso)
-    slots = []
-    for j in _indices(flat, root, "res"):
-        slots += _unit_slots(flat, root + (f"res_{j}", "dense_1"), RESIDUAL)
-        slots += _reader_slots(flat, root + (f"res_{j}", "dense_0"))
-    return slots + _consumer_slots(flat, torso)
-
-
-def _impala_stream_slots(flat, torso: str, i: int, positions: int | None) -> list[_Slot]:
-    """Residual writers and readers of stack_i's output, then the next stack or dense_0."""
-    root = ("params", torso)
-    stack = root + (f"stack_{i}",)
-    slots = []
-    for j in _indices(flat, stack, "block"):
-        slots += _unit_slots(flat, stack + (f"block_{j}", "conv_1"), RESIDUAL)
-        slots += _reader_slots(flat, stack + (f"block_{j}", "conv_0"))
-    if i + 1 in _indices(flat, root, "stack"):
-        return slots + _reader_slots(flat, root + (f"stack_{i + 1}", "conv"))
-    return slots + _flatten_reader(flat, root + ("dense_0",), positions, f"stack_{i}")
-
-
-def _flatten_reader(flat, dense: Path, positions: int | None, what: str) -> list[_Slot]:
-    if not positions:
-        raise SurgeryError(
-            f"widening {what}, the last conv layer of {path_str(dense[:2])}, needs "
-            "feature_positions (H*W of its feature map) to place the new rows of "
-            f"{path_str(dense)}/kernel"
+    return [
+        _Slot(
+            layer + ("kernel",),
+            kernel.ndim - 2,
+            READER,
+            offset=reader.offset,
+            positions=reader.positions,
+            rest=reader.rest,
         )
-    return _reader_slots(flat, dense, positions=positions, rest=None)
+    ]
 
 
-def _tied_layers(flat, layer: Path) -> list[Path]:
-    """Layers whose width the modules tie to `layer`'s: the inner layer of every residual block
-    of the stream `layer` writes (ResidualDense and IMPALA ResidualBlock use the stream width)."""
-    if len(layer) < 3 or layer[1] not in TORSOS:
-        return []
-    root, name = layer[:2], "/".join(layer[2:])
-    if _torso_kind(flat, layer[1]) == "mlp" and (m := re.fullmatch(r"dense_(\d+)", name)):
-        if int(m.group(1)) == _indices(flat, root, "dense")[-1]:
-            return [root + (f"res_{j}", "dense_0") for j in _indices(flat, root, "res")]
-    if m := re.fullmatch(r"stack_(\d+)/conv", name):
-        stack = root + (f"stack_{m.group(1)}",)
-        return [stack + (f"block_{j}", "conv_0") for j in _indices(flat, stack, "block")]
-    return []
+def space_slots(flat, space: Space) -> list[_Slot]:
+    """Every slot indexing a space's units: writers (UNIT), residual layers, readers."""
+    slots = []
+    for layer in space.writers:
+        slots += _unit_slots(flat, layer_path(layer))
+    for r in space.residual:
+        slots += _unit_slots(flat, layer_path(r.layer), RESIDUAL, r)
+    for r in space.readers:
+        slots += _reader_slots(flat, r)
+    return slots
 
 
-def _layer_slots(flat, layer: Path, positions: int | None) -> list[_Slot]:
-    """The UNIT slots of `layer` followed by every other slot indexing its output units."""
+def _space_of(graph: LayerGraph, flat, layer: Path) -> Space:
+    """The space `layer` writes, or a SurgeryError that says why it cannot be widened."""
     _kernel(flat, layer)
-    where = path_str(layer)
-    if len(layer) >= 2 and layer[1] in ("core",):
-        raise SurgeryError(f"{where} is the LSTM core: use widen_lstm")
-    if layer == POLICY_HEAD:
-        raise SurgeryError(f"{where} is the policy head: use add_actions")
-    if layer == VALUE_HEAD:
-        raise SurgeryError(f"{where} is the value head: its single output cannot be widened")
-    if len(layer) < 3 or layer[1] not in TORSOS:
-        raise SurgeryError(f"{where} is not a torso layer")
-    torso, rest = layer[1], layer[2:]
-    root = ("params", torso)
-    kind = _torso_kind(flat, torso)
-    units = _unit_slots(flat, layer)
-    name = "/".join(rest)
-
-    if kind == "mlp":
-        if m := re.fullmatch(r"dense_(\d+)", name):
-            i = int(m.group(1))
-            if i + 1 in _indices(flat, root, "dense"):
-                return units + _reader_slots(flat, root + (f"dense_{i + 1}",))
-            return units + _mlp_stream_slots(flat, torso)
-        if m := re.fullmatch(r"res_(\d+)/dense_0", name):
-            return units + _reader_slots(flat, root + (f"res_{m.group(1)}", "dense_1"))
-        if re.fullmatch(r"res_(\d+)/dense_1", name):
-            last = _indices(flat, root, "dense")
-            stream = path_str(root + (f"dense_{last[-1]}",)) if last else "the input"
-            raise SurgeryError(
-                f"{where} adds into the residual stream; widen the stream's writer ({stream})"
-            )
-    elif kind == "conv_chain":
-        if m := re.fullmatch(r"conv_(\d+)", name):
-            i = int(m.group(1))
-            if i + 1 in _indices(flat, root, "conv"):
-                return units + _reader_slots(flat, root + (f"conv_{i + 1}",))
-            return units + _flatten_reader(flat, root + ("dense_0",), positions, name)
-        if name == "dense_0":
-            return units + _consumer_slots(flat, torso)
-    else:
-        if m := re.fullmatch(r"stack_(\d+)/conv", name):
-            return units + _impala_stream_slots(flat, torso, int(m.group(1)), positions)
-        if m := re.fullmatch(r"stack_(\d+)/block_(\d+)/conv_0", name):
-            block = root + (f"stack_{m.group(1)}", f"block_{m.group(2)}")
-            return units + _reader_slots(flat, block + ("conv_1",))
-        if m := re.fullmatch(r"stack_(\d+)/block_(\d+)/conv_1", name):
-            raise SurgeryError(
-                f"{where} adds into stack_{m.group(1)}'s stream; widen "
-                f"{path_str(root + (f'stack_{m.group(1)}', 'conv'))} instead"
-            )
-        if name == "dense_0":
-            return units + _consumer_slots(flat, torso)
-    raise SurgeryError(f"{where}: no rule for widening this layer of a {kind} torso")
+    space = graph.spaces.get(path_str(layer[1:]))
+    if space is None:
+        raise SurgeryError(
+            f"{path_str(layer)} is not a layer surgery widens this way (the network's layer graph "
+            "has no rule for it)"
+        )
+    if space.refused:
+        raise SurgeryError(space.refused)
+    return space
 
 
 # The widening primitive --------------------------------------------------------------------------
@@ -545,6 +437,8 @@ def _layer_slots(flat, layer: Path, positions: int | None) -> list[_Slot]:
 def _slot_axis_map(slot: _Slot, space: AxisMap, counts: np.ndarray, length: int):
     """The AxisMap of one slot's axis, and Net2Wider group ids (-1: not in a copied group)."""
     d = space.old_size
+    if slot.offset is None:  # counted from the end
+        slot = dataclasses.replace(slot, offset=max(length - slot.positions * d - slot.rest, 0))
     rest = length - slot.offset - slot.positions * d
     if rest < 0 or (slot.rest is not None and rest != slot.rest):
         want = slot.offset + slot.positions * d + (slot.rest or 0)
@@ -552,6 +446,7 @@ def _slot_axis_map(slot: _Slot, space: AxisMap, counts: np.ndarray, length: int)
             f"{path_str(slot.path)} has {length} entries on axis {slot.axis}, expected {want} "
             f"({slot.positions} x {d} units"
             + (f" after {slot.offset} others" if slot.offset else "")
+            + (f" and {slot.rest} others after them" if slot.rest else "")
             + "): the layer does not match the network being widened"
         )
     n = np.where(space.src >= 0, counts[np.maximum(space.src, 0)], 1).astype(np.float64)
@@ -652,7 +547,7 @@ def _widen_space(
     """
     rng = generator(rng)
     flat = flatten_params(params)
-    counts = np.bincount(space.src[space.src >= 0], minlength=space.old_size)
+    counts = np.bincount(space.src[space.src >= 0], minlength=max(space.old_size, 1))
     by_leaf: dict[Path, list[_Slot]] = {}
     for slot in slots:
         by_leaf.setdefault(slot.path, []).append(slot)
@@ -693,7 +588,7 @@ def _space_map(old: int, new: int, mode: str, rng, what: str) -> AxisMap:
 # Ops ---------------------------------------------------------------------------------------------
 
 
-def _widen_layer(params, path, size, rng, mode, init_scale, noise, feature_positions, ndim, what):
+def _widen_layer(params, graph, path, size, rng, mode, init_scale, noise, ndim, what):
     layer = as_path(path)
     flat = flatten_params(params)
     kernel = _kernel(flat, layer)
@@ -701,20 +596,21 @@ def _widen_layer(params, path, size, rng, mode, init_scale, noise, feature_posit
         raise SurgeryError(
             f"{path_str(layer)} has a kernel of shape {list(kernel.shape)}, not a {what} layer"
         )
-    slots = _layer_slots(flat, layer, feature_positions)
-    tied = _tied_layers(flat, layer)
+    space = _space_of(graph, flat, layer)
     rng = generator(rng)
     old = kernel.shape[-1]
     copy_noise = noise if mode == "replicate" else 0.0
-    space = _space_map(old, int(size), mode, rng, path_str(layer))
-    params, pmap = _widen_space(params, slots, space, rng, init_scale, 0.0, copy_noise)
-    for inner in tied:
+    units = _space_map(old, int(size), mode, rng, path_str(layer))
+    params, pmap = _widen_space(
+        params, space_slots(flat, space), units, rng, init_scale, 0.0, copy_noise
+    )
+    for inner in space.tied:
         # The block's inner layer had the stream width; it keeps it (new units exact as usual).
         flat = flatten_params(params)
-        inner_space = _space_map(old, int(size), mode, rng, path_str(inner))
-        inner_slots = _layer_slots(flat, inner, None)
+        inner_units = _space_map(old, int(size), mode, rng, inner)
+        inner_slots = space_slots(flat, _space_of(graph, flat, layer_path(inner)))
         params, inner_map = _widen_space(
-            params, inner_slots, inner_space, rng, init_scale, 0.0, copy_noise
+            params, inner_slots, inner_units, rng, init_scale, 0.0, copy_noise
         )
         pmap = pmap.then(inner_map)
     return OpResult(params, pmap)
@@ -725,6 +621,7 @@ def widen_dense(
     path,
     width: int,
     *,
+    graph: LayerGraph,
     rng,
     mode: str = "random",
     init_scale: float = 0.1,
@@ -741,9 +638,10 @@ def widen_dense(
       params: a Flax parameter tree {"params": ...}.
       path: the layer, e.g. "params/policy_torso/dense_1" or "torso/dense_0".
       width: new number of units (>= the current one).
+      graph: the network's layer graph (Network.layer_graph()): who reads the layer's units.
       rng: a jax PRNG key, an int seed or a numpy Generator.
     """
-    return _widen_layer(params, path, width, rng, mode, init_scale, noise, None, 2, "Dense")
+    return _widen_layer(params, graph, path, width, rng, mode, init_scale, noise, 2, "Dense")
 
 
 def widen_conv(
@@ -751,8 +649,8 @@ def widen_conv(
     path,
     channels: int,
     *,
+    graph: LayerGraph,
     rng,
-    feature_positions: int | None = None,
     mode: str = "random",
     init_scale: float = 0.1,
     noise: float = 1e-2,
@@ -760,16 +658,21 @@ def widen_conv(
     """Widens a conv layer of a CNN torso to `channels` filters; exact. Modes as widen_dense.
 
     New filters are random; the next conv's input channels for them are 0. For the last conv
-    (Nature conv_2, the last IMPALA stack) the readers are dense_0's rows, laid out (h, w, c):
-    `feature_positions` = H*W of that feature map is needed to place the new rows.
+    (Nature conv_2, the last IMPALA stack) the readers are dense_0's rows, laid out (h, w, c)
+    over the H*W positions the layer graph gives.
     """
-    return _widen_layer(
-        params, path, channels, rng, mode, init_scale, noise, feature_positions, 4, "conv"
-    )
+    return _widen_layer(params, graph, path, channels, rng, mode, init_scale, noise, 4, "conv")
 
 
 def widen_lstm(
-    params, size: int, *, rng, mode: str = "random", noise: float = 0.0, init_scale: float = 0.1
+    params,
+    size: int,
+    *,
+    graph: LayerGraph,
+    rng,
+    mode: str = "random",
+    noise: float = 0.0,
+    init_scale: float = 0.1,
 ) -> OpResult:
     """Widens the LSTM core to `size` units, gate by gate; returns the carry map too.
 
@@ -784,17 +687,12 @@ def widen_lstm(
     units instead (exact; noise is then zero-sum symmetry-breaking noise on the copies' rows).
     """
     flat = flatten_params(params)
-    if not _has_core(flat):
-        raise SurgeryError(f"the network has no LSTM core ({path_str(CORE)}) to widen")
-    old = _kernel(flat, CORE + ("hi",)).shape[0]
-    slots = []
-    for g in LSTM_INPUT_GATES + LSTM_HIDDEN_GATES:
-        slots += _unit_slots(flat, CORE + (g,))
-    for g in LSTM_HIDDEN_GATES:
-        slots += _reader_slots(flat, CORE + (g,))
-    slots += _reader_slots(flat, POLICY_HEAD) + _reader_slots(flat, VALUE_HEAD)
+    if graph.core is None:
+        raise SurgeryError("the network has no LSTM core (network.core) to widen")
+    old = _kernel(flat, layer_path(graph.core.writers[0])).shape[-1]
+    slots = space_slots(flat, graph.core)
     rng = generator(rng)
-    space = _space_map(old, int(size), mode, rng, path_str(CORE))
+    space = _space_map(old, int(size), mode, rng, "params/core")
     replicate = mode == "replicate"
     new, pmap = _widen_space(
         params,
@@ -847,6 +745,7 @@ def add_input_features(
     old_shapes: Mapping[str, Sequence[int]],
     new_shapes: Mapping[str, Sequence[int]],
     *,
+    graph: LayerGraph,
     image_key: str | None = None,
 ) -> OpResult:
     """Adds observation features: zero rows in the first layer's kernel at their positions. Exact.
@@ -855,65 +754,44 @@ def add_input_features(
     (torsos.flatten_features), so a new key's rows go between its neighbours' and a grown key's
     new entries interleave with its old ones (the old array sits at the origin of the new one).
     CNN torsos: the non-image keys follow the conv features in dense_0's rows; new image channels
-    (image_key, shapes [H, W, C]) get zero input channels in the first conv.
+    (image_key, shapes [H, W, C]) get zero input channels in the first conv. The layer graph says
+    which kernels read the features (graph.inputs, graph.image).
 
     Args:
       params: a Flax parameter tree.
       old_shapes, new_shapes: observation key -> per-row shape; keys may be added, never removed.
+      graph: the network's layer graph.
       image_key: the image observation of a CNN torso (None for MLP torsos).
     """
-    flat = flatten_params(params)
     old_shapes, new_shapes = dict(old_shapes), dict(new_shapes)
-    torsos = _torsos(flat)
-    cnn = [t for t in torsos if _torso_kind(flat, t) != "mlp"]
-    if image_key is not None or cnn:
-        return _add_cnn_inputs(params, flat, old_shapes, new_shapes, image_key, cnn)
+    maps: dict[Path, LeafMap] = {}
+    if graph.image is not None:
+        if image_key is None:
+            raise SurgeryError("a CNN torso needs image_key to add observations")
+        if image_key not in old_shapes or image_key not in new_shapes:
+            raise SurgeryError(f"image observation {image_key!r} must be in old and new shapes")
+        old_img, new_img = tuple(old_shapes.pop(image_key)), tuple(new_shapes.pop(image_key))
+        if old_img != new_img:
+            if len(old_img) != 3 or old_img[:2] != new_img[:2] or new_img[2] < old_img[2]:
+                raise SurgeryError(
+                    f"image {image_key!r} changes from {list(old_img)} to {list(new_img)} "
+                    "([H, W, C]); only adding channels is supported"
+                )
+            channels = AxisMap.append(old_img[2], new_img[2])
+            slots = space_slots(flatten_params(params), graph.image)
+            params, pmap = _widen_space(params, slots, channels, 0)
+            maps.update(pmap.leaves)
     src, old_size = _feature_src(old_shapes, new_shapes)
-    space = AxisMap.from_src(src, old_size)
-    slots = []
-    for torso in torsos or [None]:
-        if torso is None:
-            slots += _consumer_slots(flat, None)
-        elif 0 in _indices(flat, ("params", torso), "dense"):
-            slots += _reader_slots(flat, ("params", torso, "dense_0"))
-        else:
-            slots += _mlp_stream_slots(flat, torso)
+    if len(src) == old_size and (src == np.arange(old_size)).all():
+        return OpResult(params, ParamMap(maps))
     try:
-        new, pmap = _widen_space(params, slots, space, 0)
+        slots = space_slots(flatten_params(params), graph.inputs)
+        params, pmap = _widen_space(params, slots, AxisMap.from_src(src, old_size), 0)
     except SurgeryError as e:
         raise SurgeryError(
             f"{e}; observations {old_shapes} flatten to {old_size} features"
         ) from None
-    return OpResult(new, pmap)
-
-
-def _add_cnn_inputs(params, flat, old_shapes, new_shapes, image_key, cnn):
-    if image_key is None or len(cnn) != 1:
-        raise SurgeryError(f"a CNN torso ({cnn}) needs image_key to add observations")
-    torso = cnn[0]
-    root = ("params", torso)
-    if image_key not in old_shapes or image_key not in new_shapes:
-        raise SurgeryError(f"image observation {image_key!r} must be in old and new shapes")
-    old_img, new_img = tuple(old_shapes.pop(image_key)), tuple(new_shapes.pop(image_key))
-    maps: dict[Path, LeafMap] = {}
-    if old_img != new_img:
-        if len(old_img) != 3 or old_img[:2] != new_img[:2] or new_img[2] < old_img[2]:
-            raise SurgeryError(
-                f"image {image_key!r} changes from {list(old_img)} to {list(new_img)} ([H, W, C]);"
-                " only adding channels is supported"
-            )
-        impala = _torso_kind(flat, torso) == "impala_cnn"
-        first = root + (("stack_0", "conv") if impala else ("conv_0",))
-        channels = AxisMap.append(old_img[2], new_img[2])
-        params, pmap = _widen_space(params, _reader_slots(flat, first), channels, 0)
-        maps.update(pmap.leaves)
-    src, old_size = _feature_src(old_shapes, new_shapes)
-    if len(src) != old_size or (src != np.arange(old_size)).any():
-        flat = flatten_params(params)
-        rows = _kernel(flat, root + ("dense_0",)).shape[0]
-        slot = _Slot(root + ("dense_0", "kernel"), 0, READER, offset=rows - old_size)
-        params, pmap = _widen_space(params, [slot], AxisMap.from_src(src, old_size), 0)
-        maps.update(pmap.leaves)
+    maps.update(pmap.leaves)
     return OpResult(params, ParamMap(maps))
 
 
@@ -947,39 +825,96 @@ def extend_obs_norm(obs_norm: Mapping, template: Mapping) -> dict:
     return out
 
 
+def _head_columns(graph: LayerGraph, head: int) -> tuple[int, int]:
+    """(first column in the dense policy head, first column in the logits) of action head `head`
+    (pointer heads have no dense columns; the logits hold every head side by side)."""
+    sizes = graph.head_sizes
+    dense = sum(n for j, n in enumerate(sizes[:head]) if j not in graph.pointer_heads)
+    return dense, sum(sizes[:head])
+
+
+def _insert(total: int, start: int, inner: AxisMap) -> AxisMap:
+    """An AxisMap of `total` entries that applies `inner` to those from `start` on."""
+    src = np.arange(total)
+    inner_src = np.where(inner.src >= 0, inner.src + start, -1)
+    tail = src[start + inner.old_size :]
+    return AxisMap.from_src(np.concatenate([src[:start], inner_src, tail]), total)
+
+
+def _policy_head(graph: LayerGraph, flat, what: str) -> tuple[Path, np.ndarray, np.ndarray]:
+    if not graph.policy_head:
+        raise SurgeryError(f"{what}: every action head is a pointer head; there is no dense head")
+    path = layer_path(graph.policy_head)
+    return path, _kernel(flat, path), np.asarray(flat[path + ("bias",)])
+
+
+def _new_head_columns(flat, head_path, kernel, bias_leaf, dense_map, fill_bias) -> tuple:
+    """The policy head's kernel and bias with new columns (zero kernel, `fill_bias` bias)."""
+    kernel_map = LeafMap(
+        head_path + ("kernel",),
+        (kernel.shape[0], dense_map.new_size),
+        kernel.dtype.name,
+        ((1, dense_map),),
+    )
+    bias_map = LeafMap(
+        head_path + ("bias",), (dense_map.new_size,), bias_leaf.dtype.name, ((0, dense_map),)
+    )
+    out = dict(flat)
+    out[head_path + ("kernel",)] = kernel_map.apply(kernel)
+    bias = dense_map.apply(bias_leaf, 0, fill=0.0)
+    bias[dense_map.new_entries] = np.asarray(fill_bias, bias.dtype)
+    out[head_path + ("bias",)] = bias
+    pmap = ParamMap({head_path + ("kernel",): kernel_map, head_path + ("bias",): bias_map})
+    return unflatten_params(out), pmap
+
+
 def add_actions(
     params,
     num_new: int = 1,
     *,
+    graph: LayerGraph,
+    head: int = 0,
     positions: Sequence[int] | None = None,
     bias: float | None = None,
     tolerance: float = 1e-6,
     feature_bound: float | None = None,
     logits=None,
 ) -> OpResult:
-    """Adds discrete actions: zero kernel columns in policy_head/logits and a constant bias.
+    """Adds choices to an action head: zero kernel columns in the policy head, a constant bias.
 
     With a zero column the new logit is the constant b, so KL(old || new) = log(1 + k e^b / Z(x))
-    (k new actions, Z(x) the old partition function) is not constant over inputs; b is chosen so
-    that the new actions' total probability stays below `tolerance` (then KL <= tolerance):
+    (k new choices, Z(x) the head's old partition function) is not constant over inputs; b is
+    chosen so that the new choices' total probability stays below `tolerance` (then KL <=
+    tolerance):
       bias given:     used as is;
       feature_bound:  guaranteed for every input whose head features lie in [-B, B] (tanh MLP,
                       LSTM h: B = 1), via log Z(x) >= max_a (c_a - B * ||W[:, a]||_1);
       logits:         from the smallest log Z over a batch of old logits [N, A] (holds on that
                       batch only; surgery.verify reports the achieved KL on its batch).
-    The old actions' logits are unchanged; mask the new actions (ActionInfo.legal_mask_old) to
-    keep the old policy exactly and anneal them in (annealed_legal_mask).
+    The old choices' logits are unchanged; mask the new ones (ActionInfo.legal_mask_old) to keep
+    the old policy exactly and anneal them in (annealed_legal_mask). A factorized action's other
+    heads are untouched (the KL of the joint action is this head's).
 
     Args:
-      positions: indices of the new actions in the new action space (default: appended).
+      graph: the network's layer graph (its policy head and the action heads' sizes).
+      head: which action head of a factorized action (0 for a single categorical).
+      positions: indices of the new choices among the head's new choices (default: appended).
     """
     flat = flatten_params(params)
-    kernel = _kernel(flat, POLICY_HEAD)
-    b_old = np.asarray(flat[POLICY_HEAD + ("bias",)], np.float64)
-    a_old = kernel.shape[1]
-    a_new = a_old + int(num_new)
+    sizes = graph.head_sizes
+    if not 0 <= head < len(sizes):
+        raise SurgeryError(f"head={head}: the network has {len(sizes)} action heads {sizes}")
+    if head in graph.pointer_heads:
+        raise SurgeryError(
+            f"action head {head} is a pointer head ({graph.pointer_heads[head]}): its choices are "
+            "the entity slots; give the env more entity slots instead"
+        )
+    head_path, kernel, bias_leaf = _policy_head(graph, flat, "add_actions")
+    where = f"{path_str(head_path)} (action head {head})"
     if num_new < 1:
-        raise SurgeryError(f"{path_str(POLICY_HEAD)}: num_new={num_new} must be >= 1")
+        raise SurgeryError(f"{where}: num_new={num_new} must be >= 1")
+    a_old = int(sizes[head])
+    a_new = a_old + int(num_new)
     if positions is None:
         positions = list(range(a_old, a_new))
     positions = sorted(int(p) for p in positions)
@@ -991,20 +926,24 @@ def add_actions(
         raise SurgeryError(f"positions {positions} must be {num_new} distinct indices < {a_new}")
     src = np.full(a_new, -1, np.int64)
     src[np.setdiff1d(np.arange(a_new), positions)] = np.arange(a_old)
-    amap = AxisMap.from_src(src, a_old)
+    head_map = AxisMap.from_src(src, a_old)
+    dense_start, logit_start = _head_columns(graph, head)
+    cols = slice(dense_start, dense_start + a_old)
     k = float(num_new)
-    # The largest new-action probability with KL <= tolerance, a hair lower against rounding.
+    # The largest new-choice probability with KL <= tolerance, a hair lower against rounding.
     target = -math.expm1(-tolerance) * (1.0 - 1e-6)
     if bias is not None:
         rule, log_z = "given", None
     elif feature_bound is not None:
-        w1 = np.sum(np.abs(np.asarray(kernel, np.float64)), axis=0)
+        w1 = np.sum(np.abs(np.asarray(kernel[:, cols], np.float64)), axis=0)
+        b_old = np.asarray(bias_leaf[cols], np.float64)
         rule, log_z = "bound", float(np.max(b_old - feature_bound * w1))
     elif logits is not None:
         logits = np.asarray(logits, np.float64)
-        if logits.shape[-1] != a_old:
-            raise SurgeryError(f"logits have {logits.shape[-1]} actions, the head has {a_old}")
-        rule, log_z = "batch", float(np.min(_logsumexp(logits.reshape(-1, a_old))))
+        if logits.shape[-1] != sum(sizes):
+            raise SurgeryError(f"logits have {logits.shape[-1]} columns, the heads {sum(sizes)}")
+        own = logits.reshape(-1, sum(sizes))[:, logit_start : logit_start + a_old]
+        rule, log_z = "batch", float(np.min(_logsumexp(own)))
     else:
         raise SurgeryError("add_actions needs bias, feature_bound or a batch of logits")
     if log_z is None:
@@ -1013,25 +952,101 @@ def add_actions(
         bias = log_z + math.log(target / k)
         max_prob = min(k * math.exp(bias - log_z), 1.0)
         kl = -math.log1p(-max_prob) if max_prob < 1.0 else float("inf")
+    dense_map = _insert(kernel.shape[1], dense_start, head_map)
+    logit_map = _insert(sum(sizes), logit_start, head_map)
     info = ActionInfo(
-        num_actions_old=a_old,
-        num_actions_new=a_new,
-        new_actions=tuple(positions),
+        num_actions_old=logit_map.old_size,
+        num_actions_new=logit_map.new_size,
+        new_actions=tuple(int(p) for p in logit_map.new_entries),
         bias=float(bias),
         rule=rule,
         max_new_prob=max_prob,
         kl_bound=kl,
     )
-    kernel_map = LeafMap(
-        POLICY_HEAD + ("kernel",), (kernel.shape[0], a_new), kernel.dtype.name, ((1, amap),)
+    new, pmap = _new_head_columns(flat, head_path, kernel, bias_leaf, dense_map, bias)
+    return OpResult(new, pmap, action_map=logit_map, action_info=info)
+
+
+def add_action_head(
+    params,
+    size: int,
+    *,
+    graph: LayerGraph,
+    index: int | None = None,
+    bias: float | None = None,
+    tolerance: float = 1e-6,
+) -> OpResult:
+    """Inserts a new argument (action head) of `size` choices; choice 0 means what the env did
+    before the argument existed.
+
+    The head's kernel columns are zero, its choice 0 has bias 0 and the others bias b, so for
+    every input the new choices' probability is k e^b / (1 + k e^b) (k = size - 1): b is set
+    so that it is below `tolerance`, and KL(old || new) = log(1 + k e^b) <= tolerance for every
+    input, whatever the features. Mask choices 1.. (ActionInfo.legal_mask_old) to keep the old
+    policy exactly and anneal them in. Action ids change (one more mixed-radix digit); the old
+    action with arguments (d_1, ..., d_H) is the new one with a 0 inserted at `index`.
+
+    Args:
+      size: the new head's choices (>= 2).
+      index: its position among the heads (default: last).
+    """
+    flat = flatten_params(params)
+    sizes = graph.head_sizes
+    index = len(sizes) if index is None else int(index)
+    if not 0 <= index <= len(sizes):
+        raise SurgeryError(f"index={index} must be in [0, {len(sizes)}] (heads {sizes})")
+    if int(size) < 2:
+        raise SurgeryError(f"a new action head needs at least 2 choices, not {size}")
+    head_path, kernel, bias_leaf = _policy_head(graph, flat, "add_action_head")
+    k = int(size) - 1
+    target = -math.expm1(-tolerance) * (1.0 - 1e-6)
+    rule = "given" if bias is not None else "new head"
+    if bias is None:
+        bias = math.log(target / (k * (1.0 - target)))
+    max_prob = k * math.exp(bias) / (1.0 + k * math.exp(bias))
+    kl = math.log1p(k * math.exp(bias))
+    dense_start = sum(n for j, n in enumerate(sizes[:index]) if j not in graph.pointer_heads)
+    logit_start = sum(sizes[:index])
+    inserted = AxisMap.from_src(np.full(int(size), -1), 0)
+    dense_map = _insert(kernel.shape[1], dense_start, inserted)
+    logit_map = _insert(sum(sizes), logit_start, inserted)
+    fill = np.full(int(size), bias)
+    fill[0] = 0.0
+    info = ActionInfo(
+        num_actions_old=logit_map.old_size,
+        num_actions_new=logit_map.new_size,
+        new_actions=tuple(range(logit_start + 1, logit_start + int(size))),
+        bias=float(bias),
+        rule=rule,
+        max_new_prob=max_prob,
+        kl_bound=kl,
     )
-    bias_leaf = np.asarray(flat[POLICY_HEAD + ("bias",)])
-    bias_map = LeafMap(POLICY_HEAD + ("bias",), (a_new,), bias_leaf.dtype.name, ((0, amap),))
-    out = dict(flat)
-    out[POLICY_HEAD + ("kernel",)] = kernel_map.apply(kernel)
-    out[POLICY_HEAD + ("bias",)] = amap.apply(bias_leaf, 0, fill=float(bias))
-    pmap = ParamMap({POLICY_HEAD + ("kernel",): kernel_map, POLICY_HEAD + ("bias",): bias_map})
-    return OpResult(unflatten_params(out), pmap, action_map=amap, action_info=info)
+    new, pmap = _new_head_columns(flat, head_path, kernel, bias_leaf, dense_map, fill)
+    # Pointer heads after the new one move up an index, and their modules with them.
+    new_sizes = (*sizes[:index], int(size), *sizes[index:])
+    moved = {j: j + (j >= index) for j in graph.pointer_heads}
+    after = graph.with_module(action_heads=new_sizes, pointer_heads=tuple(moved.values()))
+    renames = {
+        layer_path(graph.pointer_heads[j]): layer_path(after.pointer_heads[k])
+        for j, k in moved.items()
+    }
+    flat = flatten_params(new)
+    renames = {src: dst for src, dst in renames.items() if src != dst}
+    under = {p: src for p in flat for src in renames if p[: len(src)] == src}
+    out = {p: v for p, v in flat.items() if p not in under}
+    leaves = {}
+    for p, src in under.items():
+        dst = renames[src] + p[len(src) :]
+        out[dst] = flat[p]
+        leaves[dst] = LeafMap(p, tuple(np.shape(flat[p])), np.asarray(flat[p]).dtype.name)
+    dropped = frozenset(under) - frozenset(out)
+    return OpResult(
+        unflatten_params(out),
+        pmap.then(ParamMap(leaves, dropped)) if renames else pmap,
+        action_map=logit_map,
+        action_info=info,
+        graph=after,
+    )
 
 
 def _logsumexp(x: np.ndarray) -> np.ndarray:
@@ -1040,58 +1055,69 @@ def _logsumexp(x: np.ndarray) -> np.ndarray:
 
 
 def add_residual_block(
-    params, torso: str, *, rng, index: int | None = None, init_scale: float = 1.0
+    params,
+    torso: str,
+    *,
+    graph: LayerGraph,
+    rng,
+    index: int | None = None,
+    init_scale: float = 1.0,
 ) -> OpResult:
-    """Inserts a residual block res_k into an MLP torso; exact because its dense_1 is zero.
+    """Inserts a residual block into an MLP torso; exact because its output layer is zero.
 
-    The block computes h + dense_1(act(dense_0(h))) at the stream width; dense_0 gets a fresh
-    orthogonal init (scale sqrt(2) * init_scale, as networks/torsos.py), dense_1 kernel and bias
-    are 0, so gradients reach dense_1 at once. Blocks at and after `index` (default: the end)
-    move up by one (res_j -> res_{j+1}). The config gains network.residual_blocks += 1.
+    The block computes h + out(act(inner(h))) at the stream width; the inner layer gets a fresh
+    orthogonal init (scale sqrt(2) * init_scale, as networks/torsos.py), the output layer's
+    kernel and bias are 0, so gradients reach it at once. Blocks at and after `index` (default:
+    the end) move up by one. The config gains network.residual_blocks += 1; the result carries
+    the layer graph with the new block.
 
     Args:
-      torso: "torso", "policy_torso" or "value_torso" (or "params/<torso>").
+      torso: the torso module, e.g. "policy_torso" (or "params/policy_torso").
     """
     root = as_path(torso)
+    name = path_str(root[1:])
     flat = flatten_params(params)
-    if len(root) != 2 or root[1] not in TORSOS or root[1] not in _torsos(flat):
+    if name not in graph.torsos:
         raise SurgeryError(
             f"no torso {path_str(root)}; the network has "
-            f"{[path_str(('params', t)) for t in _torsos(flat)]}"
+            f"{[path_str(('params', t)) for t in graph.torsos]}"
         )
-    if _torso_kind(flat, root[1]) != "mlp":
+    t = graph.torsos[name]
+    if t.kind != "mlp":
         raise SurgeryError(f"{path_str(root)} is a CNN torso; residual blocks are for MLP torsos")
-    blocks = _indices(flat, root, "res")
-    dense = _indices(flat, root, "dense")
-    if dense:
-        width = _kernel(flat, root + (f"dense_{dense[-1]}",)).shape[1]
-    elif blocks:
-        width = _kernel(flat, root + (f"res_{blocks[0]}", "dense_1")).shape[1]
+    inner, outer = t.block_layers
+    if t.layers:
+        width = _kernel(flat, layer_path(t.layers[-1])).shape[1]
+    elif t.blocks:
+        width = _kernel(flat, layer_path(f"{t.blocks[0]}/{outer}")).shape[1]
     else:
         raise SurgeryError(f"{path_str(root)} has no layer that sets the stream width")
-    index = len(blocks) if index is None else int(index)
-    if not 0 <= index <= len(blocks):
-        raise SurgeryError(f"{path_str(root)}: index {index} not in [0, {len(blocks)}]")
+    index = len(t.blocks) if index is None else int(index)
+    if not 0 <= index <= len(t.blocks):
+        raise SurgeryError(f"{path_str(root)}: index {index} not in [0, {len(t.blocks)}]")
+    after = graph.with_blocks(name, len(t.blocks) + 1)
+    blocks = after.torsos[name].blocks  # the module's names for blocks 0 .. n
+    moved = {layer_path(b): layer_path(blocks[j + (j >= index)]) for j, b in enumerate(t.blocks)}
     leaves: dict[Path, LeafMap] = {}
-    out = {p: v for p, v in flat.items() if not (p[:2] == root and p[2].startswith("res_"))}
-    for j in blocks:
+    out = {p: v for p, v in flat.items() if not any(p[: len(b)] == b for b in moved)}
+    for src_block, dst_block in moved.items():
         for p, v in flat.items():
-            if p[:3] == root + (f"res_{j}",):
-                dst = root + (f"res_{j + 1 if j >= index else j}",) + p[3:]
+            if p[: len(src_block)] == src_block:
+                dst = dst_block + p[len(src_block) :]
                 out[dst] = v
                 if dst != p:
                     leaves[dst] = LeafMap(p, tuple(np.shape(v)), np.asarray(v).dtype.name)
-    block = root + (f"res_{index}",)
+    block = layer_path(blocks[index])
     # Orthogonal init (as networks/torsos.py), with the sign fix that makes it uniform.
     q, r = np.linalg.qr(generator(rng).standard_normal((width, width)))
     kernel = math.sqrt(2.0) * init_scale * q * np.sign(np.diag(r))
     new = {
-        block + ("dense_0", "kernel"): np.asarray(kernel, np.float32),
-        block + ("dense_0", "bias"): np.zeros(width, np.float32),
-        block + ("dense_1", "kernel"): np.zeros((width, width), np.float32),
-        block + ("dense_1", "bias"): np.zeros(width, np.float32),
+        block + (inner, "kernel"): np.asarray(kernel, np.float32),
+        block + (inner, "bias"): np.zeros(width, np.float32),
+        block + (outer, "kernel"): np.zeros((width, width), np.float32),
+        block + (outer, "bias"): np.zeros(width, np.float32),
     }
     out.update(new)
     leaves.update({p: LeafMap(None, v.shape, v.dtype.name) for p, v in new.items()})
     # A new leaf's optimizer moments are zeros; its values are set here, not by the map.
-    return OpResult(unflatten_params(out), ParamMap(leaves))
+    return OpResult(unflatten_params(out), ParamMap(leaves), graph=after)

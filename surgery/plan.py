@@ -16,12 +16,12 @@ import json
 from collections.abc import Mapping
 from typing import ClassVar
 
-import jax
 import ml_collections
 import numpy as np
 
 from networks import torsos
-from networks.actor_critic import EntityGraph, entity_graph
+from networks.actor_critic import EntityGraph
+from networks.graph import LayerGraph
 from seedlike.types import TEAMMATES
 from surgery import entities as entity_ops
 from surgery import ops
@@ -40,20 +40,24 @@ class Layout:
     """What ops need to know about a network beyond its parameter tree.
 
     Attributes:
+      graph: the network's layer graph (networks/graph.py): which layers read which units.
       torso: "mlp" or one of networks.torsos.CNN_TORSOS.
       image_key: the image observation of CNN torsos.
       image_layout: "HWC" or "CHW": how the image observation is laid out in the env spec.
       feature_positions: H*W of the last conv feature map (rows of dense_0 per channel).
       feature_bound: |x| <= feature_bound for the heads' inputs (tanh MLP, LSTM h: 1), else None.
-      entities: the network's EntityGraph (who reads the entity encoder), None without one.
     """
 
+    graph: LayerGraph | None = None
     torso: str = "mlp"
     image_key: str | None = None
     image_layout: str = "HWC"
     feature_positions: int = 0
     feature_bound: float | None = None
-    entities: EntityGraph | None = None
+
+    @property
+    def entities(self) -> EntityGraph | None:
+        return self.graph.entities if self.graph is not None else None
 
 
 def _cnn_resolved(module) -> tuple[tuple[int, ...], int]:
@@ -71,20 +75,11 @@ def layout_of(network) -> Layout:
         bound = 1.0  # h = o * tanh(c)
     elif m.torso_kind == "mlp" and m.activation == "tanh" and m.hidden_sizes:
         bound = 1.0 if not m.residual_blocks else None
-    graph = entity_graph(m)
+    graph = network.layer_graph()
     if m.torso_kind == "mlp":
-        return Layout(feature_bound=bound, entities=graph)
-    # dense_0 reads the flattened last feature map, then the other (flattened) observations;
-    # its kernel's rows give H*W whatever the convs, strides and pools of the torso.
-    shapes = jax.eval_shape(network.init, jax.random.key(0))
-    rows = shapes["params"]["torso"]["dense_0"]["kernel"].shape[0]
-    others = (
-        sum(int(np.prod(s.shape)) for k, s in _torso_inputs(network).items() if k != m.image_key)
-        + (m.text_size if m.text_key else 0)
-        + (m.entity_size if m.entity_key else 0)
-    )
-    positions = (rows - others) // _cnn_resolved(m)[0][-1]
-    return Layout(m.torso_kind, m.image_key, network.image_layout, positions, bound, graph)
+        return Layout(graph, feature_bound=bound)
+    positions = network.feature_positions()
+    return Layout(graph, m.torso_kind, m.image_key, network.image_layout, positions, bound)
 
 
 def _torso_inputs(network) -> dict:
@@ -108,13 +103,23 @@ class Context:
     """Inputs of Plan.apply besides the parameters.
 
     Attributes:
-      layout: the old network's Layout.
+      layout: the old network's Layout (layout_of(network)); Plan.apply keeps its graph up to
+        date when an op changes the network's structure.
       logits: the old policy's logits on a batch [N, A], for AddActions without a bias and
         without a feature bound.
     """
 
     layout: Layout = Layout()
     logits: np.ndarray | None = None
+
+    @property
+    def graph(self) -> LayerGraph:
+        if self.layout.graph is None:
+            raise SurgeryError(
+                "the op needs the network's layer graph: apply the plan with "
+                "Context(layout_of(network))"
+            )
+        return self.layout.graph
 
 
 # Ops ---------------------------------------------------------------------------------------------
@@ -136,6 +141,7 @@ class WidenDense:
             params,
             self.path,
             self.width,
+            graph=ctx.graph,
             rng=rng,
             mode=self.mode,
             init_scale=self.init_scale,
@@ -159,8 +165,8 @@ class WidenConv:
             params,
             self.path,
             self.channels,
+            graph=ctx.graph,
             rng=rng,
-            feature_positions=ctx.layout.feature_positions or None,
             mode=self.mode,
             init_scale=self.init_scale,
             noise=self.noise,
@@ -179,7 +185,13 @@ class WidenLSTM:
 
     def apply(self, params, rng, ctx: Context) -> OpResult:
         return ops.widen_lstm(
-            params, self.size, rng=rng, mode=self.mode, noise=self.noise, init_scale=self.init_scale
+            params,
+            self.size,
+            graph=ctx.graph,
+            rng=rng,
+            mode=self.mode,
+            noise=self.noise,
+            init_scale=self.init_scale,
         )
 
 
@@ -203,14 +215,15 @@ class AddObservations:
             for shapes in (old, new):
                 if key in shapes:
                     shapes[key] = _hwc(shapes[key], ctx.layout.image_layout)
-        return ops.add_input_features(params, old, new, image_key=key)
+        return ops.add_input_features(params, old, new, graph=ctx.graph, image_key=key)
 
 
 @dataclasses.dataclass(frozen=True)
 class AddActions:
-    """ops.add_actions: `num_new` actions at `positions` (default appended).
+    """ops.add_actions: `num_new` choices for action head `head` at `positions` (default
+    appended; head 0 of a single categorical is its actions).
 
-    bias None: chosen so that the new actions' probability stays below `tolerance`, guaranteed
+    bias None: chosen so that the new choices' probability stays below `tolerance`, guaranteed
     for every input when the head features are bounded (Layout.feature_bound), else on the
     batch of logits in the Context.
     """
@@ -220,6 +233,7 @@ class AddActions:
     positions: tuple[int, ...] | None = None
     bias: float | None = None
     tolerance: float = 1e-6
+    head: int = 0
 
     def __post_init__(self):
         if self.positions is not None:
@@ -229,11 +243,35 @@ class AddActions:
         return ops.add_actions(
             params,
             self.num_new,
+            graph=ctx.graph,
+            head=self.head,
             positions=self.positions,
             bias=self.bias,
             tolerance=self.tolerance,
             feature_bound=ctx.layout.feature_bound,
             logits=ctx.logits,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class AddActionHead:
+    """ops.add_action_head: a new argument of `size` choices at head position `index` (default
+    last); its choice 0 is what the env did without it."""
+
+    kind: ClassVar[str] = "add_action_head"
+    size: int
+    index: int | None = None
+    bias: float | None = None
+    tolerance: float = 1e-6
+
+    def apply(self, params, rng, ctx: Context) -> OpResult:
+        return ops.add_action_head(
+            params,
+            self.size,
+            graph=ctx.graph,
+            index=self.index,
+            bias=self.bias,
+            tolerance=self.tolerance,
         )
 
 
@@ -248,7 +286,12 @@ class AddResidualBlock:
 
     def apply(self, params, rng, ctx: Context) -> OpResult:
         return ops.add_residual_block(
-            params, self.torso, rng=rng, index=self.index, init_scale=self.init_scale
+            params,
+            self.torso,
+            graph=ctx.graph,
+            rng=rng,
+            index=self.index,
+            init_scale=self.init_scale,
         )
 
 
@@ -273,9 +316,10 @@ class WidenEntities:
     init_scale: float = 0.1
 
     def apply(self, params, rng, ctx: Context) -> OpResult:
-        return entity_ops.widen_entities(
+        result = entity_ops.widen_entities(
             params, _graph(ctx), self.size, rng=rng, init_scale=self.init_scale
         )
+        return dataclasses.replace(result, graph=ctx.graph.with_module(entity_size=self.size))
 
 
 def _graph(ctx: Context) -> EntityGraph:
@@ -292,6 +336,7 @@ OPS = {
         WidenLSTM,
         AddObservations,
         AddActions,
+        AddActionHead,
         AddResidualBlock,
         AddEntityAttributes,
         WidenEntities,
@@ -303,6 +348,7 @@ Op = (
     | WidenLSTM
     | AddObservations
     | AddActions
+    | AddActionHead
     | AddResidualBlock
     | AddEntityAttributes
     | WidenEntities
@@ -321,8 +367,10 @@ class PlanResult:
       param_maps: one ParamMap per op, in order (optimizer moments go through all of them).
       carry_map: how LSTM carries map (None: unchanged).
       action_map: how the logits axis maps (None: unchanged).
-      action_infos: one ActionInfo per AddActions op.
+      action_infos: one ActionInfo per AddActions / AddActionHead op, its new actions at their
+        positions in the final logits axis.
       exact: every op preserves the function (up to float rounding).
+      graph: the layer graph of the new network (None if the plan ran without one).
     """
 
     params: dict
@@ -331,11 +379,20 @@ class PlanResult:
     action_map: AxisMap | None
     action_infos: tuple[ActionInfo, ...]
     exact: bool
+    graph: LayerGraph | None = None
 
     @property
     def param_map(self) -> ParamMap:
         """All param_maps composed into one."""
         return functools.reduce(ParamMap.then, self.param_maps, ParamMap({}))
+
+
+def _moved(info: ActionInfo, later: AxisMap) -> ActionInfo:
+    """An earlier op's ActionInfo with its new actions where a later op's map puts them."""
+    moved = later.old_positions[list(info.new_actions)]
+    return dataclasses.replace(
+        info, num_actions_new=later.new_size, new_actions=tuple(int(a) for a in moved)
+    )
 
 
 def _then(first: AxisMap | None, second: AxisMap | None) -> AxisMap | None:
@@ -359,7 +416,8 @@ class Plan:
         Args:
           params: the old network's parameter tree.
           rng: a jax PRNG key, an int seed or a numpy Generator.
-          ctx: the old network's Layout (and logits for AddActions); default: an MLP.
+          ctx: the old network's Layout (and logits for AddActions); ops that change layers
+            need its layer graph (Context(layout_of(network))).
         """
         ctx = ctx or Context()
         gen = ops.generator(rng)
@@ -375,10 +433,23 @@ class Plan:
             maps.append(result.param_map)
             carry = _then(carry, result.carry_map)
             actions = _then(actions, result.action_map)
+            if result.action_map is not None:
+                infos = [_moved(info, result.action_map) for info in infos]
+                if ctx.logits is not None:  # later ops choose biases from the new columns
+                    info = result.action_info
+                    fill = info.bias if info is not None else 0.0
+                    logits = result.action_map.apply(ctx.logits, -1, "index", fill=fill)
+                    ctx = dataclasses.replace(ctx, logits=logits)
             if result.action_info is not None:
                 infos.append(result.action_info)
+            if result.graph is not None:
+                ctx = dataclasses.replace(
+                    ctx, layout=dataclasses.replace(ctx.layout, graph=result.graph)
+                )
             exact = exact and result.exact
-        return PlanResult(params, tuple(maps), carry, actions, tuple(infos), exact)
+        return PlanResult(
+            params, tuple(maps), carry, actions, tuple(infos), exact, ctx.layout.graph
+        )
 
     @property
     def exact(self) -> bool:
@@ -449,12 +520,6 @@ class Plan:
 # Deriving plans ----------------------------------------------------------------------------------
 
 
-def _torso_names(module) -> list[str]:
-    if module.torso_kind != "mlp" or module.shared_torso:
-        return ["torso"]
-    return ["policy_torso", "value_torso"]
-
-
 def derive_plan(
     old,
     new,
@@ -495,8 +560,8 @@ def derive_plan(
     same("network.team_pool", om.team_pool, nm.team_pool)
     same("network.text_key", om.text_key, nm.text_key)
     same("network.text_size", om.text_size, nm.text_size)
-    if om.entity_key or nm.entity_key or om.action_heads or nm.action_heads:
-        return _derive_entities(old, new, init_scale, problems)
+    same("network.entities", om.entity_key, nm.entity_key)
+    same("network.entity_heads", om.entity_heads, nm.entity_heads)
     same("network.cnn_kernel", om.cnn_kernel, nm.cnn_kernel)
     same("network.cnn_padding", om.cnn_padding, nm.cnn_padding)
     same("network.normalize_obs", old.normalize_obs, new.normalize_obs)
@@ -515,24 +580,18 @@ def derive_plan(
     if problems:
         raise PlanError("; ".join(problems))
 
+    graph = old.layer_graph()
     _derive_observations(_torso_inputs(old), _torso_inputs(new), problems, plan)
-    if om.text_key and plan:
-        problems.append(
-            f"observations {sorted(_torso_inputs(old))} change, and the text encoder's features "
-            f"(network.text_key={om.text_key!r}) follow them in the torso's first layer: surgery "
-            "does not move them"
-        )
-    names = _torso_names(om)
     if om.torso_kind == "mlp":
-        _derive_mlp(om, nm, names, mode, init_scale, problems, plan)
+        _derive_mlp(om, nm, graph, mode, init_scale, problems, plan)
     else:
-        _derive_cnn(om, nm, mode, init_scale, problems, plan)
-    widened = [op.path for op in plan if isinstance(op, WidenDense)]
-    if om.team_pool and any(p.split("/")[2:] == [_last_torso_layer(om)] for p in widened):
+        _derive_cnn(om, nm, graph, mode, init_scale, problems, plan)
+    last = {f"params/{t.layers[-1]}" for t in graph.torsos.values() if t.layers}
+    if om.team_pool and any(op.path in last for op in plan if isinstance(op, WidenDense)):
         problems.append(
             f"network.team_pool={om.team_pool}: the heads read the torso's last layer and its "
-            f"pooled share ([F + S] features); widening {_last_torso_layer(om)} would move the "
-            "pooled features, which surgery does not do"
+            f"pooled share ([F + S] features); widening {' and '.join(sorted(last))} would "
+            "move the pooled features, which surgery does not do"
         )
     if nm.core_size != om.core_size:
         if nm.core_size < om.core_size:
@@ -543,66 +602,86 @@ def derive_plan(
             )
         else:
             plan.append(WidenLSTM(nm.core_size, lstm_mode, lstm_noise, init_scale))
-    a_old, a_new = old.spec.num_actions, new.spec.num_actions
-    if a_new < a_old:
-        problems.append(
-            f"num_actions {a_old} -> {a_new}: params/policy_head/logits kernel would shrink from "
-            f"[*, {a_old}] to [*, {a_new}]; surgery only adds actions (mask removed ones instead)"
-        )
-    elif a_new > a_old:
-        plan.append(AddActions(num_new=a_new - a_old, tolerance=action_tolerance))
+    _derive_entities(old, new, init_scale, problems, plan)
+    _derive_actions(old, new, action_tolerance, problems, plan)
     if problems:
         raise PlanError("; ".join(problems))
     return Plan(tuple(plan))
 
 
-def _derive_entities(old, new, init_scale: float, problems: list[str]) -> Plan:
-    """Networks with an entity encoder or factorized actions: their entity attributes and the
-    encoder's width may grow (surgery/entities.py); everything else must stay as it is, since the
-    torso ops do not know the pointer heads that read the torso's features."""
+def _derive_entities(old, new, init_scale: float, problems: list[str], plan: list) -> None:
+    """Entity attributes may be added and the entity encoder widened (surgery/entities.py)."""
     om, nm = old.module, new.module
-    plan: list = []
-
-    def same(what, a, b):
-        if a != b:
-            problems.append(
-                f"{what} changes from {a!r} to {b!r}: with network.entities or factorized "
-                "actions, surgery only adds entity attributes and widens the entity encoder"
-            )
-
-    same("network.entities", om.entity_key, nm.entity_key)
-    same("network.entity_heads", om.entity_heads, nm.entity_heads)
-    same("network.pointer_heads", tuple(om.pointer_heads), tuple(nm.pointer_heads))
-    same("action heads", old.spec.head_sizes, new.spec.head_sizes)
-    for field in ("hidden_sizes", "residual_blocks", "cnn_channels", "cnn_hidden", "core_size"):
-        same(f"network.{field}", getattr(om, field), getattr(nm, field))
-    same("observations", _torso_inputs(old), _torso_inputs(new))
-    same("extras", old.spec.extras, new.spec.extras)
-    if om.entity_key and om.entity_key == nm.entity_key:
-        (e_old, f_old), (e_new, f_new) = (
-            net.spec.observation[om.entity_key].shape for net in (old, new)
+    if not om.entity_key or om.entity_key != nm.entity_key:
+        return
+    (e_old, f_old), (e_new, f_new) = (
+        net.spec.observation[om.entity_key].shape for net in (old, new)
+    )
+    if e_old != e_new:
+        problems.append(
+            f"entity slots of {om.entity_key!r} change from {e_old} to {e_new}: pointer heads "
+            "choose among the slots; surgery keeps their number"
         )
-        same(f"entity slots of {om.entity_key!r}", e_old, e_new)
-        if f_new < f_old:
-            problems.append(f"entity attributes {f_old} -> {f_new}: surgery only adds them")
-        elif f_new > f_old:
-            plan.append(AddEntityAttributes(f_old, f_new))
-        if nm.entity_size < om.entity_size:
+    if f_new < f_old:
+        problems.append(f"entity attributes {f_old} -> {f_new}: surgery only adds them")
+    elif f_new > f_old:
+        plan.append(AddEntityAttributes(f_old, f_new))
+    if nm.entity_size < om.entity_size:
+        problems.append(
+            f"network.entity_size {om.entity_size} -> {nm.entity_size}: surgery only widens"
+        )
+    elif nm.entity_size > om.entity_size:
+        plan.append(WidenEntities(nm.entity_size, init_scale))
+
+
+def _derive_actions(old, new, tolerance: float, problems: list[str], plan: list) -> None:
+    """More choices for any action head, and at most one new (non-pointer) head. The joint
+    action's KL is the sum of the heads', so the ops share `tolerance` equally."""
+    o, n = old.spec.head_sizes, new.spec.head_sizes
+    ops_: list = []
+    inserted = None
+    if len(n) == len(o) + 1:
+        # Where the heads allow several places, the one that grows the old heads least.
+        fits = [
+            (sum(n[:i] + n[i + 1 :]) - sum(o), i)
+            for i in range(len(n))
+            if all(b >= a for a, b in zip(o, n[:i] + n[i + 1 :]))
+        ]
+        inserted = min(fits)[1] if fits else None
+        if inserted is None:
+            problems.append(f"action heads {o} -> {n}: no head of {n} can be the new one")
+            return
+        ops_.append(AddActionHead(n[inserted], inserted))
+    elif len(n) != len(o):
+        problems.append(
+            f"action heads {o} -> {n}: surgery adds one action head at a time and removes none"
+        )
+        return
+
+    def moved(j: int) -> int:
+        return j + (inserted is not None and j >= inserted)
+
+    pointers = tuple(moved(j) for j in old.module.pointer_heads)
+    if pointers != tuple(new.module.pointer_heads):
+        problems.append(
+            f"network.pointer_heads {tuple(old.module.pointer_heads)} -> "
+            f"{tuple(new.module.pointer_heads)}: the old pointer heads must stay pointers "
+            f"({pointers} with the new head) and a new head cannot be one"
+        )
+    for j, a in enumerate(o):
+        b = n[moved(j)]
+        if b < a:
+            what = f"num_actions {a} -> {b}" if len(o) == 1 else f"action head {j}: {a} -> {b}"
             problems.append(
-                f"network.entity_size {om.entity_size} -> {nm.entity_size}: surgery only widens"
+                f"{what}: params/policy_head/logits kernel would shrink; surgery only adds "
+                "actions (mask removed ones instead)"
             )
-        elif nm.entity_size > om.entity_size:
-            plan.append(WidenEntities(nm.entity_size, init_scale))
-    if problems:
-        raise PlanError("; ".join(problems))
-    return Plan(tuple(plan))
-
-
-def _last_torso_layer(module) -> str:
-    """The torso layer whose width the heads read (the path below params/<torso>/)."""
-    if module.torso_kind != "mlp":
-        return "dense_0"
-    return f"dense_{len(module.hidden_sizes) - 1}"  # residual blocks keep its width
+        elif b > a:
+            if j in old.module.pointer_heads:
+                problems.append(f"action head {j} is a pointer head: its {a} choices are fixed")
+            else:
+                ops_.append(AddActions(num_new=b - a, head=moved(j)))
+    plan.extend(dataclasses.replace(op, tolerance=tolerance / len(ops_)) for op in ops_)
 
 
 def _derive_observations(old_obs, new_obs, problems, plan):
@@ -634,7 +713,7 @@ def _derive_observations(old_obs, new_obs, problems, plan):
         )
 
 
-def _derive_mlp(om, nm, names, mode, init_scale, problems, plan):
+def _derive_mlp(om, nm, graph: LayerGraph, mode, init_scale, problems, plan):
     old_h, new_h = tuple(om.hidden_sizes), tuple(nm.hidden_sizes)
     if len(old_h) != len(new_h):
         problems.append(
@@ -643,7 +722,7 @@ def _derive_mlp(om, nm, names, mode, init_scale, problems, plan):
         )
         return
     for i, (o, n) in enumerate(zip(old_h, new_h)):
-        paths = [f"params/{t}/dense_{i}" for t in names]
+        paths = [f"params/{t.layers[i]}" for t in graph.torsos.values()]
         if n < o:
             problems.append(
                 f"network.hidden_sizes[{i}] {o} -> {n}: {' and '.join(paths)} would shrink from "
@@ -654,15 +733,15 @@ def _derive_mlp(om, nm, names, mode, init_scale, problems, plan):
     if nm.residual_blocks < om.residual_blocks:
         problems.append(
             f"network.residual_blocks {om.residual_blocks} -> {nm.residual_blocks}: removing "
-            f"params/{names[0]}/res_{nm.residual_blocks}.. is not function-preserving"
+            "residual blocks is not function-preserving"
         )
     for _ in range(nm.residual_blocks - om.residual_blocks):
-        plan.extend(AddResidualBlock(f"params/{t}") for t in names)
+        plan.extend(AddResidualBlock(f"params/{t}") for t in graph.torsos)
 
 
-def _derive_cnn(om, nm, mode, init_scale, problems, plan):
+def _derive_cnn(om, nm, graph: LayerGraph, mode, init_scale, problems, plan):
     (old_c, old_hidden), (new_c, new_hidden) = _cnn_resolved(om), _cnn_resolved(nm)
-    impala = om.torso_kind == "impala_cnn"
+    (torso,) = graph.torsos.values()
     if len(old_c) != len(new_c):
         problems.append(
             f"network.cnn_channels {old_c} -> {new_c}: adding or removing conv layers is not "
@@ -670,7 +749,7 @@ def _derive_cnn(om, nm, mode, init_scale, problems, plan):
         )
         return
     for i, (o, n) in enumerate(zip(old_c, new_c)):
-        path = f"params/torso/stack_{i}/conv" if impala else f"params/torso/conv_{i}"
+        path = f"params/{torso.layers[i]}"
         if n < o:
             problems.append(
                 f"network.cnn_channels[{i}] {o} -> {n}: {path} would shrink from {o} to {n} "
@@ -678,45 +757,39 @@ def _derive_cnn(om, nm, mode, init_scale, problems, plan):
             )
         elif n > o:
             plan.append(WidenConv(path, n, mode, init_scale))
+    dense = f"params/{torso.layers[-1]}"
     if new_hidden < old_hidden:
-        problems.append(
-            f"network.cnn_hidden {old_hidden} -> {new_hidden}: params/torso/dense_0 would shrink"
-        )
+        problems.append(f"network.cnn_hidden {old_hidden} -> {new_hidden}: {dense} would shrink")
     elif new_hidden > old_hidden:
-        plan.append(WidenDense("params/torso/dense_0", new_hidden, mode, init_scale))
+        plan.append(WidenDense(dense, new_hidden, mode, init_scale))
 
 
-def config_from_params(config, params) -> ml_collections.ConfigDict:
+def config_from_params(config, params, graph: LayerGraph) -> ml_collections.ConfigDict:
     """`config` (a full experiment config) with its network section read from `params`.
 
     Used when a hand-written plan is applied without a new config file: the layer sizes,
     residual blocks, CNN channels and LSTM size of the transformed parameters become the new
     config (the env section is unchanged, so observation and action changes need a new config).
+    `graph` is the layer graph after the plan (PlanResult.graph): it names the layers to read.
     """
     out = ml_collections.ConfigDict(config.to_dict())
     net = out.network
     flat = ops.flatten_params(params)
-    names = sorted({p[1] for p in flat if len(p) > 2 and p[1] in ops.TORSOS})
 
-    def kernel(*path):
-        return np.shape(flat[("params", *path, "kernel")])
-
-    def layers(torso, stem):
-        return ops._indices(flat, ("params", torso), stem)
+    def width(layer: str) -> int:
+        return int(np.shape(flat[(*ops.layer_path(layer), "kernel")])[-1])
 
     per_torso = {}
-    for t in names:
-        if layers(t, "stack"):
-            stacks = layers(t, "stack")
-            per_torso[t] = {"cnn_channels": [kernel(t, f"stack_{i}", "conv")[-1] for i in stacks]}
-            per_torso[t]["cnn_hidden"] = kernel(t, "dense_0")[1]
-        elif layers(t, "conv"):
-            per_torso[t] = {"cnn_channels": [kernel(t, f"conv_{i}")[-1] for i in layers(t, "conv")]}
-            per_torso[t]["cnn_hidden"] = kernel(t, "dense_0")[1]
+    for name, t in graph.torsos.items():
+        if t.kind == "mlp":
+            per_torso[name] = {
+                "hidden_sizes": [width(x) for x in t.layers],
+                "residual_blocks": len(t.blocks),
+            }
         else:
-            per_torso[t] = {
-                "hidden_sizes": [kernel(t, f"dense_{i}")[1] for i in layers(t, "dense")],
-                "residual_blocks": len(layers(t, "res")),
+            per_torso[name] = {
+                "cnn_channels": [width(x) for x in t.layers[:-1]],
+                "cnn_hidden": width(t.layers[-1]),
             }
     if len({json.dumps(v) for v in per_torso.values()}) > 1:
         raise PlanError(
@@ -735,8 +808,10 @@ def config_from_params(config, params) -> ml_collections.ConfigDict:
             net.cnn_channels = type(net.cnn_channels)(channels)
         if hidden != (net.cnn_hidden or default_hidden):
             net.cnn_hidden = hidden
-    if ("params", "core", "lstm", "hi", "kernel") in flat:
-        net.core_size = int(np.shape(flat[("params", "core", "lstm", "hi", "kernel")])[0])
+    if graph.core is not None:
+        net.core_size = width(graph.core.writers[0])
+    if graph.entities is not None:
+        net.entity_size = width(graph.entities.attributes)
     return out
 
 
@@ -746,6 +821,7 @@ def _default_cnn(torso: str | None) -> tuple[tuple[int, ...], int]:
 
 
 __all__ = [
+    "AddActionHead",
     "AddActions",
     "AddObservations",
     "AddResidualBlock",

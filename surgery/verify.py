@@ -128,7 +128,9 @@ def _legal_masks(old_spec, new_spec, rng, batch_shape, action_map: AxisMap | Non
     if LEGAL_ACTION_MASK not in old_spec.extras:
         return {}, {}
     old = generator(rng).random((*batch_shape, old_spec.logits_size)) < 0.7
-    old[..., 0] |= ~old.any(axis=-1)  # at least one legal action per row
+    for start, size in zip(np.cumsum((0, *old_spec.head_sizes)), old_spec.head_sizes):
+        head = old[..., start : start + size]  # a view: at least one legal choice per head
+        head[..., 0] |= ~head.any(axis=-1)
     new = np.ones((*batch_shape, new_spec.logits_size), bool)  # new actions legal: worst case
     positions = _old_positions(action_map, old_spec.logits_size)
     new[..., positions] = old
@@ -164,22 +166,37 @@ def _log_softmax(logits: np.ndarray, sizes) -> np.ndarray:
     return np.concatenate([x - _logsumexp(x) for x in parts], axis=-1)
 
 
-def _compare(old_logits, old_value, new_logits, new_value, positions, sizes=None):
+def _compare(old_logits, old_value, new_logits, new_value, positions, old_sizes, new_sizes):
+    """Max |logit| and |value| differences, KL(old || new) per row, the new actions' largest
+    probability and the outputs' scales.
+
+    A factorized action's KL is the sum of its heads'. A head of the new network that holds no
+    old logit is a new argument whose choice 0 is what the old policy did (ops.add_action_head):
+    its KL term is -log p_new(choice 0).
+    """
     old_logits = np.asarray(old_logits, np.float64)
     new_logits = np.asarray(new_logits, np.float64)
     kept = new_logits[..., positions]
     d_logits = float(np.max(np.abs(kept - old_logits), initial=0.0))
     d_value = float(np.max(np.abs(np.asarray(new_value) - np.asarray(old_value)), initial=0.0))
-    # A factorized action's KL is the sum of its heads' (surgery keeps its heads as they are).
-    logp_old = _log_softmax(old_logits, sizes)
-    logp_new = _log_softmax(new_logits, sizes)
+    logp_old = _log_softmax(old_logits, old_sizes)
+    logp_new = _log_softmax(new_logits, new_sizes)
     p_old = np.exp(logp_old)
     # KL in float64 from the two log-softmaxes; only the old actions carry old probability mass.
     kl = np.sum(p_old * (logp_old - logp_new[..., positions]), axis=-1)
-    p_new_old = np.sum(np.exp(logp_new[..., positions]), axis=-1)
+    old_column = np.zeros(new_logits.shape[-1], bool)
+    old_column[positions] = True
+    bounds = np.cumsum((0, *(new_sizes or (new_logits.shape[-1],))))
+    stay = np.ones(kl.shape)  # probability that every argument is an old choice
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if old_column[a:b].any():
+            stay = stay * np.sum(np.exp(logp_new[..., a:b][..., old_column[a:b]]), axis=-1)
+        else:
+            kl = kl - logp_new[..., a]
+            stay = stay * np.exp(logp_new[..., a])
     new_mass = 0.0
     if new_logits.shape[-1] > len(positions):
-        new_mass = max(float(np.max(1.0 - p_new_old, initial=0.0)), 0.0)
+        new_mass = max(float(np.max(1.0 - stay, initial=0.0)), 0.0)
     legal = old_logits[old_logits > heads.MASKED_LOGIT / 2]  # masked logits are -1e9
     scales = (float(np.max(np.abs(legal), initial=0.0)), float(np.max(np.abs(old_value))))
     return d_logits, d_value, kl.ravel(), new_mass, scales
@@ -287,7 +304,7 @@ class Verifier:
         """See `verify`."""
         old_spec, new_spec = self.old_network.spec, self.new_network.spec
         positions = _old_positions(action_map, old_spec.logits_size)
-        sizes = old_spec.action_heads or None
+        sizes = (old_spec.action_heads or None, new_spec.action_heads or None)
         gen = generator(rng)
         batch_size, unroll_length = self.batch_size, self.unroll_length
 
@@ -307,8 +324,8 @@ class Verifier:
         old_s, new_s, old_u, new_u = self._outputs(
             old_params, old_obs_norm, new_params, new_obs_norm, step_inputs, unroll_inputs
         )
-        step = _compare(*old_s, *new_s, positions, sizes)
-        unroll = _compare(*old_u, *new_u, positions, sizes)
+        step = _compare(*old_s, *new_s, positions, *sizes)
+        unroll = _compare(*old_u, *new_u, positions, *sizes)
         kl = np.concatenate([step[2], unroll[2]])
         return VerifyReport(
             step_max_abs_logits=step[0],

@@ -3,6 +3,7 @@ out by hand, the entity encoder's and pointer head's symmetries, factorized acti
 spec, wire and PettingZoo actor, and a small task that must learn."""
 
 import itertools
+import json
 import os
 
 import gymnasium
@@ -307,16 +308,92 @@ def test_entity_surgery_is_exact(kind):
     assert np.all(enc["embed"]["kernel"][5:, :16] == 0)  # new attributes reach new units only
 
 
+def entity_spec_with(attributes=5, heads=(5, 3, 7), extra_obs=False, image=False):
+    """entity_spec with other action heads (the pointer head is the one of size 7) and maybe one
+    more ordinary observation."""
+    spec = entity_spec(attributes, image)
+    obs = dict(spec.observation)
+    if extra_obs:
+        obs["more"] = ArraySpec(F32, (2,))
+    mask = {LEGAL_ACTION_MASK: ArraySpec(np.bool_, (sum(heads),))}
+    return EnvSpec("e", obs, int(np.prod(heads)), extras=mask, action_heads=tuple(heads))
+
+
+@pytest.mark.parametrize("image", [False, True], ids=["mlp", "cnn_lstm"])
+def test_surgery_by_layer_graph_on_an_entity_network_with_pointer_heads(image):
+    """Everything at once on a network whose torso and core also feed a pointer head: a new
+    observation (its rows go before the entity pool's), wider torso, core and entity encoder,
+    two more choices for an ordinary head and a new action head in front of the pointer head."""
+    kind = {"torso": "small_cnn", "image_key": "tiles", "core": "lstm"} if image else {}
+    small = {"cnn_hidden": 32, "core_size": 16} if image else {}
+    old = entity_network(entity_spec_with(image=image), **kind, **small)
+    heads_new = (5, 5, 2, 7)  # head 1 grows 3 -> 5, a new head of 2 at index 2
+    wider = {"cnn_hidden": 40, "core_size": 24} if image else {"hidden_sizes": (48,)}
+    new = entity_network(
+        entity_spec_with(8, heads_new, extra_obs=True, image=image),
+        **kind,
+        **wider,
+        entity_size=24,
+        pointer_heads=(3,),
+    )
+    params = random_params(old, 3)
+    graph, layers = old.layer_graph(), surgery.layer_paths(params)
+    e = graph.entities
+    named = {*graph.layers(), *e.stream_writers, *e.stream_readers}
+    assert {f"params/{x}" for x in named} == set(layers)  # the graph names every layer
+    plan, result = derive_and_apply(old, new, params)
+    kinds = [op.kind for op in plan.ops]
+    assert kinds[0] == "add_observations" and kinds[-2:] == ["add_action_head", "add_actions"]
+    assert {"add_entity_attributes", "widen_entities"} <= set(kinds)
+    assert ("widen_lstm" in kinds) == image
+    report = check(old, new, params, random_obs_norm(old, 1), result)
+    assert report.max_abs_logits <= 1e-5 and report.max_abs_value <= 1e-5, report
+    # the new choices are where the action map says, below the tolerance, masked in old games
+    assert report.max_kl <= 1.01e-6 and 0 < report.max_new_action_prob <= 1.01e-6, report
+    (grow, head) = result.action_infos[1], result.action_infos[0]
+    assert head.new_actions == (11,)  # choice 1 of the new head (logits 10-11)
+    assert grow.new_actions == (8, 9)  # head 1's new choices 3 and 4 (logits 5-9)
+    assert result.action_map.new_size == sum(heads_new)
+    old_ids = heads.join(heads.digits(np.arange(5 * 3 * 7), (5, 3, 7)), (5, 3, 7))
+    np.testing.assert_array_equal(old_ids, np.arange(5 * 3 * 7))  # ids round-trip the digits
+
+
+def test_add_action_head_bounds_the_new_choices_for_every_input():
+    spec = entity_spec_with(heads=(5, 3, 7))
+    net = entity_network(spec)
+    params = random_params(net, 4, head_scale=3.0)  # large logits: no help from the features
+    result = surgery.add_action_head(params, 6, graph=net.layer_graph(), index=0, tolerance=1e-4)
+    info = result.action_info
+    assert info.rule == "new head" and info.new_actions == (1, 2, 3, 4, 5)
+    assert info.max_new_prob <= 1e-4 and abs(info.kl_bound - 1e-4) < 1e-8
+    bias = result.params["params"]["policy_head"]["logits"]["bias"]
+    np.testing.assert_allclose(bias[1:6], info.bias)
+    assert (
+        bias[0] == 0 and not result.params["params"]["policy_head"]["logits"]["kernel"][:, :6].any()
+    )
+    new = entity_network(entity_spec_with(heads=(6, 5, 3, 7)), pointer_heads=(3,))
+    report = check(net, new, params, {}, result)
+    assert report.max_abs_logits == 0 and report.max_kl <= 1e-4 and report.max_kl > 1e-5
+
+
 def test_entity_surgery_refuses_what_it_cannot_keep():
     old = entity_network(entity_spec())
     for overrides, match in (
-        ({"hidden_sizes": (64,)}, "network.hidden_sizes changes"),
+        ({"hidden_sizes": (64, 64)}, "adding or removing a dense layer"),
         ({"entity_size": 8}, "surgery only widens"),
         ({"entity_heads": 4}, "network.entity_heads changes"),
-        ({"pointer_heads": ()}, "network.pointer_heads changes"),
+        ({"pointer_heads": ()}, "network.pointer_heads .* must stay pointers"),
     ):
         with pytest.raises(surgery.PlanError, match=match):
             surgery.derive_plan(old, entity_network(entity_spec(), **overrides))
+    with pytest.raises(surgery.PlanError, match="action head 2 is a pointer head"):
+        surgery.derive_plan(old, entity_network(entity_spec_with(heads=(5, 3, 8))))
+    with pytest.raises(surgery.PlanError, match="adds one action head at a time"):
+        two_more = entity_spec_with(heads=(2, 5, 3, 2, 7))
+        surgery.derive_plan(old, entity_network(two_more, pointer_heads=(4,)))
+    graph = old.layer_graph()
+    with pytest.raises(surgery.SurgeryError, match="action head 2 is a pointer head"):
+        surgery.add_actions(old.init(jax.random.key(0)), 1, graph=graph, head=2, bias=-20.0)
     with pytest.raises(surgery.PlanError, match="multiple of its 2 attention heads"):
         plan = surgery.derive_plan(old, entity_network(entity_spec(), entity_size=21))
         plan.apply(old.init(jax.random.key(0)), 0, Context(layout_of(old)))
@@ -325,7 +402,9 @@ def test_entity_surgery_refuses_what_it_cannot_keep():
 def test_entity_surgery_on_a_whole_checkpoint_with_a_league_snapshot(tmp_path):
     import surgery
 
-    specs = {"Ent-v0": entity_spec(5, image=True), "Ent2-v0": entity_spec(8, image=True)}
+    # More attributes, a wider encoder and LSTM, two more choices for head 1 and a new head.
+    new_spec = entity_spec_with(8, (5, 5, 2, 7), image=True)
+    specs = {"Ent-v0": entity_spec(5, image=True), "Ent2-v0": new_spec}
 
     def spec_fn(env_config):
         return specs[env_config.name]
@@ -335,10 +414,14 @@ def test_entity_surgery_on_a_whole_checkpoint_with_a_league_snapshot(tmp_path):
                 "core": "lstm", "core_size": 16}  # fmt: skip
     run, out = str(tmp_path / "run"), str(tmp_path / "out")
     save_run(run, small_config("Ent-v0", **settings), 5, env_spec_fn=spec_fn)
-    new_config = small_config("Ent2-v0", **{**settings, "entity_size": 24})
+    grown = {"entity_size": 24, "core_size": 24, "pointer_heads": (3,)}
+    new_config = small_config("Ent2-v0", **{**settings, **grown})
     outcome = surgery.run_surgery(run, out, new_config=new_config, spec_fn=spec_fn)
     assert outcome.written
     assert_exact(outcome.report)
+    with open(os.path.join(out, "surgery.json")) as f:
+        actions = [a["new_actions"] for a in json.load(f)["actions"]]
+    assert actions == [[11], [8, 9]]  # legal-mask columns to anneal in (anneal.new_actions)
     assert_exact(outcome.snapshot_reports["league/snapshots/3"])
     new_net = make_network(new_config.network, spec_fn(new_config.env))
     target = checkpoint_surgery.abstract_train_state(new_net, new_config.optimizer)

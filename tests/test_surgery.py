@@ -84,6 +84,10 @@ def random_obs_norm(network, seed):
     }
 
 
+def G(network):
+    return network.layer_graph()
+
+
 def shapes(tree):
     return jax.tree.map(np.shape, tree)
 
@@ -150,7 +154,9 @@ def test_replicate_copies_units_divides_readers_and_scales_moments():
     moments: incoming mu/n, nu/n^2 for the unit and its copy, outgoing rows' moments kept."""
     net = make_net(hidden_sizes=(3,))
     params = random_params(net, 0)
-    result = ops.widen_dense(params, "policy_torso/dense_0", 4, rng=1, mode="replicate", noise=0)
+    result = ops.widen_dense(
+        params, "policy_torso/dense_0", 4, graph=G(net), rng=1, mode="replicate", noise=0
+    )
     ((axis, amap),) = result.param_map.leaves[("params", "policy_torso", "dense_0", "kernel")].axes
     u = int(amap.src[3])
     assert axis == 1 and list(amap.src[:3]) == [0, 1, 2] and 0 <= u < 3
@@ -162,7 +168,9 @@ def test_replicate_copies_units_divides_readers_and_scales_moments():
     np.testing.assert_allclose(new_head[[u, 3]], np.stack([old_head[u] / 2] * 2), rtol=1e-6)
     np.testing.assert_array_equal(np.delete(new_head, [u, 3], 0), np.delete(old_head, u, 0))
 
-    noisy = ops.widen_dense(params, "policy_torso/dense_0", 4, rng=1, mode="replicate", noise=0.1)
+    noisy = ops.widen_dense(
+        params, "policy_torso/dense_0", 4, graph=G(net), rng=1, mode="replicate", noise=0.1
+    )
     head = noisy.params["params"]["policy_head"]["logits"]["kernel"]
     assert np.abs(head[u] - head[3]).min() > 1e-4  # the copies' rows differ ...
     np.testing.assert_allclose(head[u] + head[3], old_head[u], atol=1e-6)  # ... and sum to the old
@@ -230,7 +238,7 @@ def test_widen_lstm_is_exact_over_unrolls_from_random_carries(mode):
     old_net = make_net(hidden_sizes=(6,), core="lstm", core_size=5)
     new_net = make_net(hidden_sizes=(6,), core="lstm", core_size=9)
     params = random_params(old_net, 2)
-    result = ops.widen_lstm(params, 9, rng=3, mode=mode)
+    result = ops.widen_lstm(params, 9, graph=G(old_net), rng=3, mode=mode)
     assert result.exact and result.carry_map.new_size == 9
     assert_exact(check(old_net, new_net, params, random_obs_norm(old_net, 2), result))
     c = np.arange(10, dtype=F32).reshape(2, 5)
@@ -248,7 +256,7 @@ def test_widen_lstm_with_noise_reports_an_error_that_grows_with_the_noise():
     new_norm = surgery.extend_obs_norm(obs_norm, new_net.init_obs_norm())
     reports = {}
     for noise in (1e-4, 1e-2):
-        result = ops.widen_lstm(params, 9, rng=5, noise=noise)
+        result = ops.widen_lstm(params, 9, graph=G(old_net), rng=5, noise=noise)
         assert not result.exact
         reports[noise] = verifier(
             params, obs_norm, result.params, new_norm, rng=7, carry_map=result.carry_map
@@ -299,10 +307,10 @@ def test_add_actions_batch_rule_on_unbounded_features():
     params, obs_norm = random_params(old_net, 6), random_obs_norm(old_net, 6)
     assert layout_of(old_net).feature_bound is None
     with pytest.raises(surgery.SurgeryError, match="needs bias, feature_bound or a batch"):
-        ops.add_actions(params, 1)
+        ops.add_actions(params, 1, graph=G(old_net))
     obs = surgery.sample_observations(SPEC, obs_norm, 9, (256,))
     logits, _ = jax.jit(old_net.apply)(params, obs_norm, obs)
-    result = ops.add_actions(params, 1, logits=logits, tolerance=1e-6)
+    result = ops.add_actions(params, 1, graph=G(old_net), logits=logits, tolerance=1e-6)
     assert result.action_info.rule == "batch"
     report = check(old_net, new_net, params, obs_norm, result)
     assert report.max_abs_logits == 0.0 and report.max_kl <= TOL
@@ -313,11 +321,12 @@ def test_add_residual_block_is_exact(index):
     old_net = make_net(hidden_sizes=(6, 5), residual_blocks=1)
     new_net = make_net(hidden_sizes=(6, 5), residual_blocks=2)
     params = random_params(old_net, 7)
-    result = params
+    result, graph = params, G(old_net)
     for torso in ("policy_torso", "value_torso"):
         result = ops.add_residual_block(
-            getattr(result, "params", result), torso, rng=1, index=index
+            getattr(result, "params", result), torso, graph=graph, rng=1, index=index
         )
+        graph = result.graph
     assert_exact(check(old_net, new_net, params, random_obs_norm(old_net, 7), result))
     moved = result.params["params"]["value_torso"]["res_1" if index == 0 else "res_0"]
     old_block = params["params"]["value_torso"]["res_0"]
@@ -413,7 +422,8 @@ def test_derived_plan_for_everything_at_once_and_json_round_trip():
 
 def test_incompatible_requests_name_the_layer_and_shapes():
     base = make_net(hidden_sizes=(64, 64))
-    params = random_params(make_net(hidden_sizes=(8, 8)), 0)
+    small = make_net(hidden_sizes=(8, 8))
+    params, graph = random_params(small, 0), G(small)
 
     def derive_error(new, **kw):
         with pytest.raises(surgery.PlanError) as info:
@@ -438,21 +448,22 @@ def test_incompatible_requests_name_the_layer_and_shapes():
     with pytest.raises(
         surgery.SurgeryError, match=r"no layer params/policy_torso/dense_5; the net"
     ):
-        ops.widen_dense(params, "policy_torso/dense_5", 9, rng=0)
+        ops.widen_dense(params, "policy_torso/dense_5", 9, graph=graph, rng=0)
     with pytest.raises(
         surgery.SurgeryError, match="params/policy_torso/dense_1 would shrink from 8"
     ):
-        ops.widen_dense(params, "params/policy_torso/dense_1", 4, rng=0)
+        ops.widen_dense(params, "params/policy_torso/dense_1", 4, graph=graph, rng=0)
     with pytest.raises(surgery.SurgeryError, match="policy head: use add_actions"):
-        ops.widen_dense(params, "policy_head/logits", 4, rng=0)
-    res = random_params(make_net(hidden_sizes=(8,), residual_blocks=1), 0)
+        ops.widen_dense(params, "policy_head/logits", 4, graph=graph, rng=0)
+    res_net = make_net(hidden_sizes=(8,), residual_blocks=1)
+    res = random_params(res_net, 0)
     with pytest.raises(surgery.SurgeryError, match="widen the stream's writer .*dense_0"):
-        ops.widen_dense(res, "policy_torso/res_0/dense_1", 12, rng=0)
+        ops.widen_dense(res, "policy_torso/res_0/dense_1", 12, graph=G(res_net), rng=0)
     with pytest.raises(surgery.SurgeryError, match="has no LSTM core"):
-        ops.widen_lstm(params, 12, rng=0)
+        ops.widen_lstm(params, 12, graph=graph, rng=0)
     bad_obs = surgery.Plan([surgery.AddObservations({"obs": (5,)}, {"obs": (6,)})])
     with pytest.raises(surgery.PlanError) as info:
-        bad_obs.apply(params, 0)
+        bad_obs.apply(params, 0, Context(layout_of(small)))
     assert str(info.value).startswith(
         "op 0 (add_observations): params/policy_torso/dense_0/kernel has 10 entries on axis 0, "
         "expected 5"
@@ -544,7 +555,7 @@ def test_lr_zero_update_keeps_params_and_gradients_reach_new_units():
 def test_lstm_widening_gradients_reach_the_new_units_readers():
     old_net = make_net(hidden_sizes=(6,), core="lstm", core_size=4)
     params = random_params(old_net, 11)
-    result = ops.widen_lstm(params, 7, rng=0)
+    result = ops.widen_lstm(params, 7, graph=G(old_net), rng=0)
     new_net = make_net(hidden_sizes=(6,), core="lstm", core_size=7)
     gen = np.random.default_rng(0)
     obs = surgery.sample_observations(SPEC, {}, gen, (4, 5))
@@ -567,7 +578,7 @@ def test_optimizer_reset_and_random_mode_moments():
     adam = _adam(opt_state)
     ones = jax.tree.map(np.ones_like, adam.mu)
     opt_state = _replace_adam(opt_state, adam._replace(mu=ones, nu=ones, count=np.int32(7)))
-    result = ops.widen_dense(params, "policy_torso/dense_0", 6, rng=0)
+    result = ops.widen_dense(params, "policy_torso/dense_0", 6, graph=G(net), rng=0)
     new_adam = _adam(surgery.transform_opt_state(opt_state, [result.param_map]))
     mu = _get(new_adam.mu, ("params", "policy_torso", "dense_0", "kernel"))
     assert (mu[:, :4] == 1).all() and (mu[:, 4:] == 0).all() and int(new_adam.count) == 7
@@ -727,3 +738,25 @@ def test_cli_applies_a_json_plan_to_a_cartpole_run(tmp_path):
         "--new_config.network.hidden_size=(3,)",
     )
     assert typo.returncode == 1 and "unknown config key 'network.hidden_size'" in typo.stderr
+
+
+# The layer graph ----------------------------------------------------------------------------------
+
+GRAPH_NETS = [
+    *((SPEC, arch) for arch in ARCHS),
+    *((CNN_SPEC, dict(torso=t)) for t in ("nature_cnn", "impala_cnn", "small_cnn", "board_cnn")),
+    (CNN_SPEC, dict(torso="small_cnn", core="lstm", core_size=8)),
+]
+
+
+@pytest.mark.parametrize("spec, arch", GRAPH_NETS)
+def test_the_layer_graph_names_every_layer_and_only_real_ones(spec, arch):
+    """Surgery finds layers only through the graph: a module renamed without its graph, or a
+    layer the graph forgets, fails here instead of producing wrong parameters."""
+    net = make_net(spec, **arch)
+    params = jax.eval_shape(net.init, jax.random.key(0))
+    layers = {p.removeprefix("params/") for p in surgery.layer_paths(params)}
+    graph = net.layer_graph()
+    assert set(graph.layers()) == layers
+    for space in graph.spaces.values():  # every widenable space has its readers
+        assert space.refused or space.readers, space

@@ -204,7 +204,9 @@ def test_surgery_on_a_pooled_network_widens_below_the_pool_and_refuses_to_move_i
     assert_exact(
         check(old, grown, params, obs_norm, plan.apply(params, 3, Context(layout_of(old))))
     )
-    with pytest.raises(surgery.PlanError, match="widening dense_1 would move the pooled"):
+    with pytest.raises(
+        surgery.PlanError, match="widening params/policy_torso/dense_1 and .* would move the pooled"
+    ):
         surgery.derive_plan(old, team_net(SPEC, 0.5, hidden_sizes=(8, 9)))
     with pytest.raises(surgery.PlanError, match="network.team_pool changes from 0.5 to 0.25"):
         surgery.derive_plan(old, team_net(SPEC, 0.25, hidden_sizes=(8, 6)))

@@ -1,5 +1,7 @@
 """Tasks given as text: missions as word ids over the wire and the text encoder that reads them."""
 
+import dataclasses
+
 import envpool
 import flax.linen as nn
 import jax
@@ -15,6 +17,7 @@ from networks.text import TextEncoder
 from seedlike.config import ConfigError, base_config, env_spec
 from seedlike.envs import make_env, make_env_spec
 from seedlike.envs.text import PAD, UNKNOWN, VOCAB, tokenize
+from seedlike.types import ArraySpec
 from surgery.plan import Context, layout_of
 from tests.test_surgery import assert_exact, check, random_params
 
@@ -95,12 +98,12 @@ def test_text_encoder_reads_words_in_order_and_ignores_padding():
     np.testing.assert_allclose(out[0], h[0], atol=1e-6)
 
 
-def text_network(**overrides):
+def text_network(spec=None, **overrides):
     c = base_config().network
     settings = dict(torso="small_cnn", image_key="image", text_key="mission", text_size=8,
                     core="none", normalize_obs=False)  # fmt: skip
     c.update({**settings, **overrides})
-    return make_network(c, make_env_spec(babyai()))
+    return make_network(c, spec or make_env_spec(babyai()))
 
 
 def test_the_policy_depends_on_the_mission_and_gradients_reach_only_the_words_used():
@@ -131,3 +134,14 @@ def test_surgery_widens_a_text_network_and_refuses_to_move_its_words():
     assert_exact(check(old, new, params, {}, result))
     with pytest.raises(surgery.PlanError, match="network.text_size changes from 8 to 16"):
         surgery.derive_plan(old, text_network(text_size=16))
+    # A new observation's rows go before the words' features in dense_0 (the layer graph says
+    # which rows follow the observations).
+    spec = make_env_spec(babyai())
+    more = dataclasses.replace(
+        spec, observation={**spec.observation, "extra": ArraySpec(np.float32, (3,))}
+    )
+    grown = text_network(more)
+    plan = surgery.derive_plan(old, grown)
+    assert [op.kind for op in plan.ops] == ["add_observations"]
+    result = plan.apply(params, 3, Context(layout_of(old)))
+    assert_exact(check(old, grown, params, {}, result))

@@ -43,12 +43,13 @@ class Annealing:
         """The spec the server records with: a legal-action mask is added if actions anneal."""
         if not self.new_actions or LEGAL_ACTION_MASK in spec.extras:
             return spec
-        extras = {**spec.extras, LEGAL_ACTION_MASK: ArraySpec(np.bool_, (spec.num_actions,))}
+        extras = {**spec.extras, LEGAL_ACTION_MASK: ArraySpec(np.bool_, (spec.logits_size,))}
         return dataclasses.replace(spec, extras=extras)
 
-    def apply(self, obs: dict, extras: dict, changed: np.ndarray, num_actions: int):
+    def apply(self, obs: dict, extras: dict, changed: np.ndarray, logits_size: int):
         """(obs, extras) of m rows as the policy sees them: without the change where `changed` [m]
-        is False."""
+        is False. New actions are columns of the legal mask [m, logits_size] (for a factorized
+        action, the new choices of one head)."""
         old = ~changed
         extras = dict(extras)
         if self.new_obs_features and old.any():
@@ -59,7 +60,7 @@ class Annealing:
                 obs[TEAMMATES + "obs"] = _zero_features(obs[TEAMMATES + "obs"], old, features, 2)
         if self.new_actions:
             m = changed.shape[0]
-            mask = extras.get(LEGAL_ACTION_MASK, np.ones((m, num_actions), np.bool_)).copy()
+            mask = extras.get(LEGAL_ACTION_MASK, np.ones((m, logits_size), np.bool_)).copy()
             mask[np.ix_(old, np.asarray(self.new_actions))] = False
             extras[LEGAL_ACTION_MASK] = mask
         return obs, extras

@@ -377,7 +377,7 @@ class InferenceService:
                 {k: v[:m] for k, v in obs.items()},
                 {k: v[:m] for k, v in extras.items()},
                 changed,
-                self.spec.num_actions,
+                self.spec.logits_size,
             )
         groups = self._run_policies(latest, obs, extras, carry, first, policy)
         # the store records the rows without padding
