@@ -121,6 +121,10 @@ class ActorCritic(nn.Module):
     # Action heads (indices into action_heads) that point into the entity set: their first E
     # choices are the entities, any further ones ordinary logits.
     pointer_heads: Sequence[int] = ()
+    # Factorized actions: each head also reads the arguments chosen before it
+    # (heads.Autoregressive); the logits then depend on the action (`args`), and acting samples
+    # head by head (`act`).
+    autoregressive: bool = False
 
     @property
     def head_sizes(self) -> tuple[int, ...]:
@@ -147,6 +151,8 @@ class ActorCritic(nn.Module):
             for i in self.pointer_heads
         }
         self.value_head = heads.ValueHead()
+        if self.autoregressive:
+            self.conditioning = heads.Autoregressive(self.head_sizes)
 
     def encode(self, inputs: dict) -> tuple[jax.Array, jax.Array, dict]:
         """Policy and value features [N, F] (the same array for a shared torso), and what the
@@ -213,9 +219,11 @@ class ActorCritic(nn.Module):
     def core_step(self, carry, x: jax.Array, first: jax.Array):
         return self.core(carry, x, first)
 
-    def outputs(self, policy_h, value_h, ctx=None) -> tuple[jax.Array, jax.Array]:
+    def outputs(self, policy_h, value_h, ctx=None, args=None) -> tuple[jax.Array, jax.Array]:
+        """Logits and values from the features; `args` int [N, H]: the arguments of the actions
+        taken, which an autoregressive network's later heads condition on."""
         if not self.mirror:
-            return self._logits(policy_h, ctx), self.value_head(value_h)
+            return self._logits(policy_h, ctx, args), self.value_head(value_h)
         # pi(a | s) from the average of the logits for s and, with actions mirrored back, for
         # mirror(s): the policy is exactly equivariant and the value invariant, and every game
         # teaches both orientations.
@@ -227,8 +235,13 @@ class ActorCritic(nn.Module):
         logits = 0.5 * (self.policy_head(p) + mirrored)
         return logits, 0.5 * (self.value_head(v) + self.value_head(vm))
 
-    def _logits(self, h: jax.Array, ctx) -> jax.Array:
+    def _logits(self, h: jax.Array, ctx, args=None) -> jax.Array:
         """The heads' logits side by side: pointer heads attend to ctx's entities."""
+        if self.autoregressive:
+            inputs = self.conditioning(h, args)
+            return jnp.concatenate(
+                [self._head_logits(i, x, ctx) for i, x in enumerate(inputs)], axis=-1
+            )
         if not self.pointer_heads:
             return self.policy_head(h)
         dense = self.policy_head(h) if len(self.pointers) < len(self.head_sizes) else None
@@ -241,12 +254,42 @@ class ActorCritic(nn.Module):
                 start += n
         return jnp.concatenate(parts, axis=-1)
 
-    def __call__(self, inputs: dict, carry=(), first=None):
+    def _head_logits(self, i: int, h: jax.Array, ctx) -> jax.Array:
+        """Head i's logits [N, n_i] from its input h."""
+        if str(i) in self.pointers:
+            return self.pointers[str(i)](h, ctx["entities"], ctx["present"])
+        start = sum(n for j, n in enumerate(self.head_sizes[:i]) if str(j) not in self.pointers)
+        return self.policy_head(h)[:, start : start + self.head_sizes[i]]
+
+    def act(self, inputs: dict, carry, first, mask, key, greedy: bool):
+        """One autoregressive step: (action int32 [N], log pi(action) [N], value [N], carry).
+
+        Head i's legal choices come from its part of `mask` (bool [N, n_1 + ... + n_H] or None);
+        it is sampled (or taken greedily) given the arguments already chosen.
+        """
         policy_h, value_h, ctx = self.encode(inputs)
         if self.core_size:
             carry, policy_h = self.core_step(carry, policy_h, first)
             value_h = policy_h
-        logits, value = self.outputs(policy_h, value_h, ctx)
+        sizes = self.head_sizes
+        masks = heads.split(mask, sizes) if mask is not None else [None] * len(sizes)
+        args = jnp.zeros((policy_h.shape[0], len(sizes)), jnp.int32)
+        logp = jnp.zeros(policy_h.shape[0], jnp.float32)
+        for i, k in enumerate(jax.random.split(key, len(sizes))):
+            logits = self._head_logits(i, self.conditioning(policy_h, args)[i], ctx)
+            logits = heads.apply_mask(logits, masks[i])
+            arg = heads.greedy(logits) if greedy else heads.sample(k, logits)
+            logp = logp + heads.log_prob(logits, arg)
+            args = args.at[:, i].set(arg)
+        action = heads.join([args[:, i] for i in range(len(sizes))], sizes)
+        return action, logp, self.value_head(value_h), carry
+
+    def __call__(self, inputs: dict, carry=(), first=None, args=None):
+        policy_h, value_h, ctx = self.encode(inputs)
+        if self.core_size:
+            carry, policy_h = self.core_step(carry, policy_h, first)
+            value_h = policy_h
+        logits, value = self.outputs(policy_h, value_h, ctx, args)
         return logits, value, carry
 
 
@@ -338,12 +381,17 @@ def layer_graph(
         if sizes[i] > module.num_entities:
             reads_policy.append(Reader(f"{name}/extra"))
     reads_value = [Reader("value_head/value")]
+    # Autoregressive heads: each argument's table adds into the input of the heads after it.
+    conditioning = {}
+    if module.autoregressive:
+        conditioning = {j: f"conditioning/embed_{j}" for j in range(len(sizes) - 1)}
+    adds_policy = tuple(Reader(layer) for layer in conditioning.values())
     spaces: dict[str, Space] = {}
     core = None
     if module.core_size:
         gates = tuple(f"core/lstm/{g}" for g in LSTM_INPUT_GATES + LSTM_HIDDEN_GATES)
         hidden = tuple(Reader(f"core/lstm/{g}") for g in LSTM_HIDDEN_GATES)
-        core = Space(gates, readers=(*hidden, *reads_policy, *reads_value))
+        core = Space(gates, adds_policy, readers=(*hidden, *reads_policy, *reads_value))
         for g in gates:
             spaces[g] = Space((g,), refused=f"params/{g} is in the LSTM core: use widen_lstm")
         torso_readers = {"torso": tuple(Reader(f"core/lstm/{g}") for g in LSTM_INPUT_GATES)}
@@ -364,6 +412,11 @@ def layer_graph(
         t_spaces, t_inputs, image, torso = make_torso(module, parent=None).graph(
             name, torso_readers[name], extra, positions, blocks.get(name)
         )
+        if adds_policy and not module.core_size and name != "value_torso" and torso.layers:
+            last = t_spaces[torso.layers[-1]]
+            t_spaces[torso.layers[-1]] = dataclasses.replace(
+                last, residual=last.residual + adds_policy
+            )
         if module.team_pool:
             last = torso.layers[-1]
             t_spaces[last] = Space(
@@ -383,6 +436,12 @@ def layer_graph(
         spaces[policy] = Space(
             (policy,), refused="params/policy_head/logits is the policy head: use add_actions"
         )
+    for layer in conditioning.values():
+        spaces[layer] = Space(
+            (layer,),
+            refused=f"params/{layer} feeds an argument to the later heads: it grows with "
+            "add_actions and add_action_head",
+        )
     spaces["value_head/value"] = Space(
         ("value_head/value",),
         refused="params/value_head/value is the value head: its single output cannot be widened",
@@ -400,6 +459,7 @@ def layer_graph(
         policy_head=policy,
         value_head="value_head/value",
         pointer_heads=pointers,
+        conditioning=conditioning,
         head_sizes=tuple(int(n) for n in sizes),
         torsos=torso_graphs,
         entities=entity_graph(module),
@@ -468,7 +528,8 @@ class Network:
     def init(self, rng: jax.Array):
         obs = {k: jnp.zeros((1, *s.shape), s.dtype) for k, s in self.spec.observation.items()}
         inputs = self._inputs(self.init_obs_norm(), obs, 1)
-        return self.module.init(rng, inputs, self.initial_carry(1), jnp.ones((1,), bool))
+        args = jnp.zeros((1, len(self.spec.head_sizes)), jnp.int32)  # read if autoregressive
+        return self.module.init(rng, inputs, self.initial_carry(1), jnp.ones((1,), bool), args)
 
     def init_obs_norm(self) -> dict[str, normalization.RunningStats]:
         """Running statistics for every float observation key (others are not normalized)."""
@@ -488,24 +549,54 @@ class Network:
         zeros = jnp.zeros((batch, self.module.core_size), jnp.float32)
         return (zeros, zeros)
 
-    def step(self, params, obs_norm, obs, extras, carry, first):
+    def _args(self, actions, batch_shape) -> jax.Array | None:
+        """int32 [n, H] arguments of the taken actions, for an autoregressive network's logits."""
+        if not self.module.autoregressive:
+            return None
+        if actions is None:
+            raise ValueError(
+                "network.autoregressive: the logits of later heads depend on the arguments "
+                "chosen before them, so pass the actions taken (or act() to choose them)"
+            )
+        n = int(np.prod(batch_shape, dtype=np.int64))
+        actions = jnp.reshape(actions, (n,))
+        return jnp.stack(heads.digits(actions, self.spec.head_sizes), axis=-1)
+
+    def step(self, params, obs_norm, obs, extras, carry, first, actions=None):
         """One step for a batch: obs [N, ...], carry [N, ...], first bool [N].
 
-        Returns masked logits [N, A], values [N] and the new carry.
+        Returns masked logits [N, A], values [N] and the new carry. An autoregressive network
+        needs the actions taken [N] (its logits are those of each argument given the ones before).
         """
         inputs = self._inputs(obs_norm, obs, 1)
-        logits, value, carry = self.module.apply(params, inputs, carry, first)
+        args = self._args(actions, first.shape)
+        logits, value, carry = self.module.apply(params, inputs, carry, first, args)
         mask = (extras or {}).get("legal_action_mask")
         return heads.apply_mask(logits, mask, self.action_sizes), value, carry
 
-    def unroll(self, params, obs_norm, obs, extras, carry, first):
+    def act(self, params, obs_norm, obs, extras, carry, first, key, greedy: bool = False):
+        """Chooses actions for a batch (sampled, or greedy): (action int32 [N], log pi(action) [N],
+        value [N], carry). Autoregressive networks choose argument by argument."""
+        mask = (extras or {}).get("legal_action_mask")
+        if self.module.autoregressive:
+            inputs = self._inputs(obs_norm, obs, 1)
+            return self.module.apply(
+                params, inputs, carry, first, mask, key, greedy, method=ActorCritic.act
+            )
+        logits, value, carry = self.step(params, obs_norm, obs, extras, carry, first)
+        sizes = self.action_sizes
+        action = heads.greedy(logits, sizes) if greedy else heads.sample(key, logits, sizes)
+        return action, heads.log_prob(logits, action, sizes), value, carry
+
+    def unroll(self, params, obs_norm, obs, extras, carry, first, actions=None):
         """A sequence per batch row: obs [B, T, ...], carry [B, ...], first bool [B, T].
 
         The torso runs on all B*T steps at once; only the core scans over time. Returns masked
-        logits [B, T, A], values [B, T] and the final carry.
+        logits [B, T, A], values [B, T] and the final carry (`actions` [B, T]: as in `step`).
         """
         key = next(iter(self.spec.observation))
         b, t = obs[key].shape[:2]
+        args = self._args(actions, (b, t))
         flat = jax.tree.map(lambda x: x.reshape((b * t,) + x.shape[2:]), obs)
         policy_h, value_h, ctx = self.module.apply(
             params, self._inputs(obs_norm, flat, 1), method=ActorCritic.encode
@@ -520,14 +611,15 @@ class Network:
             carry, h = jax.lax.scan(scan_step, carry, (time_major, jnp.swapaxes(first, 0, 1)))
             policy_h = value_h = jnp.swapaxes(h, 0, 1).reshape((b * t, -1))
         logits, value = self.module.apply(
-            params, policy_h, value_h, ctx, method=ActorCritic.outputs
+            params, policy_h, value_h, ctx, args, method=ActorCritic.outputs
         )
         logits = logits.reshape((b, t, -1))
         mask = (extras or {}).get("legal_action_mask")
         return heads.apply_mask(logits, mask, self.action_sizes), value.reshape((b, t)), carry
 
-    def apply(self, params, obs_norm, obs, extras=None):
-        """Feed-forward networks only: logits [*batch, A] and values [*batch] for any batch dims."""
+    def apply(self, params, obs_norm, obs, extras=None, actions=None):
+        """Feed-forward networks only: logits [*batch, A] and values [*batch] for any batch dims
+        (`actions` [*batch]: as in `step`)."""
         if self.is_recurrent:
             raise ValueError("a recurrent network needs step() or unroll() with a carry")
         key = next(iter(self.spec.observation))
@@ -535,7 +627,7 @@ class Network:
         n = int(np.prod(batch_shape, dtype=np.int64))
         flat = jax.tree.map(lambda x: x.reshape((n,) + x.shape[len(batch_shape) :]), obs)
         inputs = self._inputs(obs_norm, flat, 1)
-        logits, value, _ = self.module.apply(params, inputs)
+        logits, value, _ = self.module.apply(params, inputs, (), None, self._args(actions, (n,)))
         logits = logits.reshape(batch_shape + (-1,))
         mask = (extras or {}).get("legal_action_mask")
         return heads.apply_mask(logits, mask, self.action_sizes), value.reshape(batch_shape)
@@ -620,6 +712,13 @@ def make_network(network_config, spec: EnvSpec) -> Network:
             "and no network.mirror; set network.team_pool=0 otherwise"
         )
     entity_key, pointer_heads = _check_entities(network_config, spec, mirror, team_pool)
+    autoregressive = bool(network_config.get("autoregressive", False))
+    if autoregressive and (len(spec.action_heads) < 2 or mirror):
+        raise ValueError(
+            f"network.autoregressive conditions later action heads on earlier ones: it needs a "
+            f"factorized action (a MultiDiscrete action space; {spec.name} has "
+            f"{len(spec.head_sizes)} head) and no network.mirror; set it to False"
+        )
     module = ActorCritic(
         num_actions=spec.num_actions,
         torso_kind=torso,
@@ -645,6 +744,7 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         entity_size=int(network_config.get("entity_size", 64)),
         entity_heads=int(network_config.get("entity_heads", 4)),
         pointer_heads=pointer_heads,
+        autoregressive=autoregressive,
     )
     return Network(
         spec=spec,

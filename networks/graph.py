@@ -84,6 +84,9 @@ class LayerGraph:
       policy_head: the dense logits layer ("" when every action head is a pointer head).
       value_head: the value layer.
       pointer_heads: action head index -> the pointer head's module.
+      conditioning: action head index -> the layer whose kernel rows (one per choice of that
+        head) add into the heads' input space (autoregressive heads), for every head a later
+        head reads.
       head_sizes: the action heads' sizes, in the logits' order.
       torsos: torso module -> its TorsoGraph.
       entities: the entity encoder's graph (networks.actor_critic.EntityGraph), else None.
@@ -98,6 +101,7 @@ class LayerGraph:
     policy_head: str
     value_head: str
     pointer_heads: Mapping[int, str]
+    conditioning: Mapping[int, str]
     head_sizes: tuple[int, ...]
     torsos: Mapping[str, TorsoGraph]
     entities: object = None

@@ -43,6 +43,30 @@ class ValueHead(nn.Module):
         )(x)[..., 0]
 
 
+class Autoregressive(nn.Module):
+    """The inputs of factorized heads that condition on the arguments chosen before them
+    (OpenAI Five's target head reads the chosen action type): head i reads
+
+        h_i = h + sum_{j < i} W_j onehot(a_j),
+
+    one zero-initialized table W_j [n_j, F] per argument that some later head reads, so a new
+    network starts as independent heads and learns which arguments matter.
+    """
+
+    sizes: Sequence[int]
+
+    @nn.compact
+    def __call__(self, h: jax.Array, args: jax.Array) -> list[jax.Array]:
+        """h [N, F], args int [N, H] (only a_0 .. a_{H-2} are read) -> [h_0, ..., h_{H-1}]."""
+        out = [h]
+        for j, n in enumerate(self.sizes[:-1]):
+            table = nn.Dense(
+                h.shape[-1], use_bias=False, kernel_init=nn.initializers.zeros, name=f"embed_{j}"
+            )
+            out.append(out[-1] + table(jax.nn.one_hot(args[:, j], n, dtype=h.dtype)))
+        return out
+
+
 class PointerHead(nn.Module):
     """Logits over a set of entities: attention from the core's output to each entity's embedding.
 

@@ -141,6 +141,10 @@ def base_config() -> ml_collections.ConfigDict:
     # network.entities by attention from the core's output (OpenAI Five's and Neural MMO's
     # target choice); their choices beyond E are ordinary logits (e.g. "no target").
     c.network.pointer_heads = ()
+    # Factorized actions: each head also reads the arguments chosen before it (a zero-initialized
+    # table per argument added to its input; OpenAI Five's target head reads the action type).
+    # Acting then samples head by head, and learning conditions on the actions taken.
+    c.network.autoregressive = False
     c.network.core = "none"  # none | lstm (between torso and heads; the torso is then shared)
     c.network.core_size = 256  # LSTM units
     c.network.normalize_obs = True  # running mean/std normalization of float observations

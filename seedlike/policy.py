@@ -15,8 +15,6 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from networks import heads
-
 
 class PolicyOutput(NamedTuple):
     """What a policy did for n rows."""
@@ -92,16 +90,9 @@ class PolicyRunner:
         self._guard = guard or (lambda fn, *args: fn(*args))
 
         def step(policy_params, obs, extras, carry, first, seed, counter):
-            logits, value, carry = network.step(
-                policy_params["params"], policy_params["obs_norm"], obs, extras, carry, first
-            )
-            sizes = network.action_sizes
-            if greedy:
-                action = heads.greedy(logits, sizes)
-            else:
-                key = jax.random.fold_in(jax.random.key(seed), counter)
-                action = heads.sample(key, logits, sizes)
-            return action, heads.log_prob(logits, action, sizes), value, carry
+            key = jax.random.fold_in(jax.random.key(seed), counter)
+            params, obs_norm = policy_params["params"], policy_params["obs_norm"]
+            return network.act(params, obs_norm, obs, extras, carry, first, key, greedy)
 
         def evaluate(policy_params, obs, extras):
             return network.apply(policy_params["params"], policy_params["obs_norm"], obs, extras)

@@ -964,6 +964,13 @@ def add_actions(
         kl_bound=kl,
     )
     new, pmap = _new_head_columns(flat, head_path, kernel, bias_leaf, dense_map, bias)
+    if head in graph.conditioning:  # the later heads read zero for the new choices
+        table = layer_path(graph.conditioning[head]) + ("kernel",)
+        rows = np.asarray(flat[table])
+        leaf = LeafMap(table, (head_map.new_size, rows.shape[1]), rows.dtype.name, ((0, head_map),))
+        new = flatten_params(new)
+        new[table] = leaf.apply(rows)
+        new, pmap = unflatten_params(new), pmap.then(ParamMap({table: leaf}))
     return OpResult(new, pmap, action_map=logit_map, action_info=info)
 
 
@@ -1022,13 +1029,25 @@ def add_action_head(
         kl_bound=kl,
     )
     new, pmap = _new_head_columns(flat, head_path, kernel, bias_leaf, dense_map, fill)
-    # Pointer heads after the new one move up an index, and their modules with them.
+    # Heads after the new one move up an index: their pointer modules and conditioning tables
+    # with them. A head that a later head now reads, and had no table, gets a zero one.
     new_sizes = (*sizes[:index], int(size), *sizes[index:])
-    moved = {j: j + (j >= index) for j in graph.pointer_heads}
-    after = graph.with_module(action_heads=new_sizes, pointer_heads=tuple(moved.values()))
+    moved = {j: j + (j >= index) for j in range(len(sizes))}
+    pointers = tuple(moved[j] for j in graph.pointer_heads)
+    after = graph.with_module(action_heads=new_sizes, pointer_heads=pointers)
     renames = {
-        layer_path(graph.pointer_heads[j]): layer_path(after.pointer_heads[k])
-        for j, k in moved.items()
+        layer_path(graph.pointer_heads[j]): layer_path(after.pointer_heads[moved[j]])
+        for j in graph.pointer_heads
+    }
+    renames.update(
+        (layer_path(graph.conditioning[j]), layer_path(after.conditioning[moved[j]]))
+        for j in graph.conditioning
+    )
+    had_table = {moved[j] for j in graph.conditioning}
+    tables = {
+        layer_path(layer) + ("kernel",): np.zeros((new_sizes[k], kernel.shape[0]), kernel.dtype)
+        for k, layer in after.conditioning.items()
+        if k not in had_table
     }
     flat = flatten_params(new)
     renames = {src: dst for src, dst in renames.items() if src != dst}
@@ -1039,10 +1058,13 @@ def add_action_head(
         dst = renames[src] + p[len(src) :]
         out[dst] = flat[p]
         leaves[dst] = LeafMap(p, tuple(np.shape(flat[p])), np.asarray(flat[p]).dtype.name)
+    for path, zeros in tables.items():
+        out[path] = zeros
+        leaves[path] = LeafMap(None, zeros.shape, zeros.dtype.name)
     dropped = frozenset(under) - frozenset(out)
     return OpResult(
         unflatten_params(out),
-        pmap.then(ParamMap(leaves, dropped)) if renames else pmap,
+        pmap.then(ParamMap(leaves, dropped)) if leaves else pmap,
         action_map=logit_map,
         action_info=info,
         graph=after,

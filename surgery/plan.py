@@ -562,6 +562,7 @@ def derive_plan(
     same("network.text_size", om.text_size, nm.text_size)
     same("network.entities", om.entity_key, nm.entity_key)
     same("network.entity_heads", om.entity_heads, nm.entity_heads)
+    same("network.autoregressive", om.autoregressive, nm.autoregressive)
     same("network.cnn_kernel", om.cnn_kernel, nm.cnn_kernel)
     same("network.cnn_padding", om.cnn_padding, nm.cnn_padding)
     same("network.normalize_obs", old.normalize_obs, new.normalize_obs)

@@ -137,6 +137,28 @@ def _legal_masks(old_spec, new_spec, rng, batch_shape, action_map: AxisMap | Non
     return {LEGAL_ACTION_MASK: old}, {LEGAL_ACTION_MASK: new}
 
 
+def _actions(old_spec, new_spec, rng, batch_shape, mask, positions):
+    """Random legal actions of the old network and the same actions of the new one: each old
+    argument where the action map put its choice, a new argument at its choice 0."""
+    old_sizes, new_sizes = old_spec.head_sizes, new_spec.head_sizes
+    old_starts = np.cumsum((0, *old_sizes))
+    new_starts = np.cumsum((0, *new_sizes))
+    new_digits = [np.zeros(batch_shape, np.int64) for _ in new_sizes]
+    old_digits = []
+    for i, n in enumerate(old_sizes):
+        scores = rng.random((*batch_shape, n))
+        if mask is not None:
+            scores = np.where(mask[..., old_starts[i] : old_starts[i] + n], scores, -1.0)
+        digit = scores.argmax(-1)
+        old_digits.append(digit)
+        column = positions[old_starts[i] + digit]
+        head = np.searchsorted(new_starts, column, side="right") - 1
+        for k in np.unique(head):
+            new_digits[k] = np.where(head == k, column - new_starts[k], new_digits[k])
+    old_a = np.ravel_multi_index(old_digits, old_sizes).astype(np.int32)
+    return old_a, np.ravel_multi_index(new_digits, new_sizes).astype(np.int32)
+
+
 def _old_positions(action_map: AxisMap | None, num_actions: int) -> np.ndarray:
     return np.arange(num_actions) if action_map is None else action_map.old_positions
 
@@ -244,15 +266,16 @@ def verify(
 
 def _steps(network, params, obs_norm, step_inputs, unroll_inputs, rows: int):
     """Feed-forward logits and values of step rows [B] and unroll rows [B, T] in one call."""
-    (obs, extras, _), (u_obs, u_extras, _) = step_inputs, unroll_inputs
+    (obs, extras, _, actions), (u_obs, u_extras, _, u_actions) = step_inputs, unroll_inputs
 
     def join(a, b):
         return jnp.concatenate([a, b.reshape((rows,) + b.shape[2:])])
 
     all_obs = {k: join(obs[k], u_obs[k]) for k in obs}
     all_extras = {k: join(extras[k], u_extras[k]) for k in extras}
+    all_actions = None if actions is None else join(actions, u_actions)
     first = jnp.zeros((rows + len(next(iter(obs.values()))),), bool)
-    return network.step(params, obs_norm, all_obs, all_extras, (), first)[:2]
+    return network.step(params, obs_norm, all_obs, all_extras, (), first, all_actions)[:2]
 
 
 class Verifier:
@@ -280,11 +303,17 @@ class Verifier:
                     (old_l[-b * t :].reshape(*shape, -1), old_v[-b * t :].reshape(shape)),
                     (new_l[-b * t :].reshape(*shape, -1), new_v[-b * t :].reshape(shape)),
                 )
+
+            def run(network, p, n, x, first, method):
+                obs, extras, carry, actions = x
+                return method(network, p, n, obs, extras, carry, first, actions)[:2]
+
+            step, unroll = type(old_network).step, type(old_network).unroll
             return (
-                old_network.step(old_p, old_n, *o_step, step_first)[:2],
-                new_network.step(new_p, new_n, *n_step, step_first)[:2],
-                old_network.unroll(old_p, old_n, *o_unroll, unroll_first)[:2],
-                new_network.unroll(new_p, new_n, *n_unroll, unroll_first)[:2],
+                run(old_network, old_p, old_n, o_step, step_first, step),
+                run(new_network, new_p, new_n, n_step, step_first, step),
+                run(old_network, old_p, old_n, o_unroll, unroll_first, unroll),
+                run(new_network, new_p, new_n, n_unroll, unroll_first, unroll),
             )
 
         # One jit for all four calls: eager execution would compile every op for its shapes.
@@ -308,13 +337,22 @@ class Verifier:
         gen = generator(rng)
         batch_size, unroll_length = self.batch_size, self.unroll_length
 
+        conditioned = self.old_network.module.autoregressive or (
+            self.new_network.module.autoregressive
+        )
+
         def inputs(shape):
             old_obs = sample_observations(old_spec, old_obs_norm, gen, shape)
             new_obs = extend_observations(old_obs, old_spec, new_spec, new_obs_norm, gen)
             old_extras, new_extras = _legal_masks(old_spec, new_spec, gen, shape, action_map)
             old_carry = random_carry(self.old_network, gen, batch_size)
             new_carry = pad_carry(old_carry, carry_map)
-            return (old_obs, old_extras, old_carry), (new_obs, new_extras, new_carry)
+            old_a = new_a = None
+            if conditioned:  # autoregressive logits are those of a given (legal) action
+                mask = old_extras.get(LEGAL_ACTION_MASK)
+                old_a, new_a = _actions(old_spec, new_spec, gen, shape, mask, positions)
+            old = (old_obs, old_extras, old_carry, old_a)
+            return old, (new_obs, new_extras, new_carry, new_a)
 
         step_inputs = (*inputs((batch_size,)), np.zeros((batch_size,), bool))
         shape = (batch_size, unroll_length)

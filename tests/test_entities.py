@@ -2,9 +2,11 @@
 out by hand, the entity encoder's and pointer head's symmetries, factorized actions through the
 spec, wire and PettingZoo actor, and a small task that must learn."""
 
+import dataclasses
 import itertools
 import json
 import os
+import types
 
 import gymnasium
 import jax
@@ -319,12 +321,18 @@ def entity_spec_with(attributes=5, heads=(5, 3, 7), extra_obs=False, image=False
     return EnvSpec("e", obs, int(np.prod(heads)), extras=mask, action_heads=tuple(heads))
 
 
-@pytest.mark.parametrize("image", [False, True], ids=["mlp", "cnn_lstm"])
-def test_surgery_by_layer_graph_on_an_entity_network_with_pointer_heads(image):
+@pytest.mark.parametrize(
+    "image, autoregressive",
+    [(False, False), (True, False), (False, True), (True, True)],
+    ids=["mlp", "cnn_lstm", "mlp_autoregressive", "cnn_lstm_autoregressive"],
+)
+def test_surgery_by_layer_graph_on_an_entity_network_with_pointer_heads(image, autoregressive):
     """Everything at once on a network whose torso and core also feed a pointer head: a new
     observation (its rows go before the entity pool's), wider torso, core and entity encoder,
-    two more choices for an ordinary head and a new action head in front of the pointer head."""
+    two more choices for an ordinary head and a new action head in front of the pointer head
+    (with autoregressive heads: the tables grow, move and appear with them)."""
     kind = {"torso": "small_cnn", "image_key": "tiles", "core": "lstm"} if image else {}
+    kind["autoregressive"] = autoregressive
     small = {"cnn_hidden": 32, "core_size": 16} if image else {}
     old = entity_network(entity_spec_with(image=image), **kind, **small)
     heads_new = (5, 5, 2, 7)  # head 1 grows 3 -> 5, a new head of 2 at index 2
@@ -428,3 +436,106 @@ def test_entity_surgery_on_a_whole_checkpoint_with_a_league_snapshot(tmp_path):
     restored, _ = Checkpointer(os.path.join(out, "checkpoints")).restore(target)
     nu = _adam(restored.opt_state).nu["params"]["entity_encoder"]["embed"]["kernel"]
     assert nu.shape == (8, 24) and np.all(nu[:, 16:] == 0) and np.all(nu[:5, :16] > 0)
+
+
+# Autoregressive heads -----------------------------------------------------------------------------
+
+
+def ar_network(**overrides):
+    return entity_network(entity_spec_with(heads=(3, 4, 7)), autoregressive=True, **overrides)
+
+
+def ar_inputs(net, rows, seed):
+    gen = np.random.default_rng(seed)
+    obs = surgery.sample_observations(net.spec, {}, gen, (rows,))
+    obs["entities"] = random_units(gen, rows, 6, 5, gen.random((rows, 6)) < 0.7)
+    mask = gen.random((rows, 3 + 4 + 7)) < 0.6
+    mask[:, 7:13] &= obs["entities"].any(-1)  # a pointer's absent entities are illegal too
+    for start, n in ((0, 3), (3, 4), (7, 7)):
+        mask[:, start] |= ~mask[:, start : start + n].any(-1)  # a legal choice per head
+    return obs, {LEGAL_ACTION_MASK: mask}
+
+
+def test_autoregressive_heads_act_as_the_chain_of_their_conditionals():
+    """act() chooses argument by argument; step(actions=...) gives each argument's logits given
+    the earlier ones. The two agree on log pi(a), pi sums to 1 over every joint action, sampled
+    frequencies follow it, greedy follows the chain, and later heads read earlier arguments."""
+    net = ar_network()
+    params = random_params(net, 5)  # nonzero conditioning tables
+    obs, extras = ar_inputs(net, 6, 0)
+    first = np.zeros(6, bool)
+    act, step = jax.jit(net.act, static_argnums=7), jax.jit(net.step)
+    action, logp, value, _ = act(params, {}, obs, extras, (), first, jax.random.key(1), False)
+    logits, value_step, _ = step(params, {}, obs, extras, (), first, action)
+    np.testing.assert_allclose(heads.log_prob(logits, action, (3, 4, 7)), logp, atol=1e-5)
+    np.testing.assert_allclose(value_step, value, atol=1e-6)
+    for d, start in zip(heads.digits(action, (3, 4, 7)), (0, 3, 7)):
+        assert extras[LEGAL_ACTION_MASK][np.arange(6), start + np.asarray(d)].all()  # legal
+
+    every = np.arange(3 * 4 * 7)  # each row against every joint action
+    rep = jax.tree.map(lambda x: np.repeat(x, len(every), 0), (obs, extras))
+    actions = np.tile(every, 6)
+    logits, _, _ = step(params, {}, *rep, (), np.zeros(len(actions), bool), actions)
+    joint = np.exp(np.asarray(heads.log_prob(logits, actions, (3, 4, 7)))).reshape(6, -1)
+    np.testing.assert_allclose(joint.sum(-1), 1.0, atol=1e-5)
+    one = lambda x: np.repeat(x[:1], 20000, 0)  # noqa: E731
+    drawn, *_ = act(
+        params, {}, *jax.tree.map(one, (obs, extras)), (), np.zeros(20000, bool),
+        jax.random.key(2), False,
+    )  # fmt: skip
+    freq = np.bincount(np.asarray(drawn), minlength=len(every)) / 20000
+    assert np.abs(freq - joint[0]).max() < 0.02, np.abs(freq - joint[0]).max()
+    greedy, *_ = act(params, {}, obs, extras, (), first, jax.random.key(3), True)
+    chain = []
+    for row in range(6):  # argmax of head 0, then of head 1 given it, then of head 2
+        best = every
+        for i, size in enumerate((3, 4, 7)):
+            arg = np.asarray(heads.digits(best, (3, 4, 7))[i])
+            p = np.array([joint[row, best[arg == c]].sum() for c in range(size)])
+            best = best[arg == p.argmax()]
+        chain.append(int(best[0]))
+    np.testing.assert_array_equal(greedy, chain)
+
+    # Head 0 reads nothing chosen; head 1 reads argument 0; a fresh network starts independent.
+    a, b = np.array([0 * 28 + 1 * 7 + 2]), np.array([2 * 28 + 1 * 7 + 2])
+    row = jax.tree.map(lambda x: x[:1], (obs, extras))
+    la = net.step(params, {}, *row, (), first[:1], a)[0]
+    lb = net.step(params, {}, *row, (), first[:1], b)[0]
+    np.testing.assert_allclose(la[:, :3], lb[:, :3], atol=1e-6)
+    assert np.abs(la[:, 3:7] - lb[:, 3:7]).max() > 1e-3
+    fresh = net.init(jax.random.key(0))
+    lf_a = net.step(fresh, {}, *row, (), first[:1], a)[0]
+    np.testing.assert_allclose(lf_a, net.step(fresh, {}, *row, (), first[:1], b)[0], atol=1e-6)
+    with pytest.raises(ValueError, match="network.autoregressive: the logits of later heads"):
+        net.step(params, {}, *row, (), first[:1])
+
+
+def test_autoregressive_needs_a_factorized_action():
+    spec = dataclasses.replace(entity_spec_with(heads=(7,)), action_heads=())
+    with pytest.raises(ValueError, match="network.autoregressive conditions later action heads"):
+        network(spec, pointer_heads=(), autoregressive=True)
+
+
+def test_ppo_on_autoregressive_heads_reads_the_behaviour_logits_of_the_actions_taken():
+    """The learner's logits condition on the actions the actors took, through both PPO paths
+    (feed-forward samples and replayed sequences): at the acting params every ratio is 1."""
+    from seedlike.algos.ppo import PPOBatch, make_ppo_loss
+    from seedlike.algos.sequences import forward_sequence
+    from seedlike.config import base_config
+
+    net = ar_network()
+    params = random_params(net, 6)
+    obs, extras = ar_inputs(net, 16, 1)
+    first = np.zeros(16, bool)
+    action, logp, value, _ = net.act(params, {}, obs, extras, (), first, jax.random.key(4))
+    ones = np.ones(16, F32)
+    batch = PPOBatch(obs, extras, action, logp, value, ones, ones, ones)
+    _, metrics = make_ppo_loss(net, base_config().ppo)(params, {}, batch)
+    assert (
+        float(metrics["loss/clip_fraction"]) == 0 and abs(float(metrics["loss/approx_kl"])) < 1e-6
+    )
+    sequences = jax.tree.map(lambda x: x.reshape(4, 4, *x.shape[1:]), (obs, extras, action))
+    unroll = types.SimpleNamespace(obs=sequences[0], extras=sequences[1], action=sequences[2])
+    logits, _ = forward_sequence(net, params, {}, unroll, 4)
+    replayed = heads.log_prob(logits, sequences[2], net.action_sizes)
+    np.testing.assert_allclose(np.asarray(replayed).ravel(), logp, atol=1e-5)

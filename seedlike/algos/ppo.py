@@ -78,7 +78,7 @@ def make_ppo_loss(network, config, axis_name: str | None = None, sequence: bool 
             )
         else:
             samples = batch
-            logits, value = network.apply(params, obs_norm, batch.obs, batch.extras)
+            logits, value = network.apply(params, obs_norm, batch.obs, batch.extras, batch.action)
         return ppo_terms(logits, value, samples, config, pmean, network.action_sizes)
 
     return loss_fn

@@ -28,6 +28,9 @@ def forward_sequence(network, params, obs_norm, unroll, steps: int):
             take(unroll.extras),
             unroll.carry,
             unroll.first[:, :steps],
+            take(unroll.action),
         )
         return logits, value
-    return network.apply(params, obs_norm, take(unroll.obs), take(unroll.extras))
+    return network.apply(
+        params, obs_norm, take(unroll.obs), take(unroll.extras), take(unroll.action)
+    )
