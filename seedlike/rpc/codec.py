@@ -113,15 +113,10 @@ def parse_actor_message(data: bytes) -> pb.ActorMessage:
             f"not a seedlike.ActorMessage ({e}); is the client speaking protocol "
             f"version {PROTOCOL_VERSION}?",
         ) from None
-    # Fast path: a message without unknown fields re-encodes to exactly the bytes received (our
-    # clients use protobuf's canonical encoding); the field-by-field walk runs only to name them.
-    msg.DiscardUnknownFields()
-    if msg.ByteSize() != len(data):
-        original = pb.ActorMessage.FromString(data)
-        _reject_unknown_fields(original, "request")
-        raise ProtocolError(
-            "request", "not in canonical protobuf encoding (repeated or out-of-order fields)"
-        )
+    # A walk over the parsed messages (~20 us for an Atari step). Comparing ByteSize() with the
+    # bytes received would be simpler, but upb computes it by re-encoding the whole message:
+    # ~215 us for 226 KB, with the interpreter lock held.
+    _reject_unknown_fields(msg, "request")
     return msg
 
 
