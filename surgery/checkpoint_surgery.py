@@ -85,8 +85,11 @@ class PolicySurgery:
         n = 8 * self.batch_size
         obs = sample_observations(self.old_network.spec, obs_norm, gen, (n,))
         carry = random_carry(self.old_network, gen, n)
+        # Autoregressive heads: each argument's logits given random earlier arguments.
+        actions = gen.integers(0, self.old_network.spec.num_actions, n).astype(np.int32)
         step = jax.jit(self.old_network.step)
-        logits, _, _ = step(params, obs_norm or {}, obs, {}, carry, np.zeros((n,), bool))
+        first = np.zeros((n,), bool)
+        logits, _, _ = step(params, obs_norm or {}, obs, {}, carry, first, actions)
         return Context(layout, np.asarray(logits))
 
     def transform_params(self, params, obs_norm=None) -> PlanResult:

@@ -935,9 +935,16 @@ def add_actions(
     if bias is not None:
         rule, log_z = "given", None
     elif feature_bound is not None:
-        w1 = np.sum(np.abs(np.asarray(kernel[:, cols], np.float64)), axis=0)
+        # Autoregressive heads read h + sum_{j < head} T_j[a_j]: each feature is bounded by B
+        # plus the largest |entry| of each table in its column.
+        bound = np.full(kernel.shape[0], float(feature_bound))
+        for j, layer in graph.conditioning.items():
+            if j < head:
+                table = np.abs(np.asarray(flat[(*layer_path(layer), "kernel")], np.float64))
+                bound = bound + table.max(axis=0)
+        w = np.abs(np.asarray(kernel[:, cols], np.float64))
         b_old = np.asarray(bias_leaf[cols], np.float64)
-        rule, log_z = "bound", float(np.max(b_old - feature_bound * w1))
+        rule, log_z = "bound", float(np.max(b_old - bound @ w))
     elif logits is not None:
         logits = np.asarray(logits, np.float64)
         if logits.shape[-1] != sum(sizes):

@@ -45,7 +45,9 @@ class Layout:
       image_key: the image observation of CNN torsos.
       image_layout: "HWC" or "CHW": how the image observation is laid out in the env spec.
       feature_positions: H*W of the last conv feature map (rows of dense_0 per channel).
-      feature_bound: |x| <= feature_bound for the heads' inputs (tanh MLP, LSTM h: 1), else None.
+      feature_bound: |x| <= feature_bound for the features the heads read (tanh MLP, LSTM h: 1),
+        else None (autoregressive heads add their tables to them: ops.add_actions adds their
+        largest entries).
     """
 
     graph: LayerGraph | None = None

@@ -349,7 +349,10 @@ def test_surgery_by_layer_graph_on_an_entity_network_with_pointer_heads(image, a
     e = graph.entities
     named = {*graph.layers(), *e.stream_writers, *e.stream_readers}
     assert {f"params/{x}" for x in named} == set(layers)  # the graph names every layer
-    plan, result = derive_and_apply(old, new, params)
+    plan = surgery.derive_plan(old, new)
+    # PolicySurgery: as python -m surgery, with the old policy's logits for the new choices'
+    # biases where the heads' inputs are unbounded (relu CNN, autoregressive tables).
+    result = surgery.PolicySurgery(plan, old, new, seed=3).transform_params(params, {})
     kinds = [op.kind for op in plan.ops]
     assert kinds[0] == "add_observations" and kinds[-2:] == ["add_action_head", "add_actions"]
     assert {"add_entity_attributes", "widen_entities"} <= set(kinds)
