@@ -530,15 +530,20 @@ def test_ppo_on_autoregressive_heads_reads_the_behaviour_logits_of_the_actions_t
     params = random_params(net, 6)
     obs, extras = ar_inputs(net, 16, 1)
     first = np.zeros(16, bool)
-    action, logp, value, _ = net.act(params, {}, obs, extras, (), first, jax.random.key(4))
+    act = jax.jit(net.act, static_argnums=7)
+    action, logp, value, _ = act(params, {}, obs, extras, (), first, jax.random.key(4), False)
     ones = np.ones(16, F32)
     batch = PPOBatch(obs, extras, action, logp, value, ones, ones, ones)
-    _, metrics = make_ppo_loss(net, base_config().ppo)(params, {}, batch)
+    _, metrics = jax.jit(make_ppo_loss(net, base_config().ppo))(params, {}, batch)
     assert (
         float(metrics["loss/clip_fraction"]) == 0 and abs(float(metrics["loss/approx_kl"])) < 1e-6
     )
     sequences = jax.tree.map(lambda x: x.reshape(4, 4, *x.shape[1:]), (obs, extras, action))
-    unroll = types.SimpleNamespace(obs=sequences[0], extras=sequences[1], action=sequences[2])
-    logits, _ = forward_sequence(net, params, {}, unroll, 4)
+
+    def replay(p, obs, extras, action):
+        unroll = types.SimpleNamespace(obs=obs, extras=extras, action=action)
+        return forward_sequence(net, p, {}, unroll, 4)
+
+    logits, _ = jax.jit(replay)(params, *sequences)
     replayed = heads.log_prob(logits, sequences[2], net.action_sizes)
     np.testing.assert_allclose(np.asarray(replayed).ravel(), logp, atol=1e-5)
