@@ -267,10 +267,7 @@ class ActorCritic(nn.Module):
         Head i's legal choices come from its part of `mask` (bool [N, n_1 + ... + n_H] or None);
         it is sampled (or taken greedily) given the arguments already chosen.
         """
-        policy_h, value_h, ctx = self.encode(inputs)
-        if self.core_size:
-            carry, policy_h = self.core_step(carry, policy_h, first)
-            value_h = policy_h
+        policy_h, value_h, ctx, carry = self._features(inputs, carry, first)
         sizes = self.head_sizes
         masks = heads.split(mask, sizes) if mask is not None else [None] * len(sizes)
         args = jnp.zeros((policy_h.shape[0], len(sizes)), jnp.int32)
@@ -284,11 +281,16 @@ class ActorCritic(nn.Module):
         action = heads.join([args[:, i] for i in range(len(sizes))], sizes)
         return action, logp, self.value_head(value_h), carry
 
-    def __call__(self, inputs: dict, carry=(), first=None, args=None):
+    def _features(self, inputs: dict, carry, first):
+        """What the heads read: (policy features, value features, ctx, new carry)."""
         policy_h, value_h, ctx = self.encode(inputs)
         if self.core_size:
             carry, policy_h = self.core_step(carry, policy_h, first)
             value_h = policy_h
+        return policy_h, value_h, ctx, carry
+
+    def __call__(self, inputs: dict, carry=(), first=None, args=None):
+        policy_h, value_h, ctx, carry = self._features(inputs, carry, first)
         logits, value = self.outputs(policy_h, value_h, ctx, args)
         return logits, value, carry
 
@@ -406,8 +408,7 @@ def layer_graph(
     extra = (module.text_size if module.text_key else 0) + (
         module.entity_size if module.entity_key else 0
     )
-    torso_graphs, readers = {}, []
-    inputs = image = None
+    torso_graphs, readers, image = {}, [], None
     for name in names:
         t_spaces, t_inputs, image, torso = make_torso(module, parent=None).graph(
             name, torso_readers[name], extra, positions, blocks.get(name)

@@ -367,11 +367,6 @@ class _Slot:
     rest: int | None = 0
 
 
-def layer_path(layer: str) -> Path:
-    """A layer graph's name ("policy_torso/dense_0") as a parameter path."""
-    return as_path(layer)
-
-
 def _kernel(flat, layer: Path) -> np.ndarray:
     if layer + ("kernel",) not in flat:
         layers = sorted({path_str(p[:-1]) for p in flat if p[-1] == "kernel"})
@@ -391,7 +386,7 @@ def _unit_slots(flat, layer: Path, role: str = UNIT, reader: Reader | None = Non
 
 
 def _reader_slots(flat, reader: Reader) -> list[_Slot]:
-    layer = layer_path(reader.layer)
+    layer = as_path(reader.layer)
     kernel = _kernel(flat, layer)
     return [
         _Slot(
@@ -409,9 +404,9 @@ def space_slots(flat, space: Space) -> list[_Slot]:
     """Every slot indexing a space's units: writers (UNIT), residual layers, readers."""
     slots = []
     for layer in space.writers:
-        slots += _unit_slots(flat, layer_path(layer))
+        slots += _unit_slots(flat, as_path(layer))
     for r in space.residual:
-        slots += _unit_slots(flat, layer_path(r.layer), RESIDUAL, r)
+        slots += _unit_slots(flat, as_path(r.layer), RESIDUAL, r)
     for r in space.readers:
         slots += _reader_slots(flat, r)
     return slots
@@ -608,7 +603,7 @@ def _widen_layer(params, graph, path, size, rng, mode, init_scale, noise, ndim, 
         # The block's inner layer had the stream width; it keeps it (new units exact as usual).
         flat = flatten_params(params)
         inner_units = _space_map(old, int(size), mode, rng, inner)
-        inner_slots = space_slots(flat, _space_of(graph, flat, layer_path(inner)))
+        inner_slots = space_slots(flat, _space_of(graph, flat, as_path(inner)))
         params, inner_map = _widen_space(
             params, inner_slots, inner_units, rng, init_scale, 0.0, copy_noise
         )
@@ -689,7 +684,7 @@ def widen_lstm(
     flat = flatten_params(params)
     if graph.core is None:
         raise SurgeryError("the network has no LSTM core (network.core) to widen")
-    old = _kernel(flat, layer_path(graph.core.writers[0])).shape[-1]
+    old = _kernel(flat, as_path(graph.core.writers[0])).shape[-1]
     slots = space_slots(flat, graph.core)
     rng = generator(rng)
     space = _space_map(old, int(size), mode, rng, "params/core")
@@ -844,7 +839,7 @@ def _insert(total: int, start: int, inner: AxisMap) -> AxisMap:
 def _policy_head(graph: LayerGraph, flat, what: str) -> tuple[Path, np.ndarray, np.ndarray]:
     if not graph.policy_head:
         raise SurgeryError(f"{what}: every action head is a pointer head; there is no dense head")
-    path = layer_path(graph.policy_head)
+    path = as_path(graph.policy_head)
     return path, _kernel(flat, path), np.asarray(flat[path + ("bias",)])
 
 
@@ -940,7 +935,7 @@ def add_actions(
         bound = np.full(kernel.shape[0], float(feature_bound))
         for j, layer in graph.conditioning.items():
             if j < head:
-                table = np.abs(np.asarray(flat[(*layer_path(layer), "kernel")], np.float64))
+                table = np.abs(np.asarray(flat[(*as_path(layer), "kernel")], np.float64))
                 bound = bound + table.max(axis=0)
         w = np.abs(np.asarray(kernel[:, cols], np.float64))
         b_old = np.asarray(bias_leaf[cols], np.float64)
@@ -972,7 +967,7 @@ def add_actions(
     )
     new, pmap = _new_head_columns(flat, head_path, kernel, bias_leaf, dense_map, bias)
     if head in graph.conditioning:  # the later heads read zero for the new choices
-        table = layer_path(graph.conditioning[head]) + ("kernel",)
+        table = as_path(graph.conditioning[head]) + ("kernel",)
         rows = np.asarray(flat[table])
         leaf = LeafMap(table, (head_map.new_size, rows.shape[1]), rows.dtype.name, ((0, head_map),))
         new = flatten_params(new)
@@ -1019,8 +1014,7 @@ def add_action_head(
         bias = math.log(target / (k * (1.0 - target)))
     max_prob = k * math.exp(bias) / (1.0 + k * math.exp(bias))
     kl = math.log1p(k * math.exp(bias))
-    dense_start = sum(n for j, n in enumerate(sizes[:index]) if j not in graph.pointer_heads)
-    logit_start = sum(sizes[:index])
+    dense_start, logit_start = _head_columns(graph, index)
     inserted = AxisMap.from_src(np.full(int(size), -1), 0)
     dense_map = _insert(kernel.shape[1], dense_start, inserted)
     logit_map = _insert(sum(sizes), logit_start, inserted)
@@ -1043,16 +1037,16 @@ def add_action_head(
     pointers = tuple(moved[j] for j in graph.pointer_heads)
     after = graph.with_module(action_heads=new_sizes, pointer_heads=pointers)
     renames = {
-        layer_path(graph.pointer_heads[j]): layer_path(after.pointer_heads[moved[j]])
+        as_path(graph.pointer_heads[j]): as_path(after.pointer_heads[moved[j]])
         for j in graph.pointer_heads
     }
     renames.update(
-        (layer_path(graph.conditioning[j]), layer_path(after.conditioning[moved[j]]))
+        (as_path(graph.conditioning[j]), as_path(after.conditioning[moved[j]]))
         for j in graph.conditioning
     )
     had_table = {moved[j] for j in graph.conditioning}
     tables = {
-        layer_path(layer) + ("kernel",): np.zeros((new_sizes[k], kernel.shape[0]), kernel.dtype)
+        as_path(layer) + ("kernel",): np.zeros((new_sizes[k], kernel.shape[0]), kernel.dtype)
         for k, layer in after.conditioning.items()
         if k not in had_table
     }
@@ -1116,9 +1110,9 @@ def add_residual_block(
         raise SurgeryError(f"{path_str(root)} is a CNN torso; residual blocks are for MLP torsos")
     inner, outer = t.block_layers
     if t.layers:
-        width = _kernel(flat, layer_path(t.layers[-1])).shape[1]
+        width = _kernel(flat, as_path(t.layers[-1])).shape[1]
     elif t.blocks:
-        width = _kernel(flat, layer_path(f"{t.blocks[0]}/{outer}")).shape[1]
+        width = _kernel(flat, as_path(f"{t.blocks[0]}/{outer}")).shape[1]
     else:
         raise SurgeryError(f"{path_str(root)} has no layer that sets the stream width")
     index = len(t.blocks) if index is None else int(index)
@@ -1126,7 +1120,7 @@ def add_residual_block(
         raise SurgeryError(f"{path_str(root)}: index {index} not in [0, {len(t.blocks)}]")
     after = graph.with_blocks(name, len(t.blocks) + 1)
     blocks = after.torsos[name].blocks  # the module's names for blocks 0 .. n
-    moved = {layer_path(b): layer_path(blocks[j + (j >= index)]) for j, b in enumerate(t.blocks)}
+    moved = {as_path(b): as_path(blocks[j + (j >= index)]) for j, b in enumerate(t.blocks)}
     leaves: dict[Path, LeafMap] = {}
     out = {p: v for p, v in flat.items() if not any(p[: len(b)] == b for b in moved)}
     for src_block, dst_block in moved.items():
@@ -1136,7 +1130,7 @@ def add_residual_block(
                 out[dst] = v
                 if dst != p:
                     leaves[dst] = LeafMap(p, tuple(np.shape(v)), np.asarray(v).dtype.name)
-    block = layer_path(blocks[index])
+    block = as_path(blocks[index])
     # Orthogonal init (as networks/torsos.py), with the sign fix that makes it uniform.
     q, r = np.linalg.qr(generator(rng).standard_normal((width, width)))
     kernel = math.sqrt(2.0) * init_scale * q * np.sign(np.diag(r))

@@ -780,7 +780,7 @@ def config_from_params(config, params, graph: LayerGraph) -> ml_collections.Conf
     flat = ops.flatten_params(params)
 
     def width(layer: str) -> int:
-        return int(np.shape(flat[(*ops.layer_path(layer), "kernel")])[-1])
+        return int(np.shape(flat[(*ops.as_path(layer), "kernel")])[-1])
 
     per_torso = {}
     for name, t in graph.torsos.items():
