@@ -312,9 +312,12 @@ class TrajectoryStore:
                 continue
             rows = slice(self._filled, self._filled + take.size)
             b, f = self._batch, self._fields
+            # Copied once, straight into the batch: `a[rows] = f[take]` would copy twice
+            # (through a temporary), and observations are most of the bytes the server moves.
+            # (mode="clip": the seats are valid, and out= is not buffered then.)
             for key, dst in (("obs", b.obs), ("extras", b.extras)):
                 for name, array in dst.items():
-                    array[rows] = f[f"{key}/{name}"][take]
+                    np.take(f[f"{key}/{name}"], take, axis=0, out=array[rows], mode="clip")
             for name in ("action", "behaviour_logp", "behaviour_value", "valid", "first"):
                 getattr(b, name)[rows] = f[name][take]
             b.policy_version[rows] = f["policy_version"][take]
