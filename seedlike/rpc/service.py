@@ -102,16 +102,12 @@ class InferenceServicer:
                 if raw is None:
                     break
                 start = time.perf_counter()
-                msg = codec.parse_actor_message(raw)
-                if msg.WhichOneof("kind") != "step":
+                step = codec.parse_step(raw)
+                if step.sequence != sequence:
                     raise codec.ProtocolError(
-                        "request.step", "expected a StepBatch after the Hello"
+                        "step.sequence", f"got {step.sequence}, expected {sequence}"
                     )
-                if msg.step.sequence != sequence:
-                    raise codec.ProtocolError(
-                        "step.sequence", f"got {msg.step.sequence}, expected {sequence}"
-                    )
-                rows = codec.decode_step(msg.step, service.spec, num_envs, self._limits)
+                rows = codec.decode_step(step, service.spec, num_envs, self._limits)
                 service.stats.add_busy("decode", time.perf_counter() - start)
                 future = asyncio.get_running_loop().create_future()
                 actions, version = await service.submit(session_id, rows, future)
