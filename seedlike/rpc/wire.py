@@ -20,19 +20,32 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from seedlike.rpc import seedlike_pb2 as pb
+
 # Wire types (protobuf encoding).
 VARINT, LENGTH = 0, 2
-# Field numbers: ActorMessage.step, StepBatch's fields, a map entry's, a Tensor's.
-ACTOR_STEP = 2
-SEQUENCE, OBSERVATION, EXTRAS = 1, 2, 8
-STEP_TENSORS = {3: "reward", 4: "terminated", 5: "truncated", 6: "env_id", 7: "player_id",
-                9: "acting", 10: "game_over"}  # fmt: skip
-ENTRY_KEY, ENTRY_VALUE = 1, 2
-TENSOR_DTYPE, TENSOR_SHAPE, TENSOR_DATA = 1, 2, 3
+
+
+def _numbers(message) -> dict[str, int]:
+    return {f.name: f.number for f in message.DESCRIPTOR.fields}
+
+
+# Field numbers, from the descriptors so that they follow the .proto file.
+ACTOR_STEP = _numbers(pb.ActorMessage)["step"]
+_STEP = _numbers(pb.StepBatch)
+SEQUENCE, OBSERVATION, EXTRAS = _STEP["sequence"], _STEP["observation"], _STEP["extras"]
+STEP_TENSORS = {  # number -> name of StepBatch's Tensor fields
+    f.number: f.name
+    for f in pb.StepBatch.DESCRIPTOR.fields
+    if f.message_type is pb.Tensor.DESCRIPTOR
+}
+ENTRY_KEY, ENTRY_VALUE = 1, 2  # every protobuf map entry
+_TENSOR = _numbers(pb.Tensor)
+TENSOR_DTYPE, TENSOR_SHAPE, TENSOR_DATA = _TENSOR["dtype"], _TENSOR["shape"], _TENSOR["data"]
 
 
 class Tensor(NamedTuple):
-    """A seedlike.Tensor as codec.decode reads it; `data` is a buf of the request's bytes."""
+    """A seedlike.Tensor as codec.decode reads it; `data` is a view of the request's bytes."""
 
     dtype: str = ""
     shape: tuple[int, ...] = ()
@@ -40,25 +53,25 @@ class Tensor(NamedTuple):
 
 
 class Step:
-    """The fields of a StepBatch that codec.decode_step reads (absent tensors are empty)."""
+    """The fields of a StepBatch that codec.decode_step reads; an absent tensor is empty, as in
+    protobuf, and `HasField` says whether it was sent."""
 
-    __slots__ = ("sequence", "observation", "extras", *STEP_TENSORS.values())
+    __slots__ = ("sequence", "observation", "extras", "_present", *STEP_TENSORS.values())
 
     def __init__(self):
         self.sequence = 0
         self.observation: dict[str, Tensor] = {}
         self.extras: dict[str, Tensor] = {}
+        self._present: set[str] = set()
         for name in STEP_TENSORS.values():
-            setattr(self, name, None)
+            setattr(self, name, Tensor())
 
     def HasField(self, name: str) -> bool:  # noqa: N802 (protobuf's spelling)
-        return getattr(self, name) is not None
+        return name in self._present
 
-    def finish(self) -> Step:
-        for name in STEP_TENSORS.values():
-            if getattr(self, name) is None and name != "game_over":
-                setattr(self, name, Tensor())
-        return self
+    def set_tensor(self, name: str, tensor: Tensor) -> None:
+        setattr(self, name, tensor)
+        self._present.add(name)
 
 
 class _Unusual(Exception):
@@ -97,10 +110,10 @@ def _step(buf: bytes, start: int, end: int) -> Step:
         if number == SEQUENCE and wire == VARINT:
             step.sequence = a
         elif number in STEP_TENSORS and wire == LENGTH:
-            setattr(step, STEP_TENSORS[number], _tensor(buf, a, b))
+            step.set_tensor(STEP_TENSORS[number], _tensor(buf, a, b))
         else:
             raise _Unusual
-    return step.finish()
+    return step
 
 
 def _entry(buf: bytes, start: int, end: int) -> tuple[str, Tensor]:
