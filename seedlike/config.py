@@ -16,6 +16,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.algo = "ppo"  # learning algorithm: "ppo"
     c.seed = 0  # seeds params, sampling, shuffling and env seeds
     c.total_env_steps = 1_000_000  # stop after this many env steps (rows) received from actors
+    # Stop earlier, as finished, once a metrics row's episode_return_mean reaches this (learning
+    # checks and budgeted sweeps: the time to a return). None: run to total_env_steps.
+    c.stop_at_return = ml_collections.config_dict.placeholder(float)
     # False: serve, record and build learner batches as usual, but drop them instead of learning
     # (the policy stays as initialized or restored). Measures what the serving path sustains
     # without the learner's compute (benchmarks/server_capacity.py).

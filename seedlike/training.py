@@ -263,7 +263,8 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
 def train(
     config, logdir: str, bind: str = "127.0.0.1", port: int = 0, stop: threading.Event | None = None
 ) -> dict:
-    """Serves actors and learns until `config.total_env_steps` or until `stop` is set.
+    """Serves actors and learns until `config.total_env_steps` (or `config.stop_at_return`) or
+    until `stop` is set.
 
     Writes <logdir>/server_address once actors can connect (learner processes other than 0 of a
     multi-host run use <logdir>/process_<k>). Returns the last metrics row.
@@ -274,12 +275,14 @@ def train(
     last_checkpoint = time.monotonic()
     row: dict = {}
     total, learn = int(config.total_env_steps), bool(config.learn)
+    target = config.get("stop_at_return")
+    reached = False  # a metrics row's return reached `target`
     log_s, checkpoint_s = float(config.log.interval_s), float(config.checkpoint.interval_s)
     try:
         while True:
             p.service.check_alive()
             batch = p.batches.get(timeout=0.1)
-            stopping = stop.is_set()
+            stopping = stop.is_set() or reached
             try:
                 if p.lockstep.shared and (batch is not None or stopping):
                     # Every process takes part in each update's collectives, so all agree first.
@@ -298,12 +301,14 @@ def train(
             if now - interval.start >= log_s:
                 row = p.log(interval, now)
                 interval = Interval(now, p.env_steps(), p.store.unrolls_emitted)
+                returns = row.get("episode_return_mean")
+                reached = target is not None and returns is not None and returns >= target
             if now - last_checkpoint >= checkpoint_s:
                 p.save("interval")
                 last_checkpoint = now
     finally:
         # Freeze the counters first, so the last metrics row and the checkpoint agree.
-        finished = not stop.is_set() and p.env_steps() >= total
+        finished = not stop.is_set() and (reached or p.env_steps() >= total)
         if p.evaluator is not None:
             p.evaluator.stop()
         p.service.stop(finished=finished)

@@ -31,15 +31,32 @@ def test_lstm_solves_cartpole_without_velocities_where_feed_forward_cannot(tmp_p
         )
     )
     lstm = returns(
-        train(tmp_path / "lstm", POMDP, "--config.total_env_steps=250000", *QUICK, env=ONE_DEVICE)
+        train(
+            tmp_path / "lstm",
+            POMDP,
+            "--config.total_env_steps=250000",
+            "--config.stop_at_return=125",  # (about 120k steps: RESULTS.md)
+            *QUICK,
+            env=ONE_DEVICE,
+        )
     )
     assert max(ff[-3:]) < 80, ff
     assert max(lstm) >= 120, lstm
 
 
 def test_vtrace_learns_cartpole(tmp_path):
-    rows = train(tmp_path / "vtrace", VTRACE, "--config.total_env_steps=120000", *QUICK)
+    rows = train(
+        tmp_path / "vtrace",
+        VTRACE,
+        "--config.total_env_steps=120000",
+        "--config.stop_at_return=160",
+        *QUICK,
+    )
     assert max(returns(rows)) >= 150, returns(rows)
+    # The run ended, as finished, at the metrics row that reached the target (the last row is
+    # the flush after the loop).
+    reached = [i for i, r in enumerate(rows) if (r["episode_return_mean"] or 0) >= 160]
+    assert reached and reached[0] >= len(rows) - 2, returns(rows)
 
 
 def test_selfplay_tictactoe_beats_the_random_agent(tmp_path):

@@ -126,11 +126,12 @@ def parse_actor_message(data: bytes) -> pb.ActorMessage:
     return msg
 
 
-def parse_step(data: bytes):
+def parse_step(data: bytes, reader: wire.StepReader | None = None):
     """The StepBatch of a step request (any request after the Hello). The common shape is read
-    in place (seedlike.rpc.wire: observations stay views of `data`); anything else is parsed by
-    protobuf, whose checks say what is wrong with it."""
-    step = wire.read_step(data)
+    in place (seedlike.rpc.wire: observations stay views of `data`; `reader`: the stream's, which
+    knows its previous step); anything else is parsed by protobuf, whose checks say what is
+    wrong with it."""
+    step = reader.read(data) if reader is not None else wire.read_step(data)
     if step is not None:
         return step
     msg = parse_actor_message(data)

@@ -15,7 +15,7 @@ import time
 
 import grpc
 
-from seedlike.rpc import codec
+from seedlike.rpc import codec, wire
 from seedlike.rpc import seedlike_pb2 as pb
 from seedlike.rpc.security import Credentials, check_bind
 from seedlike.server.inference import InferenceService, ServerStopping
@@ -95,6 +95,7 @@ class InferenceServicer:
                 )
             ).SerializeToString()
             sequence = 0
+            reader = wire.StepReader()
             while True:
                 raw = await _receive(
                     request_iterator, context, self._idle_timeout_s, "step", "idle_timeout_s"
@@ -102,7 +103,7 @@ class InferenceServicer:
                 if raw is None:
                     break
                 start = time.perf_counter()
-                step = codec.parse_step(raw)
+                step = codec.parse_step(raw, reader)
                 if step.sequence != sequence:
                     raise codec.ProtocolError(
                         "step.sequence", f"got {step.sequence}, expected {sequence}"

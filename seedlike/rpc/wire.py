@@ -81,28 +81,117 @@ class _Unusual(Exception):
 def read_step(raw: bytes) -> Step | None:
     """The StepBatch of a request `ActorMessage{step: ...}`, or None if the request is anything
     else (a Hello, a malformed or unusual message: parse it with protobuf)."""
+    return _read(raw)[0]
+
+
+class StepReader:
+    """`read_step` for the requests of one stream, faster from the second step on.
+
+    An actor's steps differ in their sequence number and in their tensors' bytes; every tag,
+    length, dtype, shape and key is the same from one step to the next. After reading a step in
+    full, the reader keeps those bytes (the step's skeleton, everything after the sequence number
+    but the tensors' data) and where the data lie. A request whose skeleton matches them byte for
+    byte has the same fields at the same places, so its tensors are views there (about 5 us
+    instead of 25). Anything else is read in full (and becomes the next template).
+    """
+
+    def __init__(self):
+        self._template: _Template | None = None
+
+    def read(self, raw: bytes) -> Step | None:
+        if self._template is not None:
+            step = self._template.apply(raw)
+            if step is not None:
+                return step
+        step, self._template = _read(raw)
+        return step
+
+
+_STEP_KEY = ACTOR_STEP << 3 | LENGTH  # the one-byte key of ActorMessage.step
+_SEQUENCE_KEY = SEQUENCE << 3 | VARINT
+
+
+class _Template:
+    """A step's skeleton after its sequence number: `gaps` (offset, end, bytes) cover every byte
+    of that part but the tensors' data; `tensors` (table, name, dtype, shape, offset, end) say
+    where each tensor's data lies. Offsets count from the end of the sequence number."""
+
+    def __init__(self, length: int, gaps: list, tensors: list):
+        self.length, self.gaps, self.tensors = length, gaps, tensors
+
+    def apply(self, raw: bytes) -> Step | None:
+        """The step of `raw` if it is `ActorMessage{step: {sequence, <this skeleton>}}`."""
+        end = len(raw)
+        try:
+            if end < 3 or raw[0] != _STEP_KEY:
+                return None
+            length, i = _varint(raw, 1, end)
+            if i + length != end or i == end or raw[i] != _SEQUENCE_KEY:
+                return None
+            sequence, base = _varint(raw, i + 1, end)
+        except _Unusual:
+            return None
+        if end - base != self.length:
+            return None
+        for a, b, chunk in self.gaps:
+            if raw[base + a : base + b] != chunk:
+                return None
+        step = Step()
+        step.sequence = sequence
+        view = memoryview(raw)
+        for table, name, dtype, shape, a, b in self.tensors:
+            tensor = Tensor(dtype, shape, view[base + a : base + b])
+            if table is None:
+                step.set_tensor(name, tensor)
+            else:
+                getattr(step, table)[name] = tensor
+        return step
+
+
+def _read(raw: bytes) -> tuple[Step | None, _Template | None]:
+    """The step of `raw` (None: not the common case) and its template (None: the step does not
+    start with its sequence number, as a step numbered 0, which protobuf leaves out, does not)."""
     try:
         fields = _fields(raw, 0, len(raw))
         if len(fields) != 1 or fields[0][0] != ACTOR_STEP or fields[0][1] != LENGTH:
-            return None
+            return None, None
         _, _, start, end = fields[0]
-        return _step(raw, start, end)
+        spans: list = []
+        step = _step(raw, start, end, spans)
     except _Unusual:
+        return None, None
+    return step, _template(raw, start, end, spans)
+
+
+def _template(raw: bytes, start: int, end: int, spans: list) -> _Template | None:
+    if raw[start] != _SEQUENCE_KEY:
         return None
+    _, base = _varint(raw, start + 1, end)
+    gaps, tensors, at = [], [], base
+    for table, name, tensor, (a, b) in sorted(spans, key=lambda s: s[3]):
+        gaps.append((at - base, a - base, raw[at:a]))
+        tensors.append((table, name, tensor.dtype, tensor.shape, a - base, b - base))
+        at = b
+    gaps.append((at - base, end - base, raw[at:end]))
+    return _Template(end - base, gaps, tensors)
 
 
-def _step(buf: bytes, start: int, end: int) -> Step:
+def _step(buf: bytes, start: int, end: int, spans: list) -> Step:
+    """Appends (table, name, tensor, data span) of every tensor to `spans` (table None for
+    StepBatch's own Tensor fields, else "observation" or "extras")."""
     step = Step()
     seen = set()
     for number, wire, a, b in _fields(buf, start, end):
         if number in (OBSERVATION, EXTRAS):
             if wire != LENGTH:
                 raise _Unusual
-            key, tensor = _entry(buf, a, b)
-            table = step.observation if number == OBSERVATION else step.extras
+            key, tensor, span = _entry(buf, a, b)
+            name = "observation" if number == OBSERVATION else "extras"
+            table = getattr(step, name)
             if key in table:
                 raise _Unusual
             table[key] = tensor
+            spans.append((name, key, tensor, span))
             continue
         if number in seen:
             raise _Unusual
@@ -110,39 +199,41 @@ def _step(buf: bytes, start: int, end: int) -> Step:
         if number == SEQUENCE and wire == VARINT:
             step.sequence = a
         elif number in STEP_TENSORS and wire == LENGTH:
-            step.set_tensor(STEP_TENSORS[number], _tensor(buf, a, b))
+            tensor, span = _tensor(buf, a, b)
+            step.set_tensor(STEP_TENSORS[number], tensor)
+            spans.append((None, STEP_TENSORS[number], tensor, span))
         else:
             raise _Unusual
     return step
 
 
-def _entry(buf: bytes, start: int, end: int) -> tuple[str, Tensor]:
+def _entry(buf: bytes, start: int, end: int) -> tuple[str, Tensor, tuple[int, int]]:
     fields = _fields(buf, start, end)
     if len(fields) != 2:
         raise _Unusual
     (k, k_wire, ka, kb), (v, v_wire, va, vb) = fields
     if (k, k_wire, v, v_wire) != (ENTRY_KEY, LENGTH, ENTRY_VALUE, LENGTH):
         raise _Unusual
-    return _text(buf, ka, kb), _tensor(buf, va, vb)
+    return _text(buf, ka, kb), *_tensor(buf, va, vb)
 
 
-def _tensor(buf: bytes, start: int, end: int) -> Tensor:
+def _tensor(buf: bytes, start: int, end: int) -> tuple[Tensor, tuple[int, int]]:
+    """The tensor and where its data lies (an empty span at its end if it has none)."""
     parts = {}
     for number, wire, a, b in _fields(buf, start, end):
         if number in parts or wire != LENGTH:
             raise _Unusual
         parts[number] = (a, b)
-    dtype, shape, data = "", (), b""
+    dtype, shape, span = "", (), (end, end)
     if TENSOR_DTYPE in parts:
         dtype = _text(buf, *parts.pop(TENSOR_DTYPE))
     if TENSOR_SHAPE in parts:
         shape = _packed_int64(buf, *parts.pop(TENSOR_SHAPE))
     if TENSOR_DATA in parts:
-        a, b = parts.pop(TENSOR_DATA)
-        data = memoryview(buf)[a:b]  # the bytes stay where they are
+        span = parts.pop(TENSOR_DATA)
     if parts:
         raise _Unusual
-    return Tensor(dtype, shape, data)
+    return Tensor(dtype, shape, memoryview(buf)[span[0] : span[1]]), span
 
 
 def _fields(buf: bytes, start: int, end: int) -> list[tuple[int, int, int, int]]:
