@@ -168,31 +168,11 @@ def _reject_unknown_fields(msg: pb_message.Message, path: str) -> None:
             _reject_unknown_fields(value, name)
 
 
-def _step_layout() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """StepBatch's Tensor fields and its map<string, Tensor> fields, from the descriptor (so the
-    step walk cannot miss a field added to the proto; any other message field would need it)."""
-    tensors, maps = [], []
-    for field in pb.StepBatch.DESCRIPTOR.fields:
-        if field.message_type is None:
-            continue
-        entry = field.message_type
-        if entry.GetOptions().map_entry:
-            assert entry.fields_by_name["value"].message_type is pb.Tensor.DESCRIPTOR, field.name
-            maps.append(field.name)
-        else:
-            assert entry is pb.Tensor.DESCRIPTOR, f"StepBatch.{field.name}: walk it in the step"
-            tensors.append(field.name)
-    return tuple(tensors), tuple(maps)
-
-
-_STEP_TENSORS, _STEP_MAPS = _step_layout()
-
-
 def _reject_unknown_in_step(step: pb.StepBatch, path: str) -> None:
     _reject_unknown(step, path)
-    for name in _STEP_TENSORS:
+    for name in wire.STEP_TENSORS.values():
         _reject_unknown(getattr(step, name), f"{path}.{name}")  # (an unset one has none)
-    for name in _STEP_MAPS:
+    for name in wire.STEP_MAPS:
         for key, tensor in getattr(step, name).items():
             _reject_unknown(tensor, f"{path}.{name}[{key!r}]")
 
