@@ -68,7 +68,7 @@ def test_reads_what_protobuf_reads(sequence, game_over):
             np.testing.assert_array_equal(a, b)
 
 
-def test_the_reader_and_the_unknown_field_walk_know_every_message_field_of_a_step():
+def test_the_reader_knows_every_message_field_of_a_step():
     fields = {f.name for f in pb.StepBatch.DESCRIPTOR.fields if f.message_type is not None}
     assert fields == {*wire.STEP_TENSORS.values(), *wire.STEP_MAPS}
 

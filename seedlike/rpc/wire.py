@@ -41,8 +41,8 @@ STEP_TENSORS = {  # number -> name of StepBatch's Tensor fields
     if f.message_type is pb.Tensor.DESCRIPTOR
 }
 STEP_MAPS = ("observation", "extras")  # its map<string, Tensor> fields
-# (Every message field of a StepBatch is one of those, which codec's unknown-field walk relies
-# on too: tests/test_wire.py checks it against the descriptor.)
+# (Every message field of a StepBatch is one of those: tests/test_wire.py checks it against the
+# descriptor, since a field this reader does not know would send every step through protobuf.)
 ENTRY_KEY, ENTRY_VALUE = 1, 2  # every protobuf map entry
 _TENSOR = _numbers(pb.Tensor)
 TENSOR_DTYPE, TENSOR_SHAPE, TENSOR_DATA = _TENSOR["dtype"], _TENSOR["shape"], _TENSOR["data"]
