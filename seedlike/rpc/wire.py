@@ -95,8 +95,8 @@ class StepReader:
     length, dtype, shape and key is the same from one step to the next. After reading a step in
     full, the reader keeps those bytes (the step's skeleton, everything after the sequence number
     but the tensors' data) and where the data lie. A request whose skeleton matches them byte for
-    byte has the same fields at the same places, so its tensors are views there (about 5 us
-    instead of 25). Anything else is read in full (and becomes the next template).
+    byte has the same fields at the same places, so its tensors are views there (7.6 us
+    instead of 31 for 8 Atari rows). Anything else is read in full (and becomes the next template).
     """
 
     def __init__(self):
@@ -120,8 +120,9 @@ class _Template:
     of that part but the tensors' data; `tensors` (table, name, dtype, shape, offset, end) say
     where each tensor's data lies. Offsets count from the end of the sequence number."""
 
-    def __init__(self, length: int, gaps: list, tensors: list):
-        self.length, self.gaps, self.tensors = length, gaps, tensors
+    def __init__(self, gaps: list, tensors: list):
+        self.gaps, self.tensors = gaps, tensors
+        self.length = gaps[-1][1]  # the last gap ends where the step does
 
     def apply(self, raw: bytes) -> Step | None:
         """The step of `raw` if it is `ActorMessage{step: {sequence, <this skeleton>}}`."""
@@ -177,7 +178,7 @@ def _template(raw: bytes, start: int, end: int, spans: list) -> _Template | None
         tensors.append((table, name, tensor.dtype, tensor.shape, a - base, b - base))
         at = b
     gaps.append((at - base, end - base, raw[at:end]))
-    return _Template(end - base, gaps, tensors)
+    return _Template(gaps, tensors)
 
 
 def _step(buf: bytes, start: int, end: int, spans: list) -> Step:
