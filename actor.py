@@ -16,14 +16,14 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from seedlike.actor import Actor
-from seedlike.config import ConfigError, check_override_flags, validate
+from seedlike.config import ConfigError, add_env_kwargs, check_override_flags, validate
 from seedlike.rpc.security import TransportError
 
 DEFAULT_CONFIG = os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "configs", "cartpole_ppo.py"
 )
 # ml_collections applies --config.x overrides while defining the flag; check them first.
-check_override_flags(sys.argv, DEFAULT_CONFIG)
+_ENV_KWARGS = check_override_flags(sys.argv, DEFAULT_CONFIG)
 _CONFIG = config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "Experiment config.")
 _SERVER = flags.DEFINE_string(
     "server",
@@ -56,6 +56,7 @@ def main(argv):
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    add_env_kwargs(_CONFIG.value, _ENV_KWARGS)
     try:
         validate(_CONFIG.value)
         actor = Actor(_CONFIG.value, _SERVER.value.split(","), _ACTOR_ID.value, stop)

@@ -14,13 +14,13 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from seedlike.config import ConfigError, check_override_flags, validate
+from seedlike.config import ConfigError, add_env_kwargs, check_override_flags, validate
 from seedlike.deploy import read_credentials, render, to_yaml
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CONFIG = os.path.join(ROOT, "configs", "cartpole_ppo.py")
 # ml_collections applies --config.x overrides while defining the flag; check them first.
-check_override_flags(sys.argv, DEFAULT_CONFIG)
+_ENV_KWARGS = check_override_flags(sys.argv, DEFAULT_CONFIG)
 
 _CONFIG = config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "Experiment config.")
 _NAME = flags.DEFINE_string("name", None, "Run name: a DNS label (lowercase, digits, '-').")
@@ -53,6 +53,7 @@ def main(argv):
             f"error: --learners={_LEARNERS.value} must be >= 1 and divide batch_unrolls="
             f"{_CONFIG.value.batch_unrolls} (each learner host fills its share of a batch)"
         )
+    add_env_kwargs(_CONFIG.value, _ENV_KWARGS)
     try:
         validate(_CONFIG.value)
         credentials = read_credentials(_CREDENTIALS.value)
@@ -61,7 +62,7 @@ def main(argv):
     config_path = flags.FLAGS["config"].config_filename
     if os.path.abspath(config_path).startswith(ROOT + os.sep):
         config_path = os.path.relpath(os.path.abspath(config_path), ROOT)  # as in the image
-    overrides = [a for a in sys.argv[1:] if a.startswith("--config.")]
+    overrides = [a for a in sys.argv[1:] if a.startswith("--config.")] + _ENV_KWARGS
     objects = render(
         name,
         _IMAGE.value,

@@ -18,7 +18,7 @@ from ml_collections import config_flags
 
 from seedlike import xla_flags
 from seedlike.checkpoint import CheckpointError
-from seedlike.config import ConfigError, check_override_flags
+from seedlike.config import ConfigError, add_env_kwargs, check_override_flags
 from seedlike.distributed import PeerLost
 from seedlike.rpc.security import TransportError
 from seedlike.training import train
@@ -27,7 +27,7 @@ DEFAULT_CONFIG = os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "configs", "cartpole_ppo.py"
 )
 # ml_collections applies --config.x overrides while defining the flag; check them first.
-check_override_flags(sys.argv, DEFAULT_CONFIG)
+_ENV_KWARGS = check_override_flags(sys.argv, DEFAULT_CONFIG)
 _CONFIG = config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "Experiment config.")
 _LOGDIR = flags.DEFINE_string("logdir", "runs/default", "Run directory (metrics, checkpoints).")
 _BIND = flags.DEFINE_string(
@@ -52,6 +52,7 @@ def main(argv):
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    add_env_kwargs(_CONFIG.value, _ENV_KWARGS)
     try:
         train(_CONFIG.value, _LOGDIR.value, bind=_BIND.value, port=_PORT.value, stop=stop)
     except (ConfigError, CheckpointError, TransportError) as e:

@@ -46,6 +46,17 @@ import results_io  # noqa: E402
 
 _ACTORS = flags.DEFINE_list("actors", ["1", "4", "16", "32"], "Numbers of synthetic actors.")
 _ROWS = flags.DEFINE_integer("rows", 8, "Rows (envs) per actor message.")
+_SHAPES = flags.DEFINE_list(
+    "shapes",
+    [],
+    "Cells as ACTORSxROWS (e.g. 16x8,4x64,2x256) instead of --actors at --rows.",
+)
+_FRONT_ENDS = flags.DEFINE_list(
+    "front_ends",
+    [],
+    "server.front_ends values to measure, one cell each (empty: the config's default; a "
+    "checkout without the setting, as --learner_root may be, takes none).",
+)
 _POLICIES = flags.DEFINE_list("policies", ["trivial", "nature"], "trivial | nature.")
 _SECONDS = flags.DEFINE_float("seconds", 20.0, "Measurement window per cell.")
 _LEARN = flags.DEFINE_bool(
@@ -61,6 +72,12 @@ _EPISODE = flags.DEFINE_integer("episode", 200, "Messages per episode of the syn
 _CONFIG = flags.DEFINE_string("config", "configs/atari_ppo.py", "Learner config (Atari).")
 _LEARNER_FLAGS = flags.DEFINE_list("learner_flags", [], "Extra learner.py flags for every cell.")
 _OUT = flags.DEFINE_string("out", None, "Output JSON path.")
+_LEARNER_ROOT = flags.DEFINE_string(
+    "learner_root",
+    ROOT,
+    "Checkout whose learner.py serves (another worktree, to compare commits back to back with "
+    "the same benchmark and venv).",
+)
 
 POLICY_FLAGS = {
     "trivial": ["--config.network.torso=mlp", "--config.network.hidden_sizes=()"],
@@ -137,10 +154,52 @@ def _read_metrics(logdir):
     return rows
 
 
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _threads_cpu(pid: int) -> tuple[float, float]:
+    """(all threads, interpreter threads) CPU seconds of a process. Python's threads keep the
+    process's name; gRPC's, XLA's and LLVM's pools name theirs."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    with open(f"/proc/{pid}/comm") as f:
+        name = f.read().strip()
+    total = interpreter = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                thread = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / ticks
+        total += seconds
+        if thread == name:
+            interpreter += seconds
+    return total, interpreter
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+    return out
+
+
+def _process_cpu(learner_pid: int) -> dict:
+    """CPU seconds so far of the learner process (all threads, interpreter threads) and of its
+    child processes (stream front ends)."""
+    total, interpreter = _threads_cpu(learner_pid)
+    children = 0.0
+    for child in _children(learner_pid):
+        try:
+            children += _threads_cpu(child)[0]
+        except FileNotFoundError:
+            continue
+    return {"central": total, "central_interpreter": interpreter, "front_ends": children}
 
 
 def _median(rows, key):
@@ -148,8 +207,7 @@ def _median(rows, key):
     return float(np.median(values)) if values else None
 
 
-def measure(policy: str, num_actors: int) -> dict:
-    rows = _ROWS.value
+def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> dict:
     with tempfile.TemporaryDirectory() as logdir:
         cmd = [
             sys.executable, "learner.py", f"--config={_CONFIG.value}", f"--logdir={logdir}",
@@ -159,8 +217,12 @@ def measure(policy: str, num_actors: int) -> dict:
             "--config.checkpoint.interval_s=1000000", f"--config.learn={_LEARN.value}",
             *POLICY_FLAGS[policy], *_LEARNER_FLAGS.value,
         ]  # fmt: skip
+        if front_ends is not None:
+            cmd.append(f"--config.server.front_ends={front_ends}")
         log = open(os.path.join(logdir, "learner.log"), "w")
-        learner = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        learner = subprocess.Popen(
+            cmd, cwd=_LEARNER_ROOT.value, stdout=log, stderr=subprocess.STDOUT
+        )
         ctx = mp.get_context("spawn")
         results = ctx.Queue()
         actors = []
@@ -197,9 +259,10 @@ def measure(policy: str, num_actors: int) -> dict:
             start_at.value, stop_at.value = begin, begin + _SECONDS.value
             while time.time() < begin:
                 time.sleep(0.01)
-            cpu_start = _cpu_seconds(learner.pid)
+            cpu_start = _process_cpu(learner.pid)
             time.sleep(_SECONDS.value)
-            cpu = (_cpu_seconds(learner.pid) - cpu_start) / _SECONDS.value
+            cpu_end = _process_cpu(learner.pid)
+            cpu = {k: (cpu_end[k] - cpu_start[k]) / _SECONDS.value for k in cpu_end}
             outcomes = [results.get(timeout=120) for _ in actors]
         finally:
             for p in actors:
@@ -221,6 +284,8 @@ def measure(policy: str, num_actors: int) -> dict:
             if begin + 1.0 <= r["time"] <= begin + _SECONDS.value + 1.0
         ]
     rtts = np.concatenate([o["rtt_ms"] for o in outcomes])
+    served = sum(o["served"] for o in outcomes) / _SECONDS.value
+    per_step = {f"{k}_us_per_step": v / max(served, 1e-9) * 1e6 for k, v in cpu.items()}
     busy = {}
     for key in sorted({k for r in window for k in r if k.startswith("busy/")}):
         busy[key[len("busy/") :]] = _median(window, key)
@@ -229,9 +294,10 @@ def measure(policy: str, num_actors: int) -> dict:
         segments[key[len("latency_ms/") :]] = _median(window, key)
     return {
         "policy": policy,
+        "front_ends": front_ends,
         "actors": num_actors,
         "rows_in_flight": num_actors * rows,
-        "served_sps": sum(o["served"] for o in outcomes) / _SECONDS.value,
+        "served_sps": served,
         "batch_mean": _median(window, "inference_batch_mean"),
         "server_latency_ms_p50": _median(window, "inference_latency_ms_p50"),
         "server_latency_ms_p99": _median(window, "inference_latency_ms_p99"),
@@ -239,7 +305,9 @@ def measure(policy: str, num_actors: int) -> dict:
         "actor_rtt_ms_p99": float(np.percentile(rtts, 99)),
         "learner_sps": _median(window, "sps"),
         "staleness_mean": _median(window, "staleness_mean"),
-        "learner_cpu": cpu,
+        "learner_cpu": cpu["central"] + cpu["front_ends"],
+        "cpu_cores": cpu,
+        **per_step,
         "actors_cpu": sum(o["cpu_s"] for o in outcomes) / _SECONDS.value,
         "metrics_rows": len(window),
         "busy": busy,
@@ -289,9 +357,10 @@ def _actor(address, actor_id, rows, episode, start_at, stop_at, results):
 
 def table(cells: list[dict]) -> str:
     lines = [
-        "| policy | actors x rows | served steps/s | batch mean / in flight | server latency p50 / "
-        "p99 ms | actor round trip p50 / p99 ms | CPU learner / actors |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| policy | front ends | actors x rows | served steps/s | batch mean / in flight | "
+        "server latency p50 / p99 ms | actor round trip p50 / p99 ms | "
+        "CPU central (interpreter) / front ends / actors | central interpreter us per step |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for c in cells:
         batch = f"{c['batch_mean']:.1f}" if c["batch_mean"] is not None else "-"
@@ -299,20 +368,25 @@ def table(cells: list[dict]) -> str:
         if c["server_latency_ms_p50"] is not None:
             lat = f"{c['server_latency_ms_p50']:.1f} / {c['server_latency_ms_p99']:.1f}"
         lines.append(
-            f"| {c['policy']} | {c['actors']} x {c['rows_in_flight'] // c['actors']} | "
+            f"| {c['policy']} | {c['front_ends'] if c['front_ends'] is not None else '-'} | "
+            f"{c['actors']} x {c['rows_in_flight'] // c['actors']} | "
             f"{c['served_sps']:,.0f} | {batch} / {c['rows_in_flight']} | {lat} | "
             f"{c['actor_rtt_ms_p50']:.1f} / {c['actor_rtt_ms_p99']:.1f} | "
-            f"{c['learner_cpu']:.2f} / {c['actors_cpu']:.2f} |"
+            f"{c['cpu_cores']['central']:.2f} ({c['cpu_cores']['central_interpreter']:.2f}) / "
+            f"{c['cpu_cores']['front_ends']:.2f} / {c['actors_cpu']:.2f} | "
+            f"{c['central_interpreter_us_per_step']:.1f} |"
         )
     stage_names = sorted({k for c in cells for k in c["busy"]})
     if stage_names:
         lines += ["", "Share of wall time each stage's thread was busy:", ""]
-        lines.append("| policy | actors | " + " | ".join(stage_names) + " |")
-        lines.append("| --- | ---: |" + " ---: |" * len(stage_names))
+        lines.append("| policy | front ends | actors x rows | " + " | ".join(stage_names) + " |")
+        lines.append("| --- | --- | --- |" + " ---: |" * len(stage_names))
         for c in cells:
             values = [c["busy"].get(s) for s in stage_names]
             shown = ["-" if v is None else f"{v:.2f}" for v in values]
-            lines.append(f"| {c['policy']} | {c['actors']} | " + " | ".join(shown) + " |")
+            fe = c["front_ends"] if c["front_ends"] is not None else "-"
+            shape = f"{c['actors']} x {c['rows_in_flight'] // c['actors']}"
+            lines.append(f"| {c['policy']} | {fe} | {shape} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
 
 
@@ -323,16 +397,18 @@ def main(argv):
     for policy in _POLICIES.value:
         if policy not in POLICY_FLAGS:
             raise app.UsageError(f"--policies: {policy!r} is not one of {sorted(POLICY_FLAGS)}")
-        for n in _ACTORS.value:
-            cell = measure(policy, int(n))
-            print(json.dumps(cell))
-            cells.append(cell)
+        shapes = [s.split("x") for s in _SHAPES.value] or [(n, _ROWS.value) for n in _ACTORS.value]
+        for actors, rows in shapes:
+            for front_ends in _FRONT_ENDS.value or [None]:
+                cell = measure(policy, int(actors), int(rows), front_ends)
+                print(json.dumps(cell))
+                cells.append(cell)
     result = {
         "benchmark": "server_capacity",
         "commit": commit.stdout.decode().strip(),
         "learn": _LEARN.value,
         "config": _CONFIG.value,
-        "rows_per_actor": _ROWS.value,
+        "learner_root": _LEARNER_ROOT.value,
         "seconds": _SECONDS.value,
         "cores": os.cpu_count(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),

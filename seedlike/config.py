@@ -7,6 +7,7 @@ file or a --config.x.y=v flag) is an error instead of a silently ignored setting
 from __future__ import annotations
 
 import ml_collections
+import numpy as np
 
 ALGOS = ("ppo", "vtrace")
 
@@ -214,6 +215,11 @@ def base_config() -> ml_collections.ConfigDict:
     # lock actors out.
     c.server.hello_timeout_s = 10.0
     c.server.idle_timeout_s = 60.0
+    # Stream front ends: processes of their own that do every request's work (TLS, token, parsing,
+    # checks) and hand the learner process checked rows through shared memory
+    # (seedlike/rpc/frontend.py), all on one port. -1: one per four cores, at least one; 0: the
+    # gRPC event loop runs in the learner process.
+    c.server.front_ends = 0
 
     # Mutual TLS plus a run token between actors and the learner (seedlike/rpc/security.py): a
     # directory made by scripts/make_credentials.sh. Empty: plaintext, allowed on loopback only.
@@ -255,7 +261,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.actor = ml_collections.ConfigDict()
     c.actor.backoff_initial_s = 0.1  # first reconnect wait; doubles up to backoff_max_s
     c.actor.backoff_max_s = 5.0
-    c.actor.give_up_s = 300.0  # exit after this long without a server
+    # An actor that has never reached its server exits (status 1) after first_connect_s of
+    # failed attempts (a wrong address, a learner that did not start); one that lost a server it
+    # had reached waits give_up_s for it to come back (a restart, a preemption).
+    c.actor.first_connect_s = 60.0
+    c.actor.give_up_s = 300.0
 
     c.log = ml_collections.ConfigDict()
     c.log.interval_s = 10.0  # one metrics row per interval
@@ -384,6 +394,29 @@ def validate(config) -> None:
     )
 
 
+CNN_TORSOS = ("nature_cnn", "impala_cnn", "small_cnn", "board_cnn")
+
+
+def advice(config, spec) -> list[str]:
+    """Settings that work but are probably not what was meant (the learner logs them once)."""
+    out = []
+    if config.network.torso not in CNN_TORSOS:
+        for key, array in spec.observation.items():
+            if (
+                array.dtype == "uint8"
+                and len(array.shape) >= 2
+                and array.shape[-1] * array.shape[-2] >= 256
+            ):
+                inputs = int(np.prod(array.shape))
+                out.append(
+                    f"observation {key!r} is an image ({array}) and network.torso="
+                    f"{config.network.torso!r} reads it with dense layers ({inputs:,} inputs "
+                    "each, slow and weak); set --config.network.torso=nature_cnn (or "
+                    "impala_cnn, small_cnn) and network.image_key"
+                )
+    return out
+
+
 def env_spec(config):
     """The EnvSpec of the config's env; an env that cannot be described is a ConfigError."""
     from seedlike.envs import make_env_spec
@@ -425,34 +458,67 @@ def from_dict(values: dict) -> ml_collections.ConfigDict:
     return config
 
 
-def check_override_flags(argv: list[str], default_config: str) -> None:
-    """Exits with a readable message if a --config.a.b=v flag names a key the config lacks.
+def check_override_flags(argv: list[str], default_config: str) -> list[str]:
+    """Exits with a readable message if the --config file cannot be loaded or a --config.a.b=v
+    flag names a key the config lacks. (ml_collections would otherwise fail deep inside flag
+    parsing with a long traceback or a bare KeyError.)
 
-    (ml_collections would otherwise fail deep inside flag parsing with a bare KeyError.)
+    Environment arguments are the exception: ml_collections cannot add keys, so each
+    --config.env.kwargs.NAME=VALUE flag of a NAME the config does not declare is removed from
+    `argv` and returned; `add_env_kwargs` puts them into the parsed config.
     """
+    import os
     import sys
 
     path = default_config
     for arg in argv[1:]:
         if arg.startswith("--config="):
             path = arg.split("=", 1)[1]
-    overrides = [
-        a[len("--config.") :].split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")
-    ]
-    if not overrides:
-        return
+    file = path.partition(":")[0]
+    if not os.path.isfile(file):
+        sys.exit(f"error: --config={path}: no such file (the shipped configs are in configs/)")
     try:
         config = load_config_file(path)
-    except (OSError, SyntaxError) as e:
-        sys.exit(f"cannot load config file {path!r}: {e}")
-    for key in overrides:
+    except Exception as e:  # noqa: BLE001 (a config file is code: any error, in one line)
+        raise SystemExit(
+            f"error: cannot load config file {path!r}: {type(e).__name__}: {e}"
+        ) from None
+    kwargs = []
+    for arg in list(argv[1:]):
+        if not arg.startswith("--config."):
+            continue
+        key = arg[len("--config.") :].split("=", 1)[0]
+        if key.startswith(ENV_KWARGS) and "." not in key[len(ENV_KWARGS) :]:
+            if key[len(ENV_KWARGS) :] not in config.env.kwargs:
+                argv.remove(arg)
+                kwargs.append(arg)
+            continue
         node = config
         for i, part in enumerate(key.split(".")):
             if not isinstance(node, ml_collections.ConfigDict) or part not in node:
                 where = ".".join(key.split(".")[:i]) or "the top level"
                 known = sorted(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
                 sys.exit(
-                    f"unknown config key {key!r} in --config.{key}: {path} has no {part!r} at "
-                    f"{where}; known keys there: {', '.join(known)}"
+                    f"error: unknown config key {key!r} in --config.{key}: {path} has no "
+                    f"{part!r} at {where}; known keys there: {', '.join(known) or '(none)'}"
                 )
             node = node[part]
+    return kwargs
+
+
+ENV_KWARGS = "env.kwargs."
+
+
+def add_env_kwargs(config: ml_collections.ConfigDict, flags: list[str]) -> None:
+    """Adds --config.env.kwargs.NAME=VALUE flags (from `check_override_flags`) to config.env.kwargs;
+    VALUE is read as a Python literal (50, 0.5, True, "text"), or taken as text."""
+    import ast
+
+    for flag in flags:
+        key, _, text = flag[len("--config.") :].partition("=")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        with config.unlocked():
+            config.env.kwargs[key[len(ENV_KWARGS) :]] = value

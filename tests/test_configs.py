@@ -119,3 +119,53 @@ def test_of_run_is_the_config_a_run_was_trained_with(tmp_path):
     loaded.log.success_threshold = 0.5  # a typed placeholder, not a None field
     with pytest.raises(SystemExit, match="of_run.py:.*nowhere: no run or checkpoint"):
         load_config_file(os.path.join(ROOT, "configs", f"of_run.py:{tmp_path / 'nowhere'}"))
+
+
+def test_env_kwargs_come_from_flags_too():
+    """ml_collections cannot add keys: a --config.env.kwargs.NAME flag the config does not declare
+    is taken out of argv and added to the parsed config, its value read as a literal."""
+    from seedlike.config import add_env_kwargs, check_override_flags
+
+    path = os.path.join(ROOT, "configs", "coins_teams.py")
+    argv = ["learner.py", f"--config={path}", "--config.env.kwargs.max_steps=50",
+            "--config.env.kwargs.size=7", "--config.seed=3"]  # fmt: skip
+    extra = check_override_flags(argv, path)
+    assert extra == ["--config.env.kwargs.max_steps=50", "--config.env.kwargs.size=7"]
+    assert argv == ["learner.py", f"--config={path}", "--config.seed=3"]
+    config = load_config_file(path)
+    add_env_kwargs(config, extra)
+    assert config.env.kwargs.max_steps == 50 and config.env.kwargs.size == 7
+    from seedlike.envs import make_env
+
+    env = make_env(config.env, make_env_spec(config.env), seed=0)  # the env takes them
+    assert env._envs[0].max_steps == 50 and env._envs[0].size == 7
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--config=configs/cartpol_ppo.py"],
+            "error: --config=configs/cartpol_ppo.py: no such file",
+        ),
+        (["--config.env.nmae=x"], "error: unknown config key 'env.nmae' in --config.env.nmae"),
+        (["--config.nework.x=1"], "known keys there: actor, algo, anneal, batch_unrolls"),
+    ],
+)
+def test_a_bad_config_flag_is_one_line_before_anything_starts(args, message, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "learner.py", f"--logdir={tmp_path / 'r'}", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert message in done.stderr and not (tmp_path / "r").exists()
+
+
+def test_images_read_by_dense_layers_get_advice():
+    from seedlike.config import advice
+
+    config = load_config_file(os.path.join(ROOT, "configs", "atari_ppo.py"))
+    assert advice(config, make_env_spec(config.env)) == []
+    config.network.torso = "mlp"
+    (line,) = advice(config, make_env_spec(config.env))
+    assert "'obs' is an image (uint8[4, 84, 84])" in line and "network.torso=nature_cnn" in line

@@ -27,14 +27,17 @@ class Gate:
         return fn(*args)
 
 
-@pytest.fixture
+@pytest.fixture(params=[0, 1], ids=["in_process", "front_end"])
 def server(request):
-    """(service, address, gate) of a server with 2 slots and short deadlines; a test can change
-    transport settings with @pytest.mark.transport(key=value)."""
+    """(service, address, gate) of a server with 2 slots and short deadlines, its streams served
+    in the learner process or by a front-end process; a test can change transport settings with
+    @pytest.mark.transport(key=value)."""
     gate = Gate()
     service = service_of(TrajectoryStore(SPEC), gate)
     transport = base_config().server
-    transport.update(max_actors=2, hello_timeout_s=0.5, idle_timeout_s=1.0)
+    transport.update(
+        max_actors=2, hello_timeout_s=0.5, idle_timeout_s=1.0, front_ends=request.param
+    )
     marker = request.node.get_closest_marker("transport")
     transport.update(marker.kwargs if marker else {})
     rpc, port = serve(service, "127.0.0.1", 0, transport)

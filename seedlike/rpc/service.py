@@ -3,22 +3,114 @@
 Requests are received as raw bytes and parsed here (not by gRPC), so that garbage, unknown fields
 and bad tensors all end the offending stream with INVALID_ARGUMENT and a message naming the field,
 while every other actor's stream keeps going.
+
+The stream handler (`InferenceServicer`) talks to a backend that opens sessions and answers steps:
+`LocalBackend`, the inference service of this process (server.front_ends = 0: the gRPC event loop
+runs in the learner process), or a front end's link to the learner process
+(seedlike.rpc.frontend: the same handler in processes of their own, `serve` starts them).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
+import os
 import threading
 import time
 
 import grpc
 
-from seedlike.rpc import codec, wire
+from seedlike.rpc import codec, ports, wire
 from seedlike.rpc import seedlike_pb2 as pb
 from seedlike.rpc.security import Credentials, check_bind
-from seedlike.server.inference import InferenceService, ServerStopping
+from seedlike.server.errors import ServerStopping
+
+
+class Refused(Exception):
+    """A session the server will not open now (its slots are taken); `code` is the gRPC status
+    the stream ends with, and the actor retries with backoff."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclasses.dataclass(frozen=True)
+class Opened:
+    """A session the server opened: what the Welcome tells the actor."""
+
+    session_id: int
+    policy_version: int
+    levels_version: int
+    level_probs: list
+
+
+class SessionGate:
+    """Who may open a session: at most `max_actors` sessions, and at most `max_streams_per_peer`
+    of them from one host, across every front end (the learner process holds the only gate).
+    Thread-safe."""
+
+    def __init__(self, max_actors: int, max_streams_per_peer: int):
+        self.max_actors = int(max_actors)
+        self.max_per_peer = int(max_streams_per_peer)
+        self._lock = threading.Lock()
+        self._peers: collections.Counter = collections.Counter()
+        self._sessions: dict[int, str] = {}
+
+    def open(self, service, actor_id: int, num_envs: int, peer: str) -> Opened:
+        """Opens a session of `service` for the peer; raises Refused or ServerStopping."""
+        with self._lock:
+            if self._peers[peer] >= self.max_per_peer:
+                raise Refused(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{peer} has {self.max_per_peer} streams open already "
+                    "(server.max_streams_per_peer); raise it for more actors on one host",
+                )
+            if len(self._sessions) >= self.max_actors:
+                raise Refused(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{self.max_actors} actors are connected already (server.max_actors)",
+                )
+            session_id = service.open_session(actor_id, num_envs)
+            self._peers[peer] += 1
+            self._sessions[session_id] = peer
+        levels_version, probs = service.level_probs()
+        return Opened(session_id, service.registry.version, levels_version, probs)
+
+    def close(self, service, session_id: int) -> None:
+        with self._lock:
+            peer = self._sessions.pop(session_id, None)
+            if peer is not None:
+                self._peers[peer] -= 1
+                if not self._peers[peer]:
+                    del self._peers[peer]
+        service.close_session(session_id)
+
+
+class LocalBackend:
+    """The stream handler's backend when the gRPC event loop runs in the learner process."""
+
+    def __init__(self, service, gate: SessionGate):
+        self._service = service
+        self._gate = gate
+        self.spec = service.spec
+        self.max_envs_per_actor = service.max_envs_per_actor
+
+    async def open_session(self, actor_id: int, num_envs: int, peer: str) -> Opened:
+        return self._gate.open(self._service, actor_id, num_envs, peer)
+
+    def submit(self, session_id: int, rows, decode_s: float):
+        self._service.stats.add_busy("decode", decode_s)
+        future = asyncio.get_running_loop().create_future()
+        return self._service.submit(session_id, rows, future)
+
+    def close_session(self, session_id: int) -> None:
+        self._gate.close(self._service, session_id)
+
+    def level_probs(self):
+        return self._service.level_probs()
 
 
 class InferenceServicer:
@@ -28,45 +120,34 @@ class InferenceServicer:
     run token ends with UNAUTHENTICATED before its Hello is parsed. A stream without a Hello after
     `hello_timeout_s`, or one that leaves the server waiting for its next step longer than
     `idle_timeout_s`, ends with DEADLINE_EXCEEDED (time the server takes to answer does not count).
-    A host with `max_streams_per_peer` streams open already has its next one refused with
-    RESOURCE_EXHAUSTED once that stream's first message arrives (its actor retries with backoff),
-    so one machine cannot take every slot of `server.max_actors`.
+    A host with `max_streams_per_peer` sessions open already, or a server with every one of its
+    `max_actors` slots taken, refuses the next Hello with RESOURCE_EXHAUSTED (its actor retries
+    with backoff), so one machine cannot take every slot.
     """
 
     def __init__(
         self,
-        service: InferenceService,
+        backend,
         limits: codec.Limits,
         hello_timeout_s: float,
         idle_timeout_s: float,
-        max_streams_per_peer: int,
         credentials: Credentials | None = None,
     ):
-        self._service = service
+        self._backend = backend
         self._limits = limits
         self._hello_timeout_s = hello_timeout_s
         self._idle_timeout_s = idle_timeout_s
-        self._max_per_peer = max_streams_per_peer
         self._credentials = credentials
-        self._streams_per_peer: collections.Counter = collections.Counter()  # on the event loop
 
     async def stream(self, request_iterator, context):
-        service = self._service
+        backend = self._backend
         session_id = None
-        peer = peer_host(context.peer())
-        self._streams_per_peer[peer] += 1
         try:
             first = await _receive(
                 request_iterator, context, self._hello_timeout_s, "Hello", "hello_timeout_s"
             )
             if first is None:
                 return
-            if self._streams_per_peer[peer] > self._max_per_peer:
-                await context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"{peer} has {self._max_per_peer} streams open already "
-                    "(server.max_streams_per_peer); raise it for more actors on one host",
-                )
             # Checked once the Hello has arrived, not before: an abort that races the client's
             # first write reaches it as a bare INTERNAL error instead of this status.
             if self._credentials is not None and not self._credentials.accepts(
@@ -82,16 +163,22 @@ class InferenceServicer:
                 raise codec.ProtocolError(
                     "request.hello", "the first message of a stream must be a Hello"
                 )
-            codec.check_hello(hello.hello, service.spec, service.max_envs_per_actor)
+            codec.check_hello(hello.hello, backend.spec, backend.max_envs_per_actor)
             num_envs = hello.hello.num_envs
-            session_id = service.open_session(hello.hello.actor_id, num_envs)
-            levels_sent, probs = service.level_probs()
+            try:
+                opened = await backend.open_session(
+                    hello.hello.actor_id, num_envs, peer_host(context.peer())
+                )
+            except Refused as e:
+                await context.abort(e.code, str(e))
+            session_id = opened.session_id
+            levels_sent = opened.levels_version
             yield pb.ServerMessage(
                 welcome=pb.Welcome(
                     protocol_version=codec.PROTOCOL_VERSION,
                     session_id=session_id,
-                    policy_version=service.registry.version,
-                    level_probs=probs,
+                    policy_version=opened.policy_version,
+                    level_probs=opened.level_probs,
                 )
             ).SerializeToString()
             sequence = 0
@@ -108,14 +195,14 @@ class InferenceServicer:
                     raise codec.ProtocolError(
                         "step.sequence", f"got {step.sequence}, expected {sequence}"
                     )
-                rows = codec.decode_step(step, service.spec, num_envs, self._limits)
-                service.stats.add_busy("decode", time.perf_counter() - start)
-                future = asyncio.get_running_loop().create_future()
-                actions, version = await service.submit(session_id, rows, future)
+                rows = codec.decode_step(step, backend.spec, num_envs, self._limits)
+                actions, version = await backend.submit(
+                    session_id, rows, time.perf_counter() - start
+                )
                 reply = pb.ActionBatch(
                     sequence=sequence, action=codec.encode(actions), policy_version=version
                 )
-                levels, probs = service.level_probs()
+                levels, probs = backend.level_probs()
                 if levels != levels_sent:  # the curriculum moved: new episodes draw from these
                     reply.level_probs.extend(probs)
                     levels_sent = levels
@@ -130,11 +217,8 @@ class InferenceServicer:
                     grpc.StatusCode.UNAVAILABLE, "learner is stopping; reconnect when it is back"
                 )
         finally:
-            self._streams_per_peer[peer] -= 1
-            if not self._streams_per_peer[peer]:
-                del self._streams_per_peer[peer]
             if session_id is not None:
-                service.close_session(session_id)
+                backend.close_session(session_id)
 
 
 def peer_host(peer: str) -> str:
@@ -169,59 +253,87 @@ async def _receive(requests, context, timeout_s: float, what: str, setting: str)
         )
 
 
-class RpcServer:
-    """A grpc.aio server on an event loop of its own thread: every actor stream is a coroutine
-    there, so messages do not hop between a thread per stream and the gRPC poller.
+@dataclasses.dataclass(frozen=True)
+class Transport:
+    """The `server` section's transport settings, read once: what every stream handler needs."""
 
-    Reads the transport settings of the config's `server` section once: max_actors (concurrent
-    streams), max_streams_per_peer, max_abs_reward / max_abs_obs (value bounds), hello_timeout_s
-    and idle_timeout_s.
-    """
+    limits: codec.Limits
+    hello_timeout_s: float
+    idle_timeout_s: float
+    max_actors: int
+    max_streams_per_peer: int
+    front_ends: int
 
-    def __init__(
-        self,
-        service: InferenceService,
-        bind: str,
-        port: int,
-        server_config,
-        credentials: Credentials | None = None,
-    ):
-        check_bind(bind, credentials)
-        self._servicer = InferenceServicer(
-            service,
+    @classmethod
+    def from_config(cls, server_config) -> Transport:
+        return cls(
             codec.Limits(
                 float(server_config.get("max_abs_reward", 1e6)),
                 float(server_config.get("max_abs_obs", 1e6)),
             ),
             float(server_config.get("hello_timeout_s", 10.0)),
             float(server_config.get("idle_timeout_s", 60.0)),
+            int(server_config.max_actors),
             int(server_config.get("max_streams_per_peer", 32)),
-            credentials,
+            front_ends(int(server_config.get("front_ends", 0))),
         )
+
+    def servicer(self, backend, credentials: Credentials | None) -> InferenceServicer:
+        return InferenceServicer(
+            backend, self.limits, self.hello_timeout_s, self.idle_timeout_s, credentials
+        )
+
+
+def front_ends(setting: int, cores: int | None = None) -> int:
+    """Stream front-end processes for the setting server.front_ends: itself when >= 0 (0: the
+    gRPC event loop runs in the learner process), else one per four cores, at least one."""
+    if setting >= 0:
+        return setting
+    cores = cores or os.cpu_count() or 1
+    return max(1, cores // 4)
+
+
+class RpcServer:
+    """A grpc.aio server on an event loop of its own thread: every actor stream is a coroutine
+    there, so messages do not hop between a thread per stream and the gRPC poller. It listens on
+    a port claimed already (seedlike.rpc.ports), with SO_REUSEPORT."""
+
+    def __init__(
+        self,
+        servicer: InferenceServicer,
+        address: str,
+        max_actors: int,
+        receive_limit: int,
+        credentials: Credentials | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ):
+        self._servicer = servicer
         self._credentials = credentials
-        self._loop = asyncio.new_event_loop()
+        self._loop = loop or asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rpc", daemon=True)
         self._thread.start()
         self._server = None
         try:
-            self.port = self._run(
-                self._start(service, f"{bind}:{port}", int(server_config.max_actors))
-            )
+            self.port = self._run(self._start(address, max_actors, receive_limit))
         except BaseException:
             self.stop()  # no event loop thread left behind by a port that cannot be bound
             raise
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
     def _run(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    async def _start(self, service, address: str, max_actors: int) -> int:
-        # Receive no more than the largest valid step (codec.max_step_bytes).
-        receive = codec.max_step_bytes(service.spec, service.max_envs_per_actor)
+    async def _start(self, address: str, max_actors: int, receive_limit: int) -> int:
         server = grpc.aio.server(
             maximum_concurrent_rpcs=max_actors,
             options=[
                 ("grpc.max_send_message_length", codec.MAX_MESSAGE_BYTES),
-                ("grpc.max_receive_message_length", receive),
+                # No more than the largest valid step (codec.max_step_bytes).
+                ("grpc.max_receive_message_length", receive_limit),
+                ("grpc.so_reuseport", 1),
                 *KEEPALIVE_OPTIONS,
             ],
         )
@@ -248,17 +360,45 @@ class RpcServer:
         self._thread.join(timeout=30)
 
 
-def serve(
-    service: InferenceService,
-    bind: str,
-    port: int,
-    server_config,
-    credentials: Credentials | None = None,
-) -> tuple[RpcServer, int]:
-    """Starts a gRPC server for `service` with the transport settings of `server_config` (the
-    config's `server` section); returns it and the bound port (useful with port=0).
+class LocalServer:
+    """server.front_ends = 0: the stream handlers run on an event loop of the learner process."""
 
-    Plaintext without credentials, which only a loopback `bind` allows (seedlike.rpc.security).
+    def __init__(self, service, claim: ports.Claim, transport: Transport, credentials):
+        self._claim = claim
+        gate = SessionGate(transport.max_actors, transport.max_streams_per_peer)
+        servicer = transport.servicer(LocalBackend(service, gate), credentials)
+        receive = codec.max_step_bytes(service.spec, service.max_envs_per_actor)
+        address = f"{claim.bind}:{claim.port}"
+        self._rpc = RpcServer(servicer, address, transport.max_actors, receive, credentials)
+        self.port = claim.port
+
+    def stop(self, grace_s: float = 0.0) -> None:
+        try:
+            self._rpc.stop(grace_s)
+        finally:
+            self._claim.release()
+
+
+def serve(service, bind: str, port: int, server_config, credentials: Credentials | None = None):
+    """Starts serving `service` to actors with the transport settings of `server_config` (the
+    config's `server` section): stream front ends in processes of their own
+    (server.front_ends, seedlike.rpc.hub), or the gRPC event loop in this process. Returns the
+    server (`stop(grace_s)`) and the bound port (useful with port=0).
+
+    Plaintext without credentials, which only a loopback `bind` allows (seedlike.rpc.security);
+    a port another process listens on is refused (seedlike.rpc.ports.PortInUse).
     """
-    server = RpcServer(service, bind, port, server_config, credentials)
+    check_bind(bind, credentials)
+    transport = Transport.from_config(server_config)
+    claim = ports.claim(bind, port)
+    try:
+        if transport.front_ends == 0:
+            server = LocalServer(service, claim, transport, credentials)
+        else:
+            from seedlike.rpc.hub import FrontEnds
+
+            server = FrontEnds(service, claim, transport, credentials)
+    except BaseException:
+        claim.release()
+        raise
     return server, server.port

@@ -33,6 +33,7 @@ import numpy as np
 from seedlike.league.players import LEARNER
 from seedlike.policy import PolicyOutput, PolicyRegistry, PolicyRunner, Ready, bucket_size
 from seedlike.server.batcher import STOP, Batch, Batcher, Control, Request
+from seedlike.server.errors import ServerStopping
 from seedlike.server.matchmaking import Matchmaker
 from seedlike.server.seats import SeatTable
 from seedlike.server.trajectory_store import Episodes, StepRecord, Stopped, TrajectoryStore
@@ -53,15 +54,6 @@ STOP_TIMEOUT_S = 10.0
 # while the learner's queue is full, and those steps reach the learner older (8: staleness 2.38
 # against 2.18 in RESULTS.md's 8 x 8 CartPole run, at the same speed).
 RECORD_QUEUE = 2
-
-
-class ServerStopping(RuntimeError):
-    """The server is shutting down: `finished` means training is over (streams end with OK);
-    otherwise the learner is only stopping (preemption, restart) and actors should reconnect."""
-
-    def __init__(self, finished: bool):
-        super().__init__("training finished" if finished else "server stopping")
-        self.finished = finished
 
 
 class InferenceStats:
@@ -211,14 +203,17 @@ class InferenceService:
         logging.info("actor %d connected (session %d, %d envs)", actor_id, session_id, num_envs)
         return session_id
 
-    def submit(self, session_id: int, rows: Rows, future=None):
+    def submit(self, session_id: int, rows: Rows, future=None, arrived: float | None = None):
         """Queues one step. The future resolves to (actions int32 [n], policy version), or fails
         with ServerStopping when the service stops first.
 
         Args:
-          future: an asyncio.Future of the caller's event loop (the gRPC layer), or None for a new
-            concurrent.futures.Future. A batch resolves all of one loop's futures in one callback,
-            so the loop is woken once per batch, not once per request.
+          future: an asyncio.Future of the caller's event loop (the gRPC layer), an object with a
+            `sink` (a ReplySink: the replies of one batch reach it in one call), or None for a
+            new concurrent.futures.Future. A batch resolves all of one loop's futures in one
+            callback, so the loop is woken once per batch, not once per request.
+          arrived: when the request arrived (time.perf_counter(), the same clock in every
+            process of this host); default now. The latency metrics count from it.
         """
         future = future if future is not None else concurrent.futures.Future()
         # Registered before the check, so that stop() either sees it or it sees stop().
@@ -226,7 +221,8 @@ class InferenceService:
         if self._stopping.is_set():
             self._fail(future)
         else:
-            self.batcher.put(Request(session_id, rows, future, time.perf_counter()))
+            arrived = time.perf_counter() if arrived is None else arrived
+            self.batcher.put(Request(session_id, rows, future, arrived))
         return future
 
     def close_session(self, session_id: int) -> None:
@@ -289,10 +285,17 @@ class InferenceService:
         for future in list(self._pending):
             self._fail(future)
 
+    @property
+    def finished(self) -> bool:
+        """Whether the service stopped because training is over (actors exit) rather than for a
+        restart (actors reconnect)."""
+        return self._finished
+
     def _fail(self, future) -> None:
         error = ServerStopping(self._finished)
-        if isinstance(future, asyncio.Future):
-            future.get_loop().call_soon_threadsafe(_resolve, [(future, error)])
+        sink = _sink_of(future)
+        if sink is not None:
+            sink.deliver([(future, error)])
         elif not future.done():
             future.set_exception(error)
         self._pending.discard(future)
@@ -447,18 +450,19 @@ class InferenceService:
             actions = np.zeros(job.seat.shape[0], np.int32)
             actions[job.ran] = output.action
             now = time.perf_counter()
-            offset, loops = 0, {}
+            offset, sinks = 0, {}
             for request in job.requests:
                 n = request.num_rows
                 result = (actions[offset : offset + n], job.version)
-                if isinstance(request.future, asyncio.Future):
-                    loops.setdefault(request.future.get_loop(), []).append((request.future, result))
+                sink = _sink_of(request.future)
+                if sink is not None:
+                    sinks.setdefault(sink, []).append((request.future, result))
                 else:
                     request.future.set_result(result)
                 self._pending.discard(request.future)
                 offset += n
-            for loop, replies in loops.items():
-                loop.call_soon_threadsafe(_resolve, replies)
+            for sink, replies in sinks.items():
+                sink.deliver(replies)
             self.batcher.replied([r.session_id for r in job.requests])
             replied = time.perf_counter()
             n = len(job.requests)
@@ -492,6 +496,31 @@ class InferenceService:
                         "session %d: dropped %d steps of partial unrolls", item.session_id, dropped
                     )
             self._records.task_done()
+
+
+class _LoopSink:
+    """Delivers replies to asyncio futures on their event loop, all of a batch in one callback."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+
+    def __hash__(self) -> int:
+        return hash(self._loop)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _LoopSink) and other._loop is self._loop
+
+    def deliver(self, replies) -> None:
+        self._loop.call_soon_threadsafe(_resolve, replies)
+
+
+def _sink_of(future):
+    """Where a request's reply goes when it is not a concurrent.futures.Future: a sink whose
+    `deliver([(future, (actions, version) or exception), ...])` takes a batch's replies at once
+    (the event loop of an asyncio future, or the `sink` of a front end's request)."""
+    if isinstance(future, asyncio.Future):
+        return _LoopSink(future.get_loop())
+    return getattr(future, "sink", None)
 
 
 def _resolve(replies) -> None:

@@ -1,0 +1,243 @@
+"""A stream front end: a process of its own that serves actor streams for the learner process.
+
+  python -m seedlike.rpc.frontend FD     (started by seedlike.rpc.hub, never by hand)
+
+Everything per request happens here, on this process's gRPC event loop: TLS, the run token, the
+Hello deadline and idle deadline, parsing and every check of a step (seedlike.rpc.service's
+`InferenceServicer`, the same code as in the learner process). The learner process sees only
+checked rows, written into each session's shared memory (seedlike.rpc.shm), and answers with
+actions there. What this process may touch: its own gRPC server and event loop, the sessions'
+segments (rows while the learner process waits for them; actions once it has written them) and
+its end of the channel. It imports no JAX.
+
+Its lifetime is the learner process's: it serves until a STOP message, and exits when the channel
+closes (the learner process ended, whatever the way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import logging
+import os
+import pickle
+import socket
+import sys
+import threading
+import time
+
+import grpc
+
+from seedlike.rpc import shm
+from seedlike.rpc.service import Opened, Refused, RpcServer, Transport
+from seedlike.server.errors import ServerStopping
+from seedlike.types import EnvSpec
+
+_STATUS = {code.value[0]: code for code in grpc.StatusCode}
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """What the learner process tells a new front end (pickled, over the private channel)."""
+
+    index: int
+    spec: EnvSpec
+    max_envs_per_actor: int
+    transport: Transport
+    credentials: object  # seedlike.rpc.security.Credentials or None
+    address: str  # host:port, claimed by the learner process
+    receive_limit: int
+
+
+@dataclasses.dataclass
+class _Session:
+    segment: shm.Segment
+    pending: tuple | None = None  # (future, rows) of the step waiting for actions
+
+
+class CentralLink:
+    """The stream handler's backend in a front end: sessions and steps go to the learner process
+    over the channel, rows and actions through each session's segment. Runs on the event loop."""
+
+    def __init__(self, sock: socket.socket, spec: EnvSpec, max_envs_per_actor: int, loop):
+        self.spec = spec
+        self.max_envs_per_actor = max_envs_per_actor
+        self._sock = sock
+        self._loop = loop
+        self._tokens = itertools.count(1)
+        self._opening: dict[int, tuple[asyncio.Future, shm.Segment]] = {}
+        self._sessions: dict[int, _Session] = {}
+        self._levels: tuple[int, list] = (0, [])
+        self._stopped: bool | None = None  # `finished` once the learner process said STOP
+        self.done = threading.Event()  # set when this front end should stop serving
+
+    def start(self) -> None:
+        self._sock.setblocking(False)
+        self._loop.add_reader(self._sock.fileno(), self._on_readable)
+
+    # The backend interface (seedlike.rpc.service.InferenceServicer) -----------------------------
+
+    async def open_session(self, actor_id: int, num_envs: int, peer: str) -> Opened:
+        if self._stopped is not None:
+            raise ServerStopping(self._stopped)
+        segment, fd = shm.Segment.create(self.spec, num_envs * self.spec.num_players)
+        token = next(self._tokens)
+        future = self._loop.create_future()
+        self._opening[token] = (future, segment)
+        try:
+            self._send(shm.encode(shm.OPEN, token, actor_id, num_envs, text=peer), fd)
+        finally:
+            os.close(fd)  # the learner process holds its own descriptor now
+        return await future
+
+    def submit(self, session_id: int, rows, decode_s: float) -> asyncio.Future:
+        future = self._loop.create_future()
+        session = self._sessions.get(session_id)
+        if self._stopped is not None or session is None:
+            future.set_exception(ServerStopping(bool(self._stopped)))
+            return future
+        n = session.segment.write(rows)
+        session.pending = (future, n)
+        self._send(shm.encode(shm.STEP, session_id, n, time.perf_counter(), decode_s))
+        return future
+
+    def close_session(self, session_id: int) -> None:
+        if self._sessions.pop(session_id, None) is not None and self._stopped is None:
+            self._send(shm.encode(shm.CLOSE, session_id))
+
+    def level_probs(self) -> tuple[int, list]:
+        return self._levels
+
+    # Messages from the learner process ----------------------------------------------------------
+
+    def _send(self, message: bytes, fd: int | None = None) -> None:
+        try:
+            # Blocking for the rare full buffer: the learner process reads all the time.
+            self._sock.setblocking(True)
+            shm.send(self._sock, message, fd)
+        except OSError:
+            self._stop(False)  # the learner process is gone
+        finally:
+            self._sock.setblocking(False)
+
+    def _on_readable(self) -> None:
+        while True:
+            try:
+                message, fds = shm.receive(self._sock)
+            except BlockingIOError:
+                return
+            except OSError:
+                message, fds = b"", []
+            for fd in fds:  # the learner process never sends descriptors
+                os.close(fd)
+            if not message:  # the learner process has gone: nothing left to serve
+                self._stop(False)
+                return
+            self._handle(*shm.decode(message))
+
+    def _handle(self, kind: int, fields: tuple, extra: dict) -> None:
+        if kind == shm.ACTIONS:
+            version, levels_version = fields
+            if extra["floats"]:
+                self._levels = (levels_version, extra["floats"])
+            for session_id in extra["sessions"]:
+                session = self._sessions.get(session_id)
+                if session is not None and session.pending is not None:
+                    (future, n), session.pending = session.pending, None
+                    if not future.done():
+                        future.set_result((session.segment.action[:n].copy(), version))
+        elif kind == shm.WELCOME:
+            token, session_id, version, levels_version = fields
+            future, segment = self._opening.pop(token)
+            self._sessions[session_id] = _Session(segment)
+            if levels_version > self._levels[0] or not self._levels[1]:
+                self._levels = (levels_version, extra["floats"])
+            if not future.done():
+                future.set_result(Opened(session_id, version, levels_version, extra["floats"]))
+            else:  # the stream ended while the learner process opened its session
+                self.close_session(session_id)
+        elif kind == shm.REFUSE:
+            token, code = fields
+            future, _ = self._opening.pop(token)
+            if not future.done():
+                future.set_exception(_refusal(code, extra["text"]))
+        elif kind == shm.FAIL:
+            (finished,) = fields
+            for session_id in extra["sessions"]:
+                session = self._sessions.get(session_id)
+                if session is not None and session.pending is not None:
+                    (future, _), session.pending = session.pending, None
+                    if not future.done():
+                        future.set_exception(ServerStopping(finished))
+        elif kind == shm.STOP:
+            self._stop(fields[0])
+        else:
+            raise shm.MessageError(f"message kind {kind} is not for a front end")
+
+    def _stop(self, finished: bool) -> None:
+        if self._stopped is None:
+            self._stopped = finished
+        error = ServerStopping(self._stopped)
+        waiting = [f for f, _ in self._opening.values()]
+        waiting += [s.pending[0] for s in self._sessions.values() if s.pending is not None]
+        for future in waiting:
+            if not future.done():
+                future.set_exception(error)
+        self._opening.clear()
+        self.done.set()
+
+
+def _refusal(code: int, text: str) -> Exception:
+    """REFUSE's status: OK means training is over, UNAVAILABLE the learner is stopping (both end
+    the stream as a stopping server does); any other is a refusal the actor retries."""
+    if code == grpc.StatusCode.OK.value[0]:
+        return ServerStopping(True)
+    if code == grpc.StatusCode.UNAVAILABLE.value[0]:
+        return ServerStopping(False)
+    return Refused(_STATUS.get(code, grpc.StatusCode.UNKNOWN), text)
+
+
+def serve(sock: socket.socket, setup: Setup, grace_s: float = 2.0) -> None:
+    """Serves actor streams on the claimed port until the learner process says STOP or ends."""
+    rpc = None
+    loop = asyncio.new_event_loop()
+    try:
+        link = CentralLink(sock, setup.spec, setup.max_envs_per_actor, loop)
+        servicer = setup.transport.servicer(link, setup.credentials)
+        rpc = RpcServer(
+            servicer,
+            setup.address,
+            setup.transport.max_actors,
+            setup.receive_limit,
+            setup.credentials,
+            loop=loop,
+        )
+        rpc.loop.call_soon_threadsafe(link.start)
+        shm.send(sock, shm.encode(shm.READY, rpc.port))
+        link.done.wait()
+    finally:
+        if rpc is not None:
+            rpc.stop(grace_s)
+
+
+def main(argv: list[str]) -> int:
+    sock = socket.socket(fileno=int(argv[1]))
+    message, _ = shm.receive(sock)
+    # From the learner process that started this one, over a socket pair no one else holds.
+    setup: Setup = pickle.loads(message)
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(levelname).1s%(asctime)s front end {setup.index}] %(message)s",
+        datefmt="%m%d %H:%M:%S",
+    )
+    try:
+        serve(sock, setup)
+    except Exception:  # the learner process sees the exit and starts this front end again
+        logging.exception("front end %d crashed", setup.index)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

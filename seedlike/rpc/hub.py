@@ -1,0 +1,328 @@
+"""The learner process's side of the stream front ends (server.front_ends > 0).
+
+`FrontEnds` starts N front-end processes (seedlike.rpc.frontend) that listen on the port this
+process claimed (SO_REUSEPORT: the kernel spreads connections among them), and one thread here,
+"front-ends", that turns their messages into the inference service's calls:
+
+  OPEN  -> SessionGate.open (max_actors and max_streams_per_peer, counted over every front end),
+           the session's segment mapped; WELCOME or REFUSE back
+  STEP  -> InferenceService.submit with the segment's rows (views: no copy here; the gather
+           thread copies them into its policy batch)
+  CLOSE -> the session closed
+
+The reply thread of the inference service writes each batch's actions into the segments and
+sends one ACTIONS message per front end (`_FrontEnd.deliver`). What this process may touch of a
+segment: its rows from STEP until the actions are written, and the actions until then; the front
+end writes nothing in between. A front end that dies (or sends what it should not) loses its
+streams, whose actors reconnect, and is started again; the run goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import selectors
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+
+from seedlike.rpc import codec, shm
+from seedlike.rpc.frontend import Setup
+from seedlike.rpc.service import Refused, SessionGate
+from seedlike.server.errors import ServerStopping
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+START_TIMEOUT_S = 60.0  # for a front end to listen (imports, TLS setup, bind)
+SEND_TIMEOUT_S = 5.0  # a front end that does not read its channel for this long is stuck
+RESTART_DELAY_S = 1.0
+SOCKET_BUFFER = 4 << 20
+
+
+class _Reply:
+    """A front end's request as the inference service sees it: its reply goes to `sink`."""
+
+    __slots__ = ("sink", "session_id")
+
+    def __init__(self, sink: _FrontEnd, session_id: int):
+        self.sink, self.session_id = sink, session_id
+
+    def done(self) -> bool:
+        return False
+
+
+class _FrontEnd:
+    """One front-end process, its channel and its sessions' segments."""
+
+    def __init__(self, index: int, setup: Setup, hub: FrontEnds):
+        self.index = index
+        self.hub = hub
+        self.sessions: dict[int, shm.Segment] = {}
+        self.ready = False
+        self.levels_sent = -1
+        self._send_lock = threading.Lock()
+        parent, child = shm.channel_pair()
+        for sock in (parent, child):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "seedlike.rpc.frontend", str(child.fileno())],
+                pass_fds=[child.fileno()],
+                env=env,
+            )
+        finally:
+            child.close()
+        parent.settimeout(SEND_TIMEOUT_S)
+        self.sock = parent
+        self.send(pickle.dumps(setup))
+
+    def send(self, message: bytes) -> bool:
+        """Sends a message; False if the front end is gone or stuck (it is then killed)."""
+        try:
+            with self._send_lock:
+                shm.send(self.sock, message)
+            return True
+        except OSError as e:
+            if self.process.poll() is None:
+                logging.error(
+                    "front end %d does not read its channel (%s); killing it", self.index, e
+                )
+                self.process.kill()
+            return False
+
+    def deliver(self, replies) -> None:
+        """The replies of one batch to this front end's requests (the inference service's reply
+        thread): actions into the segments, then one message."""
+        answered, failed = [], []
+        finished = False
+        for reply, outcome in replies:
+            if isinstance(outcome, ServerStopping):
+                failed.append(reply.session_id)
+                finished = outcome.finished
+                continue
+            segment = self.sessions.get(reply.session_id)
+            if segment is None:  # the stream ended while its step was answered
+                continue
+            actions, version = outcome
+            segment.action[: actions.shape[0]] = actions
+            answered.append(reply.session_id)
+        if answered:
+            levels_version, probs = self.hub.service.level_probs()
+            if levels_version == self.levels_sent:
+                probs = []
+            self.levels_sent = levels_version
+            self.send(
+                shm.encode(shm.ACTIONS, version, levels_version, sessions=answered, floats=probs)
+            )
+        if failed:
+            self.send(shm.encode(shm.FAIL, finished, sessions=failed))
+
+
+class FrontEnds:
+    """N stream front-end processes on one claimed port, feeding one InferenceService.
+
+    Args:
+      service: the seedlike.server.inference.InferenceService to serve.
+      claim: the port (seedlike.rpc.ports.Claim), released by `stop`.
+      transport: the server section's settings (seedlike.rpc.service.Transport); front_ends > 0.
+      credentials: mutual TLS and the run token, or None (loopback only).
+    """
+
+    def __init__(self, service, claim, transport, credentials=None):
+        self.service = service
+        self.port = claim.port
+        self._claim = claim
+        self._gate = SessionGate(transport.max_actors, transport.max_streams_per_peer)
+        receive = codec.max_step_bytes(service.spec, service.max_envs_per_actor)
+        self._setup = lambda index: Setup(
+            index, service.spec, service.max_envs_per_actor, transport, credentials,
+            f"{claim.bind}:{claim.port}", receive,
+        )  # fmt: skip
+        self._selector = selectors.DefaultSelector()
+        self._front_ends: list[_FrontEnd] = []
+        self._restarts: list[tuple[float, int]] = []  # (when, index) of front ends to start again
+        self._stopping = False
+        self._lock = threading.Lock()  # the front-end list, against stop()
+        try:
+            for index in range(transport.front_ends):
+                self._start(index)
+            self._wait_ready()
+        except BaseException:
+            self._kill_all()
+            raise
+        self._thread = threading.Thread(target=self._serve, name="front-ends", daemon=True)
+        self._thread.start()
+        logging.info(
+            "%d stream front end(s) listening on port %d", len(self._front_ends), self.port
+        )
+
+    @property
+    def pids(self) -> list[int]:
+        return [fe.process.pid for fe in self._front_ends]
+
+    def _start(self, index: int) -> None:
+        fe = _FrontEnd(index, self._setup(index), self)
+        with self._lock:
+            if index < len(self._front_ends):
+                self._front_ends[index] = fe
+            else:
+                self._front_ends.append(fe)
+        self._selector.register(fe.sock, selectors.EVENT_READ, fe)
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not all(fe.ready for fe in self._front_ends):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"stream front ends did not listen within {START_TIMEOUT_S:g} s")
+            for key, _ in self._selector.select(timeout=min(left, 0.5)):
+                fe = key.data
+                message, fds = self._receive(fe)
+                if not message:
+                    code = fe.process.wait()
+                    raise RuntimeError(
+                        f"stream front end {fe.index} exited with status {code} before listening "
+                        "(its error is in the log above)"
+                    )
+                self._handle(fe, message, fds)
+
+    # The front-ends thread ----------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while not self._stopping:
+            self._restart_due()
+            for key, _ in self._selector.select(timeout=0.2):
+                fe = key.data
+                try:
+                    message, fds = self._receive(fe)
+                    if not message:
+                        self._lost(fe)
+                        continue
+                    self._handle(fe, message, fds)
+                except Exception:  # a bug on either side: that front end's streams end, not the run
+                    logging.exception("front end %d: message not handled; restarting it", fe.index)
+                    fe.process.kill()
+                    self._lost(fe)
+
+    def _receive(self, fe: _FrontEnd) -> tuple[bytes, list[int]]:
+        try:
+            return shm.receive(fe.sock)
+        except (ConnectionError, TimeoutError):
+            return b"", []
+
+    def _handle(self, fe: _FrontEnd, message: bytes, fds: list[int]) -> None:
+        kind, fields, extra = shm.decode(message)
+        if kind == shm.STEP:
+            session_id, n, arrived, decode_s = fields
+            segment = fe.sessions[session_id]
+            if not 0 < n <= segment.layout.rows:
+                raise ValueError(f"a step of {n} rows for a session of {segment.layout.rows}")
+            self.service.stats.add_busy("decode", decode_s)
+            self.service.submit(session_id, segment.rows(n), _Reply(fe, session_id), arrived)
+        elif kind == shm.OPEN:
+            self._open(fe, fields, extra["text"], fds)
+        elif kind == shm.CLOSE:
+            (session_id,) = fields
+            if fe.sessions.pop(session_id, None) is not None:
+                self._gate.close(self.service, session_id)
+        elif kind == shm.READY:
+            fe.ready = True
+        else:
+            raise shm.MessageError(f"message kind {kind} is not for the learner process")
+
+    def _open(self, fe: _FrontEnd, fields: tuple, peer: str, fds: list[int]) -> None:
+        token, actor_id, num_envs = fields
+        if len(fds) != 1 or not 0 < num_envs <= self.service.max_envs_per_actor:
+            for fd in fds:
+                os.close(fd)
+            raise ValueError(f"OPEN with {len(fds)} descriptors for {num_envs} envs")
+        segment = shm.Segment.attach(
+            self.service.spec, num_envs * self.service.spec.num_players, fds[0]
+        )
+        try:
+            opened = self._gate.open(self.service, actor_id, num_envs, peer)
+        except Refused as e:
+            fe.send(shm.encode(shm.REFUSE, token, e.code.value[0], text=str(e)))
+            return
+        except ServerStopping as e:
+            code = grpc.StatusCode.OK if e.finished else grpc.StatusCode.UNAVAILABLE
+            fe.send(shm.encode(shm.REFUSE, token, code.value[0], text=str(e)))
+            return
+        fe.sessions[opened.session_id] = segment
+        fe.send(
+            shm.encode(
+                shm.WELCOME, token, opened.session_id, opened.policy_version,
+                opened.levels_version, floats=opened.level_probs,
+            )
+        )  # fmt: skip
+
+    def _lost(self, fe: _FrontEnd) -> None:
+        """A front end ended: its sessions close (their actors reconnect); it starts again."""
+        self._selector.unregister(fe.sock)
+        fe.sock.close()
+        for session_id in list(fe.sessions):
+            fe.sessions.pop(session_id, None)
+            self._gate.close(self.service, session_id)
+        if self._stopping:
+            return
+        try:
+            code = fe.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            fe.process.kill()
+            code = fe.process.wait()
+        logging.error(
+            "stream front end %d exited (status %s); its actors reconnect; starting it again",
+            fe.index,
+            code,
+        )
+        self._restarts.append((time.monotonic() + RESTART_DELAY_S, fe.index))
+
+    def _restart_due(self) -> None:
+        now = time.monotonic()
+        for when, index in [r for r in self._restarts if r[0] <= now]:
+            self._restarts.remove((when, index))
+            try:
+                self._start(index)
+            except OSError as e:
+                logging.error("could not start front end %d again (%s); retrying", index, e)
+                self._restarts.append((now + RESTART_DELAY_S, index))
+
+    # Lifecycle ----------------------------------------------------------------------------------
+
+    def stop(self, grace_s: float = 0.0) -> None:
+        """Ends every stream (OK if training is over, else UNAVAILABLE: actors reconnect) and
+        every front end, waiting `grace_s` for streams still running; releases the port."""
+        self._stopping = True
+        finished = self.service.finished
+        with self._lock:
+            front_ends = list(self._front_ends)
+        for fe in front_ends:
+            fe.send(shm.encode(shm.STOP, finished))
+        for fe in front_ends:
+            try:
+                fe.process.wait(timeout=grace_s + 10.0)
+            except subprocess.TimeoutExpired:
+                logging.warning("front end %d did not stop; killing it", fe.index)
+                fe.process.kill()
+                fe.process.wait()
+        if getattr(self, "_thread", None) is not None:
+            self._thread.join(timeout=10)
+        for fe in front_ends:
+            fe.sock.close()
+        self._selector.close()
+        self._claim.release()
+
+    def _kill_all(self) -> None:
+        self._stopping = True
+        for fe in self._front_ends:
+            fe.process.kill()
+            fe.process.wait()
+            fe.sock.close()
+        self._selector.close()
