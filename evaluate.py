@@ -1,5 +1,16 @@
-"""The generalization protocol (Gotta Learn Fast; seedlike/generalization.py) for a run trained on
-numbered levels (Procgen: env.kwargs num_levels / start_level):
+"""Scores a trained policy, in one command:
+
+  python evaluate.py --checkpoint=runs/cartpole [--episodes=10] [--greedy] [--out=FILE.json]
+  python evaluate.py --checkpoint=runs/c4 --opponent=scripted --episodes=100   # two-player games
+
+plays --episodes episodes of the checkpoint's own env and reports the return and the length
+(mean ± std, 95% interval of the mean, min, max; in two-player games also wins, draws and losses
+against --opponent: self, random, scripted or another run). Writes --out (JSON, default
+<run>/evaluation.json) and the same as Markdown beside it, and prints the Markdown.
+
+With --test_levels it runs the generalization protocol instead, for a run trained on numbered
+levels (Gotta Learn Fast; seedlike/generalization.py; Procgen: env.kwargs num_levels /
+start_level):
 
   python evaluate.py --checkpoint=runs/coinrun --test_levels=200:300 --episodes=10 \
       --finetune_levels=200:205 --finetune_steps=100000 --out=runs/coinrun/generalization.json
@@ -12,7 +23,7 @@ numbered levels (Procgen: env.kwargs num_levels / start_level):
    scratch train on that level alone for --finetune_steps env steps (scripts/train.sh, the run's
    own config), then both and the zero-shot policy are scored there.
 
-Writes --out (JSON) and the same tables as Markdown beside it (.md), and prints the Markdown.
+It writes --out (default <run>/generalization.json) and the Markdown beside it.
 """
 
 import os
@@ -25,19 +36,26 @@ from seedlike.checkpoint import CheckpointError, load_checkpoint
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Run, checkpoints/ or step directory.")
-_TEST = flags.DEFINE_string("test_levels", None, "Held-out levels: START:STOP[:STEP] or a,b,c.")
+_OPPONENT = flags.DEFINE_string(
+    "opponent", "self", "Two-player games: self, random, scripted (Connect Four) or a run."
+)
+_TEST = flags.DEFINE_string(
+    "test_levels", "", "The generalization protocol's held-out levels: START:STOP[:STEP] or a,b,c."
+)
 _TRAIN = flags.DEFINE_string(
     "train_levels", "", "Training levels to score (default: the run's own, see max_train_levels)."
 )
 _MAX_TRAIN = flags.DEFINE_integer(
     "max_train_levels", 100, "Without --train_levels: score this many of the run's levels."
 )
-_EPISODES = flags.DEFINE_integer("episodes", 10, "Episodes per level.")
+_EPISODES = flags.DEFINE_integer("episodes", 10, "Episodes (per level, with --test_levels).")
 _GREEDY = flags.DEFINE_bool("greedy", False, "Most likely actions instead of sampled ones.")
 _FINETUNE = flags.DEFINE_string("finetune_levels", "", "Held-out levels to fine-tune on.")
 _FINETUNE_STEPS = flags.DEFINE_integer("finetune_steps", 100_000, "Env steps per fine-tuning run.")
 _NUM_ACTORS = flags.DEFINE_integer("num_actors", 2, "Actors of each fine-tuning run.")
-_OUT = flags.DEFINE_string("out", "", "JSON report (default: <run>/generalization.json).")
+_OUT = flags.DEFINE_string(
+    "out", "", "JSON report (default <run>/evaluation.json, or generalization.json)."
+)
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds envs and sampling.")
 
 
@@ -85,8 +103,10 @@ def finetune(run, config, network, params, level, out_dir):
 
 def main(argv):
     del argv
-    if not _CHECKPOINT.value or not _TEST.value:
-        raise SystemExit("error: --checkpoint and --test_levels are required")
+    if not _CHECKPOINT.value:
+        raise SystemExit("error: --checkpoint=RUN is required (a run, checkpoints/ or step dir)")
+    if not _TEST.value:
+        return evaluate_policy()
     try:
         config, network, state, meta = load_checkpoint(_CHECKPOINT.value)
         test = gen.parse_levels(_TEST.value)
@@ -130,6 +150,23 @@ def main(argv):
         }
     json_path, md_path = gen.write(report, out)
     print(gen.markdown(report))
+    print(f"wrote {json_path} and {md_path}")
+
+
+def evaluate_policy() -> None:
+    from seedlike import scores
+
+    run = _CHECKPOINT.value
+    try:
+        report = scores.evaluate(
+            run, _EPISODES.value, _GREEDY.value, _OPPONENT.value, seed=_SEED.value
+        )
+    except (CheckpointError, OSError, ValueError) as e:
+        raise SystemExit(f"error: {e}") from None
+    folder = run if os.path.isdir(os.path.join(run, "checkpoints")) else os.path.dirname(run)
+    out = _OUT.value or os.path.join(folder, "evaluation.json")
+    json_path, md_path = scores.write(report, out)
+    print(scores.markdown(report))
     print(f"wrote {json_path} and {md_path}")
 
 

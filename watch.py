@@ -43,7 +43,7 @@ def main(argv):
             seed=_SEED.value,
             max_frames=_MAX_FRAMES.value,
         )
-    except (FileNotFoundError, CheckpointError) as e:
+    except (FileNotFoundError, CheckpointError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
     watch.save_gif(recording.frames, _OUT.value, _FPS.value)
     returns = ", ".join(f"{r:g}" for r in recording.returns) or "none finished"

@@ -29,7 +29,10 @@ else
 fi
 # envpool's Procgen tasks need the system Qt 5 runtime: installed here when this runs as root with
 # apt; otherwise a Procgen run stops with the command to run.
-if ! ldconfig -p 2>/dev/null | grep -q 'libQt5Gui.so.5'; then
+# (The list is read whole before it is searched: `ldconfig -p | grep -q` under pipefail fails
+# whenever grep exits first and ldconfig gets SIGPIPE, about 1 time in 75.)
+libraries="$(ldconfig -p 2>/dev/null || true)"
+if [[ "$libraries" != *libQt5Gui.so.5* ]]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing libqt5gui5 (envpool's Procgen)" >&2
     apt-get install -y -qq --no-install-recommends libqt5gui5 >/dev/null 2>&1 ||

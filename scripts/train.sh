@@ -22,6 +22,28 @@
 # (exit status 1), since the learner would otherwise wait for steps that never come.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+usage() {
+  cat <<'EOF'
+usage: scripts/train.sh [flags]   a local training job: a learner and its actors on this machine
+
+  --config=FILE            experiment config (default configs/cartpole_ppo.py; configs/*.py)
+  --config.KEY=VALUE       override a config value (learner and actors), e.g. --config.seed=3
+  --logdir=DIR             run directory (default runs/<config>-<time>); rerun with it to resume
+  --num_actors=N           actor processes (default 2)
+  --learners=L             L learner processes forming one learner (default 1)
+  --population=P           P independent learners sharing the actors' worlds (default 1)
+  --max_actor_restarts=R   restarts of a crashed actor before the job stops (default 3)
+  --actor_python=PATH      interpreter for the actors (an env's own virtualenv)
+  -h, --help               this message
+
+Any other flag goes to learner.py (`.venv/bin/python learner.py --helpfull` lists them).
+Ctrl-C checkpoints and stops every process. README.md says more.
+EOF
+}
+for arg in "$@"; do
+  case "$arg" in -h | --help | -help | --helpshort) usage; exit 0 ;; esac
+done
 source scripts/setup_venv.sh
 
 num_actors=2

@@ -65,10 +65,12 @@ class Actor:
         self.num_levels = len(config.env.get("levels", ()) or ())
         self.steps = 0
         actor_config = config.get("actor", {})
+        self._give_up_s = float(actor_config.get("give_up_s", 300.0))
+        self._first_connect_s = float(actor_config.get("first_connect_s", 60.0))
         self._backoff = client.Backoff(
             initial_s=float(actor_config.get("backoff_initial_s", 0.1)),
             max_s=float(actor_config.get("backoff_max_s", 5.0)),
-            give_up_s=float(actor_config.get("give_up_s", 300.0)),
+            give_up_s=self._first_connect_s,
             seed=int(config.seed) * 100_003 + self.actor_id,
         )
 
@@ -80,10 +82,18 @@ class Actor:
             try:
                 connections = self._connect(hello)
             except client.Disconnected as e:
-                logging.info("actor %d: cannot connect to %s (%s)", self.actor_id, self.address, e)
                 if not self._backoff.wait():
-                    logging.error("actor %d: giving up on %s", self.actor_id, self.address)
+                    logging.error(
+                        "actor %d: giving up on %s after %g s (%s; actor.%s)",
+                        self.actor_id,
+                        self.address,
+                        self._backoff.give_up_s,
+                        e,
+                        "give_up_s" if self._backoff.give_up_s == self._give_up_s
+                        else "first_connect_s",
+                    )  # fmt: skip
                     return EXIT_GAVE_UP
+                logging.info("actor %d: cannot connect: %s; retrying", self.actor_id, e)
                 continue
             except client.Rejected as e:
                 logging.error("actor %d: server rejected the handshake: %s", self.actor_id, e)
@@ -91,6 +101,7 @@ class Actor:
             except client.TrainingOver:
                 return EXIT_OK
             self._backoff.reset()
+            self._backoff.give_up_s = self._give_up_s  # a server seen once may come back later
             logging.info(
                 "actor %d: connected to %s (session %s)",
                 self.actor_id,

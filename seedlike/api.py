@@ -22,8 +22,6 @@ import signal
 import subprocess
 import sys
 
-import numpy as np
-
 from seedlike.metrics import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -134,19 +132,25 @@ def load_policy(path: str):
     return load(path)
 
 
-def evaluate(checkpoint: str, episodes: int = 10, greedy: bool = True, seed: int = 0) -> dict:
+def evaluate(
+    checkpoint: str, episodes: int = 10, greedy: bool = True, seed: int = 0, opponent="self"
+) -> dict:
     """Plays `episodes` episodes of a checkpoint's policy in one copy of its env (two-player games:
-    against itself); returns their mean return and length."""
-    from seedlike.watch import record_episodes
+    against `opponent`, by default itself); returns their mean and std of return and length
+    (and wins, draws, losses in games). `evaluate.py --checkpoint` prints the full report."""
+    from seedlike import scores
 
-    rec = record_episodes(checkpoint, episodes, greedy, seed=seed, max_frames=1 << 62, render=False)
-    returns = np.asarray(rec.returns, np.float64)
-    return {
-        "episodes": len(rec.returns),
-        "return_mean": float(returns.mean()),
-        "return_std": float(returns.std()),
-        "length_mean": float(np.mean(rec.lengths)),
+    report = scores.evaluate(checkpoint, episodes, greedy, opponent, seed)
+    out = {
+        "episodes": report["episodes"],
+        "return_mean": report["return"]["mean"],
+        "return_std": report["return"]["std"],
+        "length_mean": report["length"]["mean"],
+        "length_std": report["length"]["std"],
     }
+    if "games" in report:
+        out["games"] = report["games"]
+    return out
 
 
 def record(checkpoint: str, out: str, episodes: int = 1, opponent=None, fps: float = 30.0):

@@ -12,7 +12,6 @@ with the interval over levels.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from typing import NamedTuple
 
@@ -202,9 +201,6 @@ def markdown(report: dict) -> str:
 
 def write(report: dict, out: str) -> tuple[str, str]:
     """Writes `out` (JSON) and the Markdown beside it (same name, .md); returns both paths."""
-    md = out[: -len(".json")] + ".md" if out.endswith(".json") else out + ".md"
-    with open(out, "w") as f:
-        json.dump(report, f, indent=1)
-    with open(md, "w") as f:
-        f.write(markdown(report))
-    return out, md
+    from seedlike import scores
+
+    return scores.write(report, out, markdown)

@@ -3,6 +3,7 @@ optionally TensorBoard event files."""
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import math
@@ -29,6 +30,7 @@ CONSOLE_OPTIONAL = (
     ("trueskill_mu", "trueskill", "{:.1f}"),
 )
 WANDB_ID_FILE = "wandb_run_id"
+RATE_WINDOW_S = 60.0  # the ETA follows the speed of the last minute
 TENSORBOARD_DIR = "tensorboard"
 _VS_POOL = "league/win_rate_vs_pool"  # the other league/win_rate_vs_* keys are bots
 
@@ -66,14 +68,19 @@ class MetricsWriter:
         total_env_steps: int | None = None,
         tensorboard: bool = False,
         use_wandb: bool = True,
+        label: str = "",
     ):
         os.makedirs(logdir, exist_ok=True)
         self.path = os.path.join(logdir, "metrics.jsonl")
         self._file = open(self.path, "a", buffering=1)
         self._start = time.time()
         self._total = total_env_steps
-        # (time, env_steps) of this process's first row, for the rate behind the ETA.
-        self._first: tuple[float, int] | None = None
+        self._label = label
+        # (time, env_steps) of this process's recent rows, for the rate behind the ETA.
+        self._recent: collections.deque = collections.deque()
+        self.rows_written = 0
+        self.best_return: float | None = None
+        self.last: dict = {}  # the last row (values as written)
         self._wandb = None
         mode = os.environ.get("WANDB_MODE") or wandb_mode
         if use_wandb and mode != "disabled":
@@ -93,7 +100,7 @@ class MetricsWriter:
         try:
             import wandb
 
-            return wandb.init(
+            run = wandb.init(
                 project=project,
                 name=os.path.basename(os.path.abspath(logdir)),
                 id=_wandb_run_id(logdir),
@@ -102,7 +109,15 @@ class MetricsWriter:
                 mode=mode,
                 config=config.to_dict() if hasattr(config, "to_dict") else dict(config),
                 reinit="finish_previous",
+                # Its banner and history summary are ~30 console lines a run; one line here.
+                settings=wandb.Settings(silent=True, console="off"),
             )
+            where = os.path.dirname(getattr(run, "dir", "") or "") or logdir  # not its files/
+            if mode == "offline":
+                logging.info("wandb: offline run in %s (wandb sync uploads it)", where)
+            else:
+                logging.info("wandb: %s", getattr(run, "url", None) or where)
+            return run
         except Exception as e:  # noqa: BLE001 - metrics must never take training down
             logging.warning("wandb disabled: %s: %s", type(e).__name__, e)
             return None
@@ -119,17 +134,43 @@ class MetricsWriter:
             for key, value in row.items():
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     self._tensorboard.add_scalar(key, value, step)
-        if self._first is None:
-            self._first = (row["time"], row["env_steps"])
+        self._recent.append((row["time"], row["env_steps"]))
+        while len(self._recent) > 2 and row["time"] - self._recent[1][0] >= RATE_WINDOW_S:
+            self._recent.popleft()
+        self.rows_written += 1
+        self.last = row
+        returns = row.get("episode_return_mean")
+        if returns is not None and (self.best_return is None or returns > self.best_return):
+            self.best_return = returns
         elapsed = time.time() - self._start
-        logging.info("%s", console_line(row, elapsed, self._total, self._rate(row)))
+        line = console_line(row, elapsed, self._total, self._rate())
+        logging.info("%s%s", f"{self._label}: " if self._label else "", line)
 
-    def _rate(self, row: dict) -> float | None:
-        """Env steps per second since this process's first row: steadier than one row's `sps`,
-        and a resumed run's ETA counts only the steps it made itself."""
-        t0, steps0 = self._first
-        steps, seconds = row["env_steps"] - steps0, row["time"] - t0
+    def _rate(self) -> float | None:
+        """Env steps per second over this process's rows of the last RATE_WINDOW_S seconds:
+        steadier than one row's `sps`, and it follows the run's speed now (not its start's:
+        compiling, actors connecting, a resume)."""
+        (t0, steps0), (t1, steps1) = self._recent[0], self._recent[-1]
+        steps, seconds = steps1 - steps0, t1 - t0
         return steps / seconds if steps > 0 and seconds > 0 else None
+
+    def summary(self, outcome: str, checkpoint: str | None) -> str:
+        """One line for the end of a run: what it reached, how fast, where it is."""
+        row = self.last
+        elapsed = time.time() - self._start
+        parts = [
+            f"{self._label + ': ' if self._label else ''}{outcome} at "
+            f"{_si(row.get('env_steps') or 0)} env steps, policy version "
+            f"{row.get('policy_version', '-')}, after {_duration(elapsed, precise=True)}"
+        ]
+        returns = row.get("episode_return_mean")
+        if returns is not None or self.best_return is not None:
+            last = f"{returns:.2f}" if returns is not None else "-"
+            parts.append(f"return {last} (best {self.best_return:.2f})")
+        if checkpoint:
+            parts.append(f"checkpoint {checkpoint}")
+        parts.append(f"metrics {self.path}")
+        return "; ".join(parts)
 
     def close(self) -> None:
         self._file.close()
@@ -194,10 +235,13 @@ def _si(n: float) -> str:
     return f"{n:.0f}"
 
 
-def _duration(seconds: float) -> str:
+def _duration(seconds: float, precise: bool = False) -> str:
+    """1h05m, 14m, 9s; `precise`: 14m05s."""
     minutes = int(seconds // 60)
     if minutes >= 60:
         return f"{minutes // 60}h{minutes % 60:02d}m"
+    if minutes and precise:
+        return f"{minutes}m{int(seconds) % 60:02d}s"
     return f"{minutes}m" if minutes else f"{int(seconds)}s"
 
 

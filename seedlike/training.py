@@ -180,6 +180,8 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     if not primary:
         logdir = os.path.join(logdir, f"process_{jax.process_index()}")
     os.makedirs(logdir, exist_ok=True)
+    for warning in config_lib.advice(config, spec):
+        logging.warning("%s", warning)
     network = make_network(config.network, spec)
     learner = Learner(config, network)
     logging.info("learner on %d device(s): %s", learner.num_devices, learner.devices)
@@ -254,6 +256,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
             total_env_steps=int(config.total_env_steps),
             tensorboard=bool(config.log.get("tensorboard", False)),
             use_wandb=primary,
+            label=_console_label(config, logdir),
         ),
         lockstep=distributed.Lockstep(learner.devices, counters["env_steps"]),
         episodes_total=counters["episodes"],
@@ -316,11 +319,26 @@ def train(
         try:
             row = p.log(interval, time.monotonic())
             p.save("training complete" if finished else "stop requested")
+            checkpoint = None
+            if p.checkpointer is not None:
+                checkpoint = os.path.join(p.checkpointer.directory, str(p.learner.version))
+            outcome = "finished" if finished else "stopped (rerun with the same --logdir to resume)"
+            logging.info("%s", p.metrics.summary(outcome, checkpoint))
         finally:
             p.metrics.close()
             if p.checkpointer is not None:
                 p.checkpointer.close()
     return row
+
+
+def _console_label(config, logdir: str) -> str:
+    """What marks this process's console lines where a job runs several learners: "member k"
+    of a population, "process k" of a multi-host learner; "" otherwise."""
+    if config.population.size > 1:
+        return os.path.basename(os.path.normpath(logdir)).replace("_", " ")
+    if config.distributed.num_processes > 1:
+        return f"process {jax.process_index()}"
+    return ""
 
 
 def _restore(checkpointer, initial):

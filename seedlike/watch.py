@@ -14,6 +14,7 @@ import numpy as np
 
 from seedlike.checkpoint import load_checkpoint
 from seedlike.envs import make_env
+from seedlike.envs.pettingzoo_env import takes_render_mode
 from seedlike.league.games import NetworkAgent
 from seedlike.policy import PolicyRunner
 from seedlike.teams import Teams
@@ -26,6 +27,9 @@ class Recording:
     frames: list  # uint8 [H, W, 3] each, the first one after the reset
     returns: list  # undiscounted return of each finished episode (player 0's in games)
     lengths: list  # env steps of each finished episode
+    policy_version: int | None = None  # of the checkpoint played
+    env_steps: int | None = None  # the checkpoint's run had trained on
+    num_players: int = 1  # of the env (2: a game against an opponent)
 
 
 def record_episodes(
@@ -39,17 +43,27 @@ def record_episodes(
 ) -> Recording:
     """Plays `episodes` episodes of `checkpoint` (a run, checkpoints or step directory), or until
     `max_frames` observations, and returns the frames (none without `render`) and results."""
-    config, network, state, _ = load_checkpoint(checkpoint)
+    config, network, state, meta = load_checkpoint(checkpoint)
     env_config = config.env.copy_and_resolve_references()
     env_config.num_envs, env_config.batch_size, env_config.num_threads = 1, 0, 1
     if render:
+        if env_config.get("backend", "envpool") == "pettingzoo" and not takes_render_mode(
+            env_config.name
+        ):
+            raise ValueError(
+                f"{env_config.name}: its env factory takes no render_mode, so it cannot give "
+                "frames; score it without a GIF (python evaluate.py --checkpoint=...)"
+            )
         env_config.kwargs = {**(env_config.get("kwargs", {}) or {}), "render_mode": "rgb_array"}
     spec = network.spec
     params = {"params": state.params, "obs_norm": state.obs_norm}
     if spec.num_players > 2:  # a multi-agent env: the policy plays every agent of every team
         team_of = Teams.from_config(config.get("teams", {}), spec).team_of
-        return _record_team_game(env_config, spec, network, params, team_of, episodes,
-                                 greedy, seed, max_frames, render)  # fmt: skip
+        out = _record_team_game(env_config, spec, network, params, team_of, episodes,
+                                greedy, seed, max_frames, render)  # fmt: skip
+        out.policy_version, out.env_steps = int(state.updates), meta.get("env_steps")
+        out.num_players = spec.num_players
+        return out
     agents = [NetworkAgent(PolicyRunner(network, greedy=greedy, seed=seed), params)]
     if spec.num_players == 2:
         agents.append(opponent or NetworkAgent(PolicyRunner(network, greedy, seed + 1), params))
@@ -57,7 +71,9 @@ def record_episodes(
         agent.reset(1)
     env = make_env(env_config, spec, seed)
     rng = np.random.default_rng(seed)
-    out = Recording(config.env.name, [], [], [])
+    out = Recording(
+        config.env.name, [], [], [], int(state.updates), meta.get("env_steps"), spec.num_players
+    )
     first = np.ones(len(agents), bool)  # per player: the next move starts an episode
     episode_return, length, observed = 0.0, 0, 0
     env.reset()

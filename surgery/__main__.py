@@ -2,7 +2,7 @@
 
   python -m surgery --checkpoint=runs/old --new_config=configs/big.py --out=runs/big
   python -m surgery --checkpoint=runs/old/checkpoints/292 --plan=plan.json --out=runs/new
-  python learner.py --logdir=runs/big --config=configs/big.py     # or runs/big/config.py
+  scripts/train.sh --logdir=runs/big --config=runs/big/config.py   # learner and actors
 
 --new_config.a.b=v (and --old_config.a.b=v, for checkpoints written before configs were stored
 with them) override configs like --config.a.b=v does for the learner. Without
@@ -109,7 +109,8 @@ def main(argv):
     print(
         f"wrote {outcome.out}/checkpoints/{outcome.step} (learning rate 0 until sgd step "
         f"{outcome.lr_zero_until}); resume with:\n"
-        f"  python learner.py --logdir={outcome.out} --config={config_file}"
+        f"  scripts/train.sh --logdir={outcome.out} --config={config_file}\n"
+        "(env steps count on from the old run: raise --config.total_env_steps to train on)"
     )
 
 

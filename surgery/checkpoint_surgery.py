@@ -7,7 +7,7 @@ network from the stored config, applies a plan (given, or derived from the new c
 that the result has exactly the structure the new config's learner expects, verifies every policy
 against its original and writes a new run directory that
 
-    python learner.py --logdir=<out> --config=<new config file>
+    scripts/train.sh --logdir=<out> --config=<out>/config.py
 
 resumes (the learner restores the newest checkpoint of <out>/checkpoints). Nothing is written if
 a policy changed by more than the tolerance, unless forced.
@@ -453,7 +453,7 @@ def _write_run(out, step, state, meta, config, entry, snapshots) -> None:
 
 _CONFIG_PY = '''"""This run's config after surgery (written by python -m surgery; see surgery.json).
 
-    python learner.py --logdir=<this directory> --config=<this directory>/config.py
+    scripts/train.sh --logdir=<this directory> --config=<this directory>/config.py
 """
 
 import json

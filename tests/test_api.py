@@ -1,6 +1,9 @@
 """The library API (seedlike/api.py) on untrained checkpoints; train() and Run are exercised by
 tests/test_integration.py's train.sh job, which runs through them."""
 
+import os
+import subprocess
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -42,3 +45,18 @@ def test_config_paths_resolve_here_or_in_the_repository(tmp_path, monkeypatch):
         api._config_path("configs/nope.py")
     assert api._flag_value(1e5) == "100000" and api._flag_value(0.5) == "0.5"
     assert np.isclose(float(api._flag_value(2.5e-4)), 2.5e-4)
+
+
+def test_train_sh_help_lists_its_own_flags_and_starts_nothing():
+    runs = os.path.join(api.ROOT, "runs")
+    before = sorted(os.listdir(runs)) if os.path.isdir(runs) else None
+    done = subprocess.run(
+        [os.path.join(api.ROOT, "scripts", "train.sh"), "--help"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.startswith("usage: scripts/train.sh")
+    for flag in ("--num_actors=N", "--learners=L", "--population=P", "--actor_python=PATH"):
+        assert flag in done.stdout
+    assert "learner.py --helpfull" in done.stdout
+    after = sorted(os.listdir(runs)) if os.path.isdir(runs) else None
+    assert after == before  # no run directory made

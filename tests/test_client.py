@@ -64,8 +64,10 @@ def test_status_codes_map_to_retry_or_fatal(code, kind):
 def test_connecting_to_nothing_is_a_retryable_disconnect():
     from tests.procs import free_port
 
-    with pytest.raises(client.Disconnected, match="no server"):
-        client.Connection(f"127.0.0.1:{free_port()}", None, connect_timeout=0.3)
+    with pytest.raises(client.Disconnected, match="nothing accepts connections at 127.0.0.1:"):
+        client.Connection(f"127.0.0.1:{free_port()}", None, connect_timeout=5.0)
+    with pytest.raises(client.Disconnected, match="cannot resolve host 'no-such-host.invalid'"):
+        client.Connection("no-such-host.invalid:50051", None, connect_timeout=5.0)
 
 
 def test_actor_refuses_a_server_address_without_a_port_at_once():
@@ -78,3 +80,25 @@ def test_actor_refuses_a_server_address_without_a_port_at_once():
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "--server must be HOST:PORT" in done.stderr
+
+
+@pytest.mark.slow  # an actor process
+def test_an_actor_that_never_reaches_a_server_gives_up_with_one_line_per_retry():
+    from tests.procs import free_port
+
+    port = free_port()  # nothing listens there
+    done = subprocess.run(
+        [sys.executable, "actor.py", f"--server=127.0.0.1:{port}",
+         "--config.actor.first_connect_s=3"],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    retries, last = lines[:-1], lines[-1]
+    assert retries and all(
+        f"cannot connect: nothing accepts connections at 127.0.0.1:{port}" in line
+        and line.endswith("; retrying")
+        for line in retries
+    ), lines
+    assert f"giving up on 127.0.0.1:{port} after 3 s" in last and "actor.first_connect_s" in last

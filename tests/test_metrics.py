@@ -165,3 +165,40 @@ def test_plot_command_writes_a_png_and_reports_bad_input_in_one_line(tmp_path):
     )
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert "error: no run has the key 'nope'" in bad.stderr
+
+
+def test_the_eta_follows_the_speed_of_the_last_minute(tmp_path, caplog, monkeypatch):
+    """A slow first minute (compiling, actors connecting) does not stretch the ETA later on."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    writer = metrics.MetricsWriter(str(tmp_path), {}, total_env_steps=1_000_000)
+    with caplog.at_level("INFO"):
+        for t, steps in ((0, 500_000), (60, 501_000), (120, 621_000), (180, 741_000)):
+            writer.write(_row(env_steps=steps, time=float(t)))
+    writer.close()
+    # 2,000 steps/s over the last minute: 259k left take 129 s (since the first row: 193 s).
+    assert "steps 741k / 1M 74% ETA 2m  sps" in caplog.records[-1].getMessage()
+
+
+def test_the_run_ends_with_one_summary_line_and_labels_its_lines(tmp_path, caplog, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    writer = metrics.MetricsWriter(str(tmp_path), {}, total_env_steps=1000, label="member 1")
+    with caplog.at_level("INFO"):
+        writer.write(_row(env_steps=500, time=1.0, episode_return_mean=180.0, policy_version=3))
+        writer.write(_row(env_steps=1000, time=2.0, episode_return_mean=150.5, policy_version=7))
+    assert all(r.getMessage().startswith("member 1: [00:00:") for r in caplog.records)
+    line = writer.summary("finished", "/runs/x/checkpoints/7")
+    writer.close()
+    assert line.startswith("member 1: finished at 1k env steps, policy version 7, after ")
+    assert "return 150.50 (best 180.00); checkpoint /runs/x/checkpoints/7; metrics " in line
+    assert line.endswith(os.path.join(str(tmp_path), "metrics.jsonl"))
+
+
+def test_wandb_says_where_its_offline_run_is_in_one_line(tmp_path, caplog, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    with caplog.at_level("INFO"):
+        writer = metrics.MetricsWriter(str(tmp_path), {"seed": 0})
+        writer.write(_row(env_steps=10, time=1.0))
+        writer.close()
+    ours = [r.getMessage() for r in caplog.records if r.name == "root"]  # not wandb's own logger
+    lines = [m for m in ours if m.startswith("wandb")]
+    assert len(lines) == 1 and "offline run in " + str(tmp_path / "wandb") in lines[0]

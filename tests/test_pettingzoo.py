@@ -12,7 +12,7 @@ import pytest
 from seedlike.config import ConfigError, base_config, validate
 from seedlike.envs import UnknownEnv, check_env, make_env, make_env_spec
 from seedlike.envs.coins import Coins
-from seedlike.envs.pettingzoo_env import AGENT_ID
+from seedlike.envs.pettingzoo_env import AGENT_ID, load_factory
 from tests.procs import ROOT, Processes, metrics, returns, train
 
 COINS = os.path.join(ROOT, "configs", "coins_teams.py")
@@ -216,3 +216,13 @@ def test_a_population_of_two_learners_each_learns_from_its_own_team(tmp_path):
         assert rows[-1]["env_steps"] >= 30000  # both got their own agents' rows, half each
         assert max(returns(rows)) >= 3.5, (member, returns(rows))
         assert rows[-1].get("league/pool_size") is None  # its opponent is the other member
+
+
+def test_an_aec_module_and_a_missing_package_say_what_to_do(tmp_path, monkeypatch):
+    (tmp_path / "aec_only.py").write_text("def env(**kwargs):\n    raise AssertionError\n")
+    (tmp_path / "needs_pkg.py").write_text("import not_installed_pkg_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"AEC.*aec_to_parallel\(aec_only.env\(\*\*kwargs\)\)"):
+        load_factory("aec_only")
+    with pytest.raises(ValueError, match=r"install it \(pip install not_installed_pkg_xyz\)"):
+        load_factory("needs_pkg")

@@ -74,3 +74,36 @@ def test_watch_cli_rejects_missing_paths_in_one_line(tmp_path):
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert f"error: no run or checkpoint at {missing}" in bad.stderr
     assert not missing.exists()  # nothing created for a path that does not exist
+
+
+def test_evaluate_py_scores_a_run_in_one_command(tmp_path):
+    """evaluate.py --checkpoint=RUN: mean and spread of return and length, JSON and Markdown."""
+    save_untrained_run(tmp_path, "cartpole_ppo")
+    done = subprocess.run(
+        [sys.executable, "evaluate.py", f"--checkpoint={tmp_path}", "--episodes=4", "--greedy"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.load(open(tmp_path / "evaluation.json"))
+    assert report["env"] == "CartPole-v1" and report["episodes"] == 4 and report["greedy"]
+    assert report["policy_version"] == 0 and "games" not in report
+    # CartPole pays 1 per step: return and length agree; the numbers are the episodes' own.
+    assert report["return"] == report["length"]
+    r = report["return"]
+    assert r["min"] <= r["mean"] <= r["max"] and r["std"] >= 0
+    assert r["ci95"][0] <= r["mean"] <= r["ci95"][1]
+    markdown = (tmp_path / "evaluation.md").read_text()
+    assert f"| return | {r['mean']:.2f} ± {r['std']:.2f} |" in markdown
+    assert markdown in done.stdout
+
+
+def test_evaluate_py_plays_a_board_game_against_a_named_opponent(tmp_path):
+    from seedlike import scores
+
+    save_untrained_run(tmp_path, "tictactoe_selfplay")
+    report = scores.evaluate(str(tmp_path), episodes=12, opponent="random")
+    games = report["games"]
+    assert report["opponent"] == "random" and report["episodes"] == 12
+    assert games["wins"] + games["draws"] + games["losses"] == 12
+    assert games["win_rate"] == games["wins"] / 12
+    assert report["return"]["mean"] == (games["wins"] - games["losses"]) / 12

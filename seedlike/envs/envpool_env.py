@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import difflib
 import functools
+import warnings
 
 import numpy as np
 
 from seedlike.envs import text
 from seedlike.envs.spaces import spec_from_spaces
 from seedlike.types import LEGAL_ACTION_MASK, ArraySpec, EnvSpec, Rows
+
+# envpool declares float64 bounds for float32 boxes, and gymnasium warns about it twice in every
+# process that makes a task's spaces: nothing a user can act on.
+warnings.filterwarnings("ignore", r"(?s).*precision lowered by casting to float32", UserWarning)
 
 
 @functools.cache

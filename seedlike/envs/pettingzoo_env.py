@@ -21,6 +21,7 @@ own virtualenv").
 from __future__ import annotations
 
 import importlib
+import inspect
 
 import numpy as np
 
@@ -34,6 +35,10 @@ AGENT_ID = "agent_id"
 ACTION_MASK = "action_mask"
 
 
+# Packages whose PyPI name differs from the module missing, or that seedlike installs itself.
+_INSTALL = {"magent2": "pip install -e .[magent]", "pygame": "pip install pygame-ce"}
+
+
 def load_factory(name: str):
     """`module` or `module:function` -> the function making a parallel env (`parallel_env`)."""
     module_name, _, attr = name.partition(":")
@@ -41,17 +46,39 @@ def load_factory(name: str):
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
+        missing = (getattr(e, "name", None) or module_name).partition(".")[0]
+        install = _INSTALL.get(missing, f"pip install {missing}")
         raise ValueError(
             f"env.name={name!r} (env.backend=pettingzoo): cannot import {module_name!r} ({e}); "
-            "install the env's package (e.g. pip install -e .[magent]) where this process runs"
+            f"install it ({install}) where this process runs"
         ) from None
     factory = getattr(module, attr, None)
     if not callable(factory):
+        hint = "name a module with parallel_env() or module:function"
+        if attr == "parallel_env" and callable(getattr(module, "env", None)):
+            hint = (
+                "it looks like an AEC (turn-by-turn) env: seedlike steps PettingZoo's parallel "
+                "API. If its agents act in cycles, convert it in a module of yours, def "
+                "parallel_env(**kwargs): return pettingzoo.utils.conversions.aec_to_parallel("
+                f"{module_name}.env(**kwargs)), and name that module; turn-based board games "
+                "run as envpool tasks instead (ConnectFour-v1, ...)"
+            )
         raise ValueError(
-            f"env.name={name!r} (env.backend=pettingzoo): {module_name} has no function {attr!r}; "
-            "name a module with parallel_env() or module:function"
+            f"env.name={name!r} (env.backend=pettingzoo): {module_name} has no function "
+            f"{attr!r}; {hint}"
         )
     return factory
+
+
+def takes_render_mode(name: str) -> bool:
+    """Whether the env's factory accepts render_mode (PettingZoo's way to ask for frames)."""
+    try:
+        parameters = inspect.signature(load_factory(name)).parameters
+    except (TypeError, ValueError):
+        return True  # a builtin or C factory: let it say
+    return "render_mode" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 def make_env_spec(env_config) -> EnvSpec:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
+import threading
 import time
 
 import grpc
@@ -56,8 +58,13 @@ def _translate_status(code, details) -> Exception:
 class Connection:
     """An open stream: `step(message) -> ActionBatch`, strictly one reply per request.
 
-    A grpc.aio stream on an event loop that this (the actor's) thread drives for each call: a step
-    is one write and one read, with no thread of its own to hand messages through.
+    A grpc.aio stream on the calling thread's event loop (one per thread, reused by every
+    connection: grpc.aio keeps state on its loop, and a loop closed under it logs tracebacks),
+    which this thread drives for each call: a step is one write and one read, with no thread of
+    its own to hand messages through.
+
+    Connecting fails fast and says why: a host name that does not resolve, nothing accepting
+    connections at the address (or a failed TLS handshake), or no answer within `connect_timeout`.
     """
 
     def __init__(
@@ -69,7 +76,7 @@ class Connection:
     ):
         self.address = address
         self._credentials = credentials
-        self._loop = asyncio.new_event_loop()
+        self._loop = _thread_loop()
         self._channel = None
         try:
             self.welcome = self._loop.run_until_complete(self._open(hello, connect_timeout))
@@ -78,20 +85,21 @@ class Connection:
             raise
 
     async def _open(self, hello: pb.Hello, connect_timeout: float) -> pb.Welcome:
+        _resolve_host(self.address)
         metadata = None
         if self._credentials is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=codec.CHANNEL_OPTIONS)
+            self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
         else:
             self._channel = grpc.aio.secure_channel(
-                self.address, self._credentials.channel_credentials(), options=codec.CHANNEL_OPTIONS
+                self.address, self._credentials.channel_credentials(), options=CHANNEL_OPTIONS
             )
             metadata = ((TOKEN_METADATA, self._credentials.token.decode()),)
         try:
-            await asyncio.wait_for(self._channel.channel_ready(), connect_timeout)
+            async with asyncio.timeout(connect_timeout):
+                await self._ready()
         except TimeoutError:
-            tls = " (or its TLS handshake failed)" if self._credentials is not None else ""
             raise Disconnected(
-                f"no server at {self.address} after {connect_timeout:.1f}s{tls}"
+                f"no answer from {self.address} within {connect_timeout:g} s"
             ) from None
         self._call = self._channel.stream_stream(
             codec.STREAM_METHOD, response_deserializer=pb.ServerMessage.FromString
@@ -100,6 +108,20 @@ class Connection:
         if reply.WhichOneof("kind") != "welcome":
             raise Disconnected("server did not answer the Hello with a Welcome")
         return reply.welcome
+
+    async def _ready(self) -> None:
+        """Waits until the channel is connected; a failed attempt is a Disconnected at once
+        (gRPC itself would keep retrying it until the timeout)."""
+        state = self._channel.get_state(try_to_connect=True)
+        while state != grpc.ChannelConnectivity.READY:
+            if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                if self._credentials is not None:
+                    why = " or the TLS handshake failed"
+                else:
+                    why = " (or it speaks TLS only: set transport.credentials)"
+                raise Disconnected(f"nothing accepts connections at {self.address}{why}")
+            await self._channel.wait_for_state_change(state)
+            state = self._channel.get_state(try_to_connect=True)
 
     async def _exchange(self, data: bytes) -> pb.ServerMessage:
         try:
@@ -124,11 +146,32 @@ class Connection:
         return reply.actions
 
     def close(self) -> None:
-        if self._loop.is_closed():
-            return
         if self._channel is not None:
-            self._loop.run_until_complete(self._channel.close())
-        self._loop.close()
+            channel, self._channel = self._channel, None
+            self._loop.run_until_complete(channel.close())
+
+
+# A channel of its own per connection: gRPC would otherwise share one connection among the
+# channels of a process with the same target (a population's actor, tests with many actors).
+CHANNEL_OPTIONS = [*codec.CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+_LOOPS = threading.local()
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    loop = getattr(_LOOPS, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _LOOPS.loop = asyncio.new_event_loop()
+    return loop
+
+
+def _resolve_host(address: str) -> None:
+    """Raises Disconnected naming a host name that does not resolve (gRPC would only time out)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        socket.getaddrinfo(host, int(port) if port.isdigit() else None, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise Disconnected(f"cannot resolve host {host!r} ({e.strerror})") from None
 
 
 def decode_actions(batch: pb.ActionBatch, rows: int, num_actions: int) -> np.ndarray:
@@ -170,12 +213,14 @@ class Backoff:
         self._failing_since = None
 
     def wait(self) -> bool:
-        """Sleeps before the next attempt; False when it is time to give up."""
+        """Sleeps before the next attempt (never past the deadline); False when it is time to
+        give up."""
         now = time.monotonic()
         if self._failing_since is None:
             self._failing_since = now
-        if now - self._failing_since > self.give_up_s:
+        left = self._failing_since + self.give_up_s - now
+        if left <= 0:
             return False
-        time.sleep(self._rng.uniform(0.5, 1.0) * self._delay)
+        time.sleep(min(self._rng.uniform(0.5, 1.0) * self._delay, left))
         self._delay = min(self._delay * 2.0, self.max_s)
         return True
