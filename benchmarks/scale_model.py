@@ -77,7 +77,7 @@ def free_port() -> int:
 
 def cpu_seconds(pid: int) -> tuple[float, float]:
     """(all threads, interpreter threads) CPU seconds of a process; interpreter threads keep the
-    process's name (XLA's and LLVM's pools name theirs)."""
+    process's name or have seedlike's prefix (XLA's and LLVM's pools name theirs)."""
     ticks = os.sysconf("SC_CLK_TCK")
     with open(f"/proc/{pid}/comm") as f:
         name = f.read().strip()
@@ -92,7 +92,7 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
             continue  # a thread that just ended
         seconds = (int(fields[11]) + int(fields[12])) / ticks
         total += seconds
-        if thread == name:
+        if thread == name or thread.startswith("sl-"):  # seedlike/threadnames.py
             interpreter += seconds
     return total, interpreter
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -72,6 +73,9 @@ _EPISODE = flags.DEFINE_integer("episode", 200, "Messages per episode of the syn
 _CONFIG = flags.DEFINE_string("config", "configs/atari_ppo.py", "Learner config (Atari).")
 _LEARNER_FLAGS = flags.DEFINE_list("learner_flags", [], "Extra learner.py flags for every cell.")
 _OUT = flags.DEFINE_string("out", None, "Output JSON path.")
+_PROFILE = flags.DEFINE_string(
+    "profile", "", "Also sample the learner process with py-spy (pip install py-spy) into DIR."
+)
 _LEARNER_ROOT = flags.DEFINE_string(
     "learner_root",
     ROOT,
@@ -154,9 +158,24 @@ def _read_metrics(logdir):
     return rows
 
 
-def _threads_cpu(pid: int) -> tuple[float, float]:
-    """(all threads, interpreter threads) CPU seconds of a process. Python's threads keep the
-    process's name; gRPC's, XLA's and LLVM's pools name theirs."""
+def python_threads(pid: int) -> set[int] | None:
+    """The OS thread ids of a process's Python threads (they share its interpreter lock), from
+    `py-spy dump`; None without py-spy (pip install py-spy) or permission to trace."""
+    try:
+        dump = subprocess.run(
+            ["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    tids = {int(m) for m in re.findall(r"^Thread (\d+) ", dump, re.MULTILINE)}
+    return tids or None
+
+
+def _threads_cpu(pid: int, python: set[int] | None, by_thread: dict | None = None):
+    """(all threads, Python threads) CPU seconds of a process; `by_thread` collects them by
+    thread name. Python threads: those of `python` (py-spy's list); without it, those with the
+    process's name or seedlike's prefix (seedlike/threadnames.py), which also takes in the native
+    threads XLA leaves unnamed (its CPU executor's), so it overcounts."""
     ticks = os.sysconf("SC_CLK_TCK")
     with open(f"/proc/{pid}/comm") as f:
         name = f.read().strip()
@@ -171,8 +190,12 @@ def _threads_cpu(pid: int) -> tuple[float, float]:
             continue
         seconds = (int(fields[11]) + int(fields[12])) / ticks
         total += seconds
-        if thread == name:
+        is_python = int(tid) in python if python else thread == name or thread.startswith("sl-")
+        if is_python:
             interpreter += seconds
+        if by_thread is not None:
+            key = ("python:" if is_python else "") + thread
+            by_thread[key] = by_thread.get(key, 0.0) + seconds
     return total, interpreter
 
 
@@ -189,17 +212,34 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _process_cpu(learner_pid: int) -> dict:
-    """CPU seconds so far of the learner process (all threads, interpreter threads) and of its
-    child processes (stream front ends)."""
-    total, interpreter = _threads_cpu(learner_pid)
+def _start_profile(pid: int, name: str):
+    """py-spy sampling the learner process (all threads, idle ones left out) for the window, to
+    --profile/<name>.txt (collapsed stacks: `thread;frame;... count`); None without --profile."""
+    if not _PROFILE.value:
+        return None
+    os.makedirs(_PROFILE.value, exist_ok=True)
+    return subprocess.Popen(
+        ["py-spy", "record", "--pid", str(pid), "--duration", str(int(_SECONDS.value)),
+         "--rate", "200", "--threads", "--format", "raw", "--nonblocking",
+         "--output", os.path.join(_PROFILE.value, name + ".txt")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _process_cpu(learner_pid: int, python: set[int] | None) -> dict:
+    """CPU seconds so far of the learner process (all threads, Python threads) and of its child
+    processes (stream front ends)."""
+    threads: dict = {}
+    total, interpreter = _threads_cpu(learner_pid, python, threads)
     children = 0.0
     for child in _children(learner_pid):
         try:
-            children += _threads_cpu(child)[0]
+            children += _threads_cpu(child, None)[0]
         except FileNotFoundError:
             continue
-    return {"central": total, "central_interpreter": interpreter, "front_ends": children}
+    out = {"central": total, "central_interpreter": interpreter, "front_ends": children}
+    out.update({f"thread/{k}": v for k, v in threads.items()})
+    return out
 
 
 def _median(rows, key):
@@ -259,10 +299,14 @@ def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> 
             start_at.value, stop_at.value = begin, begin + _SECONDS.value
             while time.time() < begin:
                 time.sleep(0.01)
-            cpu_start = _process_cpu(learner.pid)
+            python = python_threads(learner.pid)
+            cpu_start = _process_cpu(learner.pid, python)
+            profiler = _start_profile(learner.pid, f"{policy}-{front_ends}-{num_actors}x{rows}")
             time.sleep(_SECONDS.value)
-            cpu_end = _process_cpu(learner.pid)
-            cpu = {k: (cpu_end[k] - cpu_start[k]) / _SECONDS.value for k in cpu_end}
+            cpu_end = _process_cpu(learner.pid, python)
+            if profiler is not None:
+                profiler.wait(timeout=60)
+            cpu = {k: (cpu_end[k] - cpu_start.get(k, 0.0)) / _SECONDS.value for k in cpu_end}
             outcomes = [results.get(timeout=120) for _ in actors]
         finally:
             for p in actors:
@@ -305,6 +349,7 @@ def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> 
         "actor_rtt_ms_p99": float(np.percentile(rtts, 99)),
         "learner_sps": _median(window, "sps"),
         "staleness_mean": _median(window, "staleness_mean"),
+        "python_threads_from": "py-spy" if python else "thread names",
         "learner_cpu": cpu["central"] + cpu["front_ends"],
         "cpu_cores": cpu,
         **per_step,

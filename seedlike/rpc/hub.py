@@ -35,6 +35,7 @@ from seedlike.rpc import codec, shm
 from seedlike.rpc.frontend import Setup
 from seedlike.rpc.service import Refused, SessionGate
 from seedlike.server.errors import ServerStopping
+from seedlike.threadnames import named
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 START_TIMEOUT_S = 60.0  # for a front end to listen (imports, TLS setup, bind)
@@ -157,7 +158,9 @@ class FrontEnds:
         except BaseException:
             self._kill_all()
             raise
-        self._thread = threading.Thread(target=self._serve, name="front-ends", daemon=True)
+        self._thread = threading.Thread(
+            target=named("front-ends", self._serve), name="front-ends", daemon=True
+        )
         self._thread.start()
         logging.info(
             "%d stream front end(s) listening on port %d", len(self._front_ends), self.port

@@ -26,6 +26,7 @@ from seedlike.rpc import codec, ports, wire
 from seedlike.rpc import seedlike_pb2 as pb
 from seedlike.rpc.security import Credentials, check_bind
 from seedlike.server.errors import ServerStopping
+from seedlike.threadnames import named
 
 
 class Refused(Exception):
@@ -310,7 +311,9 @@ class RpcServer:
         self._servicer = servicer
         self._credentials = credentials
         self._loop = loop or asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="rpc", daemon=True)
+        self._thread = threading.Thread(
+            target=named("rpc", self._loop.run_forever), name="rpc", daemon=True
+        )
         self._thread.start()
         self._server = None
         try:

@@ -37,6 +37,7 @@ from seedlike.server.errors import ServerStopping
 from seedlike.server.matchmaking import Matchmaker
 from seedlike.server.seats import SeatTable
 from seedlike.server.trajectory_store import Episodes, StepRecord, Stopped, TrajectoryStore
+from seedlike.threadnames import named
 from seedlike.types import LEGAL_ACTION_MASK, EnvSpec, Rows
 
 # Wall time each stage's thread is busy, reported as a share of the interval (`busy/<stage>`): a
@@ -181,11 +182,11 @@ class InferenceService:
         self._finished = False
         self._crashed = False
         self._threads = [
-            threading.Thread(target=self._guarded(loop), name=name, daemon=True)
+            threading.Thread(target=named(name, self._guarded(loop)), name=name, daemon=True)
             for name, loop in (
-                ("inference-gather", self._gather_loop),
-                ("inference-reply", self._reply_loop),
-                ("inference-record", self._record_loop),
+                ("gather", self._gather_loop),
+                ("reply", self._reply_loop),
+                ("record", self._record_loop),
             )
         ]
 

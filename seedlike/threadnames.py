@@ -1,0 +1,37 @@
+"""Names Python threads in the operating system too, so `top -H`, `/proc/<pid>/task/*/comm` and
+the benchmarks' per-thread CPU accounting can tell seedlike's threads apart (Python leaves every
+thread it starts under the process's name). Linux only; elsewhere a no-op.
+
+Every name starts with PREFIX: a thread named so is one of seedlike's Python threads, which share
+the interpreter lock, unlike the native pools of XLA and gRPC (benchmarks/server_capacity.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+PREFIX = "sl-"
+_PR_SET_NAME = 15
+_libc = None
+
+
+def name_this_thread(name: str) -> None:
+    """Sets the calling thread's OS name to PREFIX + name (15 bytes at most)."""
+    global _libc
+    if not sys.platform.startswith("linux"):
+        return
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    _libc.prctl(_PR_SET_NAME, (PREFIX + name)[:15].encode(), 0, 0, 0)
+
+
+def named(name: str, target):
+    """`target` wrapped to name its thread first (for threading.Thread(target=...))."""
+
+    def run(*args, **kwargs):
+        name_this_thread(name)
+        return target(*args, **kwargs)
+
+    return run
