@@ -343,6 +343,7 @@ def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> 
         "rows_in_flight": num_actors * rows,
         "served_sps": served,
         "batch_mean": _median(window, "inference_batch_mean"),
+        "rows_in_place": _median(window, "inference_rows_in_place"),
         "server_latency_ms_p50": _median(window, "inference_latency_ms_p50"),
         "server_latency_ms_p99": _median(window, "inference_latency_ms_p99"),
         "actor_rtt_ms_p50": float(np.percentile(rtts, 50)),

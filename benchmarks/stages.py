@@ -30,10 +30,11 @@ def breakdown(env: str, config_file: str = "atari_ppo.py") -> dict:
     from seedlike.config import load_config_file
     from seedlike.envs.envpool_env import EnvpoolAdapter, make_env_spec
     from seedlike.learner.learner import Learner
-    from seedlike.policy import PolicyRunner
+    from seedlike.policy import PolicyOutput, PolicyRunner
     from seedlike.rpc import codec
     from seedlike.rpc import seedlike_pb2 as pb
     from seedlike.server.trajectory_store import BatchQueue, StepRecord, TrajectoryStore
+    from seedlike.server.unrolls import UnrollPool
 
     config = load_config_file(os.path.join(ROOT, "configs", config_file))
     config.unlock()
@@ -72,31 +73,37 @@ def breakdown(env: str, config_file: str = "atari_ppo.py") -> dict:
     s, cores = _timed(lambda: runner.step(params, obs, {}, (), first), 100)
     out["server_inference"] = s * cores / batch * 1e6
 
-    # The store writes complete unrolls straight into learner batches (no stacking later).
-    # Two slots: the store reserves the next batch inside the record() that fills one, before
-    # this loop (the learner here) can take it.
+    # The store records into the pool's unroll buffers and hands complete unrolls to the learner
+    # by reference. Two slots: the store reserves the next batch inside the record() that fills
+    # one, before this loop (the learner here) can take it.
     batches = BatchQueue(slots=2)
-    store = TrajectoryStore(spec, config.unroll_length, config.batch_unrolls, batches)
+    pool = UnrollPool(spec, config.unroll_length)
+    store = TrajectoryStore(pool, config.batch_unrolls, batches)
     seats = np.arange(n)
+    pool.open(seats)
     store.open(seats)
     rows = codec.decode_step(message.step, spec, n)
     zeros, ones = np.zeros(n, np.float32), np.ones(n, bool)
-    step = StepRecord(
-        seats, rows.reward, rows.terminated, rows.truncated, rows.acting, rows.game_over, ones,
-        rows.obs, {}, ~ones, np.full(n, -1), (), zeros.astype(np.int32), zeros, zeros, 0,
-    )  # fmt: skip
+    output = PolicyOutput(zeros.astype(np.int32), zeros, zeros, ())
     full = []
 
     def record():
+        step = StepRecord.of(
+            seats, rows, ones, rows.obs, {}, ~ones, np.full(n, -1), (), output, 0,
+            pool.place(seats, ones),
+        )  # fmt: skip
         store.record(step)
-        full.append(batches.get(timeout=0))  # the learner takes each full batch
+        batch = batches.get(timeout=0)  # the learner takes each full batch
+        if batch is not None:
+            full.append(batch.unroll())
+            batch.release()
 
     s, cores = _timed(record, 500)
     out["server_trajectory_store"] = s * cores / n * 1e6
 
     learner = Learner(config, network, devices=jax.local_devices()[:1])
     learner.set_state(learner.init_state(jax.random.key(0)))
-    stacked = next(b for b in full if b is not None)
+    stacked = full[0]
     steps = config.batch_unrolls * config.unroll_length
     s, cores = _timed(lambda: learner.update(stacked), 3)
     out["learner_update"] = s * cores / steps * 1e6

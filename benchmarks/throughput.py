@@ -123,6 +123,7 @@ def trivial_server(config_path):
     from seedlike.envs.envpool_env import make_env_spec
     from seedlike.policy import PolicyRegistry
     from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
+    from seedlike.server.unrolls import UnrollPool
     from seedlike.training import start_inference
 
     config = load_config_file(config_path)
@@ -135,18 +136,21 @@ def trivial_server(config_path):
     registry.publish(0, {"params": params, "obs_norm": network.init_obs_norm()})
     batches = BatchQueue()
     store = TrajectoryStore(
-        spec, config.unroll_length, config.batch_unrolls, batches, network.initial_carry(1)
-    )
+        UnrollPool(spec, config.unroll_length), config.batch_unrolls, batches,
+        network.initial_carry(1),
+    )  # fmt: skip
     drained = threading.Event()
 
     def drain():
         while not drained.is_set():
-            batches.get(timeout=0.1)
+            batch = batches.get(timeout=0.1)
+            if batch is not None:
+                batch.release()
 
     threading.Thread(target=drain, daemon=True).start()
     with tempfile.TemporaryDirectory() as logdir:
         service, server, address = start_inference(
-            config, network, registry, store, logdir, "127.0.0.1", 0
+            config, spec, network, registry, store, logdir, "127.0.0.1", 0
         )
         try:
             yield service, store, address

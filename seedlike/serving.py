@@ -12,7 +12,6 @@ from seedlike import checkpoint as ckpt_lib
 from seedlike.metrics import MetricsWriter
 from seedlike.policy import PolicyRegistry
 from seedlike.server import inference
-from seedlike.server.trajectory_store import TrajectoryStore
 from seedlike.training import start_inference
 
 
@@ -46,9 +45,9 @@ def serve_checkpoint(
     )
     registry = PolicyRegistry()
     registry.publish(version, {"params": state.params, "obs_norm": state.obs_norm})
-    store = TrajectoryStore(network.spec)  # episode statistics only, no unrolls
+    # No store: a frozen policy keeps episode statistics only, no unrolls.
     service, server, _ = start_inference(
-        config, network, registry, store, logdir, bind, port, greedy=greedy
+        config, network.spec, network, registry, None, logdir, bind, port, greedy=greedy
     )
     metrics = MetricsWriter(
         logdir,
@@ -64,7 +63,7 @@ def serve_checkpoint(
     try:
         while not (
             stop.is_set()
-            or (max_env_steps and store.rows_received >= max_env_steps)
+            or (max_env_steps and service.env_steps >= max_env_steps)
             or (max_episodes and service.stats.episodes_ended >= max_episodes)
         ):
             service.check_alive()
@@ -72,15 +71,13 @@ def serve_checkpoint(
             now = time.monotonic()
             if now - last >= interval_s:
                 last_rows = _write(
-                    metrics, service, store, version, now - last, last_rows, returns, lengths
+                    metrics, service, version, now - last, last_rows, returns, lengths
                 )
                 last = now
     finally:
         service.stop(finished=True)
         server.stop(grace_s=2.0)
-        _write(
-            metrics, service, store, version, time.monotonic() - last, last_rows, returns, lengths
-        )
+        _write(metrics, service, version, time.monotonic() - last, last_rows, returns, lengths)
         metrics.close()
     if max_episodes:
         returns, lengths = returns[:max_episodes], lengths[:max_episodes]
@@ -88,18 +85,18 @@ def serve_checkpoint(
         "episodes": len(returns),
         "episode_return_mean": float(np.mean(returns)) if returns else float("nan"),
         "episode_length_mean": float(np.mean(lengths)) if lengths else float("nan"),
-        "env_steps": store.rows_received,
+        "env_steps": service.env_steps,
         "seconds": time.monotonic() - start,
     }
 
 
-def _write(metrics, service, store, version, dt, last_rows, returns, lengths) -> int:
+def _write(metrics, service, version, dt, last_rows, returns, lengths) -> int:
     stats = service.stats.take()
     episodes = stats["episodes"]
     returns.extend(episodes.episode_return.tolist())
     lengths.extend(episodes.length.tolist())
     p50, p99 = inference.latency_summary(stats["latency_ms"])
-    rows = store.rows_received
+    rows = service.env_steps
     metrics.write(
         {
             "time": time.time(),

@@ -30,12 +30,13 @@ from seedlike.learner.learner import Learner
 from seedlike.metrics import MetricsWriter
 from seedlike.policy import PolicyRegistry
 from seedlike.rpc import security
-from seedlike.rpc.service import serve
+from seedlike.rpc.service import Transport, serve
 from seedlike.server import inference
 from seedlike.server.anneal import Annealing
 from seedlike.server.curriculum import Curriculum
 from seedlike.server.matchmaking import Matchmaker
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
+from seedlike.server.unrolls import UnrollPool
 from seedlike.teams import Teams
 from seedlike.types import LEGAL_ACTION_MASK
 
@@ -44,7 +45,8 @@ LEAGUE_DIR = "league"
 
 
 def start_inference(
-    config, network, registry, store, logdir, bind, port, matchmaker=None, guard=None, greedy=False
+    config, spec, network, registry, store, logdir, bind, port, matchmaker=None, guard=None,
+    greedy=False,
 ):  # fmt: skip
     """Starts the inference pipeline and its gRPC server; writes <logdir>/server_address.
 
@@ -52,7 +54,7 @@ def start_inference(
     """
     credentials = security.load(config.get("transport", {}).get("credentials", ""), "server")
     service = inference.InferenceService(
-        store.spec, network, registry, store, config.server, matchmaker, config.seed, guard, greedy
+        spec, network, registry, store, config.server, matchmaker, config.seed, guard, greedy
     )
     service.start()
     try:
@@ -103,15 +105,20 @@ class LearnerProcess:
     def env_steps(self) -> int:
         """Rows received from actors since the run began, across restarts (with several learner
         processes: by all of them, as of the last update)."""
-        return self.lockstep.env_steps(self.store.rows_received)
+        return self.lockstep.env_steps(self.service.env_steps)
 
     def learn(self, batch, interval: Interval) -> None:
-        """One update from a learner batch; publishes the new policy version."""
+        """One update from a learner batch (seedlike.server.trajectory_store.LearnerBatch);
+        publishes the new policy version and gives the batch's buffers back."""
         learner = self.learner
         start = time.perf_counter()
-        interval.staleness.append(_staleness(learner.version, batch))
-        interval.updates.append(learner.update(batch))
-        interval.consumed += batch.reward.size * learner.epochs
+        try:
+            unrolls = batch.unroll()
+        finally:
+            batch.release()  # unroll() copied what the update reads
+        interval.staleness.append(_staleness(learner.version, unrolls))
+        interval.updates.append(learner.update(unrolls))
+        interval.consumed += unrolls.reward.size * learner.epochs
         self.registry.publish(learner.version, learner.policy_params())
         if self.league is not None and self.league.wants_snapshot(learner.version):
             self.league.add_snapshot(learner.version, learner.policy_params())
@@ -220,18 +227,21 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     )
     slots = -(-int(config.server.queue_unrolls or config.batch_unrolls) // config.batch_unrolls)
     batches = BatchQueue(slots)
+    server_spec = annealing.server_spec(spec) if annealing else spec
+    # Front ends write the observations of every step straight into the pool's shared memory.
+    front_ends = Transport.from_config(config.server).front_ends
+    pool = UnrollPool(server_spec, config.unroll_length, shared=front_ends > 0)
     store = TrajectoryStore(
-        annealing.server_spec(spec) if annealing else spec,
-        config.unroll_length,
+        pool,
         learner.local_batch_unrolls,
         batches,
         network.initial_carry(1),
         max_owner_share=float(config.server.max_actor_share),
-        teams=teams,
     )
     service, server, _ = start_inference(
-        config, network, registry, store, logdir, bind, port, matchmaker, learner.guard
-    )
+        config, server_spec, network, registry, store, logdir, bind, port, matchmaker,
+        learner.guard,
+    )  # fmt: skip
     evaluator = None
     if evaluation is not None and config.league.eval_interval_s > 0:
         evaluator = EvaluationThread(evaluation, registry, config.league.eval_interval_s)
@@ -289,11 +299,13 @@ def train(
             try:
                 if p.lockstep.shared and (batch is not None or stopping):
                     # Every process takes part in each update's collectives, so all agree first.
-                    stopping = p.lockstep.agree(p.store.rows_received, stopping)
+                    stopping = p.lockstep.agree(p.service.env_steps, stopping)
                 if stopping or p.env_steps() >= total:
                     break
                 if batch is not None and learn:
                     p.learn(batch, interval)
+                elif batch is not None:
+                    batch.release()
             except jax.errors.JaxRuntimeError as e:
                 if not p.lockstep.shared:
                     raise
@@ -441,6 +453,7 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         "cfps": cfps,
         "sample_reuse": cfps / rfps if rfps > 0 else float("nan"),
         "inference_batch_mean": inference.batch_summary(stats["batch_rows"]),
+        "inference_rows_in_place": stats["rows_in_place"],
         "inference_latency_ms_p50": p50,
         "inference_latency_ms_p99": p99,
         "actors_connected": p.service.num_sessions,

@@ -11,6 +11,7 @@ from seedlike.server.anneal import Annealing
 from seedlike.server.inference import InferenceService
 from seedlike.server.matchmaking import Matchmaker
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
+from seedlike.server.unrolls import UnrollPool
 from seedlike.types import ArraySpec, EnvSpec, Rows
 
 SPEC = EnvSpec("t", {"obs": ArraySpec(np.float32, (3,))}, num_actions=4)
@@ -80,7 +81,7 @@ def test_each_episode_draws_the_change_once_and_the_learner_sees_what_the_policy
     registry = PolicyRegistry()
     registry.publish(1, {"params": params, "obs_norm": {}})  # fraction(1) = 0.5
     batches = BatchQueue(slots=1000)
-    store = TrajectoryStore(a.server_spec(SPEC), 4, 1, batches)
+    store = TrajectoryStore(UnrollPool(a.server_spec(SPEC), 4), 1, batches)
     service = InferenceService(
         SPEC, network, registry, store, config.server, Matchmaker(SPEC, annealing=a)
     )
@@ -94,7 +95,7 @@ def test_each_episode_draws_the_change_once_and_the_learner_sees_what_the_policy
         service.flush()
     finally:
         service.stop(finished=True)
-    unrolls = [jax.tree.map(lambda x: x[0], b) for b in iter(lambda: batches.get(0), None)]
+    unrolls = [jax.tree.map(lambda x: x[0], b.unroll()) for b in iter(lambda: batches.get(0), None)]
     assert len(unrolls) == 128  # per env: steps 0-4, then 4-8
     draws = []
     for u in unrolls:

@@ -20,7 +20,6 @@ from seedlike.rpc.service import serve
 from seedlike.server.curriculum import Curriculum, threshold_rule, uniform_up_to
 from seedlike.server.inference import InferenceService
 from seedlike.server.matchmaking import Matchmaker
-from seedlike.server.trajectory_store import TrajectoryStore
 from seedlike.types import LEVEL, ArraySpec, EnvSpec, Rows, take_rows
 from tests.procs import ROOT, Processes, metrics
 
@@ -188,9 +187,7 @@ def level_service(curriculum):
     registry = PolicyRegistry()
     registry.publish(0, {"params": network.init(jax.random.key(0)), "obs_norm": {}})
     matchmaker = Matchmaker(SPEC, curriculum=curriculum, success_threshold=0.5)
-    service = InferenceService(
-        SPEC, network, registry, TrajectoryStore(SPEC), config.server, matchmaker
-    )
+    service = InferenceService(SPEC, network, registry, None, config.server, matchmaker)
     service.start()
     return service, config
 

@@ -9,6 +9,7 @@ from seedlike.config import base_config
 from seedlike.policy import PolicyRegistry
 from seedlike.server.inference import RECORD_QUEUE, InferenceService
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
+from seedlike.server.unrolls import UnrollPool
 from seedlike.types import ArraySpec, EnvSpec, Rows
 
 SPEC = EnvSpec("t", {"obs": ArraySpec(np.float32, (2,))}, num_actions=3)
@@ -41,7 +42,7 @@ def test_actions_go_back_while_the_recorder_waits_for_the_learner():
     answered (until the queue between reply and record is full), because recording happens after
     the reply, off the inference path."""
     batches = BatchQueue(slots=1)
-    store = TrajectoryStore(SPEC, horizon=1, batch_unrolls=4, batches=batches)
+    store = TrajectoryStore(UnrollPool(SPEC, 1), 4, batches)
     service = service_of(store)
     try:
         session = service.open_session(0, 4)
@@ -52,10 +53,10 @@ def test_actions_go_back_while_the_recorder_waits_for_the_learner():
         for t in range(steps):
             actions, version = service.submit(session, rows(4, t)).result(timeout=10)
             assert actions.shape == (4,) and version == 3
-        assert store.rows_received < steps * 4, "the recorder must be waiting for the learner"
-        taken = [batches.get(timeout=10) for _ in range(steps - 1)]  # the learner catches up
+        assert service.env_steps < steps * 4, "the recorder must be waiting for the learner"
+        taken = [batches.get(timeout=10).unroll() for _ in range(steps - 1)]  # it catches up
         service.flush()
-        assert store.rows_received == steps * 4
+        assert service.env_steps == steps * 4
     finally:
         service.stop(finished=True)
     # Each unroll holds the steps t, t + 1 of one env, in order.
@@ -67,7 +68,7 @@ def test_actions_go_back_while_the_recorder_waits_for_the_learner():
 
 def test_sessions_of_many_sizes_are_batched_and_recorded_once():
     batches = BatchQueue(slots=1000)
-    store = TrajectoryStore(SPEC, horizon=2, batch_unrolls=1, batches=batches)
+    store = TrajectoryStore(UnrollPool(SPEC, 2), 1, batches)
     service = service_of(store, batch_timeout_ms=50.0)
     try:
         sessions = {service.open_session(i, n): n for i, n in enumerate([1, 3, 5])}
@@ -87,8 +88,8 @@ def test_sessions_of_many_sizes_are_batched_and_recorded_once():
         service.flush()
     finally:
         service.stop(finished=True)
-    unrolls = list(iter(lambda: batches.get(timeout=0), None))
+    unrolls = [b.unroll() for b in iter(lambda: batches.get(timeout=0), None)]
     # 9 seats x 3 unrolls of steps (0-2, 2-4, 4-6); then one more step of session 2 only.
-    assert len(unrolls) == 27 and store.rows_received == 7 * 9 + 3
+    assert len(unrolls) == 27 and service.env_steps == 7 * 9 + 3
     firsts = sorted(float(u.obs["obs"][0, 0, 0]) for u in unrolls)
     assert firsts == [0.0] * 9 + [2.0] * 9 + [4.0] * 9

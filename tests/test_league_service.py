@@ -20,6 +20,7 @@ from seedlike.policy import PolicyRegistry
 from seedlike.server.inference import InferenceService
 from seedlike.server.matchmaking import Matchmaker
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
+from seedlike.server.unrolls import UnrollPool
 from seedlike.types import ArraySpec, EnvSpec, Rows
 
 SPEC = EnvSpec(
@@ -82,7 +83,7 @@ def play_six_turns(config, network, league, only_legal=None):
     registry = PolicyRegistry()
     registry.publish(9, forced_params(network, 0))
     batches = BatchQueue(slots=1000)
-    store = TrajectoryStore(SPEC, 2, 1, batches)
+    store = TrajectoryStore(UnrollPool(SPEC, 2), 1, batches)
     matchmaker = Matchmaker(SPEC, league)
     service = InferenceService(SPEC, network, registry, store, config.server, matchmaker)
     service.start()
@@ -99,7 +100,7 @@ def play_six_turns(config, network, league, only_legal=None):
         service.flush()
     finally:
         service.stop(finished=True)
-    unrolls = [jax.tree.map(lambda x: x[0], b) for b in iter(lambda: batches.get(0), None)]
+    unrolls = [jax.tree.map(lambda x: x[0], b.unroll()) for b in iter(lambda: batches.get(0), None)]
     return np.array(moves), unrolls
 
 

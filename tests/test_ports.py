@@ -10,7 +10,6 @@ import pytest
 from seedlike.config import base_config
 from seedlike.rpc import client, codec, ports
 from seedlike.rpc.service import serve
-from seedlike.server.trajectory_store import TrajectoryStore
 from tests.procs import ROOT, Processes, free_port, wait_for
 from tests.test_inference import SPEC, rows, service_of
 
@@ -41,10 +40,10 @@ def test_two_claims_of_one_port_and_a_plain_bind_are_refused():
 def test_a_second_server_on_a_served_port_is_refused(front_ends):
     config = base_config().server
     config.front_ends = front_ends
-    service = service_of(TrajectoryStore(SPEC))
+    service = service_of(None)
     server, port = serve(service, "127.0.0.1", 0, config)
     try:
-        other = service_of(TrajectoryStore(SPEC))
+        other = service_of(None)
         with pytest.raises(ports.PortInUse, match=str(port)):
             serve(other, "127.0.0.1", port, config)
         other.stop(finished=True)

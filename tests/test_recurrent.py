@@ -10,6 +10,7 @@ from seedlike.envs.envpool_env import EnvpoolAdapter, make_env_spec
 from seedlike.policy import PolicyRegistry
 from seedlike.server.inference import InferenceService
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
+from seedlike.server.unrolls import UnrollPool
 
 
 def test_replay_from_stored_carry_matches_the_server(tmp_path):
@@ -25,7 +26,7 @@ def test_replay_from_stored_carry_matches_the_server(tmp_path):
     registry = PolicyRegistry()
     registry.publish(7, {"params": params, "obs_norm": obs_norm})
     batches = BatchQueue(slots=1000)
-    store = TrajectoryStore(spec, 8, 1, batches, network.initial_carry(1))
+    store = TrajectoryStore(UnrollPool(spec, 8), 1, batches, network.initial_carry(1))
     service = InferenceService(spec, network, registry, store, config.server, seed=1)
     service.start()
     try:
@@ -39,7 +40,7 @@ def test_replay_from_stored_carry_matches_the_server(tmp_path):
             env.send(actions, rows)
     finally:
         service.stop(finished=True)
-    unrolls = list(iter(lambda: batches.get(timeout=0), None))
+    unrolls = [b.unroll() for b in iter(lambda: batches.get(timeout=0), None)]
     assert len(unrolls) >= 20
     batch = jax.tree.map(lambda *x: np.concatenate(x), *unrolls)
     assert batch.first[:, 1:].any(), "episodes must end inside unrolls"

@@ -12,7 +12,6 @@ import pytest
 from seedlike.config import base_config
 from seedlike.rpc import client, codec, security
 from seedlike.rpc.service import serve
-from seedlike.server.trajectory_store import TrajectoryStore
 from tests.procs import ROOT
 from tests.test_inference import SPEC, rows, service_of
 
@@ -60,7 +59,7 @@ def test_tls_server_serves_actors_with_the_token_and_refuses_the_rest(tmp_path):
     server_creds = security.Credentials.load(directory, "server")
     actor_creds = security.Credentials.load(directory, "client")
     other = security.Credentials.load(make_credentials(tmp_path / "other", "x"), "client")
-    service = service_of(TrajectoryStore(SPEC))
+    service = service_of(None)
     server, port = serve(service, "127.0.0.1", 0, base_config().server, server_creds)
     address = f"localhost:{port}"  # the certificate names localhost
     hello = codec.make_hello(SPEC, actor_id=0, num_envs=2)

@@ -10,7 +10,6 @@ import pytest
 from seedlike.config import base_config
 from seedlike.rpc import client, codec
 from seedlike.rpc.service import peer_host, serve
-from seedlike.server.trajectory_store import TrajectoryStore
 from tests.test_inference import SPEC, rows, service_of
 
 
@@ -33,7 +32,7 @@ def server(request):
     in the learner process or by a front-end process; a test can change transport settings with
     @pytest.mark.transport(key=value)."""
     gate = Gate()
-    service = service_of(TrajectoryStore(SPEC), gate)
+    service = service_of(None, gate)
     transport = base_config().server
     transport.update(
         max_actors=2, hello_timeout_s=0.5, idle_timeout_s=1.0, front_ends=request.param

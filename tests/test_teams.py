@@ -7,10 +7,14 @@ import pytest
 
 from seedlike.algos.shaping import team_rewards, time_decay
 from seedlike.league.players import LEARNER
+from seedlike.policy import PolicyOutput
+from seedlike.server.episodes import Episodes
 from seedlike.server.matchmaking import Matchmaker
-from seedlike.server.trajectory_store import BatchQueue, Episodes, StepRecord, TrajectoryStore
+from seedlike.server.recorder import Recorder
+from seedlike.server.trajectory_store import BatchQueue, StepRecord, TrajectoryStore
+from seedlike.server.unrolls import UnrollPool
 from seedlike.teams import GameTracker, Teams
-from seedlike.types import ArraySpec, EnvSpec
+from seedlike.types import ArraySpec, EnvSpec, Rows
 
 # One env, teams (a, b) vs (c, d); raw rewards a=1, b=0, c=2, d=0.
 R = np.array([1.0, 0.0, 2.0, 0.0])
@@ -133,12 +137,9 @@ def test_matchmaker_gives_each_env_one_opponent_for_its_whole_team():
     assert policy[2] == policy[3] and policy[6] == policy[7] and policy[2] != policy[6]
 
     # The recorder's report: every seat ends in one batch -> one result per env.
-    step = StepRecord(
-        seat=seats, reward=np.zeros(8, np.float32), terminated=np.zeros(8, bool),
-        truncated=np.ones(8, bool), acting=np.zeros(8, bool), game_over=np.ones(8, bool),
-        ran=np.ones(8, bool), obs={}, extras={}, first=np.zeros(8, bool), policy=policy,
-        carry=(), action=np.zeros(8, np.int32), logp=np.zeros(8, np.float32),
-        value=np.zeros(8, np.float32), version=3,
+    step = StepRecord.of(
+        seats, _rows(np.zeros(8), done=True), np.ones(8, bool), {}, {}, np.zeros(8, bool),
+        policy, (), _output(8), 3,
     )  # fmt: skip
     mm.report(step._replace(first=np.ones(8, bool)), Episodes.empty())
     ended = Episodes(seats, np.array([1.0, 1, 0, 0, 0, 0, 1, 1]), np.ones(8, np.int64), policy)
@@ -150,27 +151,40 @@ def test_store_learns_shaped_rewards_and_reports_raw_returns():
     spec = EnvSpec("x", {"obs": ArraySpec(np.float32, (1,))}, 2, num_players=2)
     teams = Teams(np.array([0, 1]), zero_sum=True)  # two agents, one per team
     batches = BatchQueue(2)  # room for the batch and the next one the store reserves
-    store = TrajectoryStore(spec, horizon=2, batch_unrolls=2, batches=batches, teams=teams)
+    pool = UnrollPool(spec, horizon=2)
+    recorder = Recorder(TrajectoryStore(pool, batch_unrolls=2, batches=batches), teams)
     seats = np.array([0, 1])
-    store.open(seats)
+    pool.open(seats)
+    recorder.open(seats, 0)
 
     def record(reward, done, first):
-        n = 2
-        return store.record(
-            StepRecord(
-                seat=seats, reward=np.asarray(reward, np.float32),
-                terminated=np.full(n, done), truncated=np.zeros(n, bool),
-                acting=np.full(n, not done), game_over=np.full(n, done), ran=np.ones(n, bool),
-                obs={"obs": np.zeros((n, 1), np.float32)}, extras={}, first=np.full(n, first),
-                policy=np.full(n, LEARNER), carry=(), action=np.zeros(n, np.int32),
-                logp=np.zeros(n, np.float32), value=np.zeros(n, np.float32), version=0,
+        n, ran = 2, np.ones(2, bool)
+        return recorder.record(
+            StepRecord.of(
+                seats, _rows(reward, done), ran, {"obs": np.zeros((n, 1), np.float32)}, {},
+                np.full(n, first), np.full(n, LEARNER), (), _output(n), 0,
+                pool.place(seats, ran),
             )
         )  # fmt: skip
 
     record([0, 0], False, True)
     record([3, 1], False, False)
     episodes = record([1, 0], True, False)
-    batch = batches.get(timeout=1)
+    batch = batches.get(timeout=1).unroll()
     # Zero-sum of (3, 1) is (2, -2); of (1, 0), (1, -1).
     np.testing.assert_allclose(batch.reward, [[2, 1], [-2, -1]])
     np.testing.assert_allclose(episodes.episode_return, [4.0, 1.0])  # raw
+
+
+def _rows(reward, done: bool) -> Rows:
+    """Per-row fields of n rows that all end their episode (done) or all act."""
+    n = len(reward)
+    flag = np.full(n, done)
+    return Rows(
+        {}, {}, np.asarray(reward, np.float32), flag, np.zeros(n, bool),
+        np.arange(n, dtype=np.int32), np.zeros(n, np.int32), ~flag, flag,
+    )  # fmt: skip
+
+
+def _output(n: int) -> PolicyOutput:
+    return PolicyOutput(np.zeros(n, np.int32), np.zeros(n, np.float32), np.zeros(n, np.float32), ())

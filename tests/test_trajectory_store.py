@@ -1,5 +1,6 @@
 """The trajectory store: rewards and episode ends aligned with the actions that earned them,
-whole inference batches recorded at once, and unrolls written straight into learner batches."""
+whole inference batches recorded at once, and complete unrolls handed to the learner by
+reference to their buffers."""
 
 import threading
 
@@ -8,8 +9,11 @@ import numpy as np
 import pytest
 
 from seedlike.league.players import LEARNER
+from seedlike.policy import PolicyOutput
+from seedlike.server.recorder import Recorder
 from seedlike.server.seats import SeatTable
 from seedlike.server.trajectory_store import BatchQueue, StepRecord, Stopped, TrajectoryStore
+from seedlike.server.unrolls import UnrollPool
 from seedlike.types import ArraySpec, EnvSpec, Rows
 
 SPEC = EnvSpec("test", {"obs": ArraySpec(np.float32, (1,))}, num_actions=3)
@@ -44,18 +48,26 @@ def rows(
 
 class Server:
     """What the inference pipeline does around the store, for sessions of `spec`: seats from a
-    SeatTable, the policy's outputs given by the test (action; logp = -action; value = 10 obs)."""
+    SeatTable, steps placed by the pool, the recorder's work, and the policy's outputs given by
+    the test (action; logp = -action; value = 10 obs). `store` None: statistics only."""
 
-    def __init__(self, store, initial_carry=lambda n: (), step_carry=None):
+    def __init__(self, store, initial_carry=lambda n: (), step_carry=None, spec=None):
         self.store = store
-        self.seats = SeatTable(store.spec.num_players, initial_carry)
+        self.pool = store.pool if store is not None else None
+        spec = spec or store.spec
+        self.seats = SeatTable(spec.num_players, initial_carry)
+        self.recorder = Recorder(store)
         self.step_carry = step_carry  # (carry, first) -> new carry; None for feed-forward
 
     def open(self, session, num_envs):
-        self.store.open(self.seats.open(session, num_envs), owner=session)
+        seats = self.seats.open(session, num_envs)
+        if self.pool is not None:
+            self.pool.open(seats)
+        self.recorder.open(seats, session)
 
     def close(self, session):
-        return self.store.close(self.seats.close(session))
+        seats = self.seats.close(session)
+        return self.recorder.close(seats, *self.pool.close(seats))
 
     def step_record(self, session, batch, action, version=0, policy=None):
         seat = self.seats.seats(session, batch.env_id, batch.player_id)
@@ -63,37 +75,51 @@ class Server:
         first, carry, current, _ = self.seats.inputs(seat[ran])
         m = int(ran.sum())
         policy = current if policy is None else np.full(m, policy, np.int64)
+        placement = self.pool.place(seat, ran) if self.pool is not None else None
         new_carry = self.step_carry(carry, first) if self.step_carry else ()
         self.seats.advance(seat[ran], (batch.terminated | batch.truncated)[ran], new_carry)
         act = np.full(m, action, np.int32)
-        return StepRecord(
-            seat, batch.reward, batch.terminated, batch.truncated, batch.acting, batch.game_over,
-            ran, {"obs": batch.obs["obs"][ran]}, {}, first, policy, carry, act,
-            -act.astype(np.float32), batch.obs["obs"][ran, 0] * 10, version,
+        output = PolicyOutput(act, -act.astype(np.float32), batch.obs["obs"][ran, 0] * 10, ())
+        return StepRecord.of(
+            seat, batch, ran, {"obs": batch.obs["obs"][ran]}, {}, first, policy, carry, output,
+            version, placement,
         )  # fmt: skip
 
     def feed(self, session, batch, action, version=0, policy=None):
-        return self.store.record(self.step_record(session, batch, action, version, policy))
+        return self.recorder.record(self.step_record(session, batch, action, version, policy))
 
 
 def concatenate(records):
     """One record of several requests' rows, as the inference pipeline builds it."""
-    fields = [f for f in StepRecord._fields if f != "version"]
+    skip = ("placement", "written", "policy_version")
+    fields = [f for f in StepRecord._fields if f not in skip]
     parts = {f: [getattr(r, f) for r in records] for f in fields}
     joined = {f: jax.tree.map(lambda *x: np.concatenate(x), *parts[f]) for f in fields}
-    return records[0]._replace(**joined)
+    offsets = np.cumsum([0] + [r.target.size for r in (p.placement for p in records)])
+    places = [r.placement for r in records]
+    joined_places = {
+        f: np.concatenate([getattr(p, f) for p in places])
+        for f in places[0]._fields
+        if getattr(places[0], f) is not None
+    }
+    joined_places["done_row"] = np.concatenate([p.done_row + o for p, o in zip(places, offsets)])
+    placement = places[0]._replace(**joined_places)
+    return records[0]._replace(placement=placement, **joined)
 
 
-def store_of(horizon, spec=SPEC, batch_unrolls=1, carry_template=()):
-    batches = BatchQueue(slots=10_000)
-    return TrajectoryStore(spec, horizon, batch_unrolls, batches, carry_template), batches
+def store_of(horizon, spec=SPEC, batch_unrolls=1, carry_template=(), slots=10_000, **kwargs):
+    batches = BatchQueue(slots=slots)
+    pool = UnrollPool(spec, horizon)
+    return TrajectoryStore(pool, batch_unrolls, batches, carry_template, **kwargs), batches
 
 
 def emitted(batches):
     """Every unroll of every full batch, in order."""
     out = []
     for batch in iter(lambda: batches.get(timeout=0), None):
-        out += [jax.tree.map(lambda x, i=i: x[i], batch) for i in range(batch.action.shape[0])]
+        unrolls = batch.unroll()
+        batch.release()
+        out += [jax.tree.map(lambda x, i=i: x[i], unrolls) for i in range(unrolls.action.shape[0])]
     return out
 
 
@@ -217,8 +243,7 @@ def test_one_batch_of_many_sessions_records_as_each_session_alone():
 
 
 def test_unrolls_fill_learner_batches_and_a_full_queue_holds_acting_back():
-    batches = BatchQueue(slots=1)
-    store = TrajectoryStore(SPEC, 2, 3, batches)
+    store, batches = store_of(2, batch_unrolls=3, slots=1)
     server = Server(store)
     server.open(1, num_envs=4)
 
@@ -232,7 +257,7 @@ def test_unrolls_fill_learner_batches_and_a_full_queue_holds_acting_back():
     acting.start()
     acting.join(timeout=1.0)
     assert acting.is_alive(), "acting must wait for the learner"
-    batch = batches.get(timeout=5)
+    batch = batches.get(timeout=5).unroll()
     acting.join(timeout=5)
     assert not acting.is_alive()
     assert batch.action.shape == (3, 3) and batch.reward.shape == (3, 2)
@@ -246,15 +271,14 @@ def test_one_actor_fills_at_most_its_share_of_a_batch(share):
     With a 0.5 cap, session 1's unrolls beyond 2 of the 4-unroll batch are dropped until session
     2's make it full. A 0.1 cap (0 unrolls) is raised to an equal split between the two sessions
     (2 each): batches still fill."""
-    batches = BatchQueue(slots=4)
-    store = TrajectoryStore(SPEC, 2, 4, batches, max_owner_share=share)
+    store, batches = store_of(2, batch_unrolls=4, slots=4, max_owner_share=share)
     server = Server(store)
     server.open(1, num_envs=4)
     server.open(2, num_envs=1)
     for t in range(5):  # unrolls complete at records 3 and 5 (consecutive ones share a step)
         server.feed(1, rows([1.0] * 4, [0.0] * 4), action=t)
         server.feed(2, rows([2.0], [0.0]), action=t)
-    batch = batches.get(timeout=1)
+    batch = batches.get(timeout=1).unroll()
     sources = sorted(batch.obs["obs"][:, 0, 0].tolist())
     if share == 1.0:
         assert sources == [1.0, 1.0, 1.0, 1.0] and store.unrolls_capped == 0
@@ -276,8 +300,7 @@ def test_one_actor_fills_at_most_its_share_of_a_batch(share):
 def test_acting_waits_as_soon_as_a_batch_is_full_and_the_learner_has_not_taken_the_last():
     """Lockstep seats complete their unrolls together: if the store waited for the next batch's
     first unroll before blocking, a whole extra round would be acted on the old policy."""
-    batches = BatchQueue(slots=1)
-    store = TrajectoryStore(SPEC, 2, 3, batches)
+    store, batches = store_of(2, batch_unrolls=3, slots=1)
     server = Server(store)
     server.open(1, num_envs=3)
     recorded = []
@@ -343,9 +366,9 @@ def test_only_the_learning_policy_is_trained_on_and_episodes_name_who_played():
     for t in range(3):
         record = server.step_record(1, rows([t, t], [1, 1]), action=0)
         record = record._replace(policy=np.array([LEARNER, 7]))  # env 1: snapshot 7
-        store.record(record)
+        server.recorder.record(record)
     ended = rows([3, 3], [1, 1], terminated=[True, True])
-    episodes = store.record(server.step_record(1, ended, action=0))
+    episodes = server.recorder.record(server.step_record(1, ended, action=0))
     # The snapshot's unroll has nothing to train on, so it never reaches the learner.
     (u,) = emitted(batches)
     assert u.valid.all() and store.unrolls_emitted == 1
@@ -398,10 +421,9 @@ def test_lost_lives_end_learning_episodes_but_statistics_count_whole_games():
 
 
 def test_statistics_only_store_counts_episodes_without_unrolls():
-    store = TrajectoryStore(SPEC)
-    server = Server(store)
+    server = Server(None, spec=SPEC)
     server.open(1, num_envs=2)
     for t in range(3):
         server.feed(1, rows([t, t], [1, 2]), action=0)
     over = server.feed(1, rows([3, 3], [1, 2], terminated=[True, True]), action=0)
-    assert over.episode_return.tolist() == [3.0, 6.0] and store.rows_received == 8
+    assert over.episode_return.tolist() == [3.0, 6.0] and server.recorder.env_steps == 8

@@ -32,6 +32,7 @@ import grpc
 from seedlike.rpc import shm
 from seedlike.rpc.service import Opened, Refused, RpcServer, Transport
 from seedlike.server.errors import ServerStopping
+from seedlike.server.unrolls import Geometry, PoolView
 from seedlike.types import EnvSpec
 
 _STATUS = {code.value[0]: code for code in grpc.StatusCode}
@@ -48,6 +49,7 @@ class Setup:
     credentials: object  # seedlike.rpc.security.Credentials or None
     address: str  # host:port, claimed by the learner process
     receive_limit: int
+    geometry: Geometry | None  # of the learner's unroll buffers, when steps are written in place
 
 
 @dataclasses.dataclass
@@ -56,13 +58,72 @@ class _Session:
     pending: tuple | None = None  # (future, rows) of the step waiting for actions
 
 
+MIN_ARENA_ROWS = 64
+
+
+class Arenas:
+    """This front end's arenas (seedlike.rpc.shm.Arena): each step's rows go right after the
+    previous step's, so the requests the learner process batches together lie side by side; at
+    the end of the arena they wrap to its start. The rows of a step still waiting for its actions
+    are never overwritten: a step that would land on them goes to a new arena twice as large
+    (told to the learner process with `announce(index, rows, fd)`), which is kept from then on.
+    Each arena has half its rows again beyond its end, where the learner pads a batch's rows."""
+
+    def __init__(self, spec: EnvSpec, announce):
+        self.spec = spec
+        self._announce = announce
+        self.arenas: list[shm.Arena] = []
+        self._capacity = 0
+        self._head = 0
+        self._in_flight: dict[int, tuple[int, int, int]] = {}  # session -> (arena, start, end)
+
+    def place(self, session_id: int, n: int) -> tuple[int, int]:
+        """(arena index, start row) for a step of n rows of the session."""
+        start = self._head if self._head + n <= self._capacity else 0
+        if not self.arenas or n > self._capacity or self._taken(start, start + n):
+            self._grow(max(2 * self._capacity, 4 * n, MIN_ARENA_ROWS))
+            start = 0
+        index = len(self.arenas) - 1
+        self._head = start + n
+        self._in_flight[session_id] = (index, start, start + n)
+        return index, start
+
+    def done(self, session_id: int) -> None:
+        """The session's step got its actions: its rows may be reused."""
+        self._in_flight.pop(session_id, None)
+
+    def _taken(self, start: int, end: int) -> bool:
+        current = len(self.arenas) - 1
+        return any(
+            index == current and a < end and start < b for index, a, b in self._in_flight.values()
+        )
+
+    def _grow(self, capacity: int) -> None:
+        arena, fd = shm.Arena.create(self.spec, capacity + capacity // 2 + 8)
+        try:
+            self._announce(len(self.arenas), arena.rows, fd)
+        finally:
+            os.close(fd)
+        self.arenas.append(arena)
+        self._capacity = capacity
+
+
 class CentralLink:
     """The stream handler's backend in a front end: sessions and steps go to the learner process
     over the channel, rows and actions through each session's segment. Runs on the event loop."""
 
-    def __init__(self, sock: socket.socket, spec: EnvSpec, max_envs_per_actor: int, loop):
+    def __init__(
+        self,
+        sock: socket.socket,
+        spec: EnvSpec,
+        max_envs_per_actor: int,
+        loop,
+        geometry: Geometry | None = None,
+    ):
         self.spec = spec
         self.max_envs_per_actor = max_envs_per_actor
+        self._pool = PoolView(geometry) if geometry is not None else None
+        self._arenas = Arenas(spec, self._announce_arena)
         self._sock = sock
         self._loop = loop
         self._tokens = itertools.count(1)
@@ -73,7 +134,6 @@ class CentralLink:
         self.done = threading.Event()  # set when this front end should stop serving
 
     def start(self) -> None:
-        self._sock.setblocking(False)
         self._loop.add_reader(self._sock.fileno(), self._on_readable)
 
     # The backend interface (seedlike.rpc.service.InferenceServicer) -----------------------------
@@ -97,12 +157,37 @@ class CentralLink:
         if self._stopped is not None or session is None:
             future.set_exception(ServerStopping(bool(self._stopped)))
             return future
-        n = session.segment.write(rows)
+        segment = session.segment
+        n = segment.write(rows)
+        arena, start = self._arenas.place(session_id, n)
+        self._arenas.arenas[arena].write(start, rows)
+        written = segment.written[:n]
+        written[:] = False
+        if self._pool is not None:
+            # Steps go straight to where the learner records them (rows written once).
+            ran = rows.acting | rows.terminated | rows.truncated
+            at = segment.where[segment.local_seats(n, self.spec.num_players)]
+            write = ran & (at >= 0)
+            if write.all():  # the common case: no copies of the rows to pick some
+                self._pool.write_rows(at, rows.obs, rows.extras)
+                written[:] = True
+                segment.wrote_at[:n] = at
+            elif write.any():
+                flat = at[write]
+                self._pool.write_rows(
+                    flat,
+                    {k: v[write] for k, v in rows.obs.items()},
+                    {k: v[write] for k, v in rows.extras.items()},
+                )
+                written[write] = True
+                segment.wrote_at[:n][write] = flat
         session.pending = (future, n)
-        self._send(shm.encode(shm.STEP, session_id, n, time.perf_counter(), decode_s))
+        message = shm.encode(shm.STEP, session_id, n, arena, start, time.perf_counter(), decode_s)
+        self._send(message)
         return future
 
     def close_session(self, session_id: int) -> None:
+        self._arenas.done(session_id)
         if self._sessions.pop(session_id, None) is not None and self._stopped is None:
             self._send(shm.encode(shm.CLOSE, session_id))
 
@@ -111,32 +196,30 @@ class CentralLink:
 
     # Messages from the learner process ----------------------------------------------------------
 
+    def _announce_arena(self, index: int, rows: int, fd: int) -> None:
+        self._send(shm.encode(shm.ARENA, index, rows), fd)
+
     def _send(self, message: bytes, fd: int | None = None) -> None:
         try:
             # Blocking for the rare full buffer: the learner process reads all the time.
-            self._sock.setblocking(True)
             shm.send(self._sock, message, fd)
         except OSError:
             self._stop(False)  # the learner process is gone
-        finally:
-            self._sock.setblocking(False)
 
     def _on_readable(self) -> None:
         while True:
             try:
-                message, fds = shm.receive(self._sock)
+                message, fds = shm.receive(self._sock, wait=False)
             except BlockingIOError:
                 return
             except OSError:
                 message, fds = b"", []
-            for fd in fds:  # the learner process never sends descriptors
-                os.close(fd)
             if not message:  # the learner process has gone: nothing left to serve
                 self._stop(False)
                 return
-            self._handle(*shm.decode(message))
+            self._handle(*shm.decode(message), fds)
 
-    def _handle(self, kind: int, fields: tuple, extra: dict) -> None:
+    def _handle(self, kind: int, fields: tuple, extra: dict, fds: list[int]) -> None:
         if kind == shm.ACTIONS:
             version, levels_version = fields
             if extra["floats"]:
@@ -145,8 +228,14 @@ class CentralLink:
                 session = self._sessions.get(session_id)
                 if session is not None and session.pending is not None:
                     (future, n), session.pending = session.pending, None
+                    self._arenas.done(session_id)
+                    segment = session.segment
+                    moves = int(segment.move_count[0])
+                    if moves:  # step T of an unroll this front end wrote is the next one's step 0
+                        src, dst = segment.moves[:moves, 0], segment.moves[:moves, 1]
+                        self._pool.copy_step(src.copy(), dst.copy())
                     if not future.done():
-                        future.set_result((session.segment.action[:n].copy(), version))
+                        future.set_result((segment.action[:n].copy(), version))
         elif kind == shm.WELCOME:
             token, session_id, version, levels_version = fields
             future, segment = self._opening.pop(token)
@@ -168,12 +257,20 @@ class CentralLink:
                 session = self._sessions.get(session_id)
                 if session is not None and session.pending is not None:
                     (future, _), session.pending = session.pending, None
+                    self._arenas.done(session_id)
                     if not future.done():
                         future.set_exception(ServerStopping(finished))
         elif kind == shm.STOP:
             self._stop(fields[0])
+        elif kind == shm.CHUNK:
+            (index,) = fields
+            (fd,) = fds
+            self._pool.attach(index, fd)
         else:
             raise shm.MessageError(f"message kind {kind} is not for a front end")
+        if kind != shm.CHUNK:
+            for fd in fds:  # only chunks come with a descriptor
+                os.close(fd)
 
     def _stop(self, finished: bool) -> None:
         if self._stopped is None:
@@ -203,7 +300,7 @@ def serve(sock: socket.socket, setup: Setup, grace_s: float = 2.0) -> None:
     rpc = None
     loop = asyncio.new_event_loop()
     try:
-        link = CentralLink(sock, setup.spec, setup.max_envs_per_actor, loop)
+        link = CentralLink(sock, setup.spec, setup.max_envs_per_actor, loop, setup.geometry)
         servicer = setup.transport.servicer(link, setup.credentials)
         rpc = RpcServer(
             servicer,

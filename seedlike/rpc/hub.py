@@ -63,6 +63,7 @@ class _FrontEnd:
         self.index = index
         self.hub = hub
         self.sessions: dict[int, shm.Segment] = {}
+        self.arenas: list[shm.Arena] = []
         self.ready = False
         self.levels_sent = -1
         self._send_lock = threading.Lock()
@@ -84,11 +85,11 @@ class _FrontEnd:
         self.sock = parent
         self.send(pickle.dumps(setup))
 
-    def send(self, message: bytes) -> bool:
+    def send(self, message: bytes, fd: int | None = None) -> bool:
         """Sends a message; False if the front end is gone or stuck (it is then killed)."""
         try:
             with self._send_lock:
-                shm.send(self.sock, message)
+                shm.send(self.sock, message, fd)
             return True
         except OSError as e:
             if self.process.poll() is None:
@@ -111,8 +112,18 @@ class _FrontEnd:
             segment = self.sessions.get(reply.session_id)
             if segment is None:  # the stream ended while its step was answered
                 continue
-            actions, version = outcome
-            segment.action[: actions.shape[0]] = actions
+            actions, version = outcome.actions, outcome.policy_version
+            n = actions.shape[0]
+            segment.action[:n] = actions
+            if outcome.next is not None:
+                segment.where[segment.local_seats(n, self.hub.service.spec.num_players)] = (
+                    outcome.next
+                )
+            src_dst = outcome.moves
+            segment.move_count[0] = 0 if src_dst is None else src_dst[0].size
+            if src_dst is not None:
+                segment.moves[: src_dst[0].size, 0] = src_dst[0]
+                segment.moves[: src_dst[0].size, 1] = src_dst[1]
             answered.append(reply.session_id)
         if answered:
             levels_version, probs = self.hub.service.level_probs()
@@ -142,9 +153,11 @@ class FrontEnds:
         self._claim = claim
         self._gate = SessionGate(transport.max_actors, transport.max_streams_per_peer)
         receive = codec.max_step_bytes(service.spec, service.max_envs_per_actor)
+        pool = service.pool if service.pool is not None and service.pool.shared else None
+        self._pool = pool
         self._setup = lambda index: Setup(
             index, service.spec, service.max_envs_per_actor, transport, credentials,
-            f"{claim.bind}:{claim.port}", receive,
+            f"{claim.bind}:{claim.port}", receive, pool.geometry if pool is not None else None,
         )  # fmt: skip
         self._selector = selectors.DefaultSelector()
         self._front_ends: list[_FrontEnd] = []
@@ -152,6 +165,8 @@ class FrontEnds:
         self._stopping = False
         self._lock = threading.Lock()  # the front-end list, against stop()
         try:
+            if pool is not None:
+                pool.on_chunk = self._chunk_added
             for index in range(transport.front_ends):
                 self._start(index)
             self._wait_ready()
@@ -172,12 +187,23 @@ class FrontEnds:
 
     def _start(self, index: int) -> None:
         fe = _FrontEnd(index, self._setup(index), self)
+        if self._pool is not None:
+            for i, chunk in enumerate(list(self._pool.chunks)):
+                fe.send(shm.encode(shm.CHUNK, i), chunk.fd)
         with self._lock:
             if index < len(self._front_ends):
                 self._front_ends[index] = fe
             else:
                 self._front_ends.append(fe)
         self._selector.register(fe.sock, selectors.EVENT_READ, fe)
+
+    def _chunk_added(self, index: int, chunk) -> None:
+        """The pool grew (on the gather thread, under its lock): every front end maps the chunk
+        before any reply names a step in it."""
+        with self._lock:
+            front_ends = list(self._front_ends)
+        for fe in front_ends:
+            fe.send(shm.encode(shm.CHUNK, index), chunk.fd)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -223,12 +249,21 @@ class FrontEnds:
     def _handle(self, fe: _FrontEnd, message: bytes, fds: list[int]) -> None:
         kind, fields, extra = shm.decode(message)
         if kind == shm.STEP:
-            session_id, n, arrived, decode_s = fields
-            segment = fe.sessions[session_id]
-            if not 0 < n <= segment.layout.rows:
-                raise ValueError(f"a step of {n} rows for a session of {segment.layout.rows}")
+            session_id, n, index, start, arrived, decode_s = fields
+            segment, arena = fe.sessions[session_id], fe.arenas[index]
+            if not 0 < n <= segment.layout.rows or start + n > arena.rows:
+                raise ValueError(f"a step of {n} rows at {start} of arena {index}")
             self.service.stats.add_busy("decode", decode_s)
-            self.service.submit(session_id, segment.rows(n), _Reply(fe, session_id), arrived)
+            written = (segment.written[:n], segment.wrote_at[:n]) if self._pool else None
+            self.service.submit(
+                session_id, segment.rows(n, arena, start), _Reply(fe, session_id), arrived,
+                written, (arena, start),
+            )  # fmt: skip
+        elif kind == shm.ARENA:
+            index, rows = fields
+            if index != len(fe.arenas) or len(fds) != 1:
+                raise ValueError(f"arena {index} after {len(fe.arenas)}, {len(fds)} descriptors")
+            fe.arenas.append(shm.Arena.attach(self.service.spec, rows, fds[0]))
         elif kind == shm.OPEN:
             self._open(fe, fields, extra["text"], fds)
         elif kind == shm.CLOSE:

@@ -3,30 +3,52 @@ and the small messages that say which rows are ready and which actions are.
 
 A front end (seedlike.rpc.frontend, a process of its own) serves actor streams: TLS, token, limits,
 parsing and every check of a step happen there. It hands the learner process (seedlike.rpc.hub)
-rows, never requests: for each session it creates one shared-memory segment (`memfd`, no name, so
-nothing outlives the two processes) and passes its file descriptor with the session's OPEN
-message. Then, in lockstep with the actor:
+rows, never requests, through shared memory (`memfd`, no names, so nothing outlives the two
+processes; descriptors travel with the messages): one segment per session for the rows' small
+fields and the reply, and an arena per front end for the rows' observations and extras, where
+the front end writes each step's rows right after the previous step's, so that the steps of a
+batch of requests lie side by side. Then, in lockstep with the actor:
 
-  front end: writes a checked step's n rows into the segment, sends STEP(session, n)
-  learner:   reads rows [0, n) in place, batches them with other sessions' rows, runs the policy,
-             writes the n actions into the segment, sends ACTIONS(sessions ...)
-  front end: reads the actions and answers the actor, whose next step may overwrite the rows
+  front end: writes a checked step's n rows: small fields into the session's segment,
+             observations into the arena at [start, start + n); sends STEP(session, n, arena,
+             start)
+  learner:   reads the rows in place, batches them with other requests' rows, runs the policy on
+             the arena's rows themselves where a batch's rows lie side by side (JAX reads them
+             without a copy on the CPU), writes the n actions into the segment, sends
+             ACTIONS(sessions ...)
+  front end: reads the actions and answers the actor; rows [start, start + n) may be reused
 
-so the learner process sees batches of rows and no protocol buffers, and each side touches a
-segment's rows only while the other waits for it. The learner copies a request's rows into its
-policy batch before it answers; nothing of a segment is read after the actions are written.
+so the learner process sees batches of rows and no protocol buffers, and each side touches rows
+only while the other waits for them. The learner is done with a request's rows once it answers.
 
-Segment layout for a session of R = num_envs x num_players rows (every array C-order, each
-starting on a 64-byte boundary, in this order; `SessionLayout` computes the offsets from the
-EnvSpec and R alone, so both sides derive the same layout and nothing about it travels):
+Rows written once. When the learner records unrolls, the front end also writes each step's
+observations straight into the learner's unroll buffers (seedlike.server.unrolls, chunks of shared
+memory passed once with CHUNK messages): the learner tells each session, with every reply, where
+each of its seats records its next step (`where`, a flat step index, -1 before the first reply),
+and which steps to repeat as step 0 of a seat's next unroll (`moves`). The front end says which
+rows it wrote and where (`written`, `wrote_at`); the learner checks the places and writes itself
+whatever it finds missing.
+
+Arena layout for R rows (arrays C-order, 64-byte aligned, in this order; `arena_layout`):
 
   obs/<key>     spec.observation[key].dtype [R, *shape]   in the spec's key order
   extras/<key>  spec.extras[key].dtype      [R, *shape]
+
+Segment layout for a session of R = num_envs x num_players rows (the same rules; `SessionLayout`
+computes the offsets from the EnvSpec and R alone, so both sides derive the same layout and
+nothing about it travels):
+
   reward        float32 [R]
   terminated, truncated  bool [R]
   env_id, player_id      int32 [R]
   acting, game_over      bool [R]
   action        int32 [R]     written by the learner process, read by the front end
+  written       bool [R]      the front end wrote the row's step in place ...
+  wrote_at      int64 [R]     ... at this flat step index
+  where         int64 [R]     per seat (env_id x num_players + player_id): where its next step
+                              goes (learner), -1 until the first reply
+  moves         int64 [R, 2]  (src, dst) flat steps to repeat, the first `move_count` rows
+  move_count    int64 [1]
 
 Messages travel on one AF_UNIX SOCK_SEQPACKET socket pair per front end (message boundaries kept,
 file descriptors passed with SCM_RIGHTS); each is a kind byte and a struct (`encode`/`decode`).
@@ -34,6 +56,7 @@ file descriptors passed with SCM_RIGHTS); each is a kind byte and a struct (`enc
 
 from __future__ import annotations
 
+import array as _array
 import dataclasses
 import mmap
 import os
@@ -55,6 +78,15 @@ ROW_FIELDS = (
     ("acting", np.bool_),
     ("game_over", np.bool_),
 )
+# After the rows: the reply and the places of steps written in place.
+WRITER_FIELDS = (
+    ("action", np.int32, ()),
+    ("written", np.bool_, ()),
+    ("wrote_at", np.int64, ()),
+    ("where", np.int64, ()),
+    ("moves", np.int64, (2,)),
+    ("move_count", np.int64, ()),
+)
 MAX_MESSAGE = 1 << 16
 
 
@@ -68,17 +100,74 @@ class SessionLayout:
 
     @classmethod
     def of(cls, spec: EnvSpec, rows: int) -> SessionLayout:
-        entries = [(f"obs/{k}", s.dtype, s.shape) for k, s in spec.observation.items()]
-        entries += [(f"extras/{k}", s.dtype, s.shape) for k, s in spec.extras.items()]
-        entries += [(name, np.dtype(dtype), ()) for name, dtype in ROW_FIELDS]
-        entries.append(("action", np.dtype(np.int32), ()))
+        entries = [(name, np.dtype(dtype), ()) for name, dtype in ROW_FIELDS]
+        entries += [(name, np.dtype(dtype), shape) for name, dtype, shape in WRITER_FIELDS]
         arrays, offset = {}, 0
         for name, dtype, shape in entries:
             offset = -(-offset // ALIGN) * ALIGN
-            shape = (rows, *shape)
+            shape = (1,) if name == "move_count" else (rows, *shape)
             arrays[name] = (offset, np.dtype(dtype), shape)
             offset += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         return cls(rows, arrays, max(offset, 1))
+
+
+def arena_layout(spec: EnvSpec, rows: int) -> tuple[dict, int]:
+    """name -> (offset, dtype, shape) of an arena of `rows` rows, and its size in bytes."""
+    entries = [(f"obs/{k}", s.dtype, s.shape) for k, s in spec.observation.items()]
+    entries += [(f"extras/{k}", s.dtype, s.shape) for k, s in spec.extras.items()]
+    arrays, offset = {}, 0
+    for name, dtype, shape in entries:
+        offset = -(-offset // ALIGN) * ALIGN
+        arrays[name] = (offset, dtype, (rows, *shape))
+        offset += rows * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return arrays, max(offset, 1)
+
+
+class Arena:
+    """A front end's rows of observations and extras, over one shared-memory mapping (`create`
+    on the front end, `attach` in the learner process)."""
+
+    def __init__(self, spec: EnvSpec, rows: int, buffer: mmap.mmap):
+        layout, _ = arena_layout(spec, rows)
+        self.rows = rows
+        arrays = {
+            name: np.ndarray(shape, dtype, buffer, offset)
+            for name, (offset, dtype, shape) in layout.items()
+        }
+        self.obs = {k: arrays[f"obs/{k}"] for k in spec.observation}
+        self.extras = {k: arrays[f"extras/{k}"] for k in spec.extras}
+
+    @classmethod
+    def create(cls, spec: EnvSpec, rows: int) -> tuple[Arena, int]:
+        """A new anonymous arena and its file descriptor (to pass to the learner process)."""
+        _, size = arena_layout(spec, rows)
+        fd = os.memfd_create("seedlike-arena", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            buffer = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(spec, rows, buffer), fd
+
+    @classmethod
+    def attach(cls, spec: EnvSpec, rows: int, fd: int) -> Arena:
+        """Maps an arena a front end created; closes `fd`. ValueError if its size does not fit."""
+        _, size = arena_layout(spec, rows)
+        try:
+            if os.fstat(fd).st_size != size:
+                raise ValueError(f"arena of {os.fstat(fd).st_size} bytes, expected {size}")
+            buffer = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        return cls(spec, rows, buffer)
+
+    def write(self, start: int, rows: Rows) -> None:
+        n = rows.reward.shape[0]
+        for key, array in self.obs.items():
+            array[start : start + n] = rows.obs[key]
+        for key, array in self.extras.items():
+            array[start : start + n] = rows.extras[key]
 
 
 class Segment:
@@ -92,10 +181,11 @@ class Segment:
             name: np.ndarray(shape, dtype, buffer, offset)
             for name, (offset, dtype, shape) in layout.arrays.items()
         }
-        self._obs = [(k, self.arrays[f"obs/{k}"]) for k in spec.observation]
-        self._extras = [(k, self.arrays[f"extras/{k}"]) for k in spec.extras]
         self._fields = [self.arrays[name] for name, _ in ROW_FIELDS]
         self.action = self.arrays["action"]
+        self.written, self.wrote_at = self.arrays["written"], self.arrays["wrote_at"]
+        self.where, self.moves = self.arrays["where"], self.arrays["moves"]
+        self.move_count = self.arrays["move_count"]
 
     @classmethod
     def create(cls, spec: EnvSpec, rows: int) -> tuple[Segment, int]:
@@ -108,7 +198,9 @@ class Segment:
         except BaseException:
             os.close(fd)
             raise
-        return cls(layout, buffer, spec), fd
+        segment = cls(layout, buffer, spec)
+        segment.where[:] = -1
+        return segment, fd
 
     @classmethod
     def attach(cls, spec: EnvSpec, rows: int, fd: int) -> Segment:
@@ -124,21 +216,24 @@ class Segment:
         return cls(layout, buffer, spec)
 
     def write(self, rows: Rows) -> int:
-        """Copies a checked step's rows into the segment; returns their number."""
+        """Copies a checked step's small fields into the segment; returns its number of rows."""
         n = rows.reward.shape[0]
-        for key, array in self._obs:
-            array[:n] = rows.obs[key]
-        for key, array in self._extras:
-            array[:n] = rows.extras[key]
         for array, values in zip(self._fields, rows[2:]):
             array[:n] = values
         return n
 
-    def rows(self, n: int) -> Rows:
-        """The first n rows, as views of the segment."""
+    def local_seats(self, n: int, num_players: int) -> np.ndarray:
+        """The session's seat index (env_id x num_players + player_id) of each of the n rows."""
+        return (
+            self.arrays["env_id"][:n].astype(np.int64) * num_players + self.arrays["player_id"][:n]
+        )
+
+    def rows(self, n: int, arena: Arena, start: int) -> Rows:
+        """The first n rows, as views of the segment and of the arena's rows [start, start + n)."""
+        end = start + n
         return Rows(
-            {k: a[:n] for k, a in self._obs},
-            {k: a[:n] for k, a in self._extras},
+            {k: a[start:end] for k, a in arena.obs.items()},
+            {k: a[start:end] for k, a in arena.extras.items()},
             *(a[:n] for a in self._fields),
         )
 
@@ -146,26 +241,30 @@ class Segment:
 # Messages ---------------------------------------------------------------------------------------
 # front end -> learner process
 OPEN = 1  # token, actor_id, num_envs, peer (utf-8); the segment's fd passed alongside
-STEP = 2  # session, rows, arrived (perf_counter), decode seconds
+STEP = 2  # session, rows, arena, start row there, arrived (perf_counter), decode seconds
 CLOSE = 3  # session
 READY = 4  # port: the front end listens
+ARENA = 5  # index, rows: a new arena of the front end's, its fd passed alongside
 # learner process -> front end
 WELCOME = 11  # token, session, policy version, levels version, level probabilities
 REFUSE = 12  # token, gRPC status code, message (utf-8)
 ACTIONS = 13  # policy version, levels version, sessions [k], level probabilities (when changed)
 FAIL = 14  # finished, sessions [k]: the server stopped before answering them
 STOP = 15  # finished: end every stream and exit
+CHUNK = 16  # index: a chunk of unroll buffers, its fd passed alongside (seedlike.server.unrolls)
 
 _HEADERS = {
     OPEN: struct.Struct("<BQii"),
-    STEP: struct.Struct("<BQIdd"),
+    STEP: struct.Struct("<BQIIQdd"),
     CLOSE: struct.Struct("<BQ"),
     READY: struct.Struct("<BI"),
+    ARENA: struct.Struct("<BIQ"),
     WELCOME: struct.Struct("<BQQqq"),
     REFUSE: struct.Struct("<BQB"),
     ACTIONS: struct.Struct("<BqqII"),
     FAIL: struct.Struct("<B?I"),
     STOP: struct.Struct("<B?"),
+    CHUNK: struct.Struct("<BI"),
 }
 
 
@@ -235,11 +334,18 @@ def send(sock: socket.socket, message: bytes, fd: int | None = None) -> None:
         socket.send_fds(sock, [message], [fd])
 
 
-def receive(sock: socket.socket) -> tuple[bytes, list[int]]:
-    """One message and the file descriptors passed with it (b"" when the peer has gone)."""
-    message, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE, 1)
+def receive(sock: socket.socket, wait: bool = True) -> tuple[bytes, list[int]]:
+    """One message and the file descriptors passed with it (b"" when the peer has gone);
+    without `wait`, BlockingIOError when none is there. (socket.recv_fds ignores its flags.)"""
+    fds = _array.array("i")
+    message, ancillary, flags, _ = sock.recvmsg(
+        MAX_MESSAGE, socket.CMSG_LEN(fds.itemsize), 0 if wait else socket.MSG_DONTWAIT
+    )
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
     if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
         for fd in fds:
             os.close(fd)
         raise MessageError(f"a message longer than {MAX_MESSAGE} bytes")
-    return message, fds
+    return message, list(fds)

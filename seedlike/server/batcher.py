@@ -40,6 +40,14 @@ class Request:
     rows: Any  # seedlike.types.Rows
     future: Any  # concurrent.futures.Future
     arrived: float  # time.perf_counter() when it was submitted
+    # A front end that wrote the rows' steps in place (seedlike.server.unrolls): bool [n] which
+    # rows, and int64 [n] where it wrote them. None: nobody did.
+    written: Any = None
+    wrote_at: Any = None
+    # (arena, start): the rows' observations and extras are rows [start, start + n) of
+    # `arena.obs` / `arena.extras` (seedlike.rpc.shm.Arena), whose neighbours may be other
+    # requests' rows; None: they are only where `rows` says.
+    span: Any = None
 
     @property
     def num_rows(self) -> int:

@@ -1,15 +1,17 @@
 """Central inference: one pipeline from actor requests to actions and recorded trajectories.
 
-Transport-agnostic: the gRPC layer (seedlike.rpc.service) calls `open_session`, `submit` and
-`close_session`; tests call them directly. Three threads, each doing only its own work, joined by
-bounded queues so that a slow stage holds back the ones before it (backpressure):
+Transport-agnostic: the gRPC layer (seedlike.rpc.service, seedlike.rpc.hub) calls
+`open_session`, `submit` and `close_session`; tests call them directly. Three threads, each doing
+only its own work, joined by bounded queues so that a slow stage holds back the ones before it
+(backpressure):
 
   batcher  -> gather : requests per the batching rule (seedlike.server.batcher), look up the
-                       seats, run the policy of every seat group (dispatched: JAX computes while
-                       this thread gathers the next batch)
+                       seats, place their steps (seedlike.server.unrolls), run the policy of every
+                       seat group (dispatched: JAX computes while this thread gathers the next)
            -> reply  : fetch the outputs to the host, advance the seats, hand the batch to the
-                       recorder, send the actions back
-           -> record : write whole batches into the trajectory store, report ended episodes
+                       recorder, send the actions back (with where each seat's next step goes)
+           -> record : episode statistics, team reward shaping, and whole batches into the
+                       trajectory store
 
 Actions go back before anything is recorded; the recorder blocks only when the learner has not
 taken the batches already built (seedlike.server.trajectory_store.BatchQueue).
@@ -26,6 +28,7 @@ import logging
 import queue
 import threading
 import time
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -33,10 +36,13 @@ import numpy as np
 from seedlike.league.players import LEARNER
 from seedlike.policy import PolicyOutput, PolicyRegistry, PolicyRunner, Ready, bucket_size
 from seedlike.server.batcher import STOP, Batch, Batcher, Control, Request
+from seedlike.server.episodes import Episodes
 from seedlike.server.errors import ServerStopping
 from seedlike.server.matchmaking import Matchmaker
+from seedlike.server.recorder import Recorder
 from seedlike.server.seats import SeatTable
-from seedlike.server.trajectory_store import Episodes, StepRecord, Stopped, TrajectoryStore
+from seedlike.server.trajectory_store import StepRecord, Stopped, TrajectoryStore
+from seedlike.server.unrolls import Placement, aligned_empty
 from seedlike.threadnames import named
 from seedlike.types import LEGAL_ACTION_MASK, EnvSpec, Rows
 
@@ -63,6 +69,7 @@ class InferenceStats:
     def __init__(self):
         self._lock = threading.Lock()
         self.episodes_ended = 0  # since the start, never reset
+        self.rows_read_in_place = 0  # policy inputs that were a front end's arena rows, ever
         self._reset()
 
     def _reset(self):
@@ -70,7 +77,14 @@ class InferenceStats:
         self.latency_ms: list[float] = []
         self.episodes: list[Episodes] = []
         self.busy = dict.fromkeys(STAGES, 0.0)
+        self.rows_read = [0, 0]  # policy input rows copied, read in place
         self.segment_sums = dict.fromkeys(SEGMENTS, 0.0)  # ms, summed over requests
+
+    def read(self, rows: int, in_place: bool) -> None:
+        """A batch's policy inputs: `rows` rows, read in place (a front end's arena) or copied."""
+        with self._lock:
+            self.rows_read[in_place] += rows
+            self.rows_read_in_place += rows if in_place else 0
 
     def batch(self, rows: int, latencies_ms: list[float], segment_sums_ms: dict) -> None:
         """One batch: rows run, each request's latency, and each segment summed over requests."""
@@ -97,6 +111,7 @@ class InferenceStats:
                 "latency_ms": self.latency_ms,
                 "episodes": Episodes.concatenate(self.episodes),
                 "busy_s": self.busy,
+                "rows_in_place": self.rows_read[1] / max(sum(self.rows_read), 1),
                 "segments_ms": {
                     k: total / len(self.latency_ms) if self.latency_ms else None
                     for k, total in self.segment_sums.items()
@@ -104,6 +119,18 @@ class InferenceStats:
             }
             self._reset()
         return out
+
+
+class Answer(NamedTuple):
+    """What a request's sink (seedlike.rpc.hub) is told: the actions, the policy version, and for
+    a writer of observations in place, where each row's seat records its next step (flat step
+    indices, seedlike.server.unrolls) and which steps it wrote to repeat as step 0 of the next
+    unroll. Futures get (actions, policy_version)."""
+
+    actions: np.ndarray  # int32 [n]
+    policy_version: int
+    next: np.ndarray | None  # int64 [n]; None without unrolls
+    moves: tuple | None  # (src int64 [k], dst int64 [k]) or None
 
 
 @dataclasses.dataclass
@@ -120,7 +147,9 @@ class _Job:
     policy: np.ndarray  # [m]
     carry: object  # [m, ...] before the step
     groups: list  # (row indices into the m rows, Pending or Ready)
-    version: int
+    policy_version: int
+    placement: Placement | None  # where the steps go (None: no unrolls)
+    written: np.ndarray | None  # bool [m]: the step is in place already (a front end wrote it)
     closed: float = 0.0  # perf_counter when the batch closed
     dispatched: float = 0.0  # ... and when its policies were dispatched
 
@@ -132,6 +161,8 @@ class _Seats:
     seats: np.ndarray
     opens: bool
     session_id: int
+    buffers: np.ndarray | None = None  # a closing session's partial unrolls ...
+    recorded: np.ndarray | None = None  # ... and the steps recorded in each
 
 
 class InferenceService:
@@ -139,7 +170,8 @@ class InferenceService:
     spec: the EnvSpec actors must match.
     network: the networks.Network of the learning policy (and of league snapshots).
     registry: the published params of the learning policy.
-    store: the TrajectoryStore the recorder writes into.
+    store: the TrajectoryStore the recorder writes into (its pool places every step); None
+      keeps episode statistics only (serving a frozen policy).
     server_config: the `server` config section (batching, queues, limits).
     matchmaker: who plays each episode (league, bots, annealing); None: the learning policy in
       every seat, every change.
@@ -154,7 +186,7 @@ class InferenceService:
         spec: EnvSpec,
         network,
         registry: PolicyRegistry,
-        store: TrajectoryStore,
+        store: TrajectoryStore | None,
         server_config,
         matchmaker: Matchmaker | None = None,
         seed: int = 0,
@@ -164,8 +196,10 @@ class InferenceService:
         self.spec = spec
         self.registry = registry
         self.store = store
+        self.pool = store.pool if store is not None else None
         self.max_envs_per_actor = int(server_config.max_envs_per_actor)
         self.matchmaker = matchmaker or Matchmaker(spec, seed=seed)
+        self.recorder = Recorder(store, self.matchmaker.teams)
         self.stats = InferenceStats()
         self.runner = PolicyRunner(network, greedy=greedy, seed=seed, guard=guard)
         self.seats = SeatTable(spec.num_players, network.initial_carry)
@@ -204,7 +238,15 @@ class InferenceService:
         logging.info("actor %d connected (session %d, %d envs)", actor_id, session_id, num_envs)
         return session_id
 
-    def submit(self, session_id: int, rows: Rows, future=None, arrived: float | None = None):
+    def submit(
+        self,
+        session_id: int,
+        rows: Rows,
+        future=None,
+        arrived: float | None = None,
+        written: tuple | None = None,
+        span: tuple | None = None,
+    ):
         """Queues one step. The future resolves to (actions int32 [n], policy version), or fails
         with ServerStopping when the service stops first.
 
@@ -215,6 +257,11 @@ class InferenceService:
             callback, so the loop is woken once per batch, not once per request.
           arrived: when the request arrived (time.perf_counter(), the same clock in every
             process of this host); default now. The latency metrics count from it.
+          written: (bool [n], int64 [n]) which rows' steps the caller wrote in place already and
+            where (the flat steps of the previous Answer's `next`); None: none.
+          span: (arena, start) where the rows' observations lie among other requests' rows
+            (seedlike.rpc.shm.Arena): a batch of neighbouring requests is given to the policy
+            without a copy.
         """
         future = future if future is not None else concurrent.futures.Future()
         # Registered before the check, so that stop() either sees it or it sees stop().
@@ -223,7 +270,8 @@ class InferenceService:
             self._fail(future)
         else:
             arrived = time.perf_counter() if arrived is None else arrived
-            self.batcher.put(Request(session_id, rows, future, arrived))
+            written, wrote_at = written or (None, None)
+            self.batcher.put(Request(session_id, rows, future, arrived, written, wrote_at, span))
         return future
 
     def close_session(self, session_id: int) -> None:
@@ -247,6 +295,11 @@ class InferenceService:
         while self._records.unfinished_tasks and time.monotonic() < deadline:
             self.check_alive()
             time.sleep(0.005)
+
+    @property
+    def env_steps(self) -> int:
+        """Rows recorded since this process started."""
+        return self.recorder.env_steps
 
     @property
     def num_sessions(self) -> int:
@@ -273,7 +326,7 @@ class InferenceService:
         self._finished = finished
         self._stopping.set()
         self.batcher.put(STOP)
-        if self.store.batches is not None:
+        if self.store is not None and self.store.batches is not None:
             self.store.batches.close()  # a recorder waiting for the learner gives up
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for thread in self._threads:
@@ -344,6 +397,8 @@ class InferenceService:
             for control in batch.controls:
                 if control.opens:
                     seats = self.seats.open(control.session_id, control.num_envs)
+                    if self.pool is not None:
+                        self.pool.open(seats)
                     self._put(self._records, _Seats(seats, True, control.session_id))
             if batch.requests:
                 start = time.perf_counter()
@@ -355,7 +410,10 @@ class InferenceService:
             for control in batch.controls:
                 if not control.opens:
                     seats = self.seats.close(control.session_id)
-                    self._put(self._records, _Seats(seats, False, control.session_id))
+                    closing = _Seats(seats, False, control.session_id)
+                    if self.pool is not None:
+                        closing.buffers, closing.recorded = self.pool.close(seats)
+                    self._put(self._records, closing)
 
     def _dispatch(self, batch: Batch) -> _Job:
         requests = batch.requests
@@ -374,8 +432,9 @@ class InferenceService:
                 run_seats[starting], version
             )
             self.seats.start(run_seats[starting], policy[starting], changed[starting])
-        obs, extras = _policy_inputs(requests, ran)
+        obs, extras, shared = _policy_inputs(requests, ran)
         m = first.shape[0]  # rows the policy runs on; obs and extras are padded beyond them
+        self.stats.read(m, shared)
         if self.matchmaker.annealing is not None:
             obs, extras = self.matchmaker.annealing.apply(
                 {k: v[:m] for k, v in obs.items()},
@@ -384,9 +443,26 @@ class InferenceService:
                 self.spec.logits_size,
             )
         groups = self._run_policies(latest, obs, extras, carry, first, policy)
-        # the store records the rows without padding
-        obs, extras = ({k: v[:m] for k, v in d.items()} for d in (obs, extras))
-        return _Job(requests, rows, seat, ran, obs, extras, first, policy, carry, groups, version)
+        placement, written = None, None
+        if self.pool is not None:
+            placement = self.pool.place(seat, ran)
+            if self.matchmaker.annealing is None:  # else the store writes what the policy saw
+                written = _written(requests, ran, placement.target)
+        # The recorder gets the observations of the steps it writes itself, and every extras row
+        # (the curriculum reads levels there); none of them may stay views of rows a front end
+        # will reuse once it has its actions.
+        unwritten = slice(None) if written is None else ~written
+        if self.pool is None:
+            obs = {}
+        else:
+            obs = {k: v[:m][unwritten] for k, v in obs.items()}
+            if shared and written is None:
+                obs = {k: v.copy() for k, v in obs.items()}
+        extras = {k: v[:m].copy() if shared else v[:m] for k, v in extras.items()}
+        return _Job(
+            requests, rows, seat, ran, obs, extras, first, policy, carry, groups, version,
+            placement, written,
+        )  # fmt: skip
 
     def _run_policies(self, latest, obs, extras, carry, first, policy) -> list:
         """Dispatches each policy on its rows: the learning policy, league snapshots and bots."""
@@ -439,10 +515,9 @@ class InferenceService:
             self.stats.add_busy("policy", fetched - start)
             done = job.rows.terminated | job.rows.truncated
             self.seats.advance(job.seat[job.ran], done[job.ran], output.carry)
-            record = StepRecord(
-                job.seat, job.rows.reward, job.rows.terminated, job.rows.truncated,
-                job.rows.acting, job.rows.game_over, job.ran, job.obs, job.extras, job.first,
-                job.policy, job.carry, output.action, output.logp, output.value, job.version,
+            record = StepRecord.of(
+                job.seat, job.rows, job.ran, job.obs, job.extras, job.first, job.policy,
+                job.carry, output, job.policy_version, job.placement, job.written,
             )  # fmt: skip
             # Queued before the actions go out, so a session's close (which can only follow its
             # last reply) always reaches the recorder after the session's last record.
@@ -450,16 +525,20 @@ class InferenceService:
                 return
             actions = np.zeros(job.seat.shape[0], np.int32)
             actions[job.ran] = output.action
+            moves = _moves(job, self.pool.steps) if self.pool is not None else {}
             now = time.perf_counter()
             offset, sinks = 0, {}
-            for request in job.requests:
+            for i, request in enumerate(job.requests):
                 n = request.num_rows
-                result = (actions[offset : offset + n], job.version)
+                rows = slice(offset, offset + n)
                 sink = _sink_of(request.future)
                 if sink is not None:
-                    sinks.setdefault(sink, []).append((request.future, result))
+                    place = job.placement
+                    nxt = place.next[rows] if place is not None and place.next is not None else None
+                    answer = Answer(actions[rows], job.policy_version, nxt, moves.get(i))
+                    sinks.setdefault(sink, []).append((request.future, answer))
                 else:
-                    request.future.set_result(result)
+                    request.future.set_result((actions[rows], job.policy_version))
                 self._pending.discard(request.future)
                 offset += n
             for sink, replies in sinks.items():
@@ -483,15 +562,15 @@ class InferenceService:
         for item in self._items(self._records):
             start = time.perf_counter()
             if not isinstance(item, _Seats):
-                episodes = self.store.record(item)
+                episodes = self.recorder.record(item)
                 self.matchmaker.report(item, episodes)
                 self.stats.ended(episodes)
                 self.stats.add_busy("record", time.perf_counter() - start)
             elif item.opens:
-                self.store.open(item.seats, item.session_id)
+                self.recorder.open(item.seats, item.session_id)
                 self.matchmaker.opened(item.seats)
             else:
-                dropped = self.store.close(item.seats)
+                dropped = self.recorder.close(item.seats, item.buffers, item.recorded)
                 if dropped:
                     logging.info(
                         "session %d: dropped %d steps of partial unrolls", item.session_id, dropped
@@ -512,13 +591,14 @@ class _LoopSink:
         return isinstance(other, _LoopSink) and other._loop is self._loop
 
     def deliver(self, replies) -> None:
-        self._loop.call_soon_threadsafe(_resolve, replies)
+        answered = [(f, a if isinstance(a, BaseException) else a[:2]) for f, a in replies]
+        self._loop.call_soon_threadsafe(_resolve, answered)
 
 
 def _sink_of(future):
     """Where a request's reply goes when it is not a concurrent.futures.Future: a sink whose
-    `deliver([(future, (actions, version) or exception), ...])` takes a batch's replies at once
-    (the event loop of an asyncio future, or the `sink` of a front end's request)."""
+    `deliver([(future, Answer or exception), ...])` takes a batch's replies at once (the event
+    loop of an asyncio future, or the `sink` of a front end's request)."""
     if isinstance(future, asyncio.Future):
         return _LoopSink(future.get_loop())
     return getattr(future, "sink", None)
@@ -535,6 +615,37 @@ def _resolve(replies) -> None:
             future.set_result(outcome)
 
 
+def _written(requests: list[Request], ran: np.ndarray, target: np.ndarray) -> np.ndarray | None:
+    """bool [m]: the ran rows whose step a front end wrote in place already: where the placement
+    puts it (a row it wrote elsewhere, which would be a bug, is written again by the store)."""
+    if all(r.written is None for r in requests):
+        return None
+    written = np.concatenate(
+        [r.written if r.written is not None else np.zeros(r.num_rows, np.bool_) for r in requests]
+    )[ran]
+    wrote_at = np.concatenate(
+        [r.wrote_at if r.wrote_at is not None else np.full(r.num_rows, -1) for r in requests]
+    )[ran]
+    return written & (wrote_at == target)
+
+
+def _moves(job: _Job, steps: int) -> dict:
+    """Per request (its index): the (src, dst) flat steps its writer repeats, for the unrolls this
+    batch completed whose step T it wrote in place: step T of the old buffer is step 0 of the
+    new one (steps = T + 1). The store repeats the others itself."""
+    place = job.placement
+    if place is None or job.written is None or not place.done_row.size:
+        return {}
+    mine = job.written[place.done_row]
+    if not mine.any():
+        return {}
+    rows = place.done_row[mine]
+    src, dst = place.target[rows], place.done_new[mine] * steps
+    request = np.repeat(np.arange(len(job.requests)), [r.num_rows for r in job.requests])
+    request = request[job.ran][rows]
+    return {int(i): (src[request == i], dst[request == i]) for i in np.unique(request)}
+
+
 def _concatenate(parts: list[Rows]) -> Rows:
     """The per-row fields of several requests' rows, concatenated (obs and extras left empty)."""
     fields = [f for f in Rows._fields if f not in ("obs", "extras")]
@@ -543,15 +654,33 @@ def _concatenate(parts: list[Rows]) -> Rows:
     )
 
 
-def _policy_inputs(requests: list[Request], ran: np.ndarray) -> tuple[dict, dict]:
-    """obs and extras of the rows the policy runs on, copied once into arrays already padded to
-    the policy's batch size (seedlike.policy.bucket_size; padding rows are zeros)."""
-    size = bucket_size(int(ran.sum()))
+def _policy_inputs(requests: list[Request], ran: np.ndarray) -> tuple[dict, dict, bool]:
+    """obs and extras of the rows the policy runs on, padded to the policy's batch size
+    (seedlike.policy.bucket_size), and whether they are views of a front end's arena.
+
+    When every row runs and the requests' rows lie side by side in one arena (a front end writes
+    each step right after the previous one), they are rows of the arena itself, padded with the
+    rows after them: no copy here, and JAX reads them in place on the CPU. Otherwise they are
+    copied once into 64-byte aligned arrays, padded with zeros."""
+    m = int(ran.sum())
+    size = bucket_size(m)
+    if m == ran.shape[0] and requests[0].span is not None:
+        arena, start = requests[0].span
+        end = start
+        for r in requests:
+            if r.span is None or r.span[0] is not arena or r.span[1] != end:
+                break
+            end += r.num_rows
+        else:
+            if start + size <= arena.rows:
+                views = [{k: a[start : start + size] for k, a in d.items()}
+                         for d in (arena.obs, arena.extras)]  # fmt: skip
+                return views[0], views[1], True
     out = []
     for part in ("obs", "extras"):
         arrays = {}
         for key, array in getattr(requests[0].rows, part).items():
-            buffer = np.empty((size, *array.shape[1:]), array.dtype)
+            buffer = aligned_empty((size, *array.shape[1:]), array.dtype)  # JAX takes it as is
             offset, start = 0, 0
             for r in requests:
                 n = r.num_rows
@@ -564,7 +693,7 @@ def _policy_inputs(requests: list[Request], ran: np.ndarray) -> tuple[dict, dict
             buffer[offset:] = 0
             arrays[key] = buffer
         out.append(arrays)
-    return out[0], out[1]
+    return out[0], out[1], False
 
 
 def _gather_outputs(groups, rows: int) -> PolicyOutput:

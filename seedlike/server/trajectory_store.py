@@ -1,4 +1,4 @@
-"""Per-seat unroll buffers: whole inference batches in, learner batches of complete unrolls out.
+"""Complete unrolls into learner batches: whole inference batches in, batches of unroll buffers out.
 
 Alignment (see seedlike.types.Unroll): a row carries the observation after the seat's previous
 action and that action's outcome. On arrival the outcome is added to the seat's pending step, then
@@ -6,11 +6,14 @@ a new step is recorded if the policy ran on the row (it acts, or it ends the epi
 observation's value bootstraps a truncated episode). In turn-based games the rows of a player who
 does not move only add their reward to the player's pending step.
 
-Seats are global (seedlike.server.seats), so one `record` call handles every row of an inference
-batch with a few vectorized operations, whatever the number of actors in it. Complete unrolls are
-written straight into the learner's next batch [batch_unrolls, T+1, ...] (no per-unroll copies
-and no stacking later); a full batch goes to the `BatchQueue`. A closed session takes its partial
-unrolls with it: nothing incomplete is ever emitted.
+Where each step goes was decided before the batch was dispatched (seedlike.server.unrolls:
+`UnrollPool.place`); the store writes the small fields of each step there (action, behaviour
+log-probability and value, flags, rewards, policy version), the observations of the steps no
+front end has written in place already, and the recurrent carry at each unroll's start. A complete
+unroll goes into the learner batch being filled as a reference to its buffer (its observations are
+not copied); a full batch goes to the `BatchQueue`, and its buffers return to the pool when the
+learner is done with them (`LearnerBatch.release`). A closed session takes its partial unrolls
+with it: nothing incomplete is ever emitted.
 
 Only the recorder thread calls into the store, so it needs no locks.
 """
@@ -25,23 +28,43 @@ import jax
 import numpy as np
 
 from seedlike.league.players import LEARNER
-from seedlike.types import EnvSpec, Unroll
+from seedlike.server.unrolls import Placement, UnrollPool, aligned_empty
+from seedlike.types import Rows, Unroll
+
+# Small per-step fields of an unroll: name -> dtype (its observations live in the pool).
+SMALL_FIELDS = {
+    "action": np.int32,
+    "behaviour_logp": np.float32,
+    "behaviour_value": np.float32,
+    "valid": np.bool_,
+    "first": np.bool_,
+    "policy_version": np.int32,
+    "reward": np.float32,
+    "terminated": np.bool_,
+    "truncated": np.bool_,
+}
+OUTCOMES = ("reward", "terminated", "truncated")  # a step's, known one step later
 
 
 class StepRecord(NamedTuple):
-    """One inference batch as the store records it: every row, and what the policy did on the m
+    """One inference batch as the recorder sees it: every row, and what the policy did on the m
     rows it ran on (those that act or end an episode), in row order.
 
     Layout:
       seat:       int64 [n]  global seat of every row
       reward, terminated, truncated, acting, game_over: [n]  as in seedlike.types.Rows
       ran:        bool  [n]  the policy ran on the row
-      obs, extras: dict key -> [m, ...], as the policy saw them (after annealing)
+      obs:        dict key -> [j, ...]  the observations of the steps not written in place, as
+                             the policy saw them (after annealing): all m when `written` is None
+      extras:     dict key -> [m, ...]  every ran row's extras (legal masks, levels)
+      written:    bool  [m]  the step's observations and extras are in place already (a front
+                             end wrote them where `placement` says); None: none are
       first:      bool  [m]  the step starts an episode
       policy:     int64 [m]  who played (seedlike.league.players policy ids)
       carry:      [m, ...]   recurrent state before the step (() feed-forward)
       action:     int32 [m];  logp, value: float32 [m]
-      version:    policy version of the learning policy's params
+      placement:  where the steps go (seedlike.server.unrolls.Placement); None: no unrolls
+      policy_version: of the learning policy's params
     """
 
     seat: np.ndarray
@@ -53,36 +76,77 @@ class StepRecord(NamedTuple):
     ran: np.ndarray
     obs: dict
     extras: dict
+    written: np.ndarray | None
     first: np.ndarray
     policy: np.ndarray
     carry: Any
     action: np.ndarray
     logp: np.ndarray
     value: np.ndarray
-    version: int
-
-
-class Episodes(NamedTuple):
-    """Episodes that ended (whole games: an Atari life lost does not end one), [k] each."""
-
-    seat: np.ndarray  # int64: global seat
-    episode_return: np.ndarray  # float64: undiscounted
-    length: np.ndarray  # int64: steps the seat acted
-    policy: np.ndarray  # int64: who played the seat
+    placement: Placement | None
+    policy_version: int
 
     @classmethod
-    def empty(cls) -> Episodes:
-        return cls(*(np.zeros(0, d) for d in (np.int64, np.float64, np.int64, np.int64)))
-
-    @classmethod
-    def concatenate(cls, parts: list[Episodes]) -> Episodes:
-        if not parts:
-            return cls.empty()
-        return cls(*(np.concatenate(fields) for fields in zip(*parts)))
+    def of(
+        cls, seat, rows: Rows, ran, obs, extras, first, policy, carry, output, policy_version,
+        placement=None, written=None,
+    ) -> StepRecord:  # fmt: skip
+        """The record of a batch: `rows` its per-row fields (Rows; observations are not read
+        from it), `obs`/`extras` what the policy saw, `output` the policy's
+        (seedlike.policy.PolicyOutput: action, logp, value)."""
+        return cls(
+            seat, rows.reward, rows.terminated, rows.truncated, rows.acting, rows.game_over, ran,
+            obs, extras, written, first, policy, carry, output.action, output.logp,
+            output.value, placement, int(policy_version),
+        )  # fmt: skip
 
 
 class Stopped(Exception):
     """The batch queue was closed while the store waited for room."""
+
+
+class LearnerBatch:
+    """A full learner batch: B unrolls, their small fields copied out, their observations still
+    in the pool's buffers until `unroll()` gathers them; `release()` gives the buffers back."""
+
+    def __init__(self, pool: UnrollPool, size: int, carry_template):
+        self.pool = pool
+        self.buffers = np.zeros(size, np.int64)
+        self.small = {name: np.zeros((size, pool.steps), d) for name, d in SMALL_FIELDS.items()}
+        self.carry = jax.tree.map(lambda c: np.zeros((size, *c.shape[1:]), c.dtype), carry_template)
+        self.filled = 0
+        self.owners: dict[int, int] = {}  # unrolls per owner
+
+    def unroll(self) -> Unroll:
+        """The batch as stacked unrolls [B, T+1, ...] (observations gathered from the pool into
+        64-byte aligned arrays, which JAX takes without a copy on the CPU)."""
+        t, b = self.pool.horizon, self.buffers
+        spec = self.pool.spec
+
+        def gathered(kind, key, s):
+            out = aligned_empty((b.size, self.pool.steps, *s.shape), s.dtype)
+            self.pool.gather(f"{kind}/{key}", b, out)
+            return out
+
+        small = self.small
+        return Unroll(
+            obs={k: gathered("obs", k, s) for k, s in spec.observation.items()},
+            extras={k: gathered("extras", k, s) for k, s in spec.extras.items()},
+            action=small["action"],
+            behaviour_logp=small["behaviour_logp"],
+            behaviour_value=small["behaviour_value"],
+            valid=small["valid"],
+            first=small["first"],
+            policy_version=small["policy_version"],
+            reward=small["reward"][:, :t],
+            terminated=small["terminated"][:, :t],
+            truncated=small["truncated"][:, :t],
+            carry=self.carry,
+        )
+
+    def release(self) -> None:
+        self.pool.release(self.buffers)
+        self.buffers = self.buffers[:0]
 
 
 class BatchQueue:
@@ -104,10 +168,10 @@ class BatchQueue:
             if self._closed.is_set():
                 raise Stopped()
 
-    def put(self, batch: Unroll) -> None:
+    def put(self, batch: LearnerBatch) -> None:
         self._ready.put(batch)
 
-    def get(self, timeout: float) -> Unroll | None:
+    def get(self, timeout: float) -> LearnerBatch | None:
         """The next full batch, or None after `timeout` seconds."""
         try:
             batch = self._ready.get(timeout=timeout)
@@ -124,12 +188,10 @@ class BatchQueue:
 
 
 class TrajectoryStore:
-    """Builds unrolls of `horizon` steps for every open seat and episode statistics.
+    """Records steps into the pool's buffers and emits complete unrolls in learner batches.
 
     Args:
-      spec: the environment spec (as the server records it, see seedlike.server.anneal).
-      horizon: T, the number of learning steps per unroll; None keeps only episode statistics
-        (serving a frozen policy).
+      pool: the seedlike.server.unrolls.UnrollPool that places every step.
       batch_unrolls: unrolls per learner batch.
       batches: where full batches go.
       carry_template: the recurrent state of one seat (a pytree of arrays [1, ...]; () if
@@ -139,43 +201,37 @@ class TrajectoryStore:
         counted in `unrolls_capped`, so one actor, honest or not, cannot make up a whole batch.
         1.0: no cap. The cap never goes below an equal split of the batch among the owners with
         open seats, so batches always fill, however few actors are connected.
-      teams: shapes the rewards that are learned from (seedlike.teams.Teams; team spirit,
-        zero-sum, time decay); None or no shaping configured: raw rewards. Episode returns are
-        always raw.
     """
 
     def __init__(
         self,
-        spec: EnvSpec,
-        horizon: int | None = None,
+        pool: UnrollPool,
         batch_unrolls: int = 1,
         batches: BatchQueue | None = None,
         carry_template=(),
         max_owner_share: float = 1.0,
-        teams=None,
     ):
-        self.spec = spec
-        self._teams = teams if teams is not None and teams.shapes else None
-        self.horizon = horizon
+        self.pool = pool
+        self.spec = pool.spec
+        self.horizon = pool.horizon
         self.batch_unrolls = int(batch_unrolls)
         self.batches = batches
         self._owner_cap = max(1, int(max_owner_share * self.batch_unrolls))
-        self._owner_counts: dict[int, int] = {}  # unrolls per owner in the batch being filled
         self._owner_seats: dict[int, int] = {}  # open seats per owner
         self._carry_template = jax.tree.map(np.asarray, carry_template)
-        self._batch: Unroll | None = None  # the learner batch being filled
-        self._filled = 0
-        self._capacity = 0
-        self._fields: dict[str, np.ndarray] = {}
+        self._batch: LearnerBatch | None = None  # the learner batch being filled
+        # Per buffer: the small fields of its steps and the carry before its step 0.
+        self._small = {name: np.zeros((0, pool.steps), d) for name, d in SMALL_FIELDS.items()}
+        self._flat = {name: a.reshape(-1) for name, a in self._small.items()}
         self._carry_start = jax.tree.map(lambda c: c[:0], self._carry_template)
-        self.pos = np.zeros(0, np.int64)  # steps recorded in each seat's current unroll
-        self.in_episode = np.zeros(0, np.bool_)
-        self.episode_return = np.zeros(0, np.float64)
-        self.episode_length = np.zeros(0, np.int64)
-        self.episode_policy = np.zeros(0, np.int64)
-        self.owner = np.zeros(0, np.int64)  # who opened each seat
-        self.rows_received = 0
+        self._carry_leaves = (
+            (lambda: jax.tree.leaves(self._carry_start))
+            if jax.tree.leaves(carry_template)
+            else None
+        )
+        self.owner = np.zeros(0, np.int64)  # per seat: who opened it
         self.unrolls_emitted = 0
+        self.steps_written_in_place = 0  # by front ends (rows written once)
         self.steps_dropped = 0
         self.unrolls_capped = 0
         self.last_batch_max_share = 0.0  # the largest owner's share of the last full batch
@@ -185,19 +241,17 @@ class TrajectoryStore:
     def open(self, seats: np.ndarray, owner: int = 0) -> None:
         """Starts recording `seats` (new ones, or released ones given to a new session) for
         `owner` (the session: the unit of max_owner_share)."""
-        if seats.size and seats.max() >= self._capacity:
-            self._grow(int(seats.max()) + 1)
+        if seats.size and seats.max() >= self.owner.shape[0]:
+            grown = np.zeros(max(int(seats.max()) + 1, 2 * self.owner.shape[0]), np.int64)
+            grown[: self.owner.shape[0]] = self.owner
+            self.owner = grown
         self.owner[seats] = owner
         if seats.size:
             self._owner_seats[owner] = self._owner_seats.get(owner, 0) + int(seats.size)
-        self.pos[seats] = 0
-        self.in_episode[seats] = False
-        self.episode_return[seats] = 0.0
-        self.episode_length[seats] = 0
-        self.episode_policy[seats] = LEARNER
 
-    def close(self, seats: np.ndarray) -> int:
-        """Forgets the partial unrolls of `seats`; returns how many recorded steps were lost."""
+    def close(self, seats: np.ndarray, buffers: np.ndarray, recorded: np.ndarray) -> int:
+        """Forgets closed seats: their partial unrolls (`buffers`, `recorded` steps in each, from
+        UnrollPool.close) go back to the pool; returns how many recorded steps were lost."""
         if not seats.size:
             return 0
         owners, counts = np.unique(self.owner[seats], return_counts=True)
@@ -207,222 +261,138 @@ class TrajectoryStore:
                 self._owner_seats[owner] = left
             else:
                 self._owner_seats.pop(owner, None)
-        dropped = int(self.pos[seats].sum())
-        self.pos[seats] = 0
+        self.pool.release(buffers[buffers >= 0])
+        dropped = int(recorded.sum())
         self.steps_dropped += dropped
         return dropped
 
     # Recording --------------------------------------------------------------------------------
 
-    def record(self, step: StepRecord) -> Episodes:
-        """Records one inference batch; returns the episodes that ended with it."""
-        self.rows_received += step.seat.shape[0]
-        seat = step.seat
-        reward = step.reward
-        if self._teams is not None and self.horizon is not None:
-            # The pending action was the seat's episode_length-th of its episode.
-            t = np.maximum(self.episode_length[seat] - 1, 0)
-            reward = self._teams.shape(step.reward, seat, t, step.version)
-        episodes = self._episode_statistics(step)
-        if self.horizon is None:
-            return episodes
-        done = step.terminated | step.truncated
-        f = self._fields
+    def record(self, step: StepRecord, reward: np.ndarray | None = None) -> None:
+        """Records one inference batch; `reward` [n] is what is learned from (shaped for teams;
+        default the rows' own)."""
+        place = step.placement
+        reward = step.reward if reward is None else reward
+        self._fit(self.pool.capacity)
+        f = self._flat  # every small field as [buffers * (T+1)]: flat step indices address it
 
-        # 1. The outcome of each seat's pending step (shaped for teams).
-        pending = self.pos[seat] > 0
-        s, idx = seat[pending], self.pos[seat[pending]] - 1
-        f["reward"][s, idx] += reward[pending]
-        f["terminated"][s, idx] |= step.terminated[pending]
-        f["truncated"][s, idx] |= step.truncated[pending]
+        # 1. The outcome of each seat's pending step.
+        at, terminated, truncated = place.pending, step.terminated, step.truncated
+        if at.size and at.min() < 0:  # seats that have recorded nothing yet have none
+            pending = at >= 0
+            at, reward = at[pending], reward[pending]
+            terminated, truncated = terminated[pending], truncated[pending]
+        f["reward"][at] += reward
+        f["terminated"][at] |= terminated
+        f["truncated"][at] |= truncated
 
         # 2. New steps for the rows the policy ran on.
-        s = seat[step.ran]
-        p = self.pos[s]
-        for key, array in step.obs.items():
-            f["obs/" + key][s, p] = array
-        for key, array in step.extras.items():
-            f["extras/" + key][s, p] = array
-        acted = step.acting[step.ran] & ~done[step.ran]
-        f["action"][s, p] = step.action
-        f["behaviour_logp"][s, p] = step.logp
-        f["behaviour_value"][s, p] = step.value
-        # Only the learning policy's moves are trained on (opponents' seats keep their state).
-        f["valid"][s, p] = acted & (step.policy == LEARNER)
-        f["first"][s, p] = step.first
-        f["policy_version"][s, p] = step.version
-        for key in ("reward", "terminated", "truncated"):
-            f[key][s, p] = 0
-        starts = p == 0
-        for start, before in zip(jax.tree.leaves(self._carry_start), jax.tree.leaves(step.carry)):
-            start[s[starts]] = before[starts]
-        self.pos[s] += 1
-
-        # 3. Complete unrolls go to the learner; their last step is the first of the next one.
-        t = self.horizon
-        complete = np.flatnonzero(self.pos[s] == t + 1)
-        if complete.size:
-            k = s[complete]
-            self._emit(k[f["valid"][k, :t].any(axis=1)])
-            for key, field in f.items():
-                field[k, 0] = 0 if key in ("reward", "terminated", "truncated") else field[k, t]
-            carry_last = jax.tree.map(lambda c: c[complete], step.carry)
-            for start, before in zip(
-                jax.tree.leaves(self._carry_start), jax.tree.leaves(carry_last)
-            ):
-                start[k] = before
-            self.pos[k] = 1
-        return episodes
-
-    def _episode_statistics(self, step: StepRecord) -> Episodes:
-        """Returns over whole games; a seat's first row starts its first game."""
-        seat, over = step.seat, step.game_over
-        live = self.in_episode[seat]
-        self.episode_return[seat] += np.where(live, step.reward, 0.0)
-        ran = seat[step.ran]
-        starting = step.first
-        self.episode_policy[ran[starting]] = step.policy[starting]
-        ended = seat[over & live]
-        episodes = Episodes(
-            ended.copy(),
-            self.episode_return[ended].copy(),
-            self.episode_length[ended].copy(),
-            self.episode_policy[ended].copy(),
-        )
-        self.episode_return[seat[over]] = 0.0
-        self.episode_length[seat[over]] = 0
-        self.in_episode[seat] = ~over
+        at = place.target
+        copy = np.ones(place.target.shape[0], np.bool_) if step.written is None else ~step.written
+        self.steps_written_in_place += int(copy.size - copy.sum())
+        if copy.any():
+            flat = place.target[copy]
+            for key, array in step.obs.items():
+                self.pool.write(f"obs/{key}", flat, array)
+            for key, array in step.extras.items():
+                self.pool.write(
+                    f"extras/{key}", flat, array if step.written is None else array[copy]
+                )
         done = step.terminated | step.truncated
-        acted = ran[step.acting[step.ran] & ~done[step.ran]]
-        self.episode_length[acted] += 1
-        return episodes
+        acted = step.acting[step.ran] & ~done[step.ran]
+        f["action"][at] = step.action
+        f["behaviour_logp"][at] = step.logp
+        f["behaviour_value"][at] = step.value
+        # Only the learning policy's moves are trained on (opponents' seats keep their state).
+        f["valid"][at] = acted & (step.policy == LEARNER)
+        f["first"][at] = step.first
+        f["policy_version"][at] = step.policy_version
+        for key in OUTCOMES:
+            f[key][at] = 0
+        if self._carry_leaves:
+            starts = at % self.pool.steps == 0
+            for start, before in zip(self._carry_leaves(), jax.tree.leaves(step.carry)):
+                start[at[starts] // self.pool.steps] = before[starts]
 
-    def _emit(self, seats: np.ndarray) -> None:
-        """Copies the unrolls of `seats` into learner batches."""
-        t = self.horizon
-        while seats.size:
+        # 3. Complete unrolls go to the learner; their last step is the next unroll's first.
+        if place.done_old.size:
+            self._complete(step, place, copy)
+
+    def _complete(self, step: StepRecord, place: Placement, copied: np.ndarray) -> None:
+        t, f = self.horizon, self._small
+        old, new = place.done_old, place.done_new
+        for key, field in f.items():
+            field[new, 0] = 0 if key in OUTCOMES else field[old, t]
+        row = place.done_row  # the ran row that completed each unroll (its step T)
+        for start, before in zip(jax.tree.leaves(self._carry_start), jax.tree.leaves(step.carry)):
+            start[new] = before[row]
+        mine = copied[row]  # steps this store wrote: it repeats them itself (front ends do theirs)
+        if mine.any():
+            self.pool.copy_step(old[mine] * self.pool.steps + t, new[mine] * self.pool.steps)
+        keep = f["valid"][old, :t].any(axis=1)
+        self.pool.release(old[~keep])
+        self._emit(old[keep], self.owner[place.done_seat[keep]])
+
+    def _emit(self, buffers: np.ndarray, owners: np.ndarray) -> None:
+        """Adds complete unrolls to learner batches (references to their buffers)."""
+        while buffers.size:
             if self._batch is None:
                 self.batches.reserve()
-                self._batch = self._empty_batch()
-                self._filled = 0
-            take = seats[: self.batch_unrolls - self._filled]
-            seats = seats[take.size :]
-            take = self._within_owner_cap(take)
-            if not take.size:
+                self._batch = LearnerBatch(self.pool, self.batch_unrolls, self._carry_template)
+            b = self._batch
+            take = slice(0, self.batch_unrolls - b.filled)
+            here, there = buffers[take], owners[take]
+            buffers, owners = buffers[here.size :], owners[here.size :]
+            keep = self._within_owner_cap(b, there)
+            self.pool.release(here[~keep])
+            here = here[keep]
+            if not here.size:
                 continue
-            rows = slice(self._filled, self._filled + take.size)
-            b, f = self._batch, self._fields
-            # Copied once, straight into the batch: `a[rows] = f[take]` would copy twice
-            # (through a temporary), and observations are most of the bytes the server moves.
-            # (mode="clip": the seats are valid, and out= is not buffered then.)
-            for key, dst in (("obs", b.obs), ("extras", b.extras)):
-                for name, array in dst.items():
-                    np.take(f[f"{key}/{name}"], take, axis=0, out=array[rows], mode="clip")
-            for name in ("action", "behaviour_logp", "behaviour_value", "valid", "first"):
-                getattr(b, name)[rows] = f[name][take]
-            b.policy_version[rows] = f["policy_version"][take]
-            for name in ("reward", "terminated", "truncated"):
-                getattr(b, name)[rows] = f[name][take, :t]
+            rows = slice(b.filled, b.filled + here.size)
+            b.buffers[rows] = here
+            for name, field in self._small.items():
+                b.small[name][rows] = field[here]
             for dst, src in zip(jax.tree.leaves(b.carry), jax.tree.leaves(self._carry_start)):
-                dst[rows] = src[take]
-            self._filled += take.size
-            self.unrolls_emitted += take.size
-            if self._filled == self.batch_unrolls:
-                self.last_batch_max_share = max(self._owner_counts.values()) / self._filled
-                self._owner_counts = {}
-                self.batches.put(self._batch)
+                dst[rows] = src[here]
+            b.filled += here.size
+            self.unrolls_emitted += here.size
+            if b.filled == self.batch_unrolls:
+                self.last_batch_max_share = max(b.owners.values()) / b.filled
+                self.batches.put(b)
                 # The next batch's slot is taken now, not when its first unroll completes: with
                 # every seat's unroll completing at once (lockstep actors), waiting until then
                 # would let a whole extra round of steps be acted on the old policy while the
                 # learner works, and those steps reach it a version later (staleness ~2, not ~1).
                 self.batches.reserve()
-                self._batch = self._empty_batch()
-                self._filled = 0
+                self._batch = LearnerBatch(self.pool, self.batch_unrolls, self._carry_template)
 
-    def _within_owner_cap(self, seats: np.ndarray) -> np.ndarray:
-        """The seats whose unrolls fit their owner's remaining share of the batch being filled
-        (in order); the others are dropped. Counts every owner's unrolls, cap or not."""
-        owners = self.owner[seats]
+    def _within_owner_cap(self, batch: LearnerBatch, owners: np.ndarray) -> np.ndarray:
+        """Which of these unrolls (of `owners`, in order) fit their owner's remaining share of
+        the batch being filled; counts every owner's unrolls, cap or not."""
         equal_split = -(-self.batch_unrolls // max(len(self._owner_seats), 1))
         cap = max(self._owner_cap, equal_split)
-        keep = np.ones(seats.size, np.bool_)
+        keep = np.ones(owners.size, np.bool_)
         for owner in np.unique(owners):  # a few actors per call, not a loop over rows
             mine = np.flatnonzero(owners == owner)
-            room = max(cap - self._owner_counts.get(int(owner), 0), 0)
+            have = batch.owners.get(int(owner), 0)
+            room = max(cap - have, 0)
             keep[mine[room:]] = False
-            self._owner_counts[int(owner)] = self._owner_counts.get(int(owner), 0) + min(
-                room, mine.size
-            )
-        self.unrolls_capped += int(seats.size - keep.sum())
-        return seats[keep]
+            batch.owners[int(owner)] = have + min(room, mine.size)
+        self.unrolls_capped += int(owners.size - keep.sum())
+        return keep
 
-    # Buffers ----------------------------------------------------------------------------------
-
-    def _step_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        specs = {f"obs/{k}": (s.shape, s.dtype) for k, s in self.spec.observation.items()}
-        specs.update({f"extras/{k}": (s.shape, s.dtype) for k, s in self.spec.extras.items()})
-        specs.update(
-            action=((), np.int32),
-            behaviour_logp=((), np.float32),
-            behaviour_value=((), np.float32),
-            valid=((), np.bool_),
-            first=((), np.bool_),
-            policy_version=((), np.int32),
-            reward=((), np.float32),
-            terminated=((), np.bool_),
-            truncated=((), np.bool_),
+    def _fit(self, buffers: int) -> None:
+        """Room for the small fields of `buffers` buffers (the pool may have grown)."""
+        have = self._small["action"].shape[0]
+        if buffers <= have:
+            return
+        self._small = {
+            name: np.concatenate([a, np.zeros((buffers - have, *a.shape[1:]), a.dtype)])
+            for name, a in self._small.items()
+        }
+        self._flat = {name: a.reshape(-1) for name, a in self._small.items()}
+        self._carry_start = jax.tree.map(
+            lambda a, c: np.concatenate([a, np.zeros((buffers - have, *c.shape[1:]), c.dtype)]),
+            self._carry_start,
+            self._carry_template,
         )
-        return specs
-
-    def _empty_batch(self) -> Unroll:
-        b, t = self.batch_unrolls, self.horizon
-        specs = self._step_specs()
-
-        def empty(name, steps):
-            shape, dtype = specs[name]
-            return np.empty((b, steps, *shape), dtype)
-
-        return Unroll(
-            obs={k: empty(f"obs/{k}", t + 1) for k in self.spec.observation},
-            extras={k: empty(f"extras/{k}", t + 1) for k in self.spec.extras},
-            action=empty("action", t + 1),
-            behaviour_logp=empty("behaviour_logp", t + 1),
-            behaviour_value=empty("behaviour_value", t + 1),
-            valid=empty("valid", t + 1),
-            first=empty("first", t + 1),
-            policy_version=empty("policy_version", t + 1),
-            reward=empty("reward", t),
-            terminated=empty("terminated", t),
-            truncated=empty("truncated", t),
-            carry=jax.tree.map(
-                lambda c: np.empty((b, *c.shape[1:]), c.dtype), self._carry_template
-            ),
-        )
-
-    def _grow(self, seats: int) -> None:
-        capacity = max(seats, 2 * self._capacity)
-
-        def grown(old, shape, dtype):
-            new = np.zeros((capacity, *shape), dtype)
-            new[: old.shape[0]] = old
-            return new
-
-        self.pos = grown(self.pos, (), np.int64)
-        self.in_episode = grown(self.in_episode, (), np.bool_)
-        self.episode_return = grown(self.episode_return, (), np.float64)
-        self.episode_length = grown(self.episode_length, (), np.int64)
-        self.episode_policy = grown(self.episode_policy, (), np.int64)
-        self.owner = grown(self.owner, (), np.int64)
-        if self.horizon is not None:
-            steps = self.horizon + 1
-            old = self._fields
-            self._fields = {
-                name: grown(
-                    old.get(name, np.zeros((0, steps, *shape), dtype)), (steps, *shape), dtype
-                )
-                for name, (shape, dtype) in self._step_specs().items()
-            }
-            self._carry_start = jax.tree.map(
-                lambda c: grown(c, c.shape[1:], c.dtype), self._carry_start
-            )
-        self._capacity = capacity
