@@ -18,14 +18,26 @@ measured per-stage costs and checked against real runs on this machine.
    step; g: the learner's interpreter-thread CPU per env step (one core at most). All four come
    from the N=1 run; the stage costs say what a and l are made of (the rest is transport: gRPC and
    the glue between stages). The predictions for N > 1 are compared with the runs.
-4. Beyond one host: the same terms per host. Actor hosts add env steps at --env_sps_per_core per
-   core; each learner host serves at most --serve_sps (its interpreter-bound serving path) and
-   learns at most --update_sps; every update all-reduces the gradients of every sgd step across
-   learner hosts (ring: 2 (L-1)/L x parameter bytes per host per sgd step) over a --nic_gbps link.
-   The transfer adds to each update's time. The defaults are Breakout-v5 figures measured
-   elsewhere (sources beside the flags and in RESULTS.md).
+4. Beyond one host (Atari, configs/atari_ppo.py's network): actor hosts of --actor_cores cores
+   add env steps at --env_sps_per_core per core. Each learner host (--learner_cores cores, one
+   accelerator) serves at most
 
-Writes JSON (benchmarks/results/ or --out) and prints Markdown tables. Takes about 3 minutes.
+     serve = min(1 / p, (learner_cores - 2) / f)
+
+   p: CPU per env step of the learner process's Python threads (they share one interpreter lock:
+   one core at most), f: CPU per env step of the stream front ends (processes, as many as cores
+   allow; two cores are left to the learner process), both from a server_capacity.py cell
+   (--capacity, --capacity_cell) or the flags' defaults (measured here; RESULTS.md). It learns at
+   most update = --accel_tflops / F env steps/s, F the accelerator FLOPs per env step (PPO's
+   epochs x (forward + backward) over the batch plus the acting forward pass, from XLA's cost
+   analysis of the network), and every update all-reduces the gradients of each sgd step across
+   learner hosts (ring: 2 (L-1)/L x parameter bytes per host) over a --nic_gbps link, adding to
+   the update's time; each host learns from --host_batch_steps env steps per update. The table
+   gives the fewest learner hosts that keep up with 1, 10 and 100 actor hosts, and prints every
+   assumption beside it.
+
+Writes JSON (benchmarks/results/ or --out) and prints Markdown tables. Takes about 3 minutes
+(--noruns: the model beyond one host alone, seconds).
 """
 
 from __future__ import annotations
@@ -55,15 +67,29 @@ _ENVS = flags.DEFINE_integer("envs", 8, "Envs per actor (rows per message).")
 _SECONDS = flags.DEFINE_float("seconds", 15.0, "Measurement window per run.")
 _WARMUP_S = flags.DEFINE_float("warmup_s", 8.0, "Seconds of traffic before measuring.")
 _OUT = flags.DEFINE_string("out", None, "JSON output path.")
-# Beyond one host (Breakout-v5, configs/atari_ppo.py). Sources: issue 13's accelerator-host table
-# (raw envpool 9,556 steps/s with 16 threads on 16 cores; a single-process JAX + envpool PPO
-# trainer with the same network and schedule ran at that ceiling on one H100, so one H100 learns
-# at least that fast) and RESULTS.md "Serving capacity" (32 actors x 8 rows, trivial policy:
-# 6,061 steps/s served by one learner process at about one core).
+_RUNS = flags.DEFINE_bool("runs", True, "Measure the runs of 1-16 actors (else the model alone).")
+# Beyond one host (Breakout-v5, configs/atari_ppo.py). Sources: the accelerator host of issue 13
+# (raw envpool 9,556 steps/s with 16 threads on 16 cores); RESULTS.md "One learner host, many
+# actor hosts" (server_capacity.py, 4 actors x 64 rows, one front end, this 2-core machine).
 _ENV_SPS_PER_CORE = flags.DEFINE_float("env_sps_per_core", 9556 / 16, "Atari env steps/s/core.")
 _ACTOR_CORES = flags.DEFINE_integer("actor_cores", 16, "Cores per actor host.")
-_SERVE_SPS = flags.DEFINE_float("serve_sps", 6061, "Env steps/s one learner process serves.")
-_UPDATE_SPS = flags.DEFINE_float("update_sps", 9556, "Env steps/s one accelerator learns (PPO).")
+_LEARNER_CORES = flags.DEFINE_integer("learner_cores", 16, "Cores per learner host.")
+_CAPACITY = flags.DEFINE_string(
+    "capacity", "", "A server_capacity.py JSON to take p and f from (else the flags below)."
+)
+_CAPACITY_CELL = flags.DEFINE_string(
+    "capacity_cell", "4x64", "Its cell (ACTORSxROWS, the first with front ends)."
+)
+_PYTHON_US = flags.DEFINE_float(
+    "python_us", 14.5, "p: learner-process Python-thread CPU us per served env step."
+)
+_FRONT_END_US = flags.DEFINE_float("front_end_us", 37.0, "f: front-end CPU us per env step.")
+_ACCEL_TFLOPS = flags.DEFINE_float(
+    "accel_tflops", 30.0, "Sustained accelerator TFLOP/s on the update (assumed: H100, TF32)."
+)
+_HOST_BATCH_STEPS = flags.DEFINE_integer(
+    "host_batch_steps", 8192, "Env steps each learner host learns from per update."
+)
 _NIC_GBPS = flags.DEFINE_float("nic_gbps", 25.0, "Network between learner hosts, Gbit/s.")
 
 CONFIG = os.path.join(ROOT, "configs", "cartpole_ppo.py")
@@ -176,7 +202,8 @@ def predict(n: int, one: dict, cores: int) -> tuple[float, str]:
 
 
 def atari_shape() -> dict:
-    """Parameter bytes and update schedule of configs/atari_ppo.py's network."""
+    """Parameter bytes, update schedule and accelerator FLOPs per env step of
+    configs/atari_ppo.py's network (the forward pass's FLOPs from XLA's cost analysis)."""
     import jax
 
     from networks import make_network
@@ -184,30 +211,68 @@ def atari_shape() -> dict:
     from seedlike.envs.envpool_env import make_env_spec
 
     config = load_config_file(os.path.join(ROOT, "configs", "atari_ppo.py"))
-    network = make_network(config.network, make_env_spec(config.env))
+    spec = make_env_spec(config.env)
+    network = make_network(config.network, spec)
     params = network.init(jax.random.key(0))
+    norm = network.init_obs_norm()
+    rows = 64
+    obs = {k: np.zeros((rows, *s.shape), s.dtype) for k, s in spec.observation.items()}
+    forward = jax.jit(lambda p, o: network.apply(p, norm, o, {})).lower(params, obs).compile()
+    cost = forward.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
     algo = config[config.algo]
+    forward_flops = float(cost["flops"]) / rows
+    # PPO: `epochs` passes of forward + backward (about 3 forwards) over every step, the
+    # values before the first pass, and the acting forward pass on the same accelerator.
+    per_step = (3 * algo.epochs + 2) * forward_flops
     return {
         "param_bytes": int(sum(np.asarray(x).nbytes for x in jax.tree.leaves(params))),
         "sgd_steps_per_update": int(algo.epochs * algo.num_minibatches),
         "steps_per_update": int(config.batch_unrolls * config.unroll_length),
+        "forward_flops": forward_flops,
+        "flops_per_env_step": per_step,
     }
 
 
-def beyond_one_host(actor_hosts: int, learner_hosts: int, shape: dict) -> dict:
+def serving_costs() -> dict:
+    """p and f (CPU us per served env step), from --capacity's cell or the flags."""
+    if not _CAPACITY.value:
+        return {"python_us": _PYTHON_US.value, "front_end_us": _FRONT_END_US.value,
+                "source": "flags"}  # fmt: skip
+    actors, rows = (int(x) for x in _CAPACITY_CELL.value.split("x"))
+    with open(_CAPACITY.value) as f:
+        cells = json.load(f)["cells"]
+    for c in cells:
+        if c["actors"] == actors and c["rows_in_flight"] == actors * rows and c["front_ends"]:
+            return {
+                "python_us": c["central_interpreter_us_per_step"],
+                "front_end_us": c["front_ends_us_per_step"],
+                "source": f"{_CAPACITY.value} {_CAPACITY_CELL.value}",
+            }
+    raise app.UsageError(f"--capacity has no cell {_CAPACITY_CELL.value} with front ends")
+
+
+def learner_host(shape: dict, costs: dict) -> dict:
+    """What one learner host serves and learns (env steps/s), from the model's inputs."""
+    serve = min(1e6 / costs["python_us"], (_LEARNER_CORES.value - 2) * 1e6 / costs["front_end_us"])
+    update = _ACCEL_TFLOPS.value * 1e12 / shape["flops_per_env_step"]
+    return {"serve_sps": serve, "update_sps": update}
+
+
+def beyond_one_host(actor_hosts: int, learner_hosts: int, shape: dict, host: dict) -> dict:
     """Env steps/s of actor_hosts x learner_hosts for Atari, and which term bounds it.
 
-    Each learner host fills its own batch of steps_per_update env steps per update and, within
+    Each learner host fills its own batch of --host_batch_steps env steps per update and, within
     the update, all-reduces the gradients of every sgd step (ring: 2 (L-1)/L x parameter bytes
     sent per host); the transfer adds to the update's compute time (no overlap assumed)."""
     L = learner_hosts
     bytes_per_update = shape["sgd_steps_per_update"] * 2 * (L - 1) / L * shape["param_bytes"]
     allreduce_s = bytes_per_update * 8 / (_NIC_GBPS.value * 1e9)
-    update_s = shape["steps_per_update"] / _UPDATE_SPS.value + allreduce_s
+    update_s = _HOST_BATCH_STEPS.value / host["update_sps"] + allreduce_s
     bounds = {
         "acting": actor_hosts * _ACTOR_CORES.value * _ENV_SPS_PER_CORE.value,
-        "serving": L * _SERVE_SPS.value,
-        "learning": L * shape["steps_per_update"] / update_s,
+        "serving": L * host["serve_sps"],
+        "learning": L * _HOST_BATCH_STEPS.value / update_s,
     }
     name = min(bounds, key=bounds.get)
     return {
@@ -218,9 +283,8 @@ def beyond_one_host(actor_hosts: int, learner_hosts: int, shape: dict) -> dict:
     }
 
 
-def main(argv):
-    del argv
-    cores = os.cpu_count()
+def local_runs(cores: int) -> dict:
+    """Parts 1-3: stage costs, runs of 1-16 actors and the one-host model against them."""
     stages = breakdown("CartPole-v1", "cartpole_ppo.py")
     print("stage costs (us of CPU per env step):", json.dumps(stages), flush=True)
     runs = []
@@ -231,7 +295,6 @@ def main(argv):
     for r in runs:
         r["predicted_sps"], r["predicted_bound"] = predict(r["actors"], one, cores)
         r["error"] = r["predicted_sps"] / r["sps"] - 1
-
     actor_stages = stages["actor_env_step"] + stages["actor_encode"]
     server_stages = sum(
         stages[k]
@@ -242,39 +305,6 @@ def main(argv):
         "actor_transport_us_per_step": one["actor_cpu_us_per_step"] - actor_stages,
         "learner_transport_us_per_step": one["learner_cpu_us_per_step"] - server_stages,
     }
-    shape = atari_shape()
-    hosts = []
-    for actor_hosts in (1, 10, 100):
-        acting = actor_hosts * _ACTOR_CORES.value * _ENV_SPS_PER_CORE.value
-        # The fewest learner hosts that keep up with the actors.
-        for learner_hosts in range(1, 4097):
-            plan = beyond_one_host(actor_hosts, learner_hosts, shape)
-            if plan["sps"] >= acting * 0.999:
-                break
-        hosts.append({"actor_hosts": actor_hosts, "learner_hosts": learner_hosts, **plan})
-
-    result = {
-        "cores": cores,
-        "envs_per_actor": _ENVS.value,
-        "stage_us_per_step": stages,
-        "transport_us_per_step_at_one_actor": transport,
-        "runs": runs,
-        "atari": {
-            **shape,
-            "inputs": {
-                k: v.value
-                for k, v in (
-                    ("env_sps_per_core", _ENV_SPS_PER_CORE),
-                    ("actor_cores", _ACTOR_CORES),
-                    ("serve_sps", _SERVE_SPS),
-                    ("update_sps", _UPDATE_SPS),
-                    ("nic_gbps", _NIC_GBPS),
-                )
-            },
-            "hosts": hosts,
-        },  # fmt: skip
-    }
-    results_io.write("scale_model", result, _OUT.value, echo={})
     print("\n| actors | measured sps | predicted | bound | error | cores used | learner cores "
           "(interpreter) | actor / learner us per step |")  # fmt: skip
     print("| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
@@ -285,14 +315,65 @@ def main(argv):
             f"{r['learner_cores']:.2f} ({r['learner_interpreter_cores']:.2f}) | "
             f"{r['actor_cpu_us_per_step']:.0f} / {r['learner_cpu_us_per_step']:.0f} |"
         )
+    return {"stage_us_per_step": stages, "transport_us_per_step_at_one_actor": transport,
+            "runs": runs}  # fmt: skip
+
+
+def main(argv):
+    del argv
+    cores = os.cpu_count()
+    result = {"cores": cores, "envs_per_actor": _ENVS.value}
+    if _RUNS.value:
+        result.update(local_runs(cores))
+    shape = atari_shape()
+    costs = serving_costs()
+    host = learner_host(shape, costs)
+    hosts = []
+    for actor_hosts in (1, 10, 100):
+        acting = actor_hosts * _ACTOR_CORES.value * _ENV_SPS_PER_CORE.value
+        # The fewest learner hosts that keep up with the actors.
+        for learner_hosts in range(1, 4097):
+            plan = beyond_one_host(actor_hosts, learner_hosts, shape, host)
+            if plan["sps"] >= acting * 0.999:
+                break
+        per_actor_host = learner_hosts / actor_hosts
+        hosts.append(
+            {"actor_hosts": actor_hosts, "learner_hosts": learner_hosts,
+             "learner_hosts_per_actor_host": per_actor_host, **plan}
+        )  # fmt: skip
+    inputs = {
+        "env_sps_per_core": _ENV_SPS_PER_CORE.value,
+        "actor_cores": _ACTOR_CORES.value,
+        "learner_cores": _LEARNER_CORES.value,
+        **costs,
+        "accel_tflops": _ACCEL_TFLOPS.value,
+        "host_batch_steps": _HOST_BATCH_STEPS.value,
+        "nic_gbps": _NIC_GBPS.value,
+    }
+    result["atari"] = {**shape, **host, "inputs": inputs, "hosts": hosts}
+    results_io.write("scale_model", result, _OUT.value, echo={})
+    print("\nAssumptions (Atari, configs/atari_ppo.py's Nature CNN, PPO):")
+    print(f"- actor hosts: {_ACTOR_CORES.value} cores x {_ENV_SPS_PER_CORE.value:,.0f} env steps/s "
+          "per core (raw envpool Breakout-v5 on a 16-core accelerator host, issue 13)")  # fmt: skip
+    print(f"- serving, per learner host of {_LEARNER_CORES.value} cores: the learner process's "
+          f"Python threads {costs['python_us']:.1f} us and the front ends "
+          f"{costs['front_end_us']:.1f} us of CPU per env step ({costs['source']}): "
+          f"{host['serve_sps']:,.0f} env steps/s")  # fmt: skip
+    print(f"- learning: {shape['flops_per_env_step'] / 1e6:.0f} MFLOP per env step "
+          f"({shape['forward_flops'] / 1e6:.1f} per forward pass) at {_ACCEL_TFLOPS.value:g} "
+          f"sustained TFLOP/s (assumed, not measured): {host['update_sps']:,.0f} env steps/s; "
+          f"{_HOST_BATCH_STEPS.value:,} env steps per host per update, "
+          f"{shape['sgd_steps_per_update']} sgd steps each all-reducing "
+          f"{shape['param_bytes'] / 1e6:.2f} MB over {_NIC_GBPS.value:g} Gbit/s")  # fmt: skip
     print(
-        "\n| actor hosts | learner hosts needed | env steps/s | bound | acting | serving | "
-        "learning | all-reduce ms per update |"
+        "\n| actor hosts | learner hosts needed | learner hosts per actor host | env steps/s | "
+        "bound | acting | serving | learning | all-reduce ms per update |"
     )
-    print("| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
+    print("| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
     for h in hosts:
         print(
-            f"| {h['actor_hosts']} | {h['learner_hosts']} | {h['sps']:,.0f} | {h['bound']} | "
+            f"| {h['actor_hosts']} | {h['learner_hosts']} | "
+            f"{h['learner_hosts_per_actor_host']:.2f} | {h['sps']:,.0f} | {h['bound']} | "
             f"{h['acting_sps']:,.0f} | {h['serving_sps']:,.0f} | {h['learning_sps']:,.0f} | "
             f"{h['allreduce_ms_per_update']:.0f} |"
         )

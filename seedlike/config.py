@@ -216,10 +216,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.server.hello_timeout_s = 10.0
     c.server.idle_timeout_s = 60.0
     # Stream front ends: processes of their own that do every request's work (TLS, token, parsing,
-    # checks) and hand the learner process checked rows through shared memory
-    # (seedlike/rpc/frontend.py), all on one port. -1: one per four cores, at least one; 0: the
-    # gRPC event loop runs in the learner process.
-    c.server.front_ends = 0
+    # checks) and hand the learner process checked rows through shared memory, each step's
+    # observations written once, where it is learned from (seedlike/rpc/frontend.py), all on one
+    # port. -1: one per four cores (none below four, where their processes would compete with
+    # the actors for the cores: RESULTS.md); 0: the gRPC event loop runs in the learner process.
+    c.server.front_ends = -1
 
     # Mutual TLS plus a run token between actors and the learner (seedlike/rpc/security.py): a
     # directory made by scripts/make_credentials.sh. Empty: plaintext, allowed on loopback only.

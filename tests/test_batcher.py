@@ -120,3 +120,31 @@ def test_controls_keep_their_order_and_stop_ends_gathering():
     assert [(c.session_id, c.opens) for c in batch.controls] == [(3, True), (2, False)]
     batcher.put(STOP)
     assert batcher.gather() is None
+
+
+def test_a_burst_spread_over_more_than_the_timeout_stays_one_batch():
+    """Requests 0.6 timeouts apart (a front end checking them one after another) keep the batch
+    open; requests that keep trickling in close it after WINDOW_LIMIT timeouts."""
+    from seedlike.server.batcher import WINDOW_LIMIT
+
+    timeout = 0.2
+    batcher = Batcher(max_rows=1024, timeout_s=timeout)
+    opened(batcher, range(12))
+
+    def send(sessions, gap):
+        for s in sessions:
+            batcher.put(request(s))
+            time.sleep(gap)
+
+    sender = threading.Thread(target=send, args=([0, 1, 2, 3], 0.6 * timeout))
+    sender.start()
+    batch = gather_in_thread(batcher)
+    sender.join()
+    assert [r.session_id for r in batch.requests] == [0, 1, 2, 3]  # 1.8 timeouts, first to last
+    batcher.replied(range(4))
+    sender = threading.Thread(target=send, args=(range(4, 12), 0.8 * timeout))
+    sender.start()
+    batch = gather_in_thread(batcher)
+    sender.join()
+    # All 8 would span 5.6 timeouts: the window ends WINDOW_LIMIT = 4 timeouts after the first.
+    assert WINDOW_LIMIT == 4 and 3 <= len(batch.requests) <= 6

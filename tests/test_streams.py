@@ -167,3 +167,10 @@ def test_peer_host_strips_the_port():
     assert peer_host("ipv4:10.0.0.5:4242") == "10.0.0.5"
     assert peer_host("ipv6:[::1]:50051") == "[::1]"
     assert peer_host("unix:/tmp/sock") == "unix:/tmp/sock"
+
+
+def test_front_ends_come_from_the_core_count():
+    from seedlike.rpc.service import front_ends
+
+    assert [front_ends(-1, cores) for cores in (1, 2, 3, 4, 16, 64)] == [0, 0, 0, 1, 4, 16]
+    assert front_ends(0, 64) == 0 and front_ends(3, 2) == 3

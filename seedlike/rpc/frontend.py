@@ -59,18 +59,25 @@ class _Session:
 
 
 MIN_ARENA_ROWS = 64
+# An arena holds about this many times the rows waiting for actions, so that a batch seldom
+# spans its wrap (a batch that does is copied by the learner process) ...
+ARENA_ROUNDS = 8
+# ... unless that would take more than this much memory; then it only has to fit them.
+MAX_ARENA_BYTES = 512 << 20
 
 
 class Arenas:
     """This front end's arenas (seedlike.rpc.shm.Arena): each step's rows go right after the
     previous step's, so the requests the learner process batches together lie side by side; at
     the end of the arena they wrap to its start. The rows of a step still waiting for its actions
-    are never overwritten: a step that would land on them goes to a new arena twice as large
-    (told to the learner process with `announce(index, rows, fd)`), which is kept from then on.
+    are never overwritten: a step that would land on them goes to a new arena, twice as large at
+    least (told to the learner process with `announce(index, rows, fd)`), which is kept from then
+    on; so does one when the arena holds fewer than ARENA_ROUNDS / 2 rounds of the rows waiting.
     Each arena has half its rows again beyond its end, where the learner pads a batch's rows."""
 
     def __init__(self, spec: EnvSpec, announce):
         self.spec = spec
+        self._row_bytes = shm.arena_layout(spec, 1)[1]
         self._announce = announce
         self.arenas: list[shm.Arena] = []
         self._capacity = 0
@@ -80,8 +87,12 @@ class Arenas:
     def place(self, session_id: int, n: int) -> tuple[int, int]:
         """(arena index, start row) for a step of n rows of the session."""
         start = self._head if self._head + n <= self._capacity else 0
-        if not self.arenas or n > self._capacity or self._taken(start, start + n):
-            self._grow(max(2 * self._capacity, 4 * n, MIN_ARENA_ROWS))
+        waiting = n + sum(b - a for _, a, b in self._in_flight.values())
+        rounds = ARENA_ROUNDS * waiting
+        if rounds * self._row_bytes > MAX_ARENA_BYTES:
+            rounds = max(2 * waiting, MAX_ARENA_BYTES // self._row_bytes)
+        if self._taken(start, start + n) or self._capacity < rounds // 2:
+            self._grow(max(2 * self._capacity, rounds, MIN_ARENA_ROWS))
             start = 0
         index = len(self.arenas) - 1
         self._head = start + n

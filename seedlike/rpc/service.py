@@ -287,11 +287,11 @@ class Transport:
 
 def front_ends(setting: int, cores: int | None = None) -> int:
     """Stream front-end processes for the setting server.front_ends: itself when >= 0 (0: the
-    gRPC event loop runs in the learner process), else one per four cores, at least one."""
+    gRPC event loop runs in the learner process), else one per four cores (none below four)."""
     if setting >= 0:
         return setting
-    cores = cores or os.cpu_count() or 1
-    return max(1, cores // 4)
+    cores = cores or len(os.sched_getaffinity(0)) or 1
+    return cores // 4
 
 
 class RpcServer:
