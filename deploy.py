@@ -43,6 +43,28 @@ _OUT = flags.DEFINE_string("out", None, "Where to write the manifests (YAML).")
 flags.mark_flags_as_required(["name", "image", "credentials", "out"])
 
 
+def cores(cpu: str) -> int:
+    """Whole cores of a Kubernetes CPU quantity ("4", "2.5", "500m"), at least one."""
+    value = float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
+    return max(1, int(value))
+
+
+def sizing(config, overrides: list[str], learner_cpu: str, actor_cpu: str) -> list[str]:
+    """Settings that follow the pods' cores unless given: one stream front end per four learner
+    cores (a pod sees its node's cores, not its own), and per actor pod the config's envs per
+    core on as many envpool threads as it has cores (bigger messages serve faster: RESULTS.md)."""
+    given = {a.split("=", 1)[0] for a in overrides}
+    out = []
+    if "--config.server.front_ends" not in given:
+        out.append(f"--config.server.front_ends={cores(learner_cpu) // 4}")
+    n = cores(actor_cpu)
+    if n > 1 and "--config.env.num_envs" not in given:
+        out.append(f"--config.env.num_envs={int(config.env.num_envs) * n}")
+    if "--config.env.num_threads" not in given:
+        out.append(f"--config.env.num_threads={n}")
+    return out
+
+
 def main(argv):
     del argv
     name = _NAME.value
@@ -63,6 +85,7 @@ def main(argv):
     if os.path.abspath(config_path).startswith(ROOT + os.sep):
         config_path = os.path.relpath(os.path.abspath(config_path), ROOT)  # as in the image
     overrides = [a for a in sys.argv[1:] if a.startswith("--config.")] + _ENV_KWARGS
+    overrides += sizing(_CONFIG.value, overrides, _LEARNER_CPU.value, _ACTOR_CPU.value)
     objects = render(
         name,
         _IMAGE.value,

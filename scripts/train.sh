@@ -30,7 +30,7 @@ usage: scripts/train.sh [flags]   a local training job: a learner and its actors
   --config=FILE            experiment config (default configs/cartpole_ppo.py; configs/*.py)
   --config.KEY=VALUE       override a config value (learner and actors), e.g. --config.seed=3
   --logdir=DIR             run directory (default runs/<config>-<time>); rerun with it to resume
-  --num_actors=N           actor processes (default 2)
+  --num_actors=N           actor processes (default 2; a quarter of the cores from 8 on, 16 at most)
   --learners=L             L learner processes forming one learner (default 1)
   --population=P           P independent learners sharing the actors' worlds (default 1)
   --max_actor_restarts=R   restarts of a crashed actor before the job stops (default 3)
@@ -46,7 +46,9 @@ for arg in "$@"; do
 done
 source scripts/setup_venv.sh
 
-num_actors=2
+# Actors: 2, and one per four cores on bigger machines (at most 16); --num_actors overrides.
+cores="$(nproc 2>/dev/null || echo 2)"
+num_actors=$(( cores >= 8 ? (cores / 4 < 16 ? cores / 4 : 16) : 2 ))
 learners=1
 population=1
 max_actor_restarts=3

@@ -66,7 +66,12 @@ def test_learner_and_actors_share_config_and_credentials(manifests):
         "--config.env.name=Pong-v5",
         "--config.transport.credentials=/credentials",
     ]
-    assert learner_c["args"][:3] == shared == actor_c["args"][:3]
+    assert all(flag in learner_c["args"] and flag in actor_c["args"] for flag in shared)
+    # Sized from the pods' cores: learner_cpu 4 -> one front end; actor_cpu 1 -> the config's
+    # envs on one envpool thread.
+    assert "--config.server.front_ends=1" in learner_c["args"]
+    assert "--config.env.num_threads=1" in actor_c["args"]
+    assert not any(a.startswith("--config.env.num_envs") for a in actor_c["args"])
     assert "--bind=0.0.0.0" in learner_c["args"] and "--logdir=/runs/pong" in learner_c["args"]
     assert "--server=pong-learner:50051" in actor_c["args"]
     assert "--actor_id=$(ACTOR_ID)" in actor_c["args"]

@@ -28,6 +28,7 @@ from surgery import checkpoint_surgery
 from surgery.plan import Context, layout_of
 from tests.procs import ROOT, returns, train
 from tests.test_surgery import (
+    TOL,
     _adam,
     assert_exact,
     check,
@@ -384,7 +385,9 @@ def test_add_action_head_bounds_the_new_choices_for_every_input():
     )
     new = entity_network(entity_spec_with(heads=(6, 5, 3, 7)), pointer_heads=(3,))
     report = check(net, new, params, {}, result)
-    assert report.max_abs_logits == 0 and report.max_kl <= 1e-4 and report.max_kl > 1e-5
+    # The old heads' logits come out of a wider matmul now: equal up to float32 rounding, which
+    # depends on the CPU (0 with AVX-512 here, 1.9e-6 with AVX2), not bit for bit.
+    assert report.max_abs_logits <= TOL and report.max_kl <= 1e-4 and report.max_kl > 1e-5
 
 
 def test_entity_surgery_refuses_what_it_cannot_keep():

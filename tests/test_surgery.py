@@ -285,7 +285,8 @@ def test_add_actions_bound_mask_and_anneal():
     (info,) = result.action_infos
     assert info.rule == "bound" and info.new_actions == (1, 4) and info.kl_bound <= 1e-7
     report = check(old_net, new_net, params, obs_norm, result)
-    assert report.max_abs_logits == 0.0 and report.max_abs_value == 0.0
+    # (Old logits and value up to float32 rounding: the logits come out of a wider matmul.)
+    assert report.max_abs_logits <= TOL and report.max_abs_value <= TOL
     assert report.max_kl <= 1e-7 and report.max_new_action_prob <= info.max_new_prob
     obs = surgery.sample_observations(spec, obs_norm, 0, (16,))
     mask = np.tile(info.legal_mask_old, (16, 1))
@@ -313,7 +314,7 @@ def test_add_actions_batch_rule_on_unbounded_features():
     result = ops.add_actions(params, 1, graph=G(old_net), logits=logits, tolerance=1e-6)
     assert result.action_info.rule == "batch"
     report = check(old_net, new_net, params, obs_norm, result)
-    assert report.max_abs_logits == 0.0 and report.max_kl <= TOL
+    assert report.max_abs_logits <= TOL and report.max_kl <= TOL
 
 
 @pytest.mark.parametrize("index", [None, 0])
