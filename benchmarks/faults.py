@@ -71,6 +71,11 @@ _SCENARIOS = flags.DEFINE_list("scenarios", list(SCENARIOS), "Which scenarios to
 _LEARNED = flags.DEFINE_float("learned", 450.0, "Return that counts as learned.")
 _ATTACK_S = flags.DEFINE_float("attack_s", 30.0, "How long the malicious actor plays.")
 _OUT = flags.DEFINE_string("out", None, "JSON output path.")
+_LEARNER_FLAGS = flags.DEFINE_list(
+    "learner_flags",
+    [],
+    "Extra learner.py flags for every scenario (e.g. --config.server.front_ends=1).",
+)
 
 CONFIG = os.path.join(ROOT, "configs", "cartpole_ppo.py")
 COMMON = [
@@ -94,7 +99,7 @@ class Run:
         self.logdir = logdir
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.learner_flags = list(learner_flags)
+        self.learner_flags = [*_LEARNER_FLAGS.value, *learner_flags]
         self.procs: list[subprocess.Popen] = []
         self.learner = self.start_learner()
         for i in range(actors):

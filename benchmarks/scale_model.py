@@ -243,7 +243,8 @@ def serving_costs() -> dict:
     with open(_CAPACITY.value) as f:
         cells = json.load(f)["cells"]
     for c in cells:
-        if c["actors"] == actors and c["rows_in_flight"] == actors * rows and c["front_ends"]:
+        fe = int(c["front_ends"] or 0)
+        if c["actors"] == actors and c["rows_in_flight"] == actors * rows and fe > 0:
             return {
                 "python_us": c["central_interpreter_us_per_step"],
                 "front_end_us": c["front_ends_us_per_step"],

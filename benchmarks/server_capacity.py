@@ -289,7 +289,7 @@ def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> 
             deadline = time.time() + _WARMUP_TIMEOUT.value
             while True:  # compiled, serving, and (when learning) updating
                 busy = [r for r in _read_metrics(logdir) if r["sps"]]
-                learned = not _LEARN.value or (busy and busy[-1]["learner_updates"] >= 2)
+                learned = not _LEARN.value or (busy and busy[-1]["policy_version"] >= 2)
                 if len(busy) >= _WARMUP_ROWS.value and learned:
                     break
                 if learner.poll() is not None or time.time() > deadline:

@@ -198,14 +198,14 @@ def actor_sps(config_path, num_actors, seconds, batch_size) -> float:
             p.start()
         try:
             deadline = time.monotonic() + 120
-            while service.num_sessions < num_actors or store.rows_received == 0:
+            while service.num_sessions < num_actors or service.env_steps == 0:
                 if time.monotonic() > deadline:
                     raise RuntimeError("actors did not connect")
                 time.sleep(0.1)
             time.sleep(min(5.0, seconds / 3))  # envs started, inference compiled
-            rows, start = store.rows_received, time.monotonic()
+            rows, start = service.env_steps, time.monotonic()
             time.sleep(seconds)
-            return (store.rows_received - rows) / (time.monotonic() - start)
+            return (service.env_steps - rows) / (time.monotonic() - start)
         finally:
             for p in procs:
                 p.kill()

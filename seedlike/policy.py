@@ -164,6 +164,6 @@ class PolicyRegistry:
             return self._version, self._params
 
     @property
-    def version(self) -> int:
+    def policy_version(self) -> int:
         with self._lock:
             return self._version

@@ -116,12 +116,12 @@ class LearnerProcess:
             unrolls = batch.unroll()
         finally:
             batch.release()  # unroll() copied what the update reads
-        interval.staleness.append(_staleness(learner.version, unrolls))
+        interval.staleness.append(_staleness(learner.policy_version, unrolls))
         interval.updates.append(learner.update(unrolls))
         interval.consumed += unrolls.reward.size * learner.epochs
-        self.registry.publish(learner.version, learner.policy_params())
-        if self.league is not None and self.league.wants_snapshot(learner.version):
-            self.league.add_snapshot(learner.version, learner.policy_params())
+        self.registry.publish(learner.policy_version, learner.policy_params())
+        if self.league is not None and self.league.wants_snapshot(learner.policy_version):
+            self.league.add_snapshot(learner.policy_version, learner.policy_params())
         interval.learn_s += time.perf_counter() - start
 
     def log(self, interval: Interval, now: float) -> dict:
@@ -138,7 +138,7 @@ class LearnerProcess:
             logging.info(
                 "process %d at policy version %d (%s; params %s): process 0 saves",
                 jax.process_index(),
-                self.learner.version,
+                self.learner.policy_version,
                 reason,
                 ckpt_lib.params_fingerprint(state.params),
             )
@@ -146,7 +146,7 @@ class LearnerProcess:
         meta = {
             "env_steps": self.env_steps(),
             "episodes": self.episodes_total,
-            "policy_version": self.learner.version,
+            "policy_version": self.learner.policy_version,
             # Lets inference_server.py, surgery and evaluation rebuild the network.
             "config": json.loads(self.config.to_json()),
         }
@@ -157,12 +157,12 @@ class LearnerProcess:
             meta["league"] = self.league.state_dict()
             if self.evaluator is not None:
                 meta["evaluation"] = self.evaluator.state_dict()
-        self.checkpointer.save(self.learner.version, state, meta)
+        self.checkpointer.save(self.learner.policy_version, state, meta)
         if reason != "interval":
             self.checkpointer.wait()  # the last save: committed before the process ends
         logging.info(
             "checkpoint %d %s (%s; params %s)",
-            self.learner.version,
+            self.learner.policy_version,
             "writing in the background" if reason == "interval" else "saved",
             reason,
             ckpt_lib.params_fingerprint(state.params),
@@ -209,11 +209,11 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         logging.info(
             "state from process 0: env step %d, policy version %d (params %s)",
             counters["env_steps"],
-            learner.version,
+            learner.policy_version,
             ckpt_lib.params_fingerprint(state.params),
         )
     registry = PolicyRegistry()
-    registry.publish(learner.version, learner.policy_params())
+    registry.publish(learner.policy_version, learner.policy_params())
     league, evaluation = _make_league(config, logdir, network, learner, meta, teams)
 
     annealing = Annealing.from_config(config.anneal)
@@ -333,7 +333,7 @@ def train(
             p.save("training complete" if finished else "stop requested")
             checkpoint = None
             if p.checkpointer is not None:
-                checkpoint = os.path.join(p.checkpointer.directory, str(p.learner.version))
+                checkpoint = os.path.join(p.checkpointer.directory, str(p.learner.policy_version))
             outcome = "finished" if finished else "stopped (rerun with the same --logdir to resume)"
             logging.info("%s", p.metrics.summary(outcome, checkpoint))
         finally:
@@ -442,8 +442,7 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
     row = {
         "time": time.time(),
         "env_steps": env_steps,
-        "learner_updates": p.learner.version,
-        "policy_version": p.learner.version,
+        "policy_version": p.learner.policy_version,
         "sps": (env_steps - interval.env_steps) / dt,
         "episodes": int(mine.sum()),
         "episode_return_mean": _mean(returns),
@@ -468,7 +467,7 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
     # Learner values are null in an interval without updates, so every row has the same keys.
     row.update({k: float("nan") for k in p.learner.metric_keys})
     if p.service.matchmaker.annealing is not None:
-        row["anneal_fraction"] = p.service.matchmaker.annealing.fraction(p.learner.version)
+        row["anneal_fraction"] = p.service.matchmaker.annealing.fraction(p.learner.policy_version)
     curriculum = p.service.matchmaker.curriculum
     if curriculum is not None:
         curriculum.progress(env_steps)

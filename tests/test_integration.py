@@ -39,7 +39,7 @@ FAST = ["--config.log.interval_s=1", "--config.total_env_steps=100000000"]
 ONE_DEVICE = {**os.environ, "XLA_FLAGS": ""}
 
 REQUIRED_KEYS = {
-    "time", "env_steps", "learner_updates", "policy_version", "sps", "episodes",
+    "time", "env_steps", "policy_version", "sps", "episodes",
     "episode_return_mean", "episode_length_mean", "staleness_mean", "sample_reuse", "rfps", "cfps",
     "inference_batch_mean", "inference_latency_ms_p50", "inference_latency_ms_p99",
     "loss/total", "loss/policy", "loss/value", "loss/entropy",

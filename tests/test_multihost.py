@@ -140,7 +140,7 @@ def test_two_learner_processes_train_stop_together_and_resume(tmp_path):
     try:
         learners, addresses = start("learner", "--config.total_env_steps=100000000")
         actors = [procs.actor(address, k) for k, address in enumerate(addresses)]
-        wait_for(lambda: (last(logdir, "learner_updates") or 0) >= 4, 120, learners[0], "training")
+        wait_for(lambda: (last(logdir, "policy_version") or 0) >= 4, 120, learners[0], "training")
         learners[1].send_signal(signal.SIGTERM)
         assert [p.wait(timeout=60) for p in learners] == [0, 0]
         saved = re.findall(r"checkpoint (\d+) saved \(stop requested; params (\w+)\)",
@@ -149,7 +149,7 @@ def test_two_learner_processes_train_stop_together_and_resume(tmp_path):
                           log_text(learners[1]))  # fmt: skip
         assert saved and held and saved[-1] == held[-1], "both processes hold the saved params"
         rows = [metrics(d)[-1] for d in dirs]
-        assert rows[0]["learner_updates"] == rows[1]["learner_updates"] == int(saved[-1][0])
+        assert rows[0]["policy_version"] == rows[1]["policy_version"] == int(saved[-1][0])
         assert rows[0]["env_steps"] == rows[1]["env_steps"], "steps are counted across processes"
         assert not os.path.exists(os.path.join(dirs[1], "checkpoints")), "process 0 saves"
         assert all(a.poll() is None for a in actors), "actors wait for the learners to return"
@@ -167,13 +167,13 @@ def test_two_learner_processes_train_stop_together_and_resume(tmp_path):
 
         # A learner process that dies takes the others down at once, with the last complete
         # version saved and one line saying how to go on.
-        done = metrics(logdir)[-1]["learner_updates"]
+        done = metrics(logdir)[-1]["policy_version"]
         learners, addresses = start("killed", "--config.total_env_steps=100000000")
         [procs.actor(address, k) for k, address in enumerate(addresses)]
         wait_for(
             lambda: (
                 "resumed from" in log_text(learners[0])
-                and last(logdir, "learner_updates") >= done + 3
+                and last(logdir, "policy_version") >= done + 3
             ),
             120,
             learners[0],

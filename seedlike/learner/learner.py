@@ -149,7 +149,7 @@ class Learner:
         return self.guard(_first, self._state)
 
     @property
-    def version(self) -> int:
+    def policy_version(self) -> int:
         return self._version
 
     def policy_params(self):
@@ -182,7 +182,9 @@ class Learner:
         if not all(np.all(np.isfinite(x)) for x in jax.tree.leaves(obs_norm)):
             # Finite observations can still overflow the float32 sums (values near 1e19); the
             # loss would stay finite, so the statistics are checked themselves, never installed.
-            logging.error("non-finite observation statistics in update %d; discarded", self.version)
+            logging.error(
+                "non-finite observation statistics in update %d; discarded", self.policy_version
+            )
             return {**dict.fromkeys(self.metric_keys, float("nan")), "nonfinite": 1.0}
         advantage = np.asarray(advantage).reshape(batch, horizon)
         value_target = np.asarray(value_target).reshape(batch, horizon)
@@ -198,7 +200,9 @@ class Learner:
         blocks = self._local_blocks
         per_block = num_items // blocks
         rngs = [
-            np.random.default_rng([int(self.config.seed), self.version, self._first_block + b])
+            np.random.default_rng(
+                [int(self.config.seed), self.policy_version, self._first_block + b]
+            )
             for b in range(blocks)
         ]
         size = per_block // self.num_minibatches  # samples per block in each minibatch
@@ -217,7 +221,9 @@ class Learner:
         metrics = jax.tree.map(lambda *xs: float(np.mean([np.asarray(x)[0] for x in xs])), *metrics)
         if not all(np.isfinite(v) for v in metrics.values()):
             bad = sorted(k for k, v in metrics.items() if not np.isfinite(v))
-            logging.error("non-finite %s in learner update %d; update discarded", bad, self.version)
+            logging.error(
+                "non-finite %s in learner update %d; update discarded", bad, self.policy_version
+            )
             self._state = old_state
             return {**metrics, "nonfinite": 1.0}
         updates = self.guard(lambda u: u + 1, self._state.updates)

@@ -78,7 +78,7 @@ class SessionGate:
             self._peers[peer] += 1
             self._sessions[session_id] = peer
         levels_version, probs = service.level_probs()
-        return Opened(session_id, service.registry.version, levels_version, probs)
+        return Opened(session_id, service.registry.policy_version, levels_version, probs)
 
     def close(self, service, session_id: int) -> None:
         with self._lock:

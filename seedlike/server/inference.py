@@ -470,12 +470,12 @@ class InferenceService:
         if ids.size == 1 and ids[0] == LEARNER:
             return [(None, self.runner.dispatch(latest, obs, extras, carry, first))]
         groups = []
-        for pid in ids:
-            idx = np.flatnonzero(policy == pid)
+        for policy_id in ids:
+            idx = np.flatnonzero(policy == policy_id)
             part_obs, part_extras, part_carry = jax.tree.map(
                 lambda x, idx=idx: x[idx], (obs, extras, carry)
             )
-            bot = self.matchmaker.bots.get(int(pid))
+            bot = self.matchmaker.bots.get(int(policy_id))
             if bot is not None:  # no network: logp and value 0, carry unchanged
                 mask = part_extras.get(LEGAL_ACTION_MASK)
                 if mask is None:  # every action is legal
@@ -491,7 +491,7 @@ class InferenceService:
                 output = PolicyOutput(np.asarray(actions, np.int32), zeros, zeros, part_carry)
                 groups.append((idx, Ready(output)))
                 continue
-            params = self.matchmaker.params(int(pid), latest)
+            params = self.matchmaker.params(int(policy_id), latest)
             groups.append(
                 (idx, self.runner.dispatch(params, part_obs, part_extras, part_carry, first[idx]))
             )
