@@ -8,8 +8,8 @@ measured per-stage costs and checked against real runs on this machine.
    inference, reply and trajectory store, and the learner's update, each timed alone.
 2. Runs: learner.py and N actor.py processes of --envs envs each (CartPole-v1, PPO, learning on),
    measured for --seconds after warm-up: env steps/s, and CPU seconds per env step of the actors
-   and of the learner, the learner's split between its interpreter threads (Python and gRPC
-   threads, named like the process; they share one interpreter lock) and XLA's compute threads.
+   and of the learner, the learner's split between its Python threads (py-spy's list, which
+   share one interpreter lock; benchmarks/proc_cpu.py) and the rest (XLA's, gRPC's threads).
 3. The model, for N actor processes on a machine of C cores:
 
      sps(N) = min(N * r1, C / (a + l), 1 / g)
@@ -58,6 +58,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import results_io  # noqa: E402
+from proc_cpu import python_threads, threads_cpu  # noqa: E402
 from stages import breakdown  # noqa: E402
 
 from seedlike.metrics import read_metrics  # noqa: E402
@@ -101,26 +102,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def cpu_seconds(pid: int) -> tuple[float, float]:
-    """(all threads, interpreter threads) CPU seconds of a process; interpreter threads keep the
-    process's name or have seedlike's prefix (XLA's and LLVM's pools name theirs)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    with open(f"/proc/{pid}/comm") as f:
-        name = f.read().strip()
-    total = interpreter = 0.0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                thread = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue  # a thread that just ended
-        seconds = (int(fields[11]) + int(fields[12])) / ticks
-        total += seconds
-        if thread == name or thread.startswith("sl-"):  # seedlike/threadnames.py
-            interpreter += seconds
-    return total, interpreter
+def cpu_seconds(pid: int, python: set[int] | None = None) -> tuple[float, float]:
+    """(all threads, Python threads) CPU seconds of a process (benchmarks/proc_cpu.py)."""
+    return threads_cpu(pid, python)
 
 
 def env_steps(logdir: str) -> int:
@@ -165,10 +149,11 @@ def run(num_actors: int) -> dict:
                 time.sleep(0.2)
             time.sleep(_WARMUP_S.value)
             pids = [learner.pid] + [a.pid for a in actors]
-            cpu0 = {pid: cpu_seconds(pid) for pid in pids}
+            python = {learner.pid: python_threads(learner.pid)}  # the learner's Python threads
+            cpu0 = {pid: cpu_seconds(pid, python.get(pid)) for pid in pids}
             steps0, t0 = env_steps(logdir), time.monotonic()
             time.sleep(_SECONDS.value)
-            cpu1 = {pid: cpu_seconds(pid) for pid in pids}
+            cpu1 = {pid: cpu_seconds(pid, python.get(pid)) for pid in pids}
             steps1, t1 = env_steps(logdir), time.monotonic()
         finally:
             for proc in procs:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import results_io  # noqa: E402
+from proc_cpu import python_threads, threads_cpu  # noqa: E402
 
 _ACTORS = flags.DEFINE_list("actors", ["1", "4", "16", "32"], "Numbers of synthetic actors.")
 _ROWS = flags.DEFINE_integer("rows", 8, "Rows (envs) per actor message.")
@@ -158,47 +158,6 @@ def _read_metrics(logdir):
     return rows
 
 
-def python_threads(pid: int) -> set[int] | None:
-    """The OS thread ids of a process's Python threads (they share its interpreter lock), from
-    `py-spy dump`; None without py-spy (pip install py-spy) or permission to trace."""
-    try:
-        dump = subprocess.run(
-            ["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    tids = {int(m) for m in re.findall(r"^Thread (\d+) ", dump, re.MULTILINE)}
-    return tids or None
-
-
-def _threads_cpu(pid: int, python: set[int] | None, by_thread: dict | None = None):
-    """(all threads, Python threads) CPU seconds of a process; `by_thread` collects them by
-    thread name. Python threads: those of `python` (py-spy's list); without it, those with the
-    process's name or seedlike's prefix (seedlike/threadnames.py), which also takes in the native
-    threads XLA leaves unnamed (its CPU executor's), so it overcounts."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    with open(f"/proc/{pid}/comm") as f:
-        name = f.read().strip()
-    total = interpreter = 0.0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                thread = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        seconds = (int(fields[11]) + int(fields[12])) / ticks
-        total += seconds
-        is_python = int(tid) in python if python else thread == name or thread.startswith("sl-")
-        if is_python:
-            interpreter += seconds
-        if by_thread is not None:
-            key = ("python:" if is_python else "") + thread
-            by_thread[key] = by_thread.get(key, 0.0) + seconds
-    return total, interpreter
-
-
 def _children(pid: int) -> list[int]:
     out = []
     for entry in os.listdir("/proc"):
@@ -230,11 +189,11 @@ def _process_cpu(learner_pid: int, python: set[int] | None) -> dict:
     """CPU seconds so far of the learner process (all threads, Python threads) and of its child
     processes (stream front ends)."""
     threads: dict = {}
-    total, interpreter = _threads_cpu(learner_pid, python, threads)
+    total, interpreter = threads_cpu(learner_pid, python, threads)
     children = 0.0
     for child in _children(learner_pid):
         try:
-            children += _threads_cpu(child, None)[0]
+            children += threads_cpu(child, None)[0]
         except FileNotFoundError:
             continue
     out = {"central": total, "central_interpreter": interpreter, "front_ends": children}

@@ -1,0 +1,47 @@
+"""CPU seconds of a process's threads from /proc, split into its Python threads and the rest
+(used by server_capacity.py and scale_model.py)."""
+
+import os
+import re
+import subprocess
+
+
+def python_threads(pid: int) -> set[int] | None:
+    """The OS thread ids of a process's Python threads (they share its interpreter lock), from
+    `py-spy dump`; None without py-spy (pip install py-spy) or permission to trace."""
+    try:
+        dump = subprocess.run(
+            ["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    tids = {int(m) for m in re.findall(r"^Thread (\d+) ", dump, re.MULTILINE)}
+    return tids or None
+
+
+def threads_cpu(pid: int, python: set[int] | None = None, by_thread: dict | None = None):
+    """(all threads, Python threads) CPU seconds of a process; `by_thread` collects them by
+    thread name. Python threads: those of `python` (py-spy's list); without it, those with the
+    process's name or seedlike's prefix (seedlike/threadnames.py), which also takes in the native
+    threads XLA leaves unnamed (its CPU executor's), so it overcounts."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    with open(f"/proc/{pid}/comm") as f:
+        name = f.read().strip()
+    total = interpreter = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                thread = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue  # a thread that just ended
+        seconds = (int(fields[11]) + int(fields[12])) / ticks
+        total += seconds
+        is_python = int(tid) in python if python else thread == name or thread.startswith("sl-")
+        if is_python:
+            interpreter += seconds
+        if by_thread is not None:
+            key = ("python:" if is_python else "") + thread
+            by_thread[key] = by_thread.get(key, 0.0) + seconds
+    return total, interpreter
