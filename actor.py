@@ -16,7 +16,13 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from seedlike.actor import Actor
-from seedlike.config import ConfigError, add_env_kwargs, check_override_flags, validate
+from seedlike.config import (
+    ConfigError,
+    actor_sizing,
+    add_env_kwargs,
+    check_override_flags,
+    validate,
+)
 from seedlike.rpc.security import TransportError
 
 DEFAULT_CONFIG = os.path.join(
@@ -32,6 +38,13 @@ _SERVER = flags.DEFINE_string(
     "(each gets its own teams' agents).",
 )
 _ACTOR_ID = flags.DEFINE_integer("actor_id", 0, "Distinct id per actor (seeds its envs).")
+_CORES = flags.DEFINE_integer(
+    "cores",
+    0,
+    "Cores this actor may use: sizes env.num_envs, env.batch_size and env.num_threads unless "
+    "given (seedlike.config.actor_sizing; scripts/train.sh sets it on hosts of 8+ cores). "
+    "0: the config's values.",
+)
 
 
 def _is_address(value: str) -> bool:
@@ -57,6 +70,10 @@ def main(argv):
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     add_env_kwargs(_CONFIG.value, _ENV_KWARGS)
+    if _CORES.value > 0:
+        given = {a.split("=", 1)[0].removeprefix("--config.env.") for a in sys.argv[1:]}
+        with _CONFIG.value.unlocked():
+            _CONFIG.value.env.update(actor_sizing(_CONFIG.value.env, _CORES.value, given))
     try:
         validate(_CONFIG.value)
         actor = Actor(_CONFIG.value, _SERVER.value.split(","), _ACTOR_ID.value, stop)

@@ -14,7 +14,13 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from seedlike.config import ConfigError, add_env_kwargs, check_override_flags, validate
+from seedlike.config import (
+    ConfigError,
+    actor_sizing,
+    add_env_kwargs,
+    check_override_flags,
+    validate,
+)
 from seedlike.deploy import read_credentials, render, to_yaml
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -51,18 +57,15 @@ def cores(cpu: str) -> int:
 
 def sizing(config, overrides: list[str], learner_cpu: str, actor_cpu: str) -> list[str]:
     """Settings that follow the pods' cores unless given: one stream front end per four learner
-    cores (a pod sees its node's cores, not its own), and per actor pod the config's envs per
-    core on as many envpool threads as it has cores (bigger messages serve faster: RESULTS.md)."""
+    cores (a pod sees its node's cores, not its own), and each actor's envs and envpool threads
+    from its cores (seedlike.config.actor_sizing: bigger, asynchronous messages serve faster)."""
     given = {a.split("=", 1)[0] for a in overrides}
     out = []
     if "--config.server.front_ends" not in given:
         out.append(f"--config.server.front_ends={cores(learner_cpu) // 4}")
-    n = cores(actor_cpu)
-    if n > 1 and "--config.env.num_envs" not in given:
-        out.append(f"--config.env.num_envs={int(config.env.num_envs) * n}")
-    if "--config.env.num_threads" not in given:
-        out.append(f"--config.env.num_threads={n}")
-    return out
+    env_given = {k.removeprefix("--config.env.") for k in given}
+    sized = actor_sizing(config.env, cores(actor_cpu), env_given)
+    return out + [f"--config.env.{k}={v}" for k, v in sized.items()]
 
 
 def main(argv):

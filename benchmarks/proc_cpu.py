@@ -45,3 +45,27 @@ def threads_cpu(pid: int, python: set[int] | None = None, by_thread: dict | None
             key = ("python:" if is_python else "") + thread
             by_thread[key] = by_thread.get(key, 0.0) + seconds
     return total, interpreter
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds of a process (every thread); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    """The process ids whose parent is `pid`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+    return out

@@ -43,7 +43,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import results_io  # noqa: E402
-from proc_cpu import python_threads, threads_cpu  # noqa: E402
+from proc_cpu import children, process_cpu, python_threads, threads_cpu  # noqa: E402
 
 _ACTORS = flags.DEFINE_list("actors", ["1", "4", "16", "32"], "Numbers of synthetic actors.")
 _ROWS = flags.DEFINE_integer("rows", 8, "Rows (envs) per actor message.")
@@ -158,19 +158,6 @@ def _read_metrics(logdir):
     return rows
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(entry))
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-    return out
-
-
 def _start_profile(pid: int, name: str):
     """py-spy sampling the learner process (all threads, idle ones left out) for the window, to
     --profile/<name>.txt (collapsed stacks: `thread;frame;... count`); None without --profile."""
@@ -190,13 +177,8 @@ def _process_cpu(learner_pid: int, python: set[int] | None) -> dict:
     processes (stream front ends)."""
     threads: dict = {}
     total, interpreter = threads_cpu(learner_pid, python, threads)
-    children = 0.0
-    for child in _children(learner_pid):
-        try:
-            children += threads_cpu(child, None)[0]
-        except FileNotFoundError:
-            continue
-    out = {"central": total, "central_interpreter": interpreter, "front_ends": children}
+    front_ends = sum(process_cpu(child) for child in children(learner_pid))
+    out = {"central": total, "central_interpreter": interpreter, "front_ends": front_ends}
     out.update({f"thread/{k}": v for k, v in threads.items()})
     return out
 

@@ -30,7 +30,9 @@ usage: scripts/train.sh [flags]   a local training job: a learner and its actors
   --config=FILE            experiment config (default configs/cartpole_ppo.py; configs/*.py)
   --config.KEY=VALUE       override a config value (learner and actors), e.g. --config.seed=3
   --logdir=DIR             run directory (default runs/<config>-<time>); rerun with it to resume
-  --num_actors=N           actor processes (default 2; a quarter of the cores from 8 on, 16 at most)
+  --num_actors=N           actor processes (default 2; a quarter of the cores from 8 on, 16 at most);
+                           from 8 cores on each actor sizes its envs from its share of the cores
+                           (actor.py --cores; env.num_envs/batch_size/num_threads given win)
   --learners=L             L learner processes forming one learner (default 1)
   --population=P           P independent learners sharing the actors' worlds (default 1)
   --max_actor_restarts=R   restarts of a crashed actor before the job stops (default 3)
@@ -152,13 +154,16 @@ for ((k = 0; k < learners; k++)); do
   done
   addresses[k]="$(cat "${learner_dirs[k]}/server_address")"
 done
+# From 8 cores on, each actor sizes its envs from its share of the cores (actor.py --cores).
+actor_cores=()
+if [ "$cores" -ge 8 ]; then actor_cores=(--cores=$(( cores / num_actors > 1 ? cores / num_actors : 1 ))); fi
 echo "learner serving on ${addresses[*]}; starting $num_actors actors; logs in $logdir" >&2
 restarts=()
 start_actor() {
   local server="${addresses[$(($1 % learners))]}"
   if [ "$population" -gt 1 ]; then server="$(IFS=,; echo "${addresses[*]}")"; fi
   "${actor_py:-$SEEDLIKE_PY}" actor.py --server="$server" --actor_id="$1" \
-    --config="$config" "${config_flags[@]}" >> "$logdir/actor_$1.log" 2>&1 &
+    --config="$config" "${actor_cores[@]}" "${config_flags[@]}" >> "$logdir/actor_$1.log" 2>&1 &
   pids[$1]=$!
 }
 for ((i = 0; i < num_actors; i++)); do

@@ -298,6 +298,28 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
+# envs per core relative to the config's env.num_envs, for actors given several cores: on a
+# 16-core accelerator host, 4 actors x 64 Breakout envs (4 threads each, two halves stepped
+# asynchronously) served 0.63 of envpool's ceiling where 16 actors x 8 synchronous envs served
+# 0.51 (benchmarks/RESULTS.md, "Breakout on an accelerator host").
+ENVS_PER_CORE = 4
+
+
+def actor_sizing(env, cores: int, given=()) -> dict[str, int]:
+    """env.num_envs / batch_size / num_threads for an actor that may use `cores` cores.
+
+    One core: one envpool thread with the config's envs. More: a thread per core, the config's
+    num_envs x ENVS_PER_CORE per core, and (envpool) two halves in flight, so one half steps while
+    the other's actions are on their way. Keys in `given` (e.g. "num_envs") are left alone.
+    """
+    out = {"num_threads": max(1, int(cores))}
+    if cores > 1:
+        out["num_envs"] = int(env.num_envs) * ENVS_PER_CORE * int(cores)
+        if env.backend == "envpool":
+            out["batch_size"] = out["num_envs"] // 2
+    return {k: v for k, v in out.items() if k not in given}
+
+
 class ConfigError(ValueError):
     """A setting that cannot work; entrypoints print the message alone, without a traceback."""
 

@@ -10,7 +10,7 @@ import jax
 import pytest
 
 from networks import make_network
-from seedlike.config import ConfigError, load_config_file, validate
+from seedlike.config import ConfigError, actor_sizing, load_config_file, validate
 from seedlike.envs import make_env_spec
 from seedlike.learner.learner import Learner
 from seedlike.teams import Teams
@@ -169,3 +169,14 @@ def test_images_read_by_dense_layers_get_advice():
     config.network.torso = "mlp"
     (line,) = advice(config, make_env_spec(config.env))
     assert "'obs' is an image (uint8[4, 84, 84])" in line and "network.torso=nature_cnn" in line
+
+
+def test_actor_sizing_follows_the_cores_and_leaves_given_values():
+    atari = load_config_file(os.path.join(ROOT, "configs", "atari_ppo.py")).env
+    # 4 cores: the measured 4 x 64 asynchronous setup of RESULTS ("Breakout on an accelerator
+    # host") for Atari's 4 envs per actor.
+    assert actor_sizing(atari, 4) == {"num_threads": 4, "num_envs": 64, "batch_size": 32}
+    assert actor_sizing(atari, 1) == {"num_threads": 1}  # one core: the config's envs
+    assert actor_sizing(atari, 8, given={"num_envs", "num_threads"}) == {"batch_size": 64}
+    coins = load_config_file(os.path.join(ROOT, "configs", "coins_teams.py")).env
+    assert "batch_size" not in actor_sizing(coins, 4)  # PettingZoo steps synchronously

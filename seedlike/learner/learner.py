@@ -101,8 +101,17 @@ class Learner:
         self.optimizer = ts.make_optimizer(config.optimizer)
         loss_fn = self.algorithm.make_loss(network, self.algo_config, ts.AXIS, self.sequences)
         lr_fn = ts.make_learning_rate_fn(config.optimizer, total_sgd_steps)
+        sgd_step = ts.make_sgd_step(loss_fn, self.optimizer, lr_fn)
+        take = _take_unrolls if self.sequences else _take_steps
+        # The batch stays on the devices for all its minibatches; each sgd step gathers its own.
         self._sgd_step = jax.pmap(
-            ts.make_sgd_step(loss_fn, self.optimizer, lr_fn), ts.AXIS, devices=self.devices
+            lambda state, items, idx: sgd_step(state, take(items, idx)),
+            ts.AXIS,
+            devices=self.devices,
+        )
+        self._local_sharding = jax.sharding.NamedSharding(
+            jax.sharding.Mesh(np.array(self.local_devices), (ts.AXIS,)),
+            jax.sharding.PartitionSpec(ts.AXIS),
         )
         prepare = ts.make_prepare(self.algo_config, self.algorithm.advantages)
         self._prepare = jax.pmap(prepare, ts.AXIS, devices=self.devices)
@@ -136,12 +145,7 @@ class Learner:
 
     def set_state(self, state: ts.TrainState) -> None:
         """Installs an unreplicated state on this process's devices (leading axis = device)."""
-        sharding = jax.sharding.NamedSharding(
-            jax.sharding.Mesh(np.array(self.local_devices), (ts.AXIS,)),
-            jax.sharding.PartitionSpec(ts.AXIS),
-        )
-        stacked = jax.tree.map(lambda x: np.stack([np.asarray(x)] * self.num_local), state)
-        self._state = self.guard(jax.device_put, stacked, sharding)
+        self._state = self.guard(self._replicate, state)
         self._version = int(np.asarray(state.updates))
 
     def state(self) -> ts.TrainState:
@@ -195,8 +199,11 @@ class Learner:
             items = SequenceBatch(unrolls, advantage, value_target)
             num_items = batch
         else:
-            items = _flatten_steps(unrolls, horizon, advantage, value_target)
+            items = _step_source(unrolls, advantage, value_target)
             num_items = batch * horizon
+        # Every local device holds this process's whole batch (one transfer each, no host copy),
+        # so a minibatch drawn from anywhere in a host's block is gathered on the device.
+        items = self.guard(self._replicate, items)
         blocks = self._local_blocks
         per_block = num_items // blocks
         rngs = [
@@ -212,10 +219,8 @@ class Learner:
             for m in range(self.num_minibatches):
                 # Block b's samples go to block b's devices (the reshape keeps that order).
                 idx = np.concatenate([o[m * size : (m + 1) * size] for o in orders])
-                minibatch = jax.tree.map(
-                    lambda x, idx=idx: x[idx].reshape((n, len(idx) // n) + x.shape[1:]), items
-                )
-                self._state, step_metrics = self.guard(self._sgd_step, self._state, minibatch)
+                idx = idx.astype(np.int32).reshape(n, -1)
+                self._state, step_metrics = self.guard(self._sgd_step, self._state, items, idx)
                 metrics.append(step_metrics)
 
         metrics = jax.tree.map(lambda *xs: float(np.mean([np.asarray(x)[0] for x in xs])), *metrics)
@@ -231,26 +236,47 @@ class Learner:
         self._version += 1
         return {**metrics, "nonfinite": 0.0}
 
+    def _replicate(self, tree):
+        """A host tree on every local device, as a pmap argument [num_local, ...]."""
+
+        def put(x):
+            x = np.asarray(x)[None]  # a view: each device's transfer reads the host array itself
+            shards = [jax.device_put(x, d) for d in self.local_devices]
+            return jax.make_array_from_single_device_arrays(
+                (self.num_local,) + x.shape[1:], self._local_sharding, shards
+            )
+
+        return jax.tree.map(put, tree)
+
 
 def _first(tree):
     """Device 0's copy of a replicated tree."""
     return jax.tree.map(lambda x: x[0], tree)
 
 
-def _flatten_steps(unrolls: Unroll, horizon: int, advantage, value_target) -> ppo.PPOBatch:
-    """[B, T+1, ...] unrolls -> [B*T, ...] samples (steps 0..T-1; step T only bootstraps)."""
-
-    def flat(x):
-        x = np.asarray(x)[:, :horizon]
-        return x.reshape((-1,) + x.shape[2:])
-
+def _step_source(unrolls: Unroll, advantage, value_target) -> ppo.PPOBatch:
+    """What feed-forward PPO samples steps from: the unrolls' fields [B, T+1, ...] (step T only
+    bootstraps, so it is never drawn) beside the advantages and value targets [B, T]."""
     return ppo.PPOBatch(
-        obs={k: flat(v) for k, v in unrolls.obs.items()},
-        extras={k: flat(v) for k, v in unrolls.extras.items()},
-        action=flat(unrolls.action),
-        behaviour_logp=flat(unrolls.behaviour_logp),
-        behaviour_value=flat(unrolls.behaviour_value),
-        advantage=flat(advantage),
-        value_target=flat(value_target),
-        mask=flat(unrolls.valid).astype(np.float32),
+        obs=unrolls.obs,
+        extras=unrolls.extras,
+        action=unrolls.action,
+        behaviour_logp=unrolls.behaviour_logp,
+        behaviour_value=unrolls.behaviour_value,
+        advantage=advantage,
+        value_target=value_target,
+        mask=unrolls.valid,
     )
+
+
+def _take_steps(source: ppo.PPOBatch, idx) -> ppo.PPOBatch:
+    """The minibatch of steps idx [S] (step t of unroll b is b * T + t) from a _step_source."""
+    horizon = source.advantage.shape[1]
+    unroll, step = idx // horizon, idx % horizon
+    batch = jax.tree.map(lambda x: x[unroll, step], source)
+    return batch._replace(mask=batch.mask.astype(np.float32))
+
+
+def _take_unrolls(items: SequenceBatch, idx) -> SequenceBatch:
+    """The minibatch of whole unrolls idx [S]."""
+    return jax.tree.map(lambda x: x[idx], items)

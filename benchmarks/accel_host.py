@@ -1,0 +1,245 @@
+"""seedlike's env steps/s on one host against that host's raw envpool ceiling, in one command.
+
+Made for the accelerator host of ../shared/gpu/README.md (no venv there: carry `.gpu`, whose
+site-packages this script puts on the path of every process it starts):
+
+  python3 benchmarks/accel_host.py --out=$OUT/accel.json --logroot=$OUT/runs
+
+1. The ceiling: envpool alone, --ceiling_envs envs on every core, random actions, --ceiling_s.
+2. Each setup of --setups (SETUPS below): learner.py and its actors as scripts/train.sh starts them
+   (Breakout-v5, configs/atari_ppo.py, learning on). Once env steps flow (the first compilation
+   takes a minute on a GPU), --warmup_s pass, then --window_s are measured: env steps/s from the
+   learner's metrics rows, inference batch and latency, staleness, policy versions/s, and the CPU
+   cores each group of processes used over the window (learner process, its stream front ends,
+   actors; from /proc).
+
+Every run in one command shares one JAX compilation cache, so only the first compiles in full.
+Writes JSON (benchmarks/results_io.py) and prints one line per row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from absl import app, flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import results_io  # noqa: E402
+from proc_cpu import children, process_cpu  # noqa: E402
+
+# name -> (actor processes, config overrides for learner and actors).
+SETUPS = {
+    "16x8": (16, ["--config.env.num_envs=8"]),
+    "4x32": (4, ["--config.env.num_envs=32", "--config.env.num_threads=4"]),
+    "4x64async": (
+        4,
+        [
+            "--config.env.num_envs=64",
+            "--config.env.batch_size=32",
+            "--config.env.num_threads=4",
+        ],
+    ),
+}
+
+_SETUPS = flags.DEFINE_list("setups", list(SETUPS), f"Setups to run, of {sorted(SETUPS)}.")
+_CONFIG = flags.DEFINE_string("config", "configs/atari_ppo.py", "Config of every setup.")
+_FLAGS = flags.DEFINE_list("flags", [], "More config overrides for every setup.")
+_CEILING_ENVS = flags.DEFINE_integer("ceiling_envs", 128, "Envs of the ceiling run (0: none).")
+_CEILING_S = flags.DEFINE_float("ceiling_s", 15.0, "Seconds of the ceiling run.")
+_START_S = flags.DEFINE_float("start_s", 240.0, "Longest wait for the first env steps.")
+_WARMUP_S = flags.DEFINE_float("warmup_s", 20.0, "Seconds after the first env steps, unmeasured.")
+_WINDOW_S = flags.DEFINE_float("window_s", 60.0, "Seconds measured per setup.")
+_LOGROOT = flags.DEFINE_string("logroot", "", "Run directories go here (default: a temp dir).")
+_SITE = flags.DEFINE_string(
+    "site", "", "Packages for every process (.gpu/site on the accelerator host, which has no venv)."
+)
+_OUT = flags.DEFINE_string("out", None, "JSON path (default benchmarks/results/...).")
+
+
+def child_env() -> dict:
+    env = dict(os.environ, WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
+    paths = [ROOT] + ([os.path.abspath(_SITE.value)] if _SITE.value else [])
+    env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "jax-cache"))
+    return env
+
+
+def ceiling(num_envs: int, seconds: float) -> dict:
+    """Raw envpool steps/s with random actions on every core (what no trainer can beat)."""
+    code = (
+        "import sys, time, numpy as np, envpool\n"
+        "n, threads, secs = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])\n"
+        "env = envpool.make('Breakout-v5', env_type='gymnasium', num_envs=n, batch_size=n,\n"
+        "                   num_threads=threads, seed=0)\n"
+        "env.reset(); steps, t = 0, time.time()\n"
+        "while time.time() - t < secs:\n"
+        "    env.step(np.random.randint(0, env.action_space.n, size=n)); steps += n\n"
+        "print(steps / (time.time() - t))\n"
+    )
+    threads = os.cpu_count()
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(num_envs), str(threads), str(seconds)],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode:
+        raise RuntimeError(f"the ceiling run failed: {out.stderr.strip().splitlines()[-1:]}")
+    return {"envs": num_envs, "threads": threads, "sps": float(out.stdout.split()[-1])}
+
+
+def cpu_groups(learner: int, actors: list[int]) -> dict:
+    return {
+        "learner": process_cpu(learner),
+        "front_ends": sum(process_cpu(c) for c in children(learner)),
+        "actors": sum(process_cpu(a) for a in actors),
+    }
+
+
+def read_rows(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def gpu_utilization() -> float | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+        return float(out.split()[0])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+
+
+def run_setup(name: str, logroot: str) -> dict:
+    num_actors, overrides = SETUPS[name]
+    logdir = os.path.join(logroot, name)
+    os.makedirs(logdir, exist_ok=True)
+    config = [f"--config={_CONFIG.value}", "--config.log.interval_s=5", *overrides, *_FLAGS.value]
+    env = child_env()
+    procs = []
+
+    def start(args, log):
+        with open(os.path.join(logdir, log), "w") as f:
+            procs.append(subprocess.Popen(args, cwd=ROOT, env=env, stdout=f, stderr=f))
+        return procs[-1]
+
+    run_dir = os.path.join(logdir, "run")
+    learner = start(
+        [sys.executable, "learner.py", *config, f"--logdir={run_dir}", "--port=0"], "learner.log"
+    )
+    try:
+        address = os.path.join(run_dir, "server_address")
+        deadline = time.monotonic() + 120
+        while not os.path.exists(address) and learner.poll() is None:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if not os.path.exists(address):
+            raise RuntimeError(f"{name}: the learner did not start; see {logdir}/learner.log")
+        with open(address) as f:
+            server = f.read().strip()
+        actors = [
+            start(
+                [sys.executable, "actor.py", f"--server={server}", f"--actor_id={i}", *config],
+                f"actor_{i}.log",
+            )
+            for i in range(num_actors)
+        ]
+        metrics = os.path.join(run_dir, "metrics.jsonl")
+        t0 = time.monotonic()
+        while not any(r.get("env_steps", 0) > 0 for r in read_rows(metrics)):
+            if time.monotonic() - t0 > _START_S.value or learner.poll() is not None:
+                raise RuntimeError(f"{name}: no env steps; see {logdir}/learner.log")
+            time.sleep(1.0)
+        first_steps_s = time.monotonic() - t0
+        time.sleep(_WARMUP_S.value)
+        start_time, cpu0 = time.time(), cpu_groups(learner.pid, [a.pid for a in actors])
+        time.sleep(_WINDOW_S.value / 2)
+        gpu = gpu_utilization()
+        time.sleep(_WINDOW_S.value / 2)
+        end_time, cpu1 = time.time(), cpu_groups(learner.pid, [a.pid for a in actors])
+        time.sleep(5.5)  # the row that covers the window's end
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in reversed(procs):
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    rows = [r for r in read_rows(metrics) if start_time <= r["time"] <= end_time + 5.5]
+    if len(rows) < 2:
+        raise RuntimeError(f"{name}: fewer than two metrics rows in the window")
+    a, b = rows[0], rows[-1]
+    seconds = b["time"] - a["time"]
+    inner = rows[1:]
+
+    def median(key):
+        values = [r[key] for r in inner if r.get(key) is not None and r[key] == r[key]]
+        return float(np.median(values)) if values else None
+
+    cores = {k: (cpu1[k] - cpu0[k]) / (end_time - start_time) for k in cpu0}
+    return {
+        "setup": name,
+        "actors": num_actors,
+        "overrides": overrides + list(_FLAGS.value),
+        "first_env_steps_s": round(first_steps_s, 1),
+        "sps": (b["env_steps"] - a["env_steps"]) / seconds,
+        "policy_versions_per_s": (b["policy_version"] - a["policy_version"]) / seconds,
+        "inference_batch_mean": median("inference_batch_mean"),
+        "inference_rows_in_place": median("inference_rows_in_place"),
+        "latency_ms_p50": median("inference_latency_ms_p50"),
+        "latency_ms_p99": median("inference_latency_ms_p99"),
+        "staleness_mean": median("staleness_mean"),
+        "busy": {k[5:]: median(k) for k in sorted(b) if k.startswith("busy/")},
+        "cores": cores,
+        "gpu_utilization_pct": gpu,
+    }
+
+
+def main(_):
+    logroot = _LOGROOT.value or tempfile.mkdtemp(prefix="accel-host-")
+    result = {"host": {"cores": os.cpu_count()}, "config": _CONFIG.value, "setups": []}
+    if _CEILING_ENVS.value:
+        result["ceiling"] = ceiling(_CEILING_ENVS.value, _CEILING_S.value)
+        print(f"ceiling: {result['ceiling']['sps']:,.0f} env steps/s", flush=True)
+    for name in _SETUPS.value:
+        if name not in SETUPS:
+            sys.exit(f"--setups: unknown setup {name!r}; known: {', '.join(sorted(SETUPS))}")
+        try:
+            row = run_setup(name, logroot)
+        except RuntimeError as e:
+            print(e, flush=True)
+            result["setups"].append({"setup": name, "error": str(e)})
+            continue
+        if "ceiling" in result:
+            row["of_ceiling"] = row["sps"] / result["ceiling"]["sps"]
+        result["setups"].append(row)
+        cores = ", ".join(f"{k} {v:.2f}" for k, v in row["cores"].items())
+        print(
+            f"{name}: {row['sps']:,.0f} env steps/s ({row.get('of_ceiling', 0):.2f} of the "
+            f"ceiling), batch {row['inference_batch_mean']}, latency p50 {row['latency_ms_p50']} "
+            f"ms, staleness {row['staleness_mean']}, versions/s "
+            f"{row['policy_versions_per_s']:.2f}, cores: {cores}, "
+            f"gpu {row['gpu_utilization_pct']}%",
+            flush=True,
+        )
+    results_io.write("accel_host", result, _OUT.value, echo={})
+
+
+if __name__ == "__main__":
+    app.run(main)
