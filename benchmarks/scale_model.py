@@ -30,7 +30,7 @@ measured per-stage costs and checked against real runs on this machine.
    (--capacity, --capacity_cell) or the flags' defaults (measured here; RESULTS.md). It learns at
    most update = --accel_tflops / F env steps/s, F the accelerator FLOPs per env step (PPO's
    epochs x (forward + backward) over the batch plus the acting forward pass, from XLA's cost
-   analysis of the network), and every update all-reduces the gradients of each sgd step across
+   analysis of the network), or at a measured --learn_sps, and every update all-reduces the gradients of each sgd step across
    learner hosts (ring: 2 (L-1)/L x parameter bytes per host) over a --nic_gbps link, adding to
    the update's time; each host learns from --host_batch_steps env steps per update. The table
    gives the fewest learner hosts that keep up with 1, 10 and 100 actor hosts, and prints every
@@ -87,6 +87,12 @@ _PYTHON_US = flags.DEFINE_float(
 _FRONT_END_US = flags.DEFINE_float("front_end_us", 37.0, "f: front-end CPU us per env step.")
 _ACCEL_TFLOPS = flags.DEFINE_float(
     "accel_tflops", 30.0, "Sustained accelerator TFLOP/s on the update (assumed: H100, TF32)."
+)
+_LEARN_SPS = flags.DEFINE_float(
+    "learn_sps",
+    0.0,
+    "Env steps/s one learner host learns, measured (RESULTS.md, 'Breakout on an accelerator "
+    "host': 33,900 on an H200 host); 0: --accel_tflops over the update's FLOPs.",
 )
 _HOST_BATCH_STEPS = flags.DEFINE_integer(
     "host_batch_steps", 8192, "Env steps each learner host learns from per update."
@@ -241,7 +247,7 @@ def serving_costs() -> dict:
 def learner_host(shape: dict, costs: dict) -> dict:
     """What one learner host serves and learns (env steps/s), from the model's inputs."""
     serve = min(1e6 / costs["python_us"], (_LEARNER_CORES.value - 2) * 1e6 / costs["front_end_us"])
-    update = _ACCEL_TFLOPS.value * 1e12 / shape["flops_per_env_step"]
+    update = _LEARN_SPS.value or _ACCEL_TFLOPS.value * 1e12 / shape["flops_per_env_step"]
     return {"serve_sps": serve, "update_sps": update}
 
 
@@ -333,6 +339,7 @@ def main(argv):
         "learner_cores": _LEARNER_CORES.value,
         **costs,
         "accel_tflops": _ACCEL_TFLOPS.value,
+        "learn_sps": _LEARN_SPS.value,
         "host_batch_steps": _HOST_BATCH_STEPS.value,
         "nic_gbps": _NIC_GBPS.value,
     }
@@ -345,9 +352,14 @@ def main(argv):
           f"Python threads {costs['python_us']:.1f} us and the front ends "
           f"{costs['front_end_us']:.1f} us of CPU per env step ({costs['source']}): "
           f"{host['serve_sps']:,.0f} env steps/s")  # fmt: skip
+    learning = (
+        f"{_LEARN_SPS.value:,.0f} env steps/s (measured, --learn_sps)"
+        if _LEARN_SPS.value
+        else f"{_ACCEL_TFLOPS.value:g} sustained TFLOP/s (assumed, not measured): "
+        f"{host['update_sps']:,.0f} env steps/s"
+    )
     print(f"- learning: {shape['flops_per_env_step'] / 1e6:.0f} MFLOP per env step "
-          f"({shape['forward_flops'] / 1e6:.1f} per forward pass) at {_ACCEL_TFLOPS.value:g} "
-          f"sustained TFLOP/s (assumed, not measured): {host['update_sps']:,.0f} env steps/s; "
+          f"({shape['forward_flops'] / 1e6:.1f} per forward pass); {learning}; "
           f"{_HOST_BATCH_STEPS.value:,} env steps per host per update, "
           f"{shape['sgd_steps_per_update']} sgd steps each all-reducing "
           f"{shape['param_bytes'] / 1e6:.2f} MB over {_NIC_GBPS.value:g} Gbit/s")  # fmt: skip

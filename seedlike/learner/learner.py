@@ -1,9 +1,11 @@
 """The learner service: holds the replicated TrainState and turns batches of unrolls into updates.
 
 One call of `update` is one policy version: prepare (advantages, normalizer statistics) on every
-device, then `epochs` passes of `num_minibatches` pmapped sgd_steps over the whole batch. Samples
-are shuffled on the host within each learner host's block of the batch; with one host that is the
-whole batch, so N devices compute the same update as one device. With several hosts
+device, then `epochs` passes of `num_minibatches` pmapped sgd_steps over the whole batch. The batch
+crosses to the devices once per update (every local device holds its host's whole batch) and each
+sgd step gathers its minibatch there, from sample indices shuffled on the host within each
+learner host's block of the batch; with one host that is the whole batch, so N devices compute
+the same update as one device. With several hosts
 (seedlike.distributed) each learns from its own actors' unrolls, and the pmap's gradient average
 spans every device of every host: 2 hosts x 1 device compute the same update as 1 host x 2 devices
 given shuffle_blocks=2 (tests/test_multihost.py).
@@ -181,7 +183,13 @@ class Learner:
         n = self.num_local
         batch, horizon = unrolls.action.shape[0], unrolls.reward.shape[1]
 
-        sharded = jax.tree.map(lambda x: x.reshape((n, batch // n) + x.shape[1:]), unrolls)
+        # The sgd steps gather their minibatches on the devices, from the whole batch that every
+        # local device holds (a minibatch draws from anywhere in a host's block). With one device
+        # its shard is the whole batch: one transfer serves prepare and the sgd steps.
+        if n == 1:
+            unrolls = sharded = self.guard(self._replicate, unrolls)  # [1, B, ...]
+        else:
+            sharded = jax.tree.map(lambda x: x.reshape((n, batch // n) + x.shape[1:]), unrolls)
         advantage, value_target, obs_norm = self.guard(self._prepare, self._state, sharded)
         if not all(np.all(np.isfinite(x)) for x in jax.tree.leaves(obs_norm)):
             # Finite observations can still overflow the float32 sums (values near 1e19); the
@@ -190,8 +198,9 @@ class Learner:
                 "non-finite observation statistics in update %d; discarded", self.policy_version
             )
             return {**dict.fromkeys(self.metric_keys, float("nan")), "nonfinite": 1.0}
-        advantage = np.asarray(advantage).reshape(batch, horizon)
-        value_target = np.asarray(value_target).reshape(batch, horizon)
+        if n > 1:  # in batch order, to travel with the host batch
+            advantage = np.asarray(advantage).reshape(batch, horizon)
+            value_target = np.asarray(value_target).reshape(batch, horizon)
 
         if self.sequences:
             if not self.algorithm.advantages:
@@ -201,9 +210,8 @@ class Learner:
         else:
             items = _step_source(unrolls, advantage, value_target)
             num_items = batch * horizon
-        # Every local device holds this process's whole batch (one transfer each, no host copy),
-        # so a minibatch drawn from anywhere in a host's block is gathered on the device.
-        items = self.guard(self._replicate, items)
+        if n > 1:
+            items = self.guard(self._replicate, items)  # one transfer per device, no host copy
         blocks = self._local_blocks
         per_block = num_items // blocks
         rngs = [
