@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from seedlike.league import (
+    BOTS,
     LEARNER,
     OpenAIFiveSampler,
     OpponentPool,
@@ -20,6 +21,9 @@ from seedlike.league import (
     rate_references,
     win_probability,
 )
+
+RANDOM, SCRIPTED = BOTS["random"].id, BOTS["scripted"].id
+WEAK, STRONG = 100, 200  # snapshots as references
 
 
 def pool_of(*versions, **kwargs):
@@ -75,8 +79,8 @@ def test_payoff_records_both_sides_and_smooths_win_rates():
     assert payoff.win_rate(LEARNER, 3) == pytest.approx((2 + 0.5 + 0.5) / 5)
     assert payoff.win_rate(3, LEARNER) == pytest.approx((1 + 0.5 + 0.5) / 5)
     raw = PayoffMatrix(prior_games=0.0)
-    raw.record("random", LEARNER, -1)
-    assert raw.win_rate(LEARNER, "random") == 1.0 and raw.win_rate("random", LEARNER) == 0.0
+    raw.record(RANDOM, LEARNER, -1)
+    assert raw.win_rate(LEARNER, RANDOM) == 1.0 and raw.win_rate(RANDOM, LEARNER) == 0.0
     with pytest.raises(ValueError, match="outcome"):
         raw.record(LEARNER, 3, 2)
 
@@ -94,18 +98,23 @@ def test_payoff_decay_and_matrix():
     )
 
 
-def test_payoff_state_dict_round_trip_keeps_id_types():
+def test_payoff_state_dict_round_trip_keeps_policy_ids_and_reads_older_names():
     payoff = PayoffMatrix(prior=0.4, prior_games=2.0, decay=0.9)
     payoff.record(LEARNER, 7, 1)
-    payoff.record(LEARNER, "random", 1)
-    payoff.record(7, "random", 0)
+    payoff.record(LEARNER, RANDOM, 1)
+    payoff.record(np.int64(7), RANDOM, 0)  # numpy ids from the seat arrays are the same ids
     restored = PayoffMatrix.from_state_dict(json_round_trip(payoff.state_dict()))
     assert restored.state_dict() == payoff.state_dict()
-    assert restored.players() == [LEARNER, 7, "random"]
+    assert restored.players() == [LEARNER, 7, RANDOM]
     assert restored.win_rate(LEARNER, 7) == payoff.win_rate(LEARNER, 7)
-    assert restored.win_rate(LEARNER, "7") == 0.4  # "7" is not snapshot 7
+    with pytest.raises(ValueError, match="not a policy id"):
+        restored.win_rate(LEARNER, "7")  # neither snapshot 7 ("v7") nor a bot
     restored.remove(7)
-    assert restored.games(LEARNER, 7) == 0 and restored.games(LEARNER, "random") == 1
+    assert restored.games(LEARNER, 7) == 0 and restored.games(LEARNER, RANDOM) == 1
+    # Older checkpoints named the learner "latest" and bots by name.
+    both = [["latest", "random", 1.0, 0.0, 0.0], ["random", "latest", 0.0, 0.0, 1.0]]
+    old = {**payoff.state_dict(), "counts": both}
+    assert PayoffMatrix.from_state_dict(old).players() == [LEARNER, RANDOM]
 
 
 # Samplers.
@@ -254,29 +263,29 @@ def reference_update(agent, ref, agent_won):
 
 def test_agent_update_matches_the_trueskill_equations():
     env = make_env()
-    references = {"random": env.create_rating(0.0, 2.0), "bot": env.create_rating(5.0, 1.5)}
+    references = {RANDOM: env.create_rating(0.0, 2.0), SCRIPTED: env.create_rating(5.0, 1.5)}
     evaluator = TrueSkillEvaluator(references, mu=3.0)
     expected = reference_update((3.0, 25 / 3), (5.0, 1.5), agent_won=True)
-    r = evaluator.update("bot", 1)
+    r = evaluator.update(SCRIPTED, 1)
     assert (r.mu, r.sigma) == pytest.approx(expected, rel=1e-6)
     assert r.mu == pytest.approx(9.2941, abs=1e-4)  # an upset: a large step up
     expected = reference_update(expected, (0.0, 2.0), agent_won=False)
-    r = evaluator.update("random", -1)
+    r = evaluator.update(RANDOM, -1)
     assert (r.mu, r.sigma) == pytest.approx(expected, rel=1e-6)
 
 
 def test_dominated_agent_falls_dominating_agent_rises_references_stay_fixed():
     env = make_env()
     references = {
-        "random": env.create_rating(0.0, 1.0),
-        "weak": env.create_rating(10.0, 1.0),
-        "strong": env.create_rating(20.0, 1.0),
+        RANDOM: env.create_rating(0.0, 1.0),
+        WEAK: env.create_rating(10.0, 1.0),
+        STRONG: env.create_rating(20.0, 1.0),
     }
     before = {n: (r.mu, r.sigma) for n, r in references.items()}
     loser, winner = TrueSkillEvaluator(references, mu=10.0), TrueSkillEvaluator(references, mu=10.0)
     loser_mus, winner_mus = [], []
     for game in range(30):
-        ref = ("random", "weak", "strong")[game % 3]
+        ref = (RANDOM, WEAK, STRONG)[game % 3]
         loser_mus.append(loser.update(ref, -1).mu)
         winner_mus.append(winner.update(ref, 1).mu)
     assert np.all(np.diff(loser_mus) < 0) and loser.mu < 0.0  # below the random agent
@@ -292,51 +301,54 @@ def test_dominated_agent_falls_dominating_agent_rises_references_stay_fixed():
 
 def test_rate_references_anchors_random_at_zero_and_orders_by_strength():
     results = {
-        ("weak", "random"): [1] * 45 + [-1] * 5,
-        ("strong", "weak"): [1] * 40 + [0] * 2 + [-1] * 8,
-        ("random", "strong"): [-1] * 50,
+        (WEAK, RANDOM): [1] * 45 + [-1] * 5,
+        (STRONG, WEAK): [1] * 40 + [0] * 2 + [-1] * 8,
+        (RANDOM, STRONG): [-1] * 50,
     }
-    ratings = rate_references(results, anchor="random")
-    assert list(ratings) == ["weak", "random", "strong"]
-    assert ratings["random"].mu == 0.0
-    assert 0.0 < ratings["weak"].mu < ratings["strong"].mu
+    ratings = rate_references(results, anchor=RANDOM)
+    assert list(ratings) == [WEAK, RANDOM, STRONG]
+    assert ratings[RANDOM].mu == 0.0
+    assert 0.0 < ratings[WEAK].mu < ratings[STRONG].mu
     # ~90% and ~80% win rates are several beta (25/6) apart.
-    assert ratings["weak"].mu > 4.0 and ratings["strong"].mu - ratings["weak"].mu > 3.0
+    assert ratings[WEAK].mu > 4.0 and ratings[STRONG].mu - ratings[WEAK].mu > 3.0
     assert all(r.sigma < 25 / 3 for r in ratings.values())
-    again = rate_references(results, anchor="random")
+    again = rate_references(results, anchor=RANDOM)
     assert {n: (r.mu, r.sigma) for n, r in again.items()} == {
         n: (r.mu, r.sigma) for n, r in ratings.items()
     }
-    assert win_probability(ratings["strong"], ratings["random"]) > 0.9
-    shifted = rate_references(results, anchor="weak")
-    assert shifted["weak"].mu == 0.0
-    assert shifted["strong"].mu - shifted["random"].mu == pytest.approx(
-        ratings["strong"].mu - ratings["random"].mu
+    assert win_probability(ratings[STRONG], ratings[RANDOM]) > 0.9
+    shifted = rate_references(results, anchor=WEAK)
+    assert shifted[WEAK].mu == 0.0
+    assert shifted[STRONG].mu - shifted[RANDOM].mu == pytest.approx(
+        ratings[STRONG].mu - ratings[RANDOM].mu
     )
     with pytest.raises(ValueError, match="anchor"):
-        rate_references(results, anchor="scripted")
+        rate_references(results, anchor=SCRIPTED)
 
 
 def test_pick_opponents_of_nearby_skill():
     env = make_env()
-    references = {n: env.create_rating(mu, 1.0) for n, mu in [("random", 0), ("a", 10), ("b", 20)]}
-    references[40] = env.create_rating(30.0, 1.0)  # a frozen snapshot as a reference
-    assert pick_opponents(env.create_rating(18.0), references, 2) == ["b", "a"]
-    assert pick_opponents(env.create_rating(26.0), references, 1) == [40]
-    assert TrueSkillEvaluator(references, mu=-3.0).pick_opponents(3) == ["random", "a", "b"]
+    ratings = [(RANDOM, 0), (SCRIPTED, 10), (WEAK, 20), (STRONG, 30)]
+    references = {n: env.create_rating(mu, 1.0) for n, mu in ratings}
+    assert pick_opponents(env.create_rating(18.0), references, 2) == [WEAK, SCRIPTED]
+    assert pick_opponents(env.create_rating(26.0), references, 1) == [STRONG]
+    assert TrueSkillEvaluator(references, mu=-3.0).pick_opponents(3) == [RANDOM, SCRIPTED, WEAK]
 
 
 def test_evaluator_state_dict_round_trip():
     env = make_env()
     evaluator = TrueSkillEvaluator(
-        {"random": env.create_rating(0.0, 1.0), 40: env.create_rating(9.0)}
+        {RANDOM: env.create_rating(0.0, 1.0), 40: env.create_rating(9.0)}
     )
     evaluator.update(40, 0)
-    evaluator.update("random", 1)
+    evaluator.update(RANDOM, 1)
     restored = TrueSkillEvaluator.from_state_dict(json_round_trip(evaluator.state_dict()))
     assert restored.state_dict() == evaluator.state_dict()
     assert (restored.mu, restored.sigma, restored.games) == (evaluator.mu, evaluator.sigma, 2)
     with pytest.raises(KeyError, match="not a reference"):
-        restored.update("40", 1)  # the str "40" is not snapshot 40
+        restored.update(41, 1)
+    # Older league states named the references ("random", "v40").
+    old = {**evaluator.state_dict(), "references": [["random", 0.0, 1.0], ["v40", 9.0, 8.0]]}
+    assert list(TrueSkillEvaluator.from_state_dict(old).references) == [RANDOM, 40]
     a, b = restored.update(40, 1), evaluator.update(40, 1)
     assert (a.mu, a.sigma) == (b.mu, b.sigma)

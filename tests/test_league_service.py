@@ -200,10 +200,11 @@ def test_evaluation_reports_win_rates_only_for_the_references_it_just_played():
     )
     evaluation.setup()
     references = evaluation.evaluator.references
-    assert set(references) == {"random", "scripted"}
+    assert set(references) == {BOTS["random"].id, BOTS["scripted"].id}  # policy ids
     rated = {}
     for version, nearest in enumerate(["random", "scripted"]):
-        evaluation.evaluator.rating = trueskill.Rating(mu=references[nearest].mu, sigma=0.5)
+        rating = references[BOTS[nearest].id]
+        evaluation.evaluator.rating = trueskill.Rating(mu=rating.mu, sigma=0.5)
         metrics = evaluation.evaluate(version, params)
         rated[nearest] = {k for k in metrics if k.startswith("eval/win_rate_vs_")}
     assert rated == {

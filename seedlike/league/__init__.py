@@ -5,8 +5,8 @@ server owns the parameters of snapshots and calls into these objects."""
 from seedlike.league import connect_four
 from seedlike.league.connect_four import random_actions
 from seedlike.league.payoff import DRAW, LOSS, WIN, PayoffMatrix
-from seedlike.league.players import BOTS, LEARNER
-from seedlike.league.pool import OpponentPool, PlayerId, Snapshot, player_id
+from seedlike.league.players import BOTS, LEARNER, describe, policy_id
+from seedlike.league.pool import OpponentPool, Snapshot
 from seedlike.league.samplers import (
     SAMPLERS,
     LatestSampler,
@@ -37,15 +37,15 @@ __all__ = [
     "OpponentSampler",
     "PFSPSampler",
     "PayoffMatrix",
-    "PlayerId",
     "Snapshot",
     "TrueSkillEvaluator",
     "UniformRecentSampler",
     "connect_four",
+    "describe",
     "make_env",
     "make_sampler",
     "pick_opponents",
-    "player_id",
+    "policy_id",
     "random_actions",
     "rate_references",
     "win_probability",

@@ -20,12 +20,12 @@ from seedlike.league.league import load_snapshot, save_snapshot
 from seedlike.league.trueskill_eval import TrueSkillEvaluator, rate_references
 from seedlike.policy import PolicyRunner
 
-RANDOM = "random"  # the reference anchored at mu = 0
+RANDOM = players.bot_id("random")  # the reference anchored at mu = 0
 
 
 def base_references(env_name: str) -> dict:
-    """The built-in bots that play `env_name`, by name (the random agent always)."""
-    return {name: players.BOTS[name].make() for name in players.bots_for(env_name)}
+    """The built-in bots that play `env_name`, by policy id (the random agent always)."""
+    return {players.bot_id(name): players.BOTS[name].make() for name in players.bots_for(env_name)}
 
 
 class Evaluation:
@@ -50,7 +50,7 @@ class Evaluation:
         self.agents = base_references(env_name)
         self.evaluator: TrueSkillEvaluator | None = None
         self._runner = PolicyRunner(network, bool(league_config.eval_greedy), seed, guard)
-        self.win_rates: dict[str, float] = {}
+        self.win_rates: dict[str, float] = {}  # by reference name (players.describe)
 
     def _games(self, a, b, n: int) -> games.MatchResult:
         self._round += 1
@@ -59,24 +59,26 @@ class Evaluation:
 
     def setup(self) -> None:
         """Rates the base references by a round-robin among them (random at mu = 0)."""
-        names = list(self.agents)
+        ids = list(self.agents)
         n = int(self.config.reference_games)
         results = {}
-        for i, a in enumerate(names):
-            for b in names[i + 1 :]:
+        for i, a in enumerate(ids):
+            for b in ids[i + 1 :]:
                 results[(a, b)] = self._games(self.agents[a], self.agents[b], n).outcomes
-        if len(names) == 1:
+        if len(ids) == 1:
             results[(RANDOM, RANDOM)] = self._games(
                 self.agents[RANDOM], self.agents[RANDOM], n
             ).outcomes
         ratings = rate_references(results, anchor=RANDOM)
         self.evaluator = TrueSkillEvaluator(ratings)
-        logging.info("TrueSkill references: %s", {k: round(r.mu, 2) for k, r in ratings.items()})
+        logging.info(
+            "TrueSkill references: %s",
+            {players.describe(k): round(r.mu, 2) for k, r in ratings.items()},
+        )
 
     def add_reference(self, version: int, policy_params) -> None:
         """Freezes the policy of `version` as a reference, rated once against the others."""
-        name = f"v{version}"
-        agent = self._network_agent(policy_params, name)
+        agent = self._network_agent(policy_params, players.describe(version))
         rater = TrueSkillEvaluator(self.evaluator.references)
         n = int(self.config.reference_games)
         for reference in list(self.evaluator.references):
@@ -84,10 +86,10 @@ class Evaluation:
                 rater.update(reference, outcome)
         if self.snapshot_dir is not None:
             save_snapshot(self.snapshot_dir, version, policy_params)
-        references = {**self.evaluator.references, name: rater.rating}
+        references = {**self.evaluator.references, version: rater.rating}
         self._replace_references(references)
-        self.agents[name] = agent
-        logging.info("TrueSkill reference %s rated mu=%.2f", name, rater.rating.mu)
+        self.agents[version] = agent
+        logging.info("TrueSkill reference v%d rated mu=%.2f", version, rater.rating.mu)
 
     def _replace_references(self, references) -> None:
         state = self.evaluator.state_dict()
@@ -111,11 +113,11 @@ class Evaluation:
         # Only this version's games: a reference the rating has left behind (random, early) would
         # otherwise keep reporting the win rate of a long-gone version.
         self.win_rates = {}
-        for name in self.evaluator.pick_opponents(int(self.config.eval_opponents)):
-            result = self._games(agent, self.agents[name], n)
+        for reference in self.evaluator.pick_opponents(int(self.config.eval_opponents)):
+            result = self._games(agent, self.agents[reference], n)
             for outcome in result.outcomes:
-                self.evaluator.update(name, outcome)
-            self.win_rates[name] = result.win_rate()
+                self.evaluator.update(reference, outcome)
+            self.win_rates[players.describe(reference)] = result.win_rate()
         metrics = {**self.evaluator.metrics(), "trueskill_version": version}
         metrics.update({f"eval/win_rate_vs_{k}": v for k, v in self.win_rates.items()})
         return metrics
@@ -133,10 +135,10 @@ class Evaluation:
         self.evaluator = TrueSkillEvaluator.from_state_dict(state["evaluator"])
         self.win_rates = dict(state.get("win_rates", {}))
         self._next_reference = int(state.get("next_reference", self._next_reference))
-        for name in self.evaluator.references:
-            if name not in self.agents:
-                params = load_snapshot(self.snapshot_dir, int(str(name)[1:]), target_params)
-                self.agents[name] = self._network_agent(params, name)
+        for reference in self.evaluator.references:  # policy ids (older states' names read too)
+            if reference not in self.agents:
+                params = load_snapshot(self.snapshot_dir, reference, target_params)
+                self.agents[reference] = self._network_agent(params, players.describe(reference))
 
 
 class EvaluationThread(threading.Thread):

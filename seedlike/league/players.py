@@ -4,7 +4,8 @@ Policy ids (int), used in the server's seat arrays, league results and the payof
   LEARNER (-1)   the learning policy (in the pool's terms, "the latest");
   v >= 0         the frozen snapshot taken at learner policy version v;
   <= -2          a built-in bot, `BOTS[name].id`.
-TrueSkill references are named instead ("random", "scripted", "v200"): they are agents, not seats.
+`describe` names them for people and metrics ("learner", "random", "v200"); `policy_id` reads ids
+back from those names or from numpy integers and JSON.
 """
 
 from __future__ import annotations
@@ -176,6 +177,24 @@ def make_bot(name: str, spec) -> Agent:
 def bots_for(env_name: str) -> list[str]:
     """Names of the bots that play `env_name`."""
     return [name for name, bot in BOTS.items() if bot.plays(env_name)]
+
+
+def policy_id(value: object) -> int:
+    """`value` as a plain int policy id: an int (numpy's too) or a name `describe` gives, so ids
+    compare equal and serialize to JSON whatever their source (older league states named TrueSkill
+    references "random", "v200")."""
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, str):
+        if value == "learner":
+            return LEARNER
+        if value in BOTS:
+            return BOTS[value].id
+        if value[:1] == "v" and value[1:].isdigit():
+            return int(value[1:])
+    raise ValueError(
+        f"{value!r} is not a policy id: an int, 'learner', 'v<version>' or a bot ({sorted(BOTS)})"
+    )
 
 
 def describe(policy: int) -> str:

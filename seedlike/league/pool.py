@@ -13,20 +13,6 @@ from typing import Any
 
 import numpy as np
 
-# The learner (seedlike.league.players.LEARNER) and snapshots are policy ids (int); reference
-# agents are named ("random", "scripted").
-PlayerId = int | str
-
-
-def player_id(player: object) -> PlayerId:
-    """`player` as a plain int or str, so ids compare equal and serialize to JSON whatever their
-    source (numpy integers from arrays, ints from JSON)."""
-    if isinstance(player, str):
-        return player
-    if isinstance(player, int | np.integer) and not isinstance(player, bool):
-        return int(player)
-    raise TypeError(f"player ids are ints (snapshots) or strs (named agents), got {player!r}")
-
 
 @dataclasses.dataclass
 class Snapshot:

@@ -17,20 +17,20 @@ from typing import Protocol
 import numpy as np
 
 from seedlike.league.payoff import WIN, PayoffMatrix
-from seedlike.league.players import LEARNER
-from seedlike.league.pool import OpponentPool, PlayerId, player_id
+from seedlike.league.players import LEARNER, policy_id
+from seedlike.league.pool import OpponentPool
 
 
 class OpponentSampler(Protocol):
     """What the server needs from a sampler."""
 
-    def sample(self, rng: np.random.Generator) -> PlayerId:
+    def sample(self, rng: np.random.Generator) -> int:
         """The opponent of the next episode: `LEARNER` or a snapshot id."""
 
-    def update(self, opponent: PlayerId, outcome: int) -> None:
+    def update(self, opponent: int, outcome: int) -> None:
         """Reports a finished game against `opponent`; outcome +1/0/-1 for the learner."""
 
-    def probabilities(self) -> dict[PlayerId, float]:
+    def probabilities(self) -> dict[int, float]:
         """The current sampling distribution, `LEARNER` included (for tests and logging)."""
 
 
@@ -40,13 +40,13 @@ class LatestSampler:
     def __init__(self, pool: OpponentPool | None = None, payoff: PayoffMatrix | None = None):
         del pool, payoff  # uniform constructor for make_sampler; nothing to read
 
-    def sample(self, rng: np.random.Generator) -> PlayerId:
+    def sample(self, rng: np.random.Generator) -> int:
         return LEARNER
 
-    def update(self, opponent: PlayerId, outcome: int) -> None:
+    def update(self, opponent: int, outcome: int) -> None:
         pass
 
-    def probabilities(self) -> dict[PlayerId, float]:
+    def probabilities(self) -> dict[int, float]:
         return {LEARNER: 1.0}
 
 
@@ -65,16 +65,16 @@ class _PastMixtureSampler:
         order of `pool.ids`; sums to 1 (N > 0)."""
         raise NotImplementedError
 
-    def sample(self, rng: np.random.Generator) -> PlayerId:
+    def sample(self, rng: np.random.Generator) -> int:
         if not len(self.pool) or rng.random() < self.p_latest:
             return LEARNER
         ids = self.pool.ids
         return ids[rng.choice(len(ids), p=self.past_probabilities())]
 
-    def update(self, opponent: PlayerId, outcome: int) -> None:
+    def update(self, opponent: int, outcome: int) -> None:
         pass
 
-    def probabilities(self) -> dict[PlayerId, float]:
+    def probabilities(self) -> dict[int, float]:
         if not len(self.pool):
             return {LEARNER: 1.0}
         past = (1.0 - self.p_latest) * self.past_probabilities()
@@ -115,8 +115,8 @@ class OpenAIFiveSampler(_PastMixtureSampler):
     def past_probabilities(self) -> np.ndarray:
         return _softmax(self.pool.qualities())
 
-    def update(self, opponent: PlayerId, outcome: int) -> None:
-        opponent = player_id(opponent)
+    def update(self, opponent: int, outcome: int) -> None:
+        opponent = policy_id(opponent)
         # A snapshot may have left the pool (max_size) while the game was running.
         if outcome != WIN or opponent == LEARNER or opponent not in self.pool:
             return

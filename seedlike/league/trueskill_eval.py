@@ -16,7 +16,7 @@ import numpy as np
 import trueskill
 
 from seedlike.league.payoff import DRAW, LOSS, WIN
-from seedlike.league.pool import PlayerId, player_id
+from seedlike.league.players import BOTS, policy_id
 
 # OpenAI Five's TrueSkill environment (App. J). mu = 0 is the random agent's level on the anchored
 # scale, so a fresh agent starts there; only differences of mu matter to the updates.
@@ -49,11 +49,11 @@ def _rate_game(
 
 
 def rate_references(
-    results: Mapping[tuple[PlayerId, PlayerId], Sequence[int]],
-    anchor: PlayerId = "random",
+    results: Mapping[tuple[int, int], Sequence[int]],
+    anchor: int = BOTS["random"].id,
     passes: int = 20,
     seed: int = 0,
-) -> dict[PlayerId, trueskill.Rating]:
+) -> dict[int, trueskill.Rating]:
     """Rates reference agents from a round-robin among them, with `anchor` at mu = 0.
 
     TrueSkill with tau = 0 is a sequential filter: its result depends on the order of the games,
@@ -62,22 +62,23 @@ def rate_references(
     the passes (which removes the order dependence) and then shifted so the anchor has mu = 0.
 
     Args:
-      results: (a, b) -> outcomes of a's games against b (+1 a won, 0 draw, -1 b won).
+      results: (a, b) -> outcomes of a's games against b (+1 a won, 0 draw, -1 b won); a and b
+        are policy ids (seedlike.league.players).
       anchor: the agent placed at mu = 0 (App. J: the random agent).
       passes: orderings to average over.
       seed: seed of the orderings.
 
     Returns:
-      name -> rating, for every agent in `results`, in order of first appearance.
+      policy id -> rating, for every agent in `results`, in order of first appearance.
     """
     env = make_env()
     games = [
-        (player_id(a), player_id(b), int(o))
+        (policy_id(a), policy_id(b), int(o))
         for (a, b), outcomes in results.items()
         for o in outcomes
     ]
     names = list(dict.fromkeys(name for a, b, _ in games for name in (a, b)))
-    anchor = player_id(anchor)
+    anchor = policy_id(anchor)
     if anchor not in names:
         raise ValueError(f"anchor {anchor!r} played no game; players: {names}")
     rng = np.random.default_rng(seed)
@@ -105,14 +106,14 @@ def win_probability(a: trueskill.Rating, b: trueskill.Rating, beta: float = BETA
 
 
 def pick_opponents(
-    agent: trueskill.Rating, references: Mapping[PlayerId, trueskill.Rating], k: int
-) -> list[PlayerId]:
+    agent: trueskill.Rating, references: Mapping[int, trueskill.Rating], k: int
+) -> list[int]:
     """The `k` references of nearest skill: highest TrueSkill match quality (draw probability),
     which for references of equal sigma ranks them by |mu difference|. App. J plays only
     references within about 10 points (15%-85% win rate), the games that carry information.
 
     Returns:
-      reference names, best match first (ties in reference order).
+      reference policy ids, best match first (ties in reference order).
     """
     env = make_env()
     names = list(references)
@@ -125,23 +126,23 @@ class TrueSkillEvaluator:
     """Rates one agent against references whose ratings stay fixed.
 
     Args:
-      references: name -> rating, e.g. from `rate_references`; copied, never updated.
+      references: policy id -> rating, e.g. from `rate_references`; copied, never updated.
       mu: initial mu of the agent (App. J starts a new version at the previous version's mu).
     """
 
-    def __init__(self, references: Mapping[PlayerId, trueskill.Rating], mu: float = MU):
+    def __init__(self, references: Mapping[int, trueskill.Rating], mu: float = MU):
         if not references:
             raise ValueError("TrueSkillEvaluator needs at least one reference agent")
         self.env = make_env()
         self._references = {
-            player_id(n): self.env.create_rating(mu=r.mu, sigma=r.sigma)
+            policy_id(n): self.env.create_rating(mu=r.mu, sigma=r.sigma)
             for n, r in references.items()
         }
         self.rating = self.env.create_rating(mu=mu)
         self.games = 0
 
     @property
-    def references(self) -> dict[PlayerId, trueskill.Rating]:
+    def references(self) -> dict[int, trueskill.Rating]:
         return dict(self._references)
 
     @property
@@ -152,10 +153,10 @@ class TrueSkillEvaluator:
     def sigma(self) -> float:
         return float(self.rating.sigma)
 
-    def update(self, reference: PlayerId, outcome: int) -> trueskill.Rating:
+    def update(self, reference: int, outcome: int) -> trueskill.Rating:
         """Updates the agent's rating after a game against `reference` (outcome +1 if the agent
         won, 0 draw, -1 lost) and returns it. The reference's new rating is thrown away."""
-        name = player_id(reference)
+        name = policy_id(reference)
         if name not in self._references:
             raise KeyError(
                 f"{name!r} is not a reference agent; references: {list(self._references)}"
@@ -165,7 +166,7 @@ class TrueSkillEvaluator:
         self.games += 1
         return self.rating
 
-    def pick_opponents(self, k: int) -> list[PlayerId]:
+    def pick_opponents(self, k: int) -> list[int]:
         """The `k` references nearest to the agent's current rating (see `pick_opponents`)."""
         return pick_opponents(self.rating, self._references, k)
 
