@@ -6,6 +6,8 @@ file or a --config.x.y=v flag) is an error instead of a silently ignored setting
 
 from __future__ import annotations
 
+import json
+
 import ml_collections
 import numpy as np
 
@@ -295,6 +297,9 @@ def base_config() -> ml_collections.ConfigDict:
     # on this 2-core machine (66-184 and 94-163 ms when it waited for the write).
     c.checkpoint.interval_s = 60.0
     c.checkpoint.max_to_keep = 3
+    # Resume even when this config changes what the run's parameters mean (MEANING_KEYS differ
+    # from the config stored with its checkpoint). Surgery is the way to change a network.
+    c.checkpoint.force_resume = False
     return c
 
 
@@ -318,6 +323,45 @@ def actor_sizing(env, cores: int, given=()) -> dict[str, int]:
         if env.backend == "envpool":
             out["batch_size"] = out["num_envs"] // 2
     return {k: v for k, v in out.items() if k not in given}
+
+
+# Config keys that change what trained parameters mean: the whole network section, and which
+# observations reach it in what order. A run resumed with other values would run its parameters on
+# inputs or layers they were not trained for (network.activation relu on a tanh run: return 500 ->
+# 43). env.name may change (scripts/curriculum.sh continues a run on envs with the same spaces).
+MEANING_KEYS = (
+    "network",
+    "env.obs_indices",
+    "env.obs_keys",
+    "env.agent_id",
+    "env.teammates",
+    "env.mission_tokens",
+    "env.blank_mission",
+)
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def meaning_changes(stored: dict, config) -> list[str]:
+    """'key: old -> new' for every MEANING_KEYS value that `config` changes from the `stored` one
+    (a run's config as its checkpoint keeps it, JSON). Keys one side lacks (a run from before
+    they existed) are not compared."""
+    new = _flatten(json.loads(config.to_json()))
+    old = _flatten(stored)
+    return [
+        f"{key}: {old[key]!r} -> {new[key]!r}"
+        for key in sorted(old.keys() & new.keys())
+        if any(key == k or key.startswith(k + ".") for k in MEANING_KEYS) and old[key] != new[key]
+    ]
 
 
 class ConfigError(ValueError):

@@ -53,6 +53,7 @@ def start_inference(
     Returns (service, grpc server, "host:port").
     """
     credentials = security.load(config.get("transport", {}).get("credentials", ""), "server")
+    bind = security.bind_address(bind)
     service = inference.InferenceService(
         spec, network, registry, store, config.server, matchmaker, config.seed, guard, greedy
     )
@@ -200,6 +201,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         )
         checkpointer.remove_interrupted_saves()
         state, meta = _restore(checkpointer, state)
+        _check_resumed_config(config, meta, logdir)
         if not meta and config.init_from:
             state = _init_from(config.init_from, state)
     counters = {k: int(meta.get(k, 0)) for k in ("env_steps", "episodes")}
@@ -367,6 +369,20 @@ def _restore(checkpointer, initial):
         ckpt_lib.params_fingerprint(state.params),
     )
     return state, meta
+
+
+def _check_resumed_config(config, meta: dict, logdir: str) -> None:
+    """Refuses to resume a run with a config that changes what its parameters mean."""
+    changes = config_lib.meaning_changes(meta.get("config") or {}, config)
+    if not changes or config.checkpoint.force_resume:
+        for change in changes:
+            logging.warning("resuming with a changed config (checkpoint.force_resume): %s", change)
+        return
+    raise config_lib.ConfigError(
+        f"{logdir} was trained with another config: {'; '.join(changes)}. Resume with its own "
+        f"(--config=configs/of_run.py:{logdir}), change a network by surgery (README, "
+        '"Surgery"), or pass --config.checkpoint.force_resume=True'
+    )
 
 
 def _init_from(path: str, state):

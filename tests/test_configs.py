@@ -1,6 +1,7 @@
 """Every shipped config loads, validates and builds its environment, network and learner."""
 
 import glob
+import json
 import os
 import re
 import subprocess
@@ -10,8 +11,16 @@ import jax
 import pytest
 
 from networks import make_network
-from seedlike.config import ConfigError, actor_sizing, load_config_file, validate
+from seedlike.checkpoint import Checkpointer
+from seedlike.config import (
+    ConfigError,
+    actor_sizing,
+    load_config_file,
+    meaning_changes,
+    validate,
+)
 from seedlike.envs import make_env_spec
+from seedlike.learner import train_state as ts
 from seedlike.learner.learner import Learner
 from seedlike.teams import Teams
 from tests.procs import NEEDS_QT, ROOT, has_qt5
@@ -180,3 +189,46 @@ def test_actor_sizing_follows_the_cores_and_leaves_given_values():
     assert actor_sizing(atari, 8, given={"num_envs", "num_threads"}) == {"batch_size": 64}
     coins = load_config_file(os.path.join(ROOT, "configs", "coins_teams.py")).env
     assert "batch_size" not in actor_sizing(coins, 4)  # PettingZoo steps synchronously
+
+
+def test_changes_that_alter_what_parameters_mean_are_named():
+    config = load_config_file(os.path.join(ROOT, "configs", "cartpole_ppo.py"))
+    stored = json.loads(config.to_json())
+    config.network.activation = "relu"
+    config.env.obs_indices = (1, 0, 2, 3)
+    config.env.name = "CartPole-v0"  # same spaces: scripts/curriculum.sh changes envs like this
+    config.optimizer.learning_rate = 1e-3
+    assert meaning_changes(stored, config) == [
+        "env.obs_indices: [] -> [1, 0, 2, 3]",
+        "network.activation: 'tanh' -> 'relu'",
+    ]
+    del stored["network"]["activation"]  # a run from before the key existed
+    assert meaning_changes(stored, config) == ["env.obs_indices: [] -> [1, 0, 2, 3]"]
+
+
+@pytest.mark.slow  # runs learner.py
+def test_resuming_with_a_config_that_changes_the_network_is_refused_in_one_line(tmp_path):
+    config = load_config_file(os.path.join(ROOT, "configs", "cartpole_ppo.py"))
+    network = make_network(config.network, make_env_spec(config.env))
+    state = ts.init_train_state(network, ts.make_optimizer(config.optimizer), jax.random.key(0))
+    meta = {"env_steps": 100, "episodes": 0, "config": json.loads(config.to_json())}
+    checkpointer = Checkpointer(str(tmp_path / "run" / "checkpoints"))
+    checkpointer.save(0, state, meta)
+    checkpointer.wait()
+
+    def learner(*flags):
+        return subprocess.run(
+            [sys.executable, "learner.py", f"--logdir={tmp_path / 'run'}", "--port=0",
+             "--config=configs/cartpole_ppo.py", "--config.total_env_steps=100", *flags],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    done = learner("--config.network.activation=relu")
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "was trained with another config: network.activation: 'tanh' -> 'relu'" in last
+    assert "--config.checkpoint.force_resume=True" in last
+    # Forced, it resumes (and, its 100 env steps done, stops at once).
+    done = learner("--config.network.activation=relu", "--config.checkpoint.force_resume=True")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resuming with a changed config" in done.stderr
