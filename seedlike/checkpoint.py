@@ -73,9 +73,10 @@ def shapes_by_name(tree) -> dict[str, tuple[tuple[int, ...], str]]:
     return out
 
 
-# orbax writes a step into <step>.orbax-checkpoint-tmp-<time> and renames it when complete; a
-# process killed mid-save leaves that directory behind, and orbax never removes it.
-_ORBAX_TMP = ".orbax-checkpoint-tmp-"
+# orbax writes a step into <step>.orbax-checkpoint-tmp (0.12.8; older versions added -<time>) and
+# renames it when complete; a process killed mid-save leaves that directory behind, and orbax never
+# removes it.
+_ORBAX_TMP = ".orbax-checkpoint-tmp"
 
 
 class Checkpointer:

@@ -1,7 +1,9 @@
-"""Test setup: two forced CPU devices (before JAX is imported), offline wandb and a shared JAX
-compilation cache."""
+"""Test setup: two forced CPU devices (before JAX is imported), offline wandb, a shared JAX
+compilation cache, and the `procs` fixture (learner and actor processes, always stopped)."""
 
 import os
+
+import pytest
 
 from seedlike import xla_flags
 
@@ -18,3 +20,12 @@ os.environ.setdefault(
 )
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 xla_flags.tune_cpu()
+
+
+@pytest.fixture
+def procs(tmp_path):
+    from tests.procs import Processes
+
+    p = Processes(tmp_path)
+    yield p
+    p.stop_all()

@@ -23,7 +23,6 @@ from seedlike.types import ArraySpec, EnvSpec, Rows
 from tests.procs import (
     CONFIG,
     ROOT,
-    Processes,
     free_port,
     last,
     log_text,
@@ -44,13 +43,6 @@ REQUIRED_KEYS = {
     "inference_batch_mean", "inference_latency_ms_p50", "inference_latency_ms_p99",
     "loss/total", "loss/policy", "loss/value", "loss/entropy",
 }  # fmt: skip
-
-
-@pytest.fixture
-def procs(tmp_path):
-    p = Processes(tmp_path)
-    yield p
-    p.stop_all()
 
 
 def version(logdir) -> int:

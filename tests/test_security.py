@@ -3,6 +3,7 @@ over a real gRPC server (seedlike.rpc.security, scripts/make_credentials.sh)."""
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ import pytest
 from seedlike.config import base_config
 from seedlike.rpc import client, codec, security
 from seedlike.rpc.service import serve
-from tests.procs import ROOT
+from tests.procs import ROOT, last, log_text, wait_for
 from tests.test_inference import SPEC, rows, service_of
 
 
@@ -72,10 +73,12 @@ def test_tls_server_serves_actors_with_the_token_and_refuses_the_rest(tmp_path):
         wrong_token = dataclasses.replace(actor_creds, token=b"0" * 64)
         with pytest.raises(client.Rejected, match="UNAUTHENTICATED: missing or wrong run token"):
             client.Connection(address, hello, credentials=wrong_token)
-        # Plaintext, or a certificate from another run's CA, never gets past the TLS handshake.
-        for creds, why in ((None, "it speaks TLS only"), (other, "the TLS handshake failed")):
-            with pytest.raises(client.Disconnected, match=f"nothing accepts connections.*{why}"):
-                client.Connection(address, hello, connect_timeout=5.0, credentials=creds)
+        # Plaintext, or a certificate from another run's CA, never gets past the TLS handshake;
+        # the latter cannot be fixed by retrying, so it is a Rejected that says why.
+        with pytest.raises(client.Disconnected, match="nothing accepts connections.*TLS only"):
+            client.Connection(address, hello, connect_timeout=5.0, credentials=None)
+        with pytest.raises(client.Rejected, match="TLS with localhost:.* certificate"):
+            client.Connection(address, hello, connect_timeout=5.0, credentials=other)
         assert service.num_sessions == 0
     finally:
         server.stop()
@@ -95,3 +98,37 @@ def test_learner_refuses_a_public_bind_without_credentials_in_one_line(tmp_path)
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: --bind=0.0.0.0 without transport credentials")
     assert np.char.count(last, "make_credentials.sh") == 1
+
+
+def test_ipv6_binds_are_written_as_grpc_and_actors_read_them():
+    assert security.bind_address("::1") == "[::1]" == security.bind_address("[::1]")
+    assert security.bind_address("127.0.0.1") == "127.0.0.1"
+    assert security.is_loopback("[::1]") and not security.is_loopback("[::]")
+
+
+@pytest.mark.slow  # a learner and an actor process
+def test_a_learner_bound_to_ipv6_loopback_serves_an_actor(tmp_path, procs):
+    logdir = tmp_path / "run"
+    _, address = procs.learner(str(logdir), "--bind=::1", "--config.log.interval_s=1")
+    assert address.startswith("[::1]:")
+    procs.actor(address, 0)
+    wait_for(lambda: (last(logdir, "env_steps") or 0) > 0, 120, what="env steps over IPv6")
+
+
+@pytest.mark.slow  # a learner and an actor process
+def test_an_actor_with_credentials_of_another_run_stops_at_once_saying_so(tmp_path, procs):
+    ours, theirs = make_credentials(tmp_path / "a", "h"), make_credentials(tmp_path / "b", "h")
+    _, address = procs.learner(str(tmp_path / "run"), f"--config.transport.credentials={ours}")
+    actor = procs.actor(address, 0, f"--config.transport.credentials={theirs}")
+    assert actor.wait(timeout=60) == 2  # not retried for actor.first_connect_s
+    log = log_text(actor)
+    assert "Traceback" not in log and log.count("TLS with") == 1, log[-2000:]
+    assert f"TLS with {address} failed, the server's certificate: " in log
+    assert "one scripts/make_credentials.sh directory" in log
+    # The server's certificate from our CA, ours from another: the server refuses it.
+    mixed = tmp_path / "mixed"
+    shutil.copytree(theirs, mixed)
+    shutil.copy(os.path.join(ours, "ca.pem"), mixed / "ca.pem")
+    actor = procs.actor(address, 1, f"--config.transport.credentials={mixed}")
+    assert actor.wait(timeout=60) == 2
+    assert "failed, the server refused this actor's certificate" in log_text(actor)

@@ -17,7 +17,7 @@ import time
 import grpc
 import numpy as np
 
-from seedlike.rpc import codec
+from seedlike.rpc import codec, security
 from seedlike.rpc import seedlike_pb2 as pb
 from seedlike.rpc.security import TOKEN_METADATA, Credentials
 
@@ -115,11 +115,20 @@ class Connection:
         state = self._channel.get_state(try_to_connect=True)
         while state != grpc.ChannelConnectivity.READY:
             if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-                if self._credentials is not None:
-                    why = " or the TLS handshake failed"
-                else:
+                if self._credentials is None:
                     why = " (or it speaks TLS only: set transport.credentials)"
-                raise Disconnected(f"nothing accepts connections at {self.address}{why}")
+                    raise Disconnected(f"nothing accepts connections at {self.address}{why}")
+                host, _, port = self.address.rpartition(":")
+                tls = await asyncio.get_running_loop().run_in_executor(
+                    None, security.tls_failure, host.strip("[]"), int(port), self._credentials
+                )
+                if tls is not None:
+                    raise Rejected(
+                        f"TLS with {self.address} failed, {tls}: the learner and its actors need "
+                        "credentials from one scripts/make_credentials.sh directory, made for "
+                        "the host name the actors connect to"
+                    )
+                raise Disconnected(f"nothing accepts connections at {self.address}")
             await self._channel.wait_for_state_change(state)
             state = self._channel.get_state(try_to_connect=True)
 

@@ -18,6 +18,8 @@ import dataclasses
 import hmac
 import ipaddress
 import os
+import socket
+import ssl
 
 import grpc
 
@@ -41,6 +43,8 @@ class Credentials:
     cert: bytes
     key: bytes
     token: bytes
+    cert_path: str = ""  # where cert and key were read (ssl, unlike gRPC, reads them from files)
+    key_path: str = ""
 
     @classmethod
     def load(cls, directory: str, side: str) -> Credentials:
@@ -61,7 +65,11 @@ class Credentials:
             raise TransportError(
                 f"transport.credentials: {directory}/token is shorter than 16 bytes"
             )
-        return cls(**values)
+        return cls(
+            **values,
+            cert_path=os.path.join(directory, files["cert"]),
+            key_path=os.path.join(directory, files["key"]),
+        )
 
     def server_credentials(self) -> grpc.ServerCredentials:
         return grpc.ssl_server_credentials(
@@ -90,6 +98,47 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def tls_failure(host: str, port: int, credentials: Credentials, timeout: float = 5.0) -> str | None:
+    """Why a TLS session with host:port fails with these credentials (the server's certificate not
+    signed by our CA or not naming `host`, ours refused by the server), or None when it works or
+    nothing accepts TCP connections there. gRPC reports every one of these as an unavailable
+    server; retrying cannot fix them."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(cadata=credentials.ca.decode())
+    if credentials.cert_path:
+        context.load_cert_chain(credentials.cert_path, credentials.key_path)
+    context.set_alpn_protocols(["h2"])
+    try:
+        raw = socket.create_connection((host, port), timeout=timeout)
+    except OSError:
+        return None
+    try:
+        with context.wrap_socket(raw, server_hostname=host) as tls:
+            # A TLS 1.3 server judges the client's certificate after the handshake: its verdict
+            # comes with the first read (a gRPC server that accepts it sends HTTP/2's first
+            # frame; one that refuses it closes the connection).
+            if not tls.recv(1):
+                return "the server refused this actor's certificate (it closed the connection)"
+    except ssl.SSLCertVerificationError as e:
+        return f"the server's certificate: {e.verify_message}"
+    except ssl.SSLError as e:
+        return f"the server refused this actor's certificate ({e.reason or e})"
+    except OSError:
+        return None
+    finally:
+        raw.close()
+    return None
+
+
+def bind_address(bind: str) -> str:
+    """`bind` as gRPC and actors read it in "host:port": IPv6 addresses in brackets ("::1" ->
+    "[::1]")."""
+    host = bind.strip()
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]"
+    return host
 
 
 def check_bind(bind: str, credentials: Credentials | None) -> None:
