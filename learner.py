@@ -21,6 +21,7 @@ from seedlike.checkpoint import CheckpointError
 from seedlike.config import ConfigError, add_env_kwargs, check_override_flags
 from seedlike.distributed import PeerLost
 from seedlike.rpc.security import TransportError
+from seedlike.storage import StorageError
 from seedlike.training import train
 
 DEFAULT_CONFIG = os.path.join(
@@ -57,6 +58,11 @@ def main(argv):
         train(_CONFIG.value, _LOGDIR.value, bind=_BIND.value, port=_PORT.value, stop=stop)
     except (ConfigError, CheckpointError, TransportError) as e:
         raise SystemExit(f"error: {e}") from None
+    except StorageError as e:
+        # orbax leaves threads behind that wait forever for the failed save: exit without them.
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        logging.flush()
+        os._exit(1)
     except PeerLost as e:
         # Its checkpoint is saved (process 0); JAX's exit handler would wait for the lost process.
         print(f"error: {e}", file=sys.stderr, flush=True)

@@ -20,6 +20,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from seedlike.storage import StorageError, reason
+
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be used; entrypoints print the message alone."""
@@ -38,10 +40,15 @@ DIGEST_KEY = "state_digest"
 
 
 class _QuietOrbax(logging.Filter):
-    """Drops orbax's INFO lines (a dozen per save, most of a run's console); keeps its warnings."""
+    """Drops orbax's INFO lines (a dozen per save, most of a run's console); keeps its warnings
+    and errors, one line each: a failed save is reported by `save` (StorageError), and orbax's
+    tracebacks of it, a few per thread involved, would bury that line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING or f"{os.sep}orbax{os.sep}" not in record.pathname
+        if f"{os.sep}orbax{os.sep}" not in record.pathname:
+            return True
+        record.exc_info = record.exc_text = None
+        return record.levelno >= logging.WARNING
 
 
 _QUIET_ORBAX = _QuietOrbax()
@@ -82,6 +89,7 @@ _ORBAX_TMP = ".orbax-checkpoint-tmp"
 class Checkpointer:
     def __init__(self, directory: str, max_to_keep: int = 3):
         self.directory = os.path.abspath(directory)
+        self._pending = None  # the step of the save in flight, for its error
         alone = ocp.options.MultiprocessingOptions()
         if jax.process_count() > 1:
             # With several learner processes (seedlike.distributed) only process 0 has a
@@ -117,26 +125,45 @@ class Checkpointer:
         """Starts saving and returns; orbax writes in the background and commits the step when
         complete (`wait` or `close` waits for it). The state is copied to host memory first, so
         the caller may go on changing it."""
-        self._manager.wait_until_finished()  # one save at a time
+        self.wait()  # one save at a time
         # orbax copies the arrays before it returns (tests/test_checkpoint.py checks that later
         # changes to the caller's arrays do not reach the write).
         state = jax.device_get(state)
         meta = {**meta, DIGEST_KEY: tree_digest(state)}
-        if int(step) in self._manager.all_steps():
-            # Same policy version saved again (a resume stopped before its first update): the
-            # counters in meta may have moved on, so replace it.
-            self._manager.delete(int(step))
-        self._manager.save(
-            int(step),
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
-            ),
-            force=True,
-        )
+        try:
+            if int(step) in self._manager.all_steps():
+                # Same policy version saved again (a resume stopped before its first update):
+                # the counters in meta may have moved on, so replace it.
+                self._manager.delete(int(step))
+            self._manager.save(
+                int(step),
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
+                ),
+                force=True,
+            )
+        except Exception as e:  # noqa: BLE001 - whatever orbax wraps the OSError in
+            raise self._storage_error(step, e) from None
+        self._pending = int(step)
 
     def wait(self) -> None:
-        """Returns once the last save is committed."""
-        self._manager.wait_until_finished()
+        """Returns once the last save is committed; raises StorageError if it failed."""
+        try:
+            self._manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001 - orbax re-raises its threads' errors
+            raise self._storage_error(self._pending, e) from None
+
+    def _storage_error(self, step, error: BaseException) -> StorageError:
+        try:
+            done = [s for s in self._manager.all_steps() if s != step]
+        except Exception:  # noqa: BLE001 - the directory itself may be what failed
+            done = []
+        last = f"{self.directory}/{max(done)}" if done else "none"
+        return StorageError(
+            f"cannot write checkpoint {step} in {self.directory}: {reason(error)}. The last "
+            f"complete checkpoint is {last}; fix the storage and rerun with the same --logdir "
+            "to resume"
+        )
 
     def steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
@@ -231,7 +258,10 @@ class Checkpointer:
             )
 
     def close(self) -> None:
-        self._manager.close()
+        try:
+            self._manager.close()
+        except Exception as e:  # noqa: BLE001 - a failed save in flight re-raises here
+            raise self._storage_error(self._pending, e) from None
 
 
 def tree_digest(tree) -> str:

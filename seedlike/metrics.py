@@ -11,6 +11,9 @@ import os
 import time
 import uuid
 
+from seedlike import storage
+from seedlike.storage import StorageError
+
 # Shown on the one-line console summary after the progress, in this order: (key, label, format).
 CONSOLE_FIELDS = (
     ("sps", "sps", "{:,.0f}"),
@@ -124,7 +127,10 @@ class MetricsWriter:
 
     def write(self, row: dict) -> None:
         row = {k: _jsonable(v) for k, v in row.items()}
-        self._file.write(json.dumps(row, sort_keys=True) + "\n")
+        try:
+            self._file.write(json.dumps(row, sort_keys=True) + "\n")
+        except OSError as e:
+            raise StorageError(f"cannot write {self.path}: {storage.reason(e)}") from None
         if self._wandb is not None:
             self._wandb.log(
                 {k: v for k, v in row.items() if v is not None}, step=int(row["env_steps"])
@@ -173,7 +179,10 @@ class MetricsWriter:
         return "; ".join(parts)
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError:
+            pass  # its last line could not be flushed: write() has said why
         if self._tensorboard is not None:
             self._tensorboard.close()
             self._tensorboard = None

@@ -37,6 +37,7 @@ from seedlike.server.curriculum import Curriculum
 from seedlike.server.matchmaking import Matchmaker
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
 from seedlike.server.unrolls import UnrollPool
+from seedlike.storage import StorageError
 from seedlike.teams import Teams
 from seedlike.types import LEGAL_ACTION_MASK
 
@@ -293,6 +294,7 @@ def train(
     target = config.get("stop_at_return")
     reached = False  # a metrics row's return reached `target`
     log_s, checkpoint_s = float(config.log.interval_s), float(config.checkpoint.interval_s)
+    storage_failed = False
     try:
         while True:
             p.service.check_alive()
@@ -323,6 +325,9 @@ def train(
             if now - last_checkpoint >= checkpoint_s:
                 p.save("interval")
                 last_checkpoint = now
+    except StorageError:
+        storage_failed = True
+        raise
     finally:
         # Freeze the counters first, so the last metrics row and the checkpoint agree.
         finished = not stop.is_set() and (reached or p.env_steps() >= total)
@@ -330,19 +335,28 @@ def train(
             p.evaluator.stop()
         p.service.stop(finished=finished)
         p.server.stop(grace_s=2.0)
-        try:
-            row = p.log(interval, time.monotonic())
-            p.save("training complete" if finished else "stop requested")
-            checkpoint = None
-            if p.checkpointer is not None:
-                checkpoint = os.path.join(p.checkpointer.directory, str(p.learner.policy_version))
-            outcome = "finished" if finished else "stopped (rerun with the same --logdir to resume)"
-            logging.info("%s", p.metrics.summary(outcome, checkpoint))
-        finally:
+        if storage_failed:  # nothing more can be written; the entrypoint says why and exits
             p.metrics.close()
-            if p.checkpointer is not None:
-                p.checkpointer.close()
+        else:
+            row = _finish(p, interval, finished)
     return row
+
+
+def _finish(p: LearnerProcess, interval: Interval, finished: bool) -> dict:
+    """The last metrics row and checkpoint, and the run's summary line."""
+    try:
+        row = p.log(interval, time.monotonic())
+        p.save("training complete" if finished else "stop requested")
+        checkpoint = None
+        if p.checkpointer is not None:
+            checkpoint = os.path.join(p.checkpointer.directory, str(p.learner.policy_version))
+        outcome = "finished" if finished else "stopped (rerun with the same --logdir to resume)"
+        logging.info("%s", p.metrics.summary(outcome, checkpoint))
+        return row
+    finally:
+        p.metrics.close()
+        if p.checkpointer is not None:
+            p.checkpointer.close()
 
 
 def _console_label(config, logdir: str) -> str:

@@ -346,3 +346,25 @@ def test_sigterm_checkpoints_and_restart_resumes_with_identical_params(tmp_path,
     assert metrics(logdir)[-1]["env_steps"] > saved_env_steps
     learner.send_signal(signal.SIGTERM)
     assert learner.wait(timeout=60) == 0
+
+
+def test_a_checkpoint_directory_that_fails_ends_the_learner_in_one_line(tmp_path, procs):
+    """A save that cannot be written (here: the directory replaced by a file) ends the learner
+    within seconds, saying where and why; it used to hang on orbax's threads, deaf to SIGTERM."""
+    logdir = tmp_path / "run"
+    learner, address = procs.learner(
+        str(logdir), "--config.checkpoint.interval_s=1", "--config.log.interval_s=1"
+    )
+    procs.actor(address, 0)
+    ckpts = logdir / "checkpoints"
+    wait_for(lambda: len(os.listdir(ckpts)) >= 2, 120, learner, "two checkpoints")
+    ckpts.rename(logdir / "checkpoints.saved")
+    ckpts.write_text("not a directory")
+    assert learner.wait(timeout=60) == 1
+    log = log_text(learner)
+    assert "Traceback" not in log, log[-3000:]
+    last_line = log.strip().splitlines()[-1]
+    assert (
+        last_line.startswith("error: cannot write checkpoint ") and "Not a directory" in last_line
+    )
+    assert "The last complete checkpoint is" in last_line and "--logdir to resume" in last_line

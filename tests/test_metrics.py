@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from seedlike import metrics, plot
+from seedlike import metrics, plot, storage
+from seedlike.storage import StorageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -202,3 +203,24 @@ def test_wandb_says_where_its_offline_run_is_in_one_line(tmp_path, caplog, monke
     ours = [r.getMessage() for r in caplog.records if r.name == "root"]  # not wandb's own logger
     lines = [m for m in ours if m.startswith("wandb")]
     assert len(lines) == 1 and "offline run in " + str(tmp_path / "wandb") in lines[0]
+
+
+def test_a_full_disk_is_a_storage_error_naming_the_file(tmp_path):
+    os.symlink("/dev/full", tmp_path / "metrics.jsonl")  # every write: ENOSPC
+    writer = metrics.MetricsWriter(str(tmp_path), {}, use_wandb=False)
+    with pytest.raises(
+        StorageError, match=r"cannot write .*metrics.jsonl: No space left on device"
+    ):
+        writer.write({"env_steps": 1, "time": 0.0})
+    writer.close()  # the unflushed line is not a second error
+
+
+def test_storage_reason_is_the_innermost_os_error():
+    try:
+        try:
+            raise OSError(28, "No space left on device", "/runs/x/7.tmp")
+        except OSError as e:
+            raise RuntimeError("orbax: save failed") from e
+    except RuntimeError as e:
+        assert storage.reason(e) == "No space left on device: '/runs/x/7.tmp'"
+    assert storage.reason(ValueError("bad")) == "ValueError: bad"
