@@ -24,6 +24,7 @@ from seedlike.rpc import client, codec, security
 from seedlike.teams import Teams
 from seedlike.types import take_rows
 
+# 2: rejected or misconfigured, which restarting cannot fix (scripts/train.sh stops the job).
 EXIT_OK, EXIT_GAVE_UP, EXIT_REJECTED = 0, 1, 2
 
 
@@ -118,6 +119,9 @@ class Actor:
             except client.Rejected as e:
                 logging.error("actor %d: server rejected a step: %s", self.actor_id, e)
                 return EXIT_REJECTED
+            except ConfigError as e:
+                logging.error("actor %d: %s", self.actor_id, e)
+                return EXIT_REJECTED
             except client.Disconnected as e:
                 logging.warning("actor %d: connection lost (%s); reconnecting", self.actor_id, e)
                 if not self._backoff.wait():
@@ -141,7 +145,10 @@ class Actor:
         return connections
 
     def _play(self, connections: list[client.Connection], seed: int) -> None:
-        env = make_env(self.config.env, self.spec, seed)
+        try:
+            env = make_env(self.config.env, self.spec, seed)
+        except (ValueError, ImportError) as e:  # restarting cannot fix a missing package
+            raise ConfigError(f"cannot make {self.config.env.name}: {e}") from None
         try:
             self._levels(env, connections[0].welcome)
             env.reset()

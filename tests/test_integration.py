@@ -1,5 +1,6 @@
 """End to end with real processes: a learner (gRPC server + learning) and actors on loopback."""
 
+import importlib.util
 import json
 import os
 import re
@@ -368,3 +369,17 @@ def test_a_checkpoint_directory_that_fails_ends_the_learner_in_one_line(tmp_path
         last_line.startswith("error: cannot write checkpoint ") and "Not a directory" in last_line
     )
     assert "The last complete checkpoint is" in last_line and "--logdir to resume" in last_line
+
+
+def test_an_actor_without_its_envs_package_stops_the_job_at_once_in_one_line(tmp_path):
+    if importlib.util.find_spec("nmmo") is not None:
+        pytest.skip("nmmo is installed in this interpreter")
+    done = subprocess.run(
+        ["scripts/train.sh", "--config=configs/nmmo_entities.py", f"--logdir={tmp_path / 'r'}",
+         "--num_actors=1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "restarted 0 of --max_actor_restarts" in done.stderr  # not restarted: it cannot help
+    log = (tmp_path / "r" / "actor_0.log").read_text()
+    assert "Traceback" not in log and "scripts/nmmo_venv.sh" in log, log[-3000:]

@@ -2,6 +2,7 @@
 resets, agent ids), MAgent2's battle, envpool's simultaneous multi-agent tasks, and a small team
 game that must learn through real actors and the league."""
 
+import importlib.util
 import os
 import subprocess
 
@@ -226,3 +227,12 @@ def test_an_aec_module_and_a_missing_package_say_what_to_do(tmp_path, monkeypatc
         load_factory("aec_only")
     with pytest.raises(ValueError, match=r"install it \(pip install not_installed_pkg_xyz\)"):
         load_factory("needs_pkg")
+
+
+def test_neural_mmo_without_nmmo_names_the_script_that_installs_it():
+    if importlib.util.find_spec("nmmo") is not None:
+        pytest.skip("nmmo is installed in this interpreter")
+    from seedlike.envs.nmmo_env import NmmoEnv
+
+    with pytest.raises(ValueError, match=r"cannot import .*scripts/nmmo_venv.sh.*--actor_python"):
+        NmmoEnv()

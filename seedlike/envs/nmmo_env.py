@@ -61,6 +61,7 @@ In the step that ends an agent's episode (terminated or truncated) it also holds
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import weakref
 
@@ -161,8 +162,15 @@ class NmmoEnv(ParallelEnv):
         num_npcs: int | None = None,
         num_maps: int = 1,
     ):
-        import nmmo
-        from nmmo.lib.event_log import EventAttr, EventState
+        try:
+            import nmmo
+            from nmmo.lib.event_log import EventAttr, EventState
+        except ImportError as e:
+            raise ValueError(
+                f"Neural MMO needs nmmo, which {sys.executable} cannot import ({e}): build its "
+                "virtualenv with scripts/nmmo_venv.sh and run the actors there, "
+                "scripts/train.sh --actor_python=.nmmo-venv/bin/python (README, Neural MMO)"
+            ) from None
 
         kwargs = _check(num_agents, map_size, horizon, num_npcs, num_maps)
         self.possible_agents, self._obs_space, self._act_space = seedlike_spaces(**kwargs)
