@@ -22,6 +22,7 @@ def get_config(variant: str = ""):
         raise SystemExit(f"configs/procgen_coinrun.py:{variant}: the variants are '' and 'cpu'")
     c = base_config()
     c.env.name = "CoinrunEasy-v0"
+    c.cpu_variant = "" if variant == "cpu" else "configs/procgen_coinrun.py:cpu"
     c.env.kwargs.num_levels = 200  # the training levels: [start_level, start_level + num_levels)
     c.env.kwargs.start_level = 0
     c.env.num_envs = 32  # x 2 actors = the paper's 64

@@ -189,7 +189,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     if not primary:
         logdir = os.path.join(logdir, f"process_{jax.process_index()}")
     os.makedirs(logdir, exist_ok=True)
-    for warning in config_lib.advice(config, spec):
+    for warning in config_lib.advice(config, spec, jax.default_backend()):
         logging.warning("%s", warning)
     network = make_network(config.network, spec)
     learner = Learner(config, network)

@@ -232,3 +232,17 @@ def test_resuming_with_a_config_that_changes_the_network_is_refused_in_one_line(
     done = learner("--config.network.activation=relu", "--config.checkpoint.force_resume=True")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "resuming with a changed config" in done.stderr
+
+
+def test_a_config_sized_for_an_accelerator_names_its_cpu_variant_on_a_cpu_learner():
+    from seedlike.config import advice
+    from seedlike.types import EnvSpec
+
+    spec = EnvSpec("CoinrunEasy-v0", {}, num_actions=15)  # advice here reads no observation
+    path = os.path.join(ROOT, "configs", "procgen_coinrun.py")
+    paper, cpu = load_config_file(path), load_config_file(path + ":cpu")
+    (line,) = advice(paper, spec, "cpu")
+    assert "sized for an accelerator" in line and line.endswith(
+        "--config=configs/procgen_coinrun.py:cpu"
+    )
+    assert advice(paper, spec, "gpu") == [] == advice(cpu, spec, "cpu")
