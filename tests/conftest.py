@@ -1,4 +1,4 @@
-"""Test setup: two forced CPU devices (before JAX is imported), offline wandb, a shared JAX
+"""Test setup: two forced CPU devices (before JAX is imported), no wandb, a shared JAX
 compilation cache, and the `procs` fixture (learner and actor processes, always stopped)."""
 
 import os
@@ -8,7 +8,9 @@ import pytest
 from seedlike import xla_flags
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
-os.environ.setdefault("WANDB_MODE", "offline")
+# wandb's offline run costs every learner process about a second and a service process of its own;
+# the tests of that path (tests/test_metrics.py) set WANDB_MODE=offline themselves.
+os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # One persistent compilation cache for this process and every learner, actor and notebook kernel
 # it starts: the same CartPole and TicTacToe programs are compiled by dozens of processes, and
