@@ -57,6 +57,7 @@ setup(
             "magent2==0.3.4",  # tests/test_pettingzoo.py
             "pygame-ce==2.5.8",
             "pytest==9.2.0",
+            "pytest-xdist==3.8.0",  # scripts/test.sh runs two workers
             "ruff==0.17.6",
             "grpcio-tools==1.85.1",
             # tests/test_notebooks.py runs notebooks/ in a kernel
