@@ -30,7 +30,8 @@ from seedlike.learner.learner import Learner
 from seedlike.metrics import MetricsWriter
 from seedlike.policy import PolicyRegistry
 from seedlike.rpc import security
-from seedlike.rpc.service import Transport, serve
+from seedlike.rpc.listen import serve
+from seedlike.rpc.service import Transport
 from seedlike.server import inference
 from seedlike.server.anneal import Annealing
 from seedlike.server.curriculum import Curriculum

@@ -16,7 +16,7 @@ from seedlike.envs.levels import LevelsAdapter
 from seedlike.policy import PolicyRegistry
 from seedlike.rpc import client, codec
 from seedlike.rpc import seedlike_pb2 as pb
-from seedlike.rpc.service import serve
+from seedlike.rpc.listen import serve
 from seedlike.server.curriculum import Curriculum, threshold_rule, uniform_up_to
 from seedlike.server.inference import InferenceService
 from seedlike.server.matchmaking import Matchmaker

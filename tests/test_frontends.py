@@ -7,7 +7,7 @@ import pytest
 
 from seedlike.config import base_config
 from seedlike.rpc import client, codec
-from seedlike.rpc.service import serve
+from seedlike.rpc.listen import serve
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
 from seedlike.server.unrolls import UnrollPool
 from seedlike.types import Rows

@@ -9,7 +9,7 @@ import pytest
 
 from seedlike.config import base_config
 from seedlike.rpc import client, codec, ports
-from seedlike.rpc.service import serve
+from seedlike.rpc.listen import serve
 from tests.procs import ROOT, Processes, free_port, wait_for
 from tests.test_inference import SPEC, rows, service_of
 

@@ -12,7 +12,7 @@ import pytest
 
 from seedlike.config import base_config
 from seedlike.rpc import client, codec, security
-from seedlike.rpc.service import serve
+from seedlike.rpc.listen import serve
 from tests.procs import ROOT, last, log_text, wait_for
 from tests.test_inference import SPEC, rows, service_of
 

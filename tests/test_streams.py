@@ -9,7 +9,8 @@ import pytest
 
 from seedlike.config import base_config
 from seedlike.rpc import client, codec
-from seedlike.rpc.service import peer_host, serve
+from seedlike.rpc.listen import serve
+from seedlike.rpc.service import peer_host
 from tests.test_inference import SPEC, rows, service_of
 
 

@@ -24,7 +24,7 @@ import grpc
 
 from seedlike.rpc import codec, ports, wire
 from seedlike.rpc import seedlike_pb2 as pb
-from seedlike.rpc.security import Credentials, check_bind
+from seedlike.rpc.security import Credentials
 from seedlike.server.errors import ServerStopping
 from seedlike.threadnames import named
 
@@ -380,28 +380,3 @@ class LocalServer:
             self._rpc.stop(grace_s)
         finally:
             self._claim.release()
-
-
-def serve(service, bind: str, port: int, server_config, credentials: Credentials | None = None):
-    """Starts serving `service` to actors with the transport settings of `server_config` (the
-    config's `server` section): stream front ends in processes of their own
-    (server.front_ends, seedlike.rpc.hub), or the gRPC event loop in this process. Returns the
-    server (`stop(grace_s)`) and the bound port (useful with port=0).
-
-    Plaintext without credentials, which only a loopback `bind` allows (seedlike.rpc.security);
-    a port another process listens on is refused (seedlike.rpc.ports.PortInUse).
-    """
-    check_bind(bind, credentials)
-    transport = Transport.from_config(server_config)
-    claim = ports.claim(bind, port)
-    try:
-        if transport.front_ends == 0:
-            server = LocalServer(service, claim, transport, credentials)
-        else:
-            from seedlike.rpc.hub import FrontEnds
-
-            server = FrontEnds(service, claim, transport, credentials)
-    except BaseException:
-        claim.release()
-        raise
-    return server, server.port
