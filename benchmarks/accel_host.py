@@ -19,7 +19,6 @@ Writes JSON (benchmarks/results_io.py) and prints one line per row.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -30,10 +29,13 @@ import numpy as np
 from absl import app, flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import results_io  # noqa: E402
 from proc_cpu import children, process_cpu  # noqa: E402
+
+from seedlike.metrics import read_metrics  # noqa: E402
 
 # name -> (actor processes, config overrides for learner and actors).
 SETUPS = {
@@ -104,13 +106,6 @@ def cpu_groups(learner: int, actors: list[int]) -> dict:
     }
 
 
-def read_rows(path: str) -> list[dict]:
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def gpu_utilization() -> float | None:
     try:
         out = subprocess.run(
@@ -159,9 +154,8 @@ def run_setup(name: str, logroot: str) -> dict:
             )
             for i in range(num_actors)
         ]
-        metrics = os.path.join(run_dir, "metrics.jsonl")
         t0 = time.monotonic()
-        while not any(r.get("env_steps", 0) > 0 for r in read_rows(metrics)):
+        while not any(r.get("env_steps", 0) > 0 for r in read_metrics(run_dir)):
             if time.monotonic() - t0 > _START_S.value or learner.poll() is not None:
                 raise RuntimeError(f"{name}: no env steps; see {logdir}/learner.log")
             time.sleep(1.0)
@@ -181,7 +175,7 @@ def run_setup(name: str, logroot: str) -> dict:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    rows = [r for r in read_rows(metrics) if start_time <= r["time"] <= end_time + 5.5]
+    rows = [r for r in read_metrics(run_dir) if start_time <= r["time"] <= end_time + 5.5]
     if len(rows) < 2:
         raise RuntimeError(f"{name}: fewer than two metrics rows in the window")
     a, b = rows[0], rows[-1]

@@ -45,6 +45,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import results_io  # noqa: E402
 from proc_cpu import children, process_cpu, python_threads, threads_cpu  # noqa: E402
 
+from seedlike.metrics import read_metrics  # noqa: E402
+
 _ACTORS = flags.DEFINE_list("actors", ["1", "4", "16", "32"], "Numbers of synthetic actors.")
 _ROWS = flags.DEFINE_integer("rows", 8, "Rows (envs) per actor message.")
 _SHAPES = flags.DEFINE_list(
@@ -144,20 +146,6 @@ def _request(sequence: int, body: bytes) -> bytes:
     return b"\x12" + _varint(len(step)) + step  # ActorMessage.step (field 2)
 
 
-def _read_metrics(logdir):
-    path = os.path.join(logdir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    rows = []
-    with open(path) as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass
-    return rows
-
-
 def _start_profile(pid: int, name: str):
     """py-spy sampling the learner process (all threads, idle ones left out) for the window, to
     --profile/<name>.txt (collapsed stacks: `thread;frame;... count`); None without --profile."""
@@ -229,7 +217,7 @@ def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> 
                 p.start()
             deadline = time.time() + _WARMUP_TIMEOUT.value
             while True:  # compiled, serving, and (when learning) updating
-                busy = [r for r in _read_metrics(logdir) if r["sps"]]
+                busy = [r for r in read_metrics(logdir) if r["sps"]]
                 learned = not _LEARN.value or (busy and busy[-1]["policy_version"] >= 2)
                 if len(busy) >= _WARMUP_ROWS.value and learned:
                     break
@@ -265,7 +253,7 @@ def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> 
             raise RuntimeError(f"actors failed: {errors[:3]}")
         window = [
             r
-            for r in _read_metrics(logdir)
+            for r in read_metrics(logdir)
             if begin + 1.0 <= r["time"] <= begin + _SECONDS.value + 1.0
         ]
     rtts = np.concatenate([o["rtt_ms"] for o in outcomes])

@@ -76,6 +76,7 @@ class MetricsWriter:
         os.makedirs(logdir, exist_ok=True)
         self.path = os.path.join(logdir, "metrics.jsonl")
         self._file = open(self.path, "a", buffering=1)
+        self._write_failed = False
         self._start = time.time()
         self._total = total_env_steps
         self._label = label
@@ -130,6 +131,7 @@ class MetricsWriter:
         try:
             self._file.write(json.dumps(row, sort_keys=True) + "\n")
         except OSError as e:
+            self._write_failed = True
             raise StorageError(f"cannot write {self.path}: {storage.reason(e)}") from None
         if self._wandb is not None:
             self._wandb.log(
@@ -182,7 +184,9 @@ class MetricsWriter:
         try:
             self._file.close()
         except OSError:
-            pass  # its last line could not be flushed: write() has said why
+            if not self._write_failed:
+                raise
+            # else the line write() could not write is still buffered; write() has said why
         if self._tensorboard is not None:
             self._tensorboard.close()
             self._tensorboard = None
@@ -255,9 +259,17 @@ def _duration(seconds: float, precise: bool = False) -> str:
 
 
 def read_metrics(logdir: str) -> list[dict]:
-    """All rows of <logdir>/metrics.jsonl (None for missing values)."""
+    """All rows of <logdir>/metrics.jsonl (None for missing values). A live run's last line may
+    be half written; it is left out."""
     path = os.path.join(logdir, "metrics.jsonl")
     if not os.path.exists(path):
         return []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = [line for line in f if line.strip()]
+    rows = [json.loads(line) for line in lines[:-1]]
+    if lines:
+        try:
+            rows.append(json.loads(lines[-1]))
+        except json.JSONDecodeError:
+            pass
+    return rows

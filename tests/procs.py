@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -12,6 +13,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "cartpole_ppo.py")
+
+
+# nmmo lives in its own virtualenv (scripts/nmmo_venv.sh), not in the suite's.
+HAS_NMMO = importlib.util.find_spec("nmmo") is not None
 
 
 def has_qt5() -> bool:

@@ -1,6 +1,5 @@
 """End to end with real processes: a learner (gRPC server + learning) and actors on loopback."""
 
-import importlib.util
 import json
 import os
 import re
@@ -23,6 +22,7 @@ from seedlike.rpc.codec import STREAM_METHOD
 from seedlike.types import ArraySpec, EnvSpec, Rows
 from tests.procs import (
     CONFIG,
+    HAS_NMMO,
     ROOT,
     free_port,
     last,
@@ -377,9 +377,8 @@ def test_a_checkpoint_directory_that_fails_ends_the_learner_in_one_line(tmp_path
     assert "The last complete checkpoint is" in last_line and "--logdir to resume" in last_line
 
 
+@pytest.mark.skipif(HAS_NMMO, reason="nmmo is installed in this interpreter (CI's .venv has not)")
 def test_an_actor_without_its_envs_package_stops_the_job_at_once_in_one_line(tmp_path):
-    if importlib.util.find_spec("nmmo") is not None:
-        pytest.skip("nmmo is installed in this interpreter")
     done = subprocess.run(
         ["scripts/train.sh", "--config=configs/nmmo_entities.py", f"--logdir={tmp_path / 'r'}",
          "--num_actors=1"],

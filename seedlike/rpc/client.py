@@ -118,9 +118,9 @@ class Connection:
                 if self._credentials is None:
                     why = " (or it speaks TLS only: set transport.credentials)"
                     raise Disconnected(f"nothing accepts connections at {self.address}{why}")
-                host, _, port = self.address.rpartition(":")
+                host, port = _host_port(self.address)
                 tls = await asyncio.get_running_loop().run_in_executor(
-                    None, security.tls_failure, host.strip("[]"), int(port), self._credentials
+                    None, security.tls_failure, host, int(port), self._credentials
                 )
                 if tls is not None:
                     raise Rejected(
@@ -173,10 +173,15 @@ def _thread_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
+def _host_port(address: str) -> tuple[str, str]:
+    """ "host:port" or "[v6]:port" -> (host, port)."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), port
+
+
 def _resolve_host(address: str) -> None:
     """Raises Disconnected naming a host name that does not resolve (gRPC would only time out)."""
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]")
+    host, port = _host_port(address)
     try:
         socket.getaddrinfo(host, int(port) if port.isdigit() else None, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
