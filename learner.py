@@ -3,11 +3,11 @@
   python learner.py --config=configs/cartpole_ppo.py --logdir=runs/cartpole [--port=50051]
 
 A run restarted with the same --logdir resumes from its latest checkpoint. SIGTERM/SIGINT save a
-checkpoint and exit; actors keep retrying and rejoin the restarted learner. When training completes,
-every actor stream ends normally and the actors exit.
+checkpoint and exit within checkpoint.stop_grace_s (60 s; an update in progress is abandoned; a
+second signal exits at once); actors keep retrying and rejoin the restarted learner. When training
+completes, every actor stream ends normally and the actors exit.
 """
 
-import faulthandler
 import os
 import signal
 import sys
@@ -43,13 +43,25 @@ def main(argv):
     del argv
     xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
     stop = threading.Event()
+    grace_s = float(_CONFIG.value.checkpoint.get("stop_grace_s", 60.0))
 
     def on_signal(signum, frame):
         del frame
+        if stop.is_set():
+            _exit_now(f"signal {signum} again: exiting without a final checkpoint")
         logging.info("signal %d: saving a checkpoint and stopping", signum)
         stop.set()
-        # Stopping takes seconds; if it ever takes a minute, every thread's stack goes to stderr.
-        faulthandler.dump_traceback_later(60)
+        deadline = threading.Timer(
+            grace_s,
+            _exit_now,
+            (
+                f"the learner did not stop within {grace_s:g} s of the stop request (an update, "
+                "compile or save still running); exiting without a final checkpoint, the "
+                "previous one stands (checkpoint.stop_grace_s)",
+            ),
+        )
+        deadline.daemon = True
+        deadline.start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -68,6 +80,12 @@ def main(argv):
         print(f"error: {e}", file=sys.stderr, flush=True)
         logging.flush()
         os._exit(1)
+
+
+def _exit_now(message: str) -> None:
+    logging.flush()
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    os._exit(1)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,23 @@ the maximum is 500), injects its fault and reports:
   fuzz            10,000 malformed messages on fresh streams (random bytes, and valid steps with
                   random bytes flipped) while two actors train: rejected streams, whether the
                   learner and the honest actors stayed up, and the return at the end.
-  silent_streams  200 streams that open and send nothing (every one of server.max_actors' 64
-                  slots taken), then an honest actor: seconds until it is connected.
+  silent_streams  200 streams that reopen as soon as they end, half sending nothing and half a
+                  Hello and then nothing (more than server.max_actors' 64 slots), then an honest
+                  actor: seconds until it is connected (issue 33, finding 6).
+  worst_actor     the defaults, one authenticated actor of three (4 streams of 64 envs, one
+                  actor_id) sending the worst values the wire accepts for --worst_s (60 s):
+                  observations of +-9.9e5, rewards of +9.9e5 for action 0 and -9.9e5 for action
+                  1, fake episodes of 5 steps; the reported return during it, then the greedy
+                  return over 20 real episodes (issue 33, findings 1-4).
+  fake_returns    stop_at_return=475 while an actor reports episodes of return 4,000 from the
+                  start: when the run ends and the greedy return of what it learned (finding 3).
+  capped_throughput  server.max_actor_share=0.25 with honest actors of 16 and 1 envs: policy
+                  versions/s and honest steps lost, against no cap (finding 5).
+  huge_actor      a third, honest actor with env.num_envs=4096 joins two of 16 envs for 60 s:
+                  env steps/s, policy versions/s and staleness before and during, and the share
+                  of one-second rows in which the run served under 1,000 env steps/s (finding 7).
+  stop_in_update  SIGTERM while the learner is inside a long update (ppo.epochs=4000): seconds
+                  until it has exited with its checkpoint (finding 8).
 
 Writes JSON (benchmarks/results/ or --out) and prints a Markdown table. Takes about 7 minutes.
 """
@@ -66,11 +81,20 @@ SCENARIOS = (
     "stalled_actor",
     "fuzz",
     "silent_streams",
+    "worst_actor",
+    "fake_returns",
+    "capped_throughput",
+    "stop_in_update",
+    "huge_actor",
 )
 _SCENARIOS = flags.DEFINE_list("scenarios", list(SCENARIOS), "Which scenarios to run.")
 _LEARNED = flags.DEFINE_float("learned", 450.0, "Return that counts as learned.")
 _ATTACK_S = flags.DEFINE_float("attack_s", 30.0, "How long the malicious actor plays.")
+_WORST_S = flags.DEFINE_float("worst_s", 60.0, "How long worst_actor's attacker plays.")
 _OUT = flags.DEFINE_string("out", None, "JSON output path.")
+_ROOT = flags.DEFINE_string(
+    "root", ROOT, "Checkout whose learner.py and actor.py run (another commit, to compare)."
+)
 _LEARNER_FLAGS = flags.DEFINE_list(
     "learner_flags",
     [],
@@ -95,11 +119,12 @@ def free_port() -> int:
 class Run:
     """A learner and its honest actors in a fresh logdir; every process is killed on close."""
 
-    def __init__(self, logdir: str, learner_flags=(), actors: int = 2):
+    def __init__(self, logdir: str, learner_flags=(), actors: int = 2, common=None):
         self.logdir = logdir
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.learner_flags = [*_LEARNER_FLAGS.value, *learner_flags]
+        self.common = COMMON if common is None else common
         self.procs: list[subprocess.Popen] = []
         self.learner = self.start_learner()
         for i in range(actors):
@@ -108,18 +133,18 @@ class Run:
     def spawn(self, args, log: str) -> subprocess.Popen:
         out = open(os.path.join(self.logdir, log), "ab")
         proc = subprocess.Popen(
-            [sys.executable, *args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, *args], cwd=_ROOT.value, stdout=out, stderr=subprocess.STDOUT
         )
         self.procs.append(proc)
         return proc
 
     def start_learner(self) -> subprocess.Popen:
-        args = ["learner.py", *COMMON, f"--logdir={self.logdir}", f"--port={self.port}"]
+        args = ["learner.py", *self.common, f"--logdir={self.logdir}", f"--port={self.port}"]
         return self.spawn([*args, *self.learner_flags], "learner.log")
 
-    def start_actor(self, actor_id: int) -> subprocess.Popen:
+    def start_actor(self, actor_id: int, *flags_) -> subprocess.Popen:
         args = ["actor.py", *COMMON[:1], f"--server={self.address}", f"--actor_id={actor_id}"]
-        return self.spawn(args, f"actor_{actor_id}.log")
+        return self.spawn([*args, *flags_], f"actor_{actor_id}.log")
 
     def rows(self) -> list[dict]:
         path = os.path.join(self.logdir, "metrics.jsonl")
@@ -167,28 +192,43 @@ def mean_sps(rows) -> float | None:
     return float(np.mean([r["sps"] for r in rows])) if rows else None
 
 
-def attacker(address: str, seconds: float, out: dict) -> None:
-    """A malicious actor that speaks the protocol correctly: 64 envs of made-up CartPole states,
-    rewarded +10 for action 0 and -10 for action 1, episodes of 100 steps."""
+def attacker(
+    address: str,
+    seconds: float,
+    out: dict,
+    envs: int = 64,
+    actor_id: int = 99,
+    obs_value: float | None = None,
+    reward: float = 10.0,
+    episode: int = 100,
+    steer: bool = True,
+) -> None:
+    """A malicious actor that speaks the protocol correctly, on one stream: `envs` envs of
+    made-up CartPole states (random normal(0, 0.1), or +-obs_value), paid +reward for action 0
+    and -reward for action 1 (steer) or +reward always, episodes of `episode` steps."""
     from seedlike.config import load_config_file
     from seedlike.envs.envpool_env import make_env_spec
     from seedlike.rpc import client, codec
     from seedlike.types import Rows
 
     spec = make_env_spec(load_config_file(CONFIG).env)
-    n = 64
-    rng = np.random.default_rng(0)
-    connection = client.Connection(address, codec.make_hello(spec, actor_id=99, num_envs=n))
+    n = envs
+    rng = np.random.default_rng(actor_id)
+    connection = client.Connection(address, codec.make_hello(spec, actor_id=actor_id, num_envs=n))
     actions = np.zeros(n, np.int32)
     sent, end, t = 0, time.monotonic() + seconds, 0
     try:
         while time.monotonic() < end:
-            done = np.full(n, t % 100 == 99)
-            reward = np.where(actions == 0, 10.0, -10.0).astype(np.float32) * (t % 100 != 0)
+            done = np.full(n, t % episode == episode - 1)
+            paid = np.where(actions == 0, reward, -reward) if steer else np.full(n, reward)
+            if obs_value is None:
+                obs = rng.normal(0, 0.1, (n, 4))
+            else:
+                obs = rng.choice([-obs_value, obs_value], (n, 4))
             rows = Rows(
-                obs={"obs": rng.normal(0, 0.1, (n, 4)).astype(np.float32)},
+                obs={"obs": obs.astype(np.float32)},
                 extras={},
-                reward=reward,
+                reward=paid.astype(np.float32) * (t % episode != 0),
                 terminated=done,
                 truncated=np.zeros(n, bool),
                 env_id=np.arange(n, dtype=np.int32),
@@ -200,10 +240,23 @@ def attacker(address: str, seconds: float, out: dict) -> None:
             actions = client.decode_actions(reply, n, spec.num_actions)
             sent, t = sent + 1, t + 1
     except (client.Disconnected, client.Rejected, client.TrainingOver) as e:
-        out["ended"] = f"{type(e).__name__}: {e}"
+        out.setdefault("ended", []).append(f"{type(e).__name__}: {e}")
     finally:
         connection.close()
-    out["steps_sent"] = sent * n
+    out["steps_sent"] = out.get("steps_sent", 0) + sent * n
+
+
+def attack_streams(address: str, seconds: float, streams: int, **kwargs) -> tuple[list, dict]:
+    """`streams` attacker streams of one actor (one actor_id) in threads, started; their shared
+    outcome dict."""
+    out: dict = {}
+    threads = [
+        threading.Thread(target=attacker, args=(address, seconds, out), kwargs=kwargs, daemon=True)
+        for _ in range(streams)
+    ]
+    for thread in threads:
+        thread.start()
+    return threads, out
 
 
 def evaluate(logdir: str) -> float:
@@ -218,10 +271,9 @@ def attack(workdir: str, capped: bool) -> dict:
     try:
         learned_s = run.wait_learned()
         before = run.latest("episode_return_mean")
-        out: dict = {}
-        thread = threading.Thread(target=attacker, args=(run.address, _ATTACK_S.value, out))
-        thread.start()
-        thread.join()
+        threads, out = attack_streams(run.address, _ATTACK_S.value, 1)
+        for thread in threads:
+            thread.join()
         capped_unrolls = run.latest("unrolls_capped")
         share = run.latest("actor_share_max")
         run.stop_learner()
@@ -465,47 +517,207 @@ def fuzz(workdir: str) -> dict:
 def silent_streams(workdir: str) -> dict:
     import grpc
 
-    from seedlike.rpc.codec import STREAM_METHOD
+    from seedlike.config import load_config_file
+    from seedlike.envs.envpool_env import make_env_spec
+    from seedlike.rpc import codec
 
     run = Run(workdir, actors=0)
+    spec = make_env_spec(load_config_file(CONFIG).env)
+    hello = codec.pb.ActorMessage(hello=codec.make_hello(spec, 55, 4)).SerializeToString()
     release = threading.Event()
     outcomes: list = []
 
-    def silent():
+    def silent(with_hello: bool):
+        """Opens a stream that says nothing (or only Hello); reopens it as soon as it ends."""
         channel = grpc.insecure_channel(run.address)
-        call = channel.stream_stream(STREAM_METHOD)(iter(lambda: release.wait(60), True))
-        try:
-            for _ in call:
-                pass
-            outcomes.append("OK")
-        except grpc.RpcError as e:
-            outcomes.append(e.code().name)
-        finally:
-            channel.close()
+        method = channel.stream_stream(codec.STREAM_METHOD)
+
+        def requests():
+            if with_hello:
+                yield hello
+            release.wait(120)
+
+        while not release.is_set():
+            try:
+                for _ in method(requests()):
+                    pass
+                outcomes.append("OK")
+            except grpc.RpcError as e:
+                outcomes.append(e.code().name)
+        channel.close()
 
     try:
         address_file = os.path.join(workdir, "server_address")
         run.wait(lambda: os.path.exists(address_file), 120, "learner start")
-        threads = [threading.Thread(target=silent, daemon=True) for _ in range(200)]
+        threads = [threading.Thread(target=silent, args=(i % 2 == 1,)) for i in range(200)]
         for thread in threads:
             thread.start()
-        time.sleep(1.0)
+        time.sleep(10.0)  # every slot taken, streams reaped and reopened
         start = time.monotonic()
         honest = run.start_actor(0)
         log = os.path.join(workdir, "actor_0.log")
-        run.wait(lambda: "connected to" in open(log).read(), 120, "honest actor")
-        connected_s = time.monotonic() - start
+        try:
+            run.wait(lambda: "connected to" in open(log).read(), 120, "honest actor")
+            connected_s = round(time.monotonic() - start, 1)
+        except TimeoutError:
+            connected_s = None
         release.set()
         for thread in threads:
-            thread.join(timeout=30)
+            thread.join(timeout=60)
         counts = {code: outcomes.count(code) for code in sorted(set(outcomes))}
         return {
-            "honest_actor_connected_after_s": round(connected_s, 1),
+            "honest_actor_connected_after_s": connected_s,
             "silent_stream_outcomes": counts,
             "honest_actor_alive": honest.poll() is None,
         }
     finally:
         release.set()
+        run.close()
+
+
+def worst_actor(workdir: str) -> dict:
+    run = Run(workdir)
+    try:
+        run.wait(lambda: (run.latest("episode_return_mean") or 0) >= 490, 300, "return 490")
+        before = run.latest("episode_return_mean")
+        capped, clipped = run.latest("unrolls_capped") or 0, run.latest("rewards_clipped") or 0
+        mark = len(run.rows())
+        threads, out = attack_streams(
+            run.address, _WORST_S.value, 4, envs=64, obs_value=9.9e5, reward=9.9e5, episode=5
+        )
+        for thread in threads:
+            thread.join()
+        during = [r for r in run.rows()[mark:] if r.get("episode_return_mean") is not None]
+        returns = [r["episode_return_mean"] for r in during]
+        run.stop_learner()
+        after = evaluate(workdir)
+        return {
+            "return_before": before,
+            "attack_s": _WORST_S.value,
+            "attack_steps_sent": out.get("steps_sent"),
+            "attacker_ended": out.get("ended", "no"),
+            "reported_return_during_min": min(returns) if returns else None,
+            "reported_return_during_max": max(returns) if returns else None,
+            "staleness_max": max((r["staleness_mean"] or 0) for r in during) if during else None,
+            "unrolls_capped": (run.latest("unrolls_capped") or 0) - capped,
+            "rewards_clipped": (run.latest("rewards_clipped") or 0) - clipped,
+            "greedy_return_after_20_episodes": after,
+            "held": after >= 450,
+        }
+    finally:
+        run.close()
+
+
+def fake_returns(workdir: str) -> dict:
+    run = Run(workdir, ["--config.stop_at_return=475"])
+    try:
+        run.wait(
+            lambda: os.path.exists(os.path.join(workdir, "server_address")), 120, "learner start"
+        )
+        start = time.monotonic()
+        _, out = attack_streams(
+            run.address, 600.0, 1, envs=16, reward=1000.0, episode=5, steer=False
+        )
+        code = run.learner.wait(timeout=900)
+        ended_s = round(time.monotonic() - start, 1)
+        log = open(os.path.join(workdir, "learner.log")).read()
+        rows = run.rows()
+        after = evaluate(workdir)
+        return {
+            "ended_after_s": ended_s,
+            "exit_code": code,
+            "training_complete": "training complete" in log or "stop_at_return" in log,
+            "reported_return_at_end": rows[-1].get("episode_return_mean") if rows else None,
+            "env_steps_at_end": rows[-1].get("env_steps") if rows else None,
+            "attacker_ended": out.get("ended", "no"),
+            "greedy_return_after_20_episodes": after,
+            "ended_honestly": after >= 400,
+        }
+    finally:
+        run.close()
+
+
+def capped_throughput(workdir: str) -> dict:
+    out = {}
+    for label, flags_ in (("no_cap", []), ("cap_0.25", ["--config.server.max_actor_share=0.25"])):
+        sub = os.path.join(workdir, label)
+        os.makedirs(sub)
+        run = Run(sub, flags_, actors=0)
+        try:
+            run.start_actor(0)
+            run.start_actor(1, "--config.env.num_envs=1")
+            run.wait(lambda r=run: r.latest("actors_connected") == 2, 120, "both actors")
+            time.sleep(5)
+            mark = len(run.rows())
+            time.sleep(30)
+            rows = run.rows()[mark - 1 :]
+            seconds = rows[-1]["time"] - rows[0]["time"]
+            out[label] = {
+                "versions_per_s": round(
+                    (rows[-1]["policy_version"] - rows[0]["policy_version"]) / seconds, 2
+                ),
+                "sps": round(mean_sps(rows[1:]), 0),
+                "steps_dropped": rows[-1]["steps_dropped"] - rows[0]["steps_dropped"],
+                "unrolls_capped": rows[-1]["unrolls_capped"] - rows[0]["unrolls_capped"],
+            }
+        finally:
+            run.close()
+    return out
+
+
+def huge_actor(workdir: str) -> dict:
+    run = Run(workdir)
+    try:
+        run.wait_learned()
+        time.sleep(5)
+        before = run.rows()[-10:]
+        mark = len(run.rows())
+        big = run.start_actor(2, "--config.env.num_envs=4096")
+        time.sleep(60)
+        during = run.rows()[mark:]
+        big.kill()
+
+        def versions_per_s(rows):
+            return (rows[-1]["policy_version"] - rows[0]["policy_version"]) / max(
+                rows[-1]["time"] - rows[0]["time"], 1e-9
+            )
+
+        return {
+            "sps_before": round(mean_sps(before[1:]), 0),
+            "sps_during": round(mean_sps(during[1:]), 0),
+            "versions_per_s_before": round(versions_per_s(before), 2),
+            "versions_per_s_during": round(versions_per_s(during), 2),
+            "rows_under_1k_sps": f"{sum(r['sps'] < 1000 for r in during)} of {len(during)}",
+            "staleness_max_during": round(max((r["staleness_mean"] or 0) for r in during), 1),
+            "unrolls_capped": (run.latest("unrolls_capped") or 0),
+            "return_min_during": min(
+                (r["episode_return_mean"] for r in during if r["episode_return_mean"]),
+                default=None,
+            ),
+        }
+    finally:
+        run.close()
+
+
+def stop_in_update(workdir: str) -> dict:
+    run = Run(workdir, ["--config.ppo.epochs=4000"], actors=1)
+    try:
+        run.wait(lambda: (run.latest("policy_version") or 0) >= 1, 300, "a first update")
+        first = time.monotonic()
+        run.wait(lambda: (run.latest("policy_version") or 0) >= 2, 300, "a second update")
+        update_s = time.monotonic() - first
+        start = time.monotonic()
+        run.learner.send_signal(signal.SIGTERM)
+        code = run.learner.wait(timeout=900)
+        log = open(os.path.join(workdir, "learner.log")).read()
+        return {
+            "update_s": round(update_s, 1),
+            "exit_after_sigterm_s": round(time.monotonic() - start, 1),
+            "exit_code": code,
+            "checkpoint_saved": "stop requested" in log,
+            "update_abandoned": "abandoned at a stop request" in log,
+        }
+    finally:
         run.close()
 
 

@@ -206,10 +206,21 @@ def base_config() -> ml_collections.ConfigDict:
     # Streams one host may hold at once (more are refused, and their actors retry), so a single
     # machine cannot take every slot. Raise it to run more actors than this on one host.
     c.server.max_streams_per_peer = 32
-    # The largest share of a learner batch one actor's unrolls may fill; the rest are dropped
-    # (metric unrolls_capped), so one actor cannot steer whole updates. 1.0: no cap. Never below
-    # an equal split among the connected actors, so batches always fill.
+    # How much of the loss one actor identity (peer host + actor_id, over all its streams) may
+    # weigh (seedlike/server/influence.py). Its unrolls beyond the cap stay in the batch with
+    # valid = False (metric unrolls_capped): batches fill at full speed, nothing is refused, but
+    # the excess teaches nothing. fair_share_factor: at most this many times the unrolls the
+    # median identity delivered in the last fair_window_s seconds (with 3+ identities; 0: off);
+    # max_actor_share: at most this share of each batch (1.0: no such cap; never below an equal
+    # split among the connected).
+    c.server.fair_share_factor = 1.0
+    c.server.fair_window_s = 30.0
     c.server.max_actor_share = 1.0
+    # Rewards are clipped to +-max(reward_floor, reward_scale x the median identity's largest
+    # |reward| in the batch), so a minority of actors cannot outweigh the rest with large
+    # rewards (0: off). Applied before the algorithm's own reward_clip.
+    c.server.reward_scale = 2.0
+    c.server.reward_floor = 1.0
     c.server.max_envs_per_actor = 4096
     # Largest |reward| and |float observation| accepted from actors; a row beyond them ends the
     # actor's stream with a message (NaN and infinity always do). Raise them for envs that need it.
@@ -220,6 +231,11 @@ def base_config() -> ml_collections.ConfigDict:
     # lock actors out.
     c.server.hello_timeout_s = 10.0
     c.server.idle_timeout_s = 60.0
+    # When every slot is taken, a session that has sent nothing for evict_idle_s gives its slot
+    # to a newcomer (a slow actor that loses it reconnects). Streams still without a Hello hold
+    # no slot; at most max_pending_streams of them wait per process, the oldest giving way.
+    c.server.evict_idle_s = 5.0
+    c.server.max_pending_streams = 64
     # Stream front ends: processes of their own that do every request's work (TLS, token, parsing,
     # checks) and hand the learner process checked rows through shared memory, each step's
     # observations written once, where it is learned from (seedlike/rpc/frontend.py), all on one
@@ -275,6 +291,9 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.log = ml_collections.ConfigDict()
     c.log.interval_s = 10.0  # one metrics row per interval
+    # episode_return_mean (and stop_at_return) is the median over connected actor identities of
+    # each one's mean over its last episode_window episodes: no single actor can steer it.
+    c.log.episode_window = 20
     c.log.wandb_mode = "offline"  # offline | online | disabled (WANDB_MODE overrides)
     c.log.wandb_project = "seedlike"
     # Also write TensorBoard event files (<logdir>/tensorboard; `tensorboard --logdir runs`).
@@ -300,6 +319,11 @@ def base_config() -> ml_collections.ConfigDict:
     # on this 2-core machine (66-184 and 94-163 ms when it waited for the write).
     c.checkpoint.interval_s = 60.0
     c.checkpoint.max_to_keep = 3
+    # A stop request (SIGTERM, Ctrl-C) ends the learner within stop_grace_s: an update in
+    # progress is abandoned between sgd steps (one learner process; several finish it together),
+    # the last complete version is saved, and if that has not happened by then the learner exits
+    # without it (the previous checkpoint stands). A second signal exits at once.
+    c.checkpoint.stop_grace_s = 60.0
     # Resume even when this config changes what the run's parameters mean (MEANING_KEYS differ
     # from the config stored with its checkpoint). Surgery is the way to change a network.
     c.checkpoint.force_resume = False
@@ -440,7 +464,13 @@ def validate(config) -> None:
     need(config.server.queue_unrolls >= 0, "server.queue_unrolls must be >= 0")
     need(config.server.max_actors >= 1, "server.max_actors must be >= 1")
     need(config.server.max_streams_per_peer >= 1, "server.max_streams_per_peer must be >= 1")
+    need(config.server.evict_idle_s > 0, "server.evict_idle_s must be > 0")
+    need(config.server.max_pending_streams >= 1, "server.max_pending_streams must be >= 1")
     need(0 < config.server.max_actor_share <= 1, "server.max_actor_share must lie in (0, 1]")
+    need(config.server.fair_share_factor >= 0, "server.fair_share_factor must be >= 0")
+    need(config.server.fair_window_s > 0, "server.fair_window_s must be > 0")
+    need(config.server.reward_scale >= 0, "server.reward_scale must be >= 0")
+    need(config.server.reward_floor > 0, "server.reward_floor must be > 0")
     d = config.distributed
     need(d.num_processes >= 1, "distributed.num_processes must be >= 1")
     need(

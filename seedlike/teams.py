@@ -124,7 +124,8 @@ class GameTracker:
 
     def update(self, started_seat, started_policy, ended_seat, ended_return) -> list:
         """Seats whose episode started (with who plays them) and ended (with their returns) in
-        one recorded batch; returns (opponent policy, outcome for team 0) of every game it ends."""
+        one recorded batch; returns (opponent policy, outcome for team 0, the env's first seat)
+        of every game it ends."""
         if not started_seat.size and not ended_seat.size:
             return []
         p = self.teams.num_players
@@ -144,7 +145,7 @@ class GameTracker:
                 score = np.bincount(end_team[end_slot == slot], minlength=self.teams.num_teams)
             else:
                 score = self._score[slot]
-            results.append((int(self._opponent[slot]), game_outcome(score)))
+            results.append((int(self._opponent[slot]), game_outcome(score), slot * p))
         self._live[over] = 0
         self._score[over] = 0.0
         return results

@@ -26,15 +26,16 @@ from seedlike import distributed
 from seedlike.league.evaluation import Evaluation, EvaluationThread
 from seedlike.league.league import League
 from seedlike.league.players import LEARNER
-from seedlike.learner.learner import Learner
+from seedlike.learner.learner import Interrupted, Learner
 from seedlike.metrics import MetricsWriter
 from seedlike.policy import PolicyRegistry
 from seedlike.rpc import security
 from seedlike.rpc.listen import serve
 from seedlike.rpc.service import Transport
-from seedlike.server import inference
+from seedlike.server import inference, influence
 from seedlike.server.anneal import Annealing
 from seedlike.server.curriculum import Curriculum
+from seedlike.server.episodes import EpisodeBoard
 from seedlike.server.matchmaking import Matchmaker
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
 from seedlike.server.unrolls import UnrollPool
@@ -104,6 +105,7 @@ class LearnerProcess:
     metrics: MetricsWriter
     lockstep: distributed.Lockstep
     episodes_total: int
+    episode_board: EpisodeBoard
 
     def env_steps(self) -> int:
         """Rows received from actors since the run began, across restarts (with several learner
@@ -120,7 +122,7 @@ class LearnerProcess:
         finally:
             batch.release()  # unroll() copied what the update reads
         interval.staleness.append(_staleness(learner.policy_version, unrolls))
-        interval.updates.append(learner.update(unrolls))
+        interval.updates.append(learner.update(unrolls, influence.relabel(batch.owner)[0]))
         interval.consumed += unrolls.reward.size * learner.epochs
         self.registry.publish(learner.policy_version, learner.policy_params())
         if self.league is not None and self.league.wants_snapshot(learner.policy_version):
@@ -241,6 +243,10 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         batches,
         network.initial_carry(1),
         max_owner_share=float(config.server.max_actor_share),
+        fair_share_factor=float(config.server.fair_share_factor),
+        fair_window_s=float(config.server.fair_window_s),
+        reward_scale=float(config.server.reward_scale),
+        reward_floor=float(config.server.reward_floor),
     )
     service, server, _ = start_inference(
         config, server_spec, network, registry, store, logdir, bind, port, matchmaker,
@@ -274,6 +280,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         ),
         lockstep=distributed.Lockstep(learner.devices, counters["env_steps"]),
         episodes_total=counters["episodes"],
+        episode_board=EpisodeBoard(int(config.log.episode_window)),
     )
 
 
@@ -288,6 +295,7 @@ def train(
     """
     stop = stop or threading.Event()
     p = build(config, logdir, bind, port)
+    p.learner.interrupt = stop
     interval = Interval(time.monotonic(), p.env_steps(), 0)
     last_checkpoint = time.monotonic()
     row: dict = {}
@@ -308,7 +316,11 @@ def train(
                 if stopping or p.env_steps() >= total:
                     break
                 if batch is not None and learn:
-                    p.learn(batch, interval)
+                    try:
+                        p.learn(batch, interval)
+                    except Interrupted as e:
+                        logging.info("%s", e)
+                        break
                 elif batch is not None:
                     batch.release()
             except jax.errors.JaxRuntimeError as e:
@@ -321,8 +333,7 @@ def train(
             if now - interval.start >= log_s:
                 row = p.log(interval, now)
                 interval = Interval(now, p.env_steps(), p.store.unrolls_emitted)
-                returns = row.get("episode_return_mean")
-                reached = target is not None and returns is not None and returns >= target
+                reached = target is not None and p.episode_board.reached(target)
             if now - last_checkpoint >= checkpoint_s:
                 p.save("interval")
                 last_checkpoint = now
@@ -465,7 +476,13 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
     stats = p.service.stats.take()
     episodes = stats["episodes"]
     mine = episodes.policy == LEARNER
-    returns, lengths = episodes.episode_return[mine], episodes.length[mine]
+    board = p.episode_board
+    board.add(
+        p.store.owner[episodes.seat[mine]], episodes.episode_return[mine], episodes.length[mine]
+    )
+    board.keep(p.store.connected_owners())
+    threshold = p.config.log.get("success_threshold")
+    recent = board.summary(threshold)
     p50, p99 = inference.latency_summary(stats["latency_ms"])
     env_steps = p.env_steps()
     rfps = (p.store.unrolls_emitted - interval.unrolls_emitted) * p.config.unroll_length / dt
@@ -476,8 +493,9 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         "policy_version": p.learner.policy_version,
         "sps": (env_steps - interval.env_steps) / dt,
         "episodes": int(mine.sum()),
-        "episode_return_mean": _mean(returns),
-        "episode_length_mean": _mean(lengths),
+        "episode_return_mean": recent["return"],
+        "episode_length_mean": recent["length"],
+        "episode_identities": recent["identities"],
         "staleness_mean": _mean(interval.staleness),
         "rfps": rfps,
         "cfps": cfps,
@@ -490,6 +508,7 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         "unroll_queue": p.batches.qsize() * p.learner.local_batch_unrolls,
         "steps_dropped": p.store.steps_dropped,
         "unrolls_capped": p.store.unrolls_capped,
+        "rewards_clipped": p.store.rewards_clipped,
         "actor_share_max": p.store.last_batch_max_share,
     }
     busy = {**stats["busy_s"], "learn": interval.learn_s}
@@ -505,11 +524,11 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         row.update(curriculum.take_metrics())
     if p.league is not None:
         row.update(p.league.take_metrics())
+        row["league/results_capped"] = p.service.matchmaker.result_quota.capped
     if p.evaluator is not None:
         row.update(p.evaluator.metrics())
-    threshold = p.config.log.get("success_threshold")
     if threshold is not None:
-        row["episode_success_rate"] = _mean(returns > threshold) if returns.size else None
+        row["episode_success_rate"] = recent["success"]
     if interval.updates:
         keys = interval.updates[0].keys()
         row.update({k: float(np.mean([u[k] for u in interval.updates])) for k in keys})

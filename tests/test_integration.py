@@ -349,6 +349,35 @@ def test_sigterm_checkpoints_and_restart_resumes_with_identical_params(tmp_path,
     assert learner.wait(timeout=60) == 0
 
 
+def test_a_stop_request_during_a_long_update_is_honoured_within_the_grace(tmp_path, procs):
+    """Issue 33: a CPU learner inside a long update ignored SIGTERM for over 10 minutes. Updates
+    here take seconds (400 epochs): SIGTERM in the second abandons it at the next sgd step and
+    saves version 1. Restarted with checkpoint.stop_grace_s far shorter than a save, a stop
+    request ends the learner at the grace with one line, the saved checkpoint intact."""
+    logdir = str(tmp_path / "run")
+    slow = [*FAST, "--config.ppo.epochs=400"]
+    learner, address = procs.learner(logdir, *slow)
+    procs.actor(address, 0)
+    wait_for(lambda: version(logdir) >= 1, 180, learner, "a first update")
+    learner.send_signal(signal.SIGTERM)
+    assert learner.wait(timeout=60) == 0
+    log = log_text(learner)
+    assert re.search(r"update \d+ abandoned at a stop request", log), log[-3000:]
+    saved = re.findall(r"checkpoint (\d+) saved \(stop requested", log)
+    assert saved and int(saved[-1]) >= 1
+
+    learner, _ = procs.learner(
+        logdir, *slow, "--config.checkpoint.stop_grace_s=0.001", name="learner2.log"
+    )
+    wait_for(lambda: "resumed from" in log_text(learner), 120, learner, "resume")
+    learner.send_signal(signal.SIGTERM)
+    assert learner.wait(timeout=60) == 1
+    last_line = log_text(learner).strip().splitlines()[-1]
+    assert last_line.startswith("error: the learner did not stop within 0.001 s"), last_line
+    names = os.listdir(os.path.join(logdir, "checkpoints"))
+    assert saved[-1] in names
+
+
 def test_a_checkpoint_directory_that_fails_ends_the_learner_in_one_line(tmp_path, procs):
     """A save that cannot be written (here: the directory replaced by a file) ends the learner
     within seconds, saying where and why; it used to hang on orbax's threads, deaf to SIGTERM."""

@@ -185,3 +185,31 @@ def test_indivisible_batch_is_a_clear_error():
             make_network(base_config().network, SPEC),
             jax.local_devices()[:2],
         )
+
+
+def test_a_stop_request_abandons_the_update_and_keeps_the_last_complete_version():
+    """checkpoint.stop_grace_s: a set `interrupt` ends an update at its next sgd step with the
+    state of the version before it; cleared, the same batch updates as usual."""
+    import threading
+
+    from seedlike.learner.learner import Interrupted
+
+    config = small_config()
+    network = make_network(config.network, SPEC)
+    learner = Learner(config, network, devices=jax.local_devices()[:1])
+    state = learner.init_state(jax.random.key(0))
+    learner.set_state(state)
+    unrolls = random_unrolls(
+        network, state.params, state.obs_norm, config.batch_unrolls, config.unroll_length
+    )
+    learner.interrupt = threading.Event()
+    learner.interrupt.set()
+    with pytest.raises(Interrupted, match="update 0 abandoned"):
+        learner.update(unrolls)
+    assert learner.policy_version == 0
+    kept = jax.tree.leaves(learner.state().params)
+    for a, b in zip(kept, jax.tree.leaves(state.params)):
+        np.testing.assert_array_equal(a, b)
+    learner.interrupt.clear()
+    learner.update(unrolls)
+    assert learner.policy_version == 1

@@ -164,6 +164,102 @@ def test_one_host_cannot_hold_more_streams_than_its_cap(server):
     again.close()
 
 
+@pytest.mark.transport(max_pending_streams=4, hello_timeout_s=3.0)
+def test_streams_without_a_hello_hold_no_slot_and_give_way_to_newcomers(server):
+    """Finding 6 of issue 33: 200 streams that open and stay silent held every slot and locked an
+    honest actor out for 90 s. Now at most 4 wait for their Hello, the oldest giving way, so 20 of
+    them leave room for an honest actor."""
+    service, address, _ = server
+    outcomes = []
+    silent = [
+        threading.Thread(target=lambda: outcomes.append(silent_stream(address))) for _ in range(20)
+    ]
+    for thread in silent:
+        thread.start()
+    time.sleep(1.0)  # every silent stream has opened
+    hello = codec.make_hello(SPEC, actor_id=0, num_envs=2)
+    honest = client.Connection(address, hello)
+    assert client.decode_actions(honest.step(codec.encode_step(0, rows(2))), 2, 3).shape == (2,)
+    honest.close()
+    for thread in silent:
+        thread.join(timeout=30)
+    codes = [o[0] for o in outcomes]
+    assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) >= 16  # gave way to newer streams
+    assert codes.count(grpc.StatusCode.DEADLINE_EXCEEDED) <= 4
+
+
+@pytest.mark.transport(evict_idle_s=0.3, idle_timeout_s=3.0)
+def test_a_full_server_gives_the_slot_of_a_silent_session_to_a_newcomer(server):
+    """Finding 6 of issue 33 (Hello, then silence): both slots held by sessions that never step;
+    a newcomer takes the slot of the one idle longest (the evicted stream ends at its idle
+    timeout, or at its next step, holding nothing meanwhile)."""
+    service, address, _ = server
+    hello = codec.make_hello(SPEC, actor_id=0, num_envs=2)
+    raw_hello = codec.pb.ActorMessage(hello=hello).SerializeToString()
+    silent = [threading.Thread(target=silent_stream, args=(address, raw_hello)) for _ in range(2)]
+    for thread in silent:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while service.num_sessions < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # both idle past evict_idle_s
+    honest = client.Connection(address, codec.make_hello(SPEC, actor_id=1, num_envs=2))
+    for sequence in range(3):
+        assert honest.step(codec.encode_step(sequence, rows(2))).sequence == sequence
+    assert service.num_sessions == 2  # the honest one and the silent one not evicted
+    honest.close()
+    for thread in silent:
+        thread.join(timeout=30)
+
+
+def test_an_evicted_session_that_steps_again_is_told_why():
+    """The gate's verdict on a session it gave away: its next step is refused, naming the
+    setting; sessions that step are never chosen."""
+    from seedlike.rpc.service import SessionGate
+
+    class Service:
+        registry = type("R", (), {"policy_version": 0})()
+        closed = []
+
+        def open_session(self, actor_id, num_envs, host):
+            return actor_id
+
+        def close_session(self, session_id):
+            self.closed.append(session_id)
+
+        def level_probs(self):
+            return 0, []
+
+    service, gate = Service(), SessionGate(max_actors=2, max_streams_per_peer=2, evict_idle_s=0.0)
+    gate.open(service, 1, 2, "h")
+    gate.open(service, 2, 2, "h")
+    gate.touch(1, waiting=True)  # the server owes session 1 an answer: not idle
+    gate.open(service, 3, 2, "h")
+    assert service.closed == [2] and gate.evictions == 1
+    assert "server.evict_idle_s" in gate.touch(2, waiting=True)
+    assert gate.touch(1, waiting=False) is None
+    gate.close(service, 2)  # the evicted stream ends: closed once only
+    assert service.closed == [2]
+
+
+@pytest.mark.transport(evict_idle_s=0.3)
+def test_a_busy_session_is_never_evicted(server):
+    """Sessions that step keep their slots however long they have been connected."""
+    service, address, _ = server
+    actors = [
+        client.Connection(address, codec.make_hello(SPEC, actor_id=i, num_envs=2)) for i in range(2)
+    ]
+    sequence, start = 0, time.monotonic()
+    while time.monotonic() - start < 0.6:  # connected twice evict_idle_s, never silent for it
+        for actor in actors:
+            actor.step(codec.encode_step(sequence, rows(2)))
+        sequence += 1
+    with pytest.raises(client.Disconnected, match="RESOURCE_EXHAUSTED: 2 actors are connected"):
+        client.Connection(address, codec.make_hello(SPEC, actor_id=2, num_envs=2))
+    for actor in actors:
+        actor.close()
+
+
 def test_peer_host_strips_the_port():
     assert peer_host("ipv4:10.0.0.5:4242") == "10.0.0.5"
     assert peer_host("ipv6:[::1]:50051") == "[::1]"

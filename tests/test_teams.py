@@ -89,13 +89,14 @@ def test_game_tracker_waits_for_every_seat_and_counts_survivors():
     # Blue loses one, then the game ends for everyone else together: 2 red against 1 blue alive.
     assert tracker.update(none, none, np.array([10]), np.array([5.0])) == []
     results = tracker.update(none, none, np.array([8, 9, 11]), np.array([0.0, 0.0, 0.0]))
-    assert results == [(5, 1)]  # against snapshot 5, a win
+    assert results == [(5, 1, 8)]  # against snapshot 5, a win (the game of seats 8-11)
 
     by_return = GameTracker(Teams(np.array([0, 0, 1, 1]), result="return"))
     by_return.update(seats, np.array([LEARNER, LEARNER, -2, -2]), none, none)
     # Team 1 has the larger summed return (5 > -1) although team 0 has more survivors.
     assert by_return.update(none, none, np.array([10]), np.array([5.0])) == []
-    assert by_return.update(none, none, np.array([8, 9, 11]), np.array([-1.0, 0, 0])) == [(-2, -1)]
+    ended = by_return.update(none, none, np.array([8, 9, 11]), np.array([-1.0, 0, 0]))
+    assert ended == [(-2, -1, 8)]
 
 
 def test_game_tracker_forgets_games_of_closed_sessions():
@@ -105,7 +106,7 @@ def test_game_tracker_forgets_games_of_closed_sessions():
     tracker.forget(np.array([0, 1]))
     # A new session's game on the reused slot starts afresh and ends when its own seats end.
     tracker.update(np.array([0, 1]), np.array([LEARNER, 4]), none, none)
-    assert tracker.update(none, none, np.array([0, 1]), np.array([1.0, -1.0])) == [(4, 1)]
+    assert tracker.update(none, none, np.array([0, 1]), np.array([1.0, -1.0])) == [(4, 1, 0)]
 
 
 class _League:

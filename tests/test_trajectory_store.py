@@ -266,11 +266,11 @@ def test_unrolls_fill_learner_batches_and_a_full_queue_holds_acting_back():
 
 
 @pytest.mark.parametrize("share", [1.0, 0.5, 0.1])
-def test_one_actor_fills_at_most_its_share_of_a_batch(share):
+def test_one_actor_counts_for_at_most_its_share_of_a_batch(share):
     """Session 1 (4 envs, obs 1) completes 4 unrolls per round, session 2 (1 env, obs 2) one.
-    With a 0.5 cap, session 1's unrolls beyond 2 of the 4-unroll batch are dropped until session
-    2's make it full. A 0.1 cap (0 unrolls) is raised to an equal split between the two sessions
-    (2 each): batches still fill."""
+    Nothing is dropped and batches fill at once; with a 0.5 cap session 1's unrolls beyond 2 of
+    each 4-unroll batch stay in it with valid False. A 0.1 cap (0 unrolls) is raised to an equal
+    split between the two sessions (2 each)."""
     store, batches = store_of(2, batch_unrolls=4, slots=4, max_owner_share=share)
     server = Server(store)
     server.open(1, num_envs=4)
@@ -278,23 +278,47 @@ def test_one_actor_fills_at_most_its_share_of_a_batch(share):
     for t in range(5):  # unrolls complete at records 3 and 5 (consecutive ones share a step)
         server.feed(1, rows([1.0] * 4, [0.0] * 4), action=t)
         server.feed(2, rows([2.0], [0.0]), action=t)
-    batch = batches.get(timeout=1).unroll()
-    sources = sorted(batch.obs["obs"][:, 0, 0].tolist())
+    first, second = batches.get(timeout=1).unroll(), batches.get(timeout=1).unroll()
+    assert store.unrolls_emitted == 10  # nothing dropped (the third batch is being filled)
+    counted = [u.valid.any(axis=1) for u in (first, second)]
+    np.testing.assert_array_equal(first.obs["obs"][:, 0, 0], [1.0] * 4)
+    np.testing.assert_array_equal(second.obs["obs"][:, 0, 0], [2.0, 1.0, 1.0, 1.0])
     if share == 1.0:
-        assert sources == [1.0, 1.0, 1.0, 1.0] and store.unrolls_capped == 0
-        # The second batch: session 2's first unroll and 3 of session 1's second round.
-        assert batches.get(timeout=1) is not None and store.last_batch_max_share == 0.75
+        assert all(c.all() for c in counted) and store.unrolls_capped == 0
+        assert store.last_batch_max_share == 0.75
     else:
-        assert sources == [1.0, 1.0, 2.0, 2.0] and store.last_batch_max_share == 0.5
-        assert store.unrolls_capped == 6  # round 1: 2 of 4; round 2: all 4 (session 1 is full)
-    assert store.unrolls_emitted == 10 - store.unrolls_capped
-    if share < 1.0:
-        server.close(2)  # alone, session 1 may fill whole batches again
-        capped = store.unrolls_capped
-        for t in range(2):
+        np.testing.assert_array_equal(counted[0], [True, True, False, False])
+        np.testing.assert_array_equal(counted[1], [True, True, True, False])
+        assert store.unrolls_capped == 3 and store.last_batch_max_share == 2 / 3
+        server.close(2)  # alone, session 1 counts whole batches again
+        for t in range(4):
             server.feed(1, rows([1.0] * 4, [0.0] * 4), action=t)
-        assert batches.get(timeout=1) is not None and store.last_batch_max_share == 1.0
-        assert store.unrolls_capped == capped
+        batches.get(timeout=1)  # the batch that still holds session 2's unroll
+        assert batches.get(timeout=1).unroll().valid.any(axis=1).all()
+        assert store.last_batch_max_share == 1.0
+
+
+def test_an_actor_filling_whole_batches_counts_for_the_median_and_rewards_are_bounded():
+    """Three sessions; session 3 completes 6 unrolls per round and pays 1e6 per step, the others
+    one unroll each paying 1: in the 8-unroll batch session 3 counts for what the median session
+    delivered (1 unroll), and every reward is clipped to 2 x the median session's largest (2.0)."""
+    store, batches = store_of(
+        2, batch_unrolls=8, fair_share_factor=1.0, reward_scale=2.0, reward_floor=1.0
+    )
+    server = Server(store)
+    for session, envs in ((1, 1), (2, 1), (3, 6)):
+        server.open(session, num_envs=envs)
+    for t in range(3):
+        server.feed(1, rows([1.0], [1.0]), action=t)
+        server.feed(2, rows([2.0], [1.0]), action=t)
+        server.feed(3, rows([3.0] * 6, [1e6] * 6), action=t)
+    batch = batches.get(timeout=1).unroll()
+    source = batch.obs["obs"][:, 0, 0]
+    np.testing.assert_array_equal(source, [1.0, 2.0] + [3.0] * 6)
+    counted = batch.valid.any(axis=1)
+    assert counted[:2].all() and counted[2:].sum() == 1 and store.unrolls_capped == 5
+    assert np.abs(batch.reward).max() == 2.0 and store.rewards_clipped > 0
+    np.testing.assert_array_equal(batch.reward[:2], [[1.0, 1.0], [1.0, 1.0]])
 
 
 def test_acting_waits_as_soon_as_a_batch_is_full_and_the_learner_has_not_taken_the_last():
@@ -427,3 +451,21 @@ def test_statistics_only_store_counts_episodes_without_unrolls():
         server.feed(1, rows([t, t], [1, 2]), action=0)
     over = server.feed(1, rows([3, 3], [1, 2], terminated=[True, True]), action=0)
     assert over.episode_return.tolist() == [3.0, 6.0] and server.recorder.env_steps == 8
+
+
+def test_a_batch_in_which_nothing_counts_never_reaches_the_learner():
+    """Session 3 fills batches alone after its share of the window is used: such a batch would
+    be an update of nothing (Adam's momentum would still move the parameters)."""
+    store, batches = store_of(2, batch_unrolls=4, fair_share_factor=1.0)
+    server = Server(store)
+    for session, envs in ((1, 1), (2, 1), (3, 8)):
+        server.open(session, num_envs=envs)
+    for t in range(3):
+        server.feed(1, rows([1.0], [1.0]), action=t)
+        server.feed(2, rows([2.0], [1.0]), action=t)
+        server.feed(3, rows([3.0] * 8, [1.0] * 8), action=t)
+    # 10 unrolls: [1, 2, 3, 3] (session 3's one counts), then [3, 3, 3, 3] (none can) held back.
+    batch = batches.get(timeout=1).unroll()
+    np.testing.assert_array_equal(batch.valid.any(axis=1), [True, True, True, False])
+    assert batches.get(timeout=0) is None
+    assert store.unrolls_capped == 5 and store.unrolls_emitted == 10

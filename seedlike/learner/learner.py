@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
+import time
 from collections.abc import Callable
 
 import jax
 import numpy as np
 
+from networks import normalization
 from seedlike import devices as devices_lib
 from seedlike.algos import ppo, vtrace
 from seedlike.algos.sequences import SequenceBatch
@@ -115,13 +118,28 @@ class Learner:
             jax.sharding.Mesh(np.array(self.local_devices), (ts.AXIS,)),
             jax.sharding.PartitionSpec(ts.AXIS),
         )
-        prepare = ts.make_prepare(self.algo_config, self.algorithm.advantages)
+        # Identities are labelled per process; each process's labels get a range of their own.
+        self._owner_offset = me * self.local_batch_unrolls
+        prepare = ts.make_prepare(
+            self.algo_config,
+            self.algorithm.advantages,
+            groups=int(config.batch_unrolls),
+            parts=self.num_local,
+        )
+        self.obs_window = normalization.IdentityWindow(
+            float(config.server.get("fair_window_s", 30.0)),
+            float(config.network.get("obs_clip", normalization.DEFAULT_CLIP)),
+        )
         self._prepare = jax.pmap(prepare, ts.AXIS, devices=self.devices)
         self._state = None
         self._version = 0
         self.metric_keys = (*self.algorithm.metrics, "grad_norm", "learning_rate", "nonfinite")
         # Shared with the inference service: see seedlike.devices.ComputeGuard.
         self.guard = devices_lib.ComputeGuard(self.local_devices)
+        # Set: the update in progress stops at its next sgd step (Interrupted), unless learner
+        # processes share it (they must take part in every collective of it together).
+        self.interrupt: threading.Event | None = None
+        self._alone = processes == 1
 
     def _check_divisibility(self) -> None:
         c, n, m = self.config, self.num_devices, self.num_minibatches
@@ -164,33 +182,44 @@ class Learner:
 
     # Learning ---------------------------------------------------------------------------------
 
-    def update(self, unrolls: Unroll) -> dict[str, float]:
+    def update(self, unrolls: Unroll, owner: np.ndarray | None = None) -> dict[str, float]:
         """One policy version from stacked unrolls [B, T+1, ...]; returns averaged metrics.
 
-        B is local_batch_unrolls (this process's share). A non-finite loss or gradient leaves the
-        state untouched and reports nonfinite=1 (on every process: metrics are averaged first).
-        An exception (a collective whose peer host is gone) leaves it untouched too, so the last
-        complete version can still be saved.
+        B is local_batch_unrolls (this process's share); owner [B] the actor identity of each
+        unroll as labels 0..k-1 (seedlike.server.influence.relabel; None: one identity, the same
+        on every process).
+        A non-finite loss or gradient leaves the state untouched and reports nonfinite=1 (on
+        every process: metrics are averaged first). An exception (a collective whose peer host
+        is gone) leaves it untouched too, so the last complete version can still be saved.
         """
         old_state = self._state
         try:
-            return self._update(unrolls, old_state)
+            return self._update(unrolls, owner, old_state)
         except BaseException:
             self._state = old_state
             raise
 
-    def _update(self, unrolls: Unroll, old_state) -> dict[str, float]:
+    def _update(self, unrolls: Unroll, owner, old_state) -> dict[str, float]:
         n = self.num_local
         batch, horizon = unrolls.action.shape[0], unrolls.reward.shape[1]
+        if owner is None:  # one identity for the whole batch, across processes
+            owner = np.zeros(batch, np.int32)
+        else:
+            owner = np.asarray(owner, np.int32) + np.int32(self._owner_offset)
+        moments = self._obs_moments(unrolls, owner)
 
         # The sgd steps gather their minibatches on the devices, from the whole batch that every
         # local device holds (a minibatch draws from anywhere in a host's block). With one device
         # its shard is the whole batch: one transfer serves prepare and the sgd steps.
         if n == 1:
             unrolls = sharded = self.guard(self._replicate, unrolls)  # [1, B, ...]
+            owner = owner[None]
         else:
             sharded = jax.tree.map(lambda x: x.reshape((n, batch // n) + x.shape[1:]), unrolls)
-        advantage, value_target, obs_norm = self.guard(self._prepare, self._state, sharded)
+            owner = owner.reshape(n, batch // n)
+        advantage, value_target, obs_norm = self.guard(
+            self._prepare, self._state, sharded, owner, moments
+        )
         if not all(np.all(np.isfinite(x)) for x in jax.tree.leaves(obs_norm)):
             # Finite observations can still overflow the float32 sums (values near 1e19); the
             # loss would stay finite, so the statistics are checked themselves, never installed.
@@ -228,6 +257,8 @@ class Learner:
                 # Block b's samples go to block b's devices (the reshape keeps that order).
                 idx = np.concatenate([o[m * size : (m + 1) * size] for o in orders])
                 idx = idx.astype(np.int32).reshape(n, -1)
+                if self._alone and self.interrupt is not None and self.interrupt.is_set():
+                    raise Interrupted(f"update {self.policy_version} abandoned at a stop request")
                 self._state, step_metrics = self.guard(self._sgd_step, self._state, items, idx)
                 metrics.append(step_metrics)
 
@@ -244,6 +275,28 @@ class Learner:
         self._version += 1
         return {**metrics, "nonfinite": 0.0}
 
+    def _obs_moments(self, unrolls: Unroll, owner: np.ndarray) -> dict:
+        """This process's bounded observation moments (IdentityWindow) from the host batch: every
+        step but the bootstrap one of the unrolls that count in the loss (those kept out by the
+        influence caps add nothing). One copy per local device."""
+        stats = self.guard(_first, self._state.obs_norm)
+        if not stats:
+            return {}
+        steps = np.asarray(unrolls.valid)[:, :-1]
+        counted = np.broadcast_to(steps.any(axis=1, keepdims=True), steps.shape)  # whole unrolls
+        moments = self.obs_window.moments(
+            {k: unrolls.obs[k][:, :-1] for k in stats},
+            counted,
+            owner,
+            jax.tree.map(np.asarray, stats),
+            time.monotonic(),
+        )
+        n = self.num_local
+        return {
+            k: tuple(np.broadcast_to(np.asarray(v, np.float32), (n, *np.shape(v))) for v in m)
+            for k, m in moments.items()
+        }
+
     def _replicate(self, tree):
         """A host tree on every local device, as a pmap argument [num_local, ...]."""
 
@@ -255,6 +308,10 @@ class Learner:
             )
 
         return jax.tree.map(put, tree)
+
+
+class Interrupted(Exception):
+    """A stop request ended an update; the state is the last complete version's."""
 
 
 def _first(tree):

@@ -88,14 +88,26 @@ def make_sgd_step(loss_fn, optimizer, learning_rate_fn, axis_name: str = AXIS):
     return sgd_step
 
 
-def make_prepare(algo_config, compute_advantages: bool = True, axis_name: str = AXIS):
-    """Returns prepare(state, unrolls) -> (advantage, value_target, obs_norm) for pmap.
+def make_prepare(
+    algo_config,
+    compute_advantages: bool = True,
+    axis_name: str = AXIS,
+    groups: int = 1,
+    parts: int = 1,
+):
+    """Returns prepare(state, unrolls, owner, moments) -> (advantage, value_target, obs_norm) for
+    pmap.
 
-    unrolls is a device shard of stacked Unrolls [B/n, T+1, ...]. For PPO, advantages are
-    GAE(lambda) from the behaviour values recorded while acting (zeros without compute_advantages).
-    The returned obs_norm merges this batch's observations (steps 0..T-1; step T is step 0 of the
-    next unroll); the learner installs it after the epochs, so the first epoch sees the network
-    that produced the data.
+    unrolls is a device shard of stacked Unrolls [B/n, T+1, ...], owner [B/n] int32 the actor
+    identity of each unroll in [0, groups) (seedlike.server.influence.relabel; groups: B). For
+    PPO, advantages are GAE(lambda) from the behaviour values recorded while acting (zeros without
+    compute_advantages); an identity whose advantages' RMS exceeds the median identity's is scaled
+    down to it, so no actor outweighs the others in the policy gradient by the size of its
+    rewards (value targets keep their scale). The returned obs_norm merges `moments`, key ->
+    (count, mean, M2) of this batch's observations as this process computed them
+    (networks.normalization.IdentityWindow, given to each of its `parts` local devices), across
+    processes; the learner installs it after the epochs, so the first epoch sees the network that
+    produced the data.
     """
 
     def single(unroll):
@@ -114,19 +126,29 @@ def make_prepare(algo_config, compute_advantages: bool = True, axis_name: str = 
         )
         return advantage, advantage + unroll.behaviour_value[:-1]
 
-    def prepare(state: TrainState, unrolls):
+    def psum(x):
+        return x if axis_name is None else jax.lax.psum(x, axis_name)
+
+    def bounded(advantage, valid, owner):
+        """Each identity's advantages scaled down to at most the median identity's RMS."""
+        mask = valid.astype(jnp.float32)
+        n = psum(jax.ops.segment_sum(jnp.sum(mask, 1), owner, num_segments=groups))
+        squares = jnp.sum(mask * jnp.square(advantage), 1)
+        rms = jnp.sqrt(psum(jax.ops.segment_sum(squares, owner, num_segments=groups)) / n)
+        median = jnp.nanmedian(jnp.where(n > 0, rms, jnp.nan))
+        scale = jnp.where(rms > median, median / jnp.maximum(rms, 1e-12), 1.0)
+        return advantage * scale[owner][:, None]
+
+    def prepare(state: TrainState, unrolls, owner, moments):
         if compute_advantages:
             advantage, value_target = jax.vmap(single)(unrolls)
+            advantage = bounded(advantage, unrolls.valid[:, :-1], owner)
         else:
             advantage = value_target = jnp.zeros_like(unrolls.reward)
         obs_norm = {}
         for key, stats in state.obs_norm.items():
-            x = unrolls.obs[key][:, :-1]
-            x = x.reshape((-1,) + x.shape[2:])
-            moments = normalization.batch_moments(
-                x, jnp.ones(x.shape[:1], jnp.bool_), axis_name=axis_name
-            )
-            obs_norm[key] = normalization.update_stats(stats, *moments)
+            merged = normalization.combine_moments(*moments[key], parts, axis_name)
+            obs_norm[key] = normalization.update_stats(stats, *merged)
         return advantage, value_target, obs_norm
 
     return prepare

@@ -197,6 +197,9 @@ class CentralLink:
         self._send(message)
         return future
 
+    def answered(self, session_id: int) -> None:
+        """The learner process's gate keeps the time (seedlike.rpc.hub)."""
+
     def close_session(self, session_id: int) -> None:
         self._arenas.done(session_id)
         if self._sessions.pop(session_id, None) is not None and self._stopped is None:
@@ -271,6 +274,14 @@ class CentralLink:
                     self._arenas.done(session_id)
                     if not future.done():
                         future.set_exception(ServerStopping(finished))
+        elif kind == shm.EVICT:
+            (session_id,) = fields
+            session = self._sessions.get(session_id)
+            if session is not None and session.pending is not None:
+                (future, _), session.pending = session.pending, None
+                self._arenas.done(session_id)
+                if not future.done():
+                    future.set_exception(Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, extra["text"]))
         elif kind == shm.STOP:
             self._stop(fields[0])
         elif kind == shm.CHUNK:
@@ -316,7 +327,6 @@ def serve(sock: socket.socket, setup: Setup, grace_s: float = 2.0) -> None:
         rpc = RpcServer(
             servicer,
             setup.address,
-            setup.transport.max_actors,
             setup.receive_limit,
             setup.credentials,
             loop=loop,

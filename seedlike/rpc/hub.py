@@ -7,7 +7,8 @@ process claimed (SO_REUSEPORT: the kernel spreads connections among them), and o
   OPEN  -> SessionGate.open (max_actors and max_streams_per_peer, counted over every front end),
            the session's segment mapped; WELCOME or REFUSE back
   STEP  -> InferenceService.submit with the segment's rows (views: no copy here; the gather
-           thread copies them into its policy batch)
+           thread copies them into its policy batch); EVICT back if the gate gave the
+           session's slot away
   CLOSE -> the session closed
 
 The reply thread of the inference service writes each batch's actions into the segments and
@@ -33,7 +34,7 @@ import grpc
 
 from seedlike.rpc import codec, shm
 from seedlike.rpc.frontend import Setup
-from seedlike.rpc.service import Refused, SessionGate
+from seedlike.rpc.service import Refused
 from seedlike.server.errors import ServerStopping
 from seedlike.threadnames import named
 
@@ -125,6 +126,7 @@ class _FrontEnd:
                 segment.moves[: src_dst[0].size, 0] = src_dst[0]
                 segment.moves[: src_dst[0].size, 1] = src_dst[1]
             answered.append(reply.session_id)
+            self.hub.gate.touch(reply.session_id, waiting=False)
         if answered:
             levels_version, probs = self.hub.service.level_probs()
             if levels_version == self.levels_sent:
@@ -151,7 +153,7 @@ class FrontEnds:
         self.service = service
         self.port = claim.port
         self._claim = claim
-        self._gate = SessionGate(transport.max_actors, transport.max_streams_per_peer)
+        self.gate = transport.gate()
         receive = codec.max_step_bytes(service.spec, service.max_envs_per_actor)
         pool = service.pool if service.pool is not None and service.pool.shared else None
         self._pool = pool
@@ -253,6 +255,10 @@ class FrontEnds:
             segment, arena = fe.sessions[session_id], fe.arenas[index]
             if not 0 < n <= segment.layout.rows or start + n > arena.rows:
                 raise ValueError(f"a step of {n} rows at {start} of arena {index}")
+            why = self.gate.touch(session_id, waiting=True)
+            if why is not None:
+                fe.send(shm.encode(shm.EVICT, session_id, text=why))
+                return
             self.service.stats.add_busy("decode", decode_s)
             written = (segment.written[:n], segment.wrote_at[:n]) if self._pool else None
             self.service.submit(
@@ -269,7 +275,7 @@ class FrontEnds:
         elif kind == shm.CLOSE:
             (session_id,) = fields
             if fe.sessions.pop(session_id, None) is not None:
-                self._gate.close(self.service, session_id)
+                self.gate.close(self.service, session_id)
         elif kind == shm.READY:
             fe.ready = True
         else:
@@ -285,7 +291,7 @@ class FrontEnds:
             self.service.spec, num_envs * self.service.spec.num_players, fds[0]
         )
         try:
-            opened = self._gate.open(self.service, actor_id, num_envs, peer)
+            opened = self.gate.open(self.service, actor_id, num_envs, peer)
         except Refused as e:
             fe.send(shm.encode(shm.REFUSE, token, e.code.value[0], text=str(e)))
             return
@@ -307,7 +313,7 @@ class FrontEnds:
         fe.sock.close()
         for session_id in list(fe.sessions):
             fe.sessions.pop(session_id, None)
-            self._gate.close(self.service, session_id)
+            self.gate.close(self.service, session_id)
         if self._stopping:
             return
         try:

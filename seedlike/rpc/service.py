@@ -48,45 +48,96 @@ class Opened:
     level_probs: list
 
 
+EVICTED = (
+    "this stream sent nothing for {idle:.0f} s while the server was full and another actor "
+    "asked in (server.evict_idle_s); reconnect"
+)
+
+
 class SessionGate:
     """Who may open a session: at most `max_actors` sessions, and at most `max_streams_per_peer`
     of them from one host, across every front end (the learner process holds the only gate).
-    Thread-safe."""
 
-    def __init__(self, max_actors: int, max_streams_per_peer: int):
+    A slot is held from a valid Hello on, never before (InferenceServicer keeps streams without
+    one apart). When every slot (or the host's share) is taken, the session that has left the
+    server waiting longest gives its slot to the newcomer, if it has sent nothing for
+    `evict_idle_s` (time the server takes to answer does not count): silent sessions cannot lock
+    honest actors out, and an evicted actor that was only slow reconnects. Thread-safe; `touch`
+    is called for every step.
+    """
+
+    def __init__(self, max_actors: int, max_streams_per_peer: int, evict_idle_s: float = 5.0):
         self.max_actors = int(max_actors)
         self.max_per_peer = int(max_streams_per_peer)
+        self.evict_idle_s = float(evict_idle_s)
         self._lock = threading.Lock()
         self._peers: collections.Counter = collections.Counter()
         self._sessions: dict[int, str] = {}
+        # Per session: when the server last stopped waiting for it (inf while it waits for us).
+        self._idle_since: dict[int, float] = {}
+        self._evicted: dict[int, float] = {}  # session -> how long it had been idle
+        self.evictions = 0
 
     def open(self, service, actor_id: int, num_envs: int, peer: str) -> Opened:
         """Opens a session of `service` for the peer; raises Refused or ServerStopping."""
         with self._lock:
-            if self._peers[peer] >= self.max_per_peer:
+            if self._peers[peer] >= self.max_per_peer and not self._evict(service, peer):
                 raise Refused(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"{peer} has {self.max_per_peer} streams open already "
                     "(server.max_streams_per_peer); raise it for more actors on one host",
                 )
-            if len(self._sessions) >= self.max_actors:
+            if len(self._sessions) >= self.max_actors and not self._evict(service, None):
                 raise Refused(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"{self.max_actors} actors are connected already (server.max_actors)",
                 )
-            session_id = service.open_session(actor_id, num_envs)
+            session_id = service.open_session(actor_id, num_envs, peer)
             self._peers[peer] += 1
             self._sessions[session_id] = peer
+            self._idle_since[session_id] = time.monotonic()
         levels_version, probs = service.level_probs()
         return Opened(session_id, service.registry.policy_version, levels_version, probs)
 
+    def _evict(self, service, peer: str | None) -> bool:
+        """Closes the session (of `peer`, or any) idle longest, if for evict_idle_s or more."""
+        sessions = [s for s, p in self._sessions.items() if peer is None or p == peer]
+        if not sessions:
+            return False
+        victim = min(sessions, key=lambda s: self._idle_since[s])
+        idle = time.monotonic() - self._idle_since[victim]
+        if idle < self.evict_idle_s:
+            return False
+        logging.warning("session %d evicted: idle %.0f s while the server was full", victim, idle)
+        self._forget(victim)
+        self._evicted[victim] = idle
+        self.evictions += 1
+        service.close_session(victim)
+        return True
+
+    def touch(self, session_id: int, waiting: bool) -> str | None:
+        """A step arrived (waiting: the server now owes the actor an answer) or was answered.
+        Returns why the session may not go on (it was evicted), else None."""
+        idle = self._evicted.get(session_id)
+        if idle is not None:
+            return EVICTED.format(idle=idle)
+        if session_id in self._idle_since:
+            self._idle_since[session_id] = float("inf") if waiting else time.monotonic()
+        return None
+
+    def _forget(self, session_id: int) -> None:
+        peer = self._sessions.pop(session_id, None)
+        self._idle_since.pop(session_id, None)
+        if peer is not None:
+            self._peers[peer] -= 1
+            if not self._peers[peer]:
+                del self._peers[peer]
+
     def close(self, service, session_id: int) -> None:
         with self._lock:
-            peer = self._sessions.pop(session_id, None)
-            if peer is not None:
-                self._peers[peer] -= 1
-                if not self._peers[peer]:
-                    del self._peers[peer]
+            if self._evicted.pop(session_id, None) is not None:
+                return  # closed when it was evicted
+            self._forget(session_id)
         service.close_session(session_id)
 
 
@@ -103,9 +154,15 @@ class LocalBackend:
         return self._gate.open(self._service, actor_id, num_envs, peer)
 
     def submit(self, session_id: int, rows, decode_s: float):
+        why = self._gate.touch(session_id, waiting=True)
+        if why is not None:
+            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, why)
         self._service.stats.add_busy("decode", decode_s)
         future = asyncio.get_running_loop().create_future()
         return self._service.submit(session_id, rows, future)
+
+    def answered(self, session_id: int) -> None:
+        self._gate.touch(session_id, waiting=False)
 
     def close_session(self, session_id: int) -> None:
         self._gate.close(self._service, session_id)
@@ -117,13 +174,17 @@ class LocalBackend:
 class InferenceServicer:
     """One actor stream: Hello, then StepBatch -> ActionBatch in lockstep, on the event loop.
 
-    With credentials (mutual TLS already checked the client's certificate), a stream without the
-    run token ends with UNAUTHENTICATED before its Hello is parsed. A stream without a Hello after
-    `hello_timeout_s`, or one that leaves the server waiting for its next step longer than
-    `idle_timeout_s`, ends with DEADLINE_EXCEEDED (time the server takes to answer does not count).
-    A host with `max_streams_per_peer` sessions open already, or a server with every one of its
-    `max_actors` slots taken, refuses the next Hello with RESOURCE_EXHAUSTED (its actor retries
-    with backoff), so one machine cannot take every slot.
+    Admission comes before work. With credentials (mutual TLS already checked the client's
+    certificate), a stream without the run token ends with UNAUTHENTICATED as it opens, before
+    anything is read. A stream holds no session slot until its Hello is valid; of the streams still
+    waiting for theirs, at most `max_pending` are kept per process and the oldest gives way to a
+    newcomer (an honest actor sends its Hello within milliseconds, so streams that open and stay
+    silent cannot crowd it out). A stream without a Hello after `hello_timeout_s`, or one that
+    leaves the server waiting for its next step longer than `idle_timeout_s`, ends with
+    DEADLINE_EXCEEDED (time the server takes to answer does not count). A host with
+    `max_streams_per_peer` sessions open already, or a server with every one of its `max_actors`
+    slots taken, gives the slot of a session idle for `evict_idle_s` to the newcomer, else refuses
+    its Hello with RESOURCE_EXHAUSTED (its actor retries with backoff); see SessionGate.
     """
 
     def __init__(
@@ -133,24 +194,55 @@ class InferenceServicer:
         hello_timeout_s: float,
         idle_timeout_s: float,
         credentials: Credentials | None = None,
+        max_pending: int = 64,
     ):
         self._backend = backend
         self._limits = limits
         self._hello_timeout_s = hello_timeout_s
         self._idle_timeout_s = idle_timeout_s
         self._credentials = credentials
+        self._max_pending = max(int(max_pending), 1)
+        # Streams waiting for their Hello, oldest first: a future set when one must give way.
+        self._pending: collections.OrderedDict = collections.OrderedDict()
+        self.pending_evicted = 0
+
+    async def _hello(self, request_iterator, context):
+        """The stream's first message, awaited among the pending streams: when more than
+        max_pending wait, the oldest ends with RESOURCE_EXHAUSTED (it held nothing)."""
+        loop = asyncio.get_running_loop()
+        give_way = loop.create_future()
+        key = object()
+        self._pending[key] = give_way
+        while len(self._pending) > self._max_pending:
+            _, oldest = self._pending.popitem(last=False)
+            self.pending_evicted += 1
+            oldest.set_result(None)
+        receive = asyncio.ensure_future(anext(request_iterator, None))
+        try:
+            done, _ = await asyncio.wait(
+                (receive, give_way), timeout=self._hello_timeout_s, return_when="FIRST_COMPLETED"
+            )
+        finally:
+            self._pending.pop(key, None)
+        if receive in done:
+            return receive.result()
+        receive.cancel()
+        if give_way in done:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "no Hello yet, and newer streams are waiting for theirs "
+                "(server.max_pending_streams)",
+            )
+        logging.warning("closing a stream: no Hello within %g s", self._hello_timeout_s)
+        await context.abort(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            f"no Hello within {self._hello_timeout_s:g} s (server.hello_timeout_s)",
+        )
 
     async def stream(self, request_iterator, context):
         backend = self._backend
         session_id = None
         try:
-            first = await _receive(
-                request_iterator, context, self._hello_timeout_s, "Hello", "hello_timeout_s"
-            )
-            if first is None:
-                return
-            # Checked once the Hello has arrived, not before: an abort that races the client's
-            # first write reaches it as a bare INTERNAL error instead of this status.
             if self._credentials is not None and not self._credentials.accepts(
                 context.invocation_metadata()
             ):
@@ -159,6 +251,9 @@ class InferenceServicer:
                     "missing or wrong run token: give the actor the learner's "
                     "transport.credentials directory",
                 )
+            first = await self._hello(request_iterator, context)
+            if first is None:
+                return
             hello = codec.parse_actor_message(first)
             if hello.WhichOneof("kind") != "hello":
                 raise codec.ProtocolError(
@@ -197,9 +292,13 @@ class InferenceServicer:
                         "step.sequence", f"got {step.sequence}, expected {sequence}"
                     )
                 rows = codec.decode_step(step, backend.spec, num_envs, self._limits)
-                actions, version = await backend.submit(
-                    session_id, rows, time.perf_counter() - start
-                )
+                try:
+                    actions, version = await backend.submit(
+                        session_id, rows, time.perf_counter() - start
+                    )
+                except Refused as e:  # evicted while it was silent (SessionGate)
+                    await context.abort(e.code, str(e))
+                backend.answered(session_id)
                 reply = pb.ActionBatch(
                     sequence=sequence, action=codec.encode(actions), policy_version=version
                 )
@@ -264,6 +363,8 @@ class Transport:
     max_actors: int
     max_streams_per_peer: int
     front_ends: int
+    evict_idle_s: float
+    max_pending_streams: int
 
     @classmethod
     def from_config(cls, server_config) -> Transport:
@@ -277,12 +378,18 @@ class Transport:
             int(server_config.max_actors),
             int(server_config.get("max_streams_per_peer", 32)),
             front_ends(int(server_config.get("front_ends", 0))),
+            float(server_config.get("evict_idle_s", 5.0)),
+            int(server_config.get("max_pending_streams", 64)),
         )
 
     def servicer(self, backend, credentials: Credentials | None) -> InferenceServicer:
         return InferenceServicer(
-            backend, self.limits, self.hello_timeout_s, self.idle_timeout_s, credentials
-        )
+            backend, self.limits, self.hello_timeout_s, self.idle_timeout_s, credentials,
+            self.max_pending_streams,
+        )  # fmt: skip
+
+    def gate(self) -> SessionGate:
+        return SessionGate(self.max_actors, self.max_streams_per_peer, self.evict_idle_s)
 
 
 def front_ends(setting: int, cores: int | None = None) -> int:
@@ -303,7 +410,6 @@ class RpcServer:
         self,
         servicer: InferenceServicer,
         address: str,
-        max_actors: int,
         receive_limit: int,
         credentials: Credentials | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
@@ -317,7 +423,7 @@ class RpcServer:
         self._thread.start()
         self._server = None
         try:
-            self.port = self._run(self._start(address, max_actors, receive_limit))
+            self.port = self._run(self._start(address, receive_limit))
         except BaseException:
             self.stop()  # no event loop thread left behind by a port that cannot be bound
             raise
@@ -329,9 +435,10 @@ class RpcServer:
     def _run(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    async def _start(self, address: str, max_actors: int, receive_limit: int) -> int:
+    async def _start(self, address: str, receive_limit: int) -> int:
+        # No gRPC limit on concurrent streams: it would count silent and departing ones and turn
+        # honest actors away; InferenceServicer and SessionGate bound what streams may hold.
         server = grpc.aio.server(
-            maximum_concurrent_rpcs=max_actors,
             options=[
                 ("grpc.max_send_message_length", codec.MAX_MESSAGE_BYTES),
                 # No more than the largest valid step (codec.max_step_bytes).
@@ -368,11 +475,11 @@ class LocalServer:
 
     def __init__(self, service, claim: ports.Claim, transport: Transport, credentials):
         self._claim = claim
-        gate = SessionGate(transport.max_actors, transport.max_streams_per_peer)
-        servicer = transport.servicer(LocalBackend(service, gate), credentials)
+        self.gate = transport.gate()
+        servicer = transport.servicer(LocalBackend(service, self.gate), credentials)
         receive = codec.max_step_bytes(service.spec, service.max_envs_per_actor)
         address = f"{claim.bind}:{claim.port}"
-        self._rpc = RpcServer(servicer, address, transport.max_actors, receive, credentials)
+        self._rpc = RpcServer(servicer, address, receive, credentials)
         self.port = claim.port
 
     def stop(self, grace_s: float = 0.0) -> None:

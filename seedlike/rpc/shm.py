@@ -252,6 +252,7 @@ ACTIONS = 13  # policy version, levels version, sessions [k], level probabilitie
 FAIL = 14  # finished, sessions [k]: the server stopped before answering them
 STOP = 15  # finished: end every stream and exit
 CHUNK = 16  # index: a chunk of unroll buffers, its fd passed alongside (seedlike.server.unrolls)
+EVICT = 17  # session, why (utf-8): its slot went to another actor; end its stream
 
 _HEADERS = {
     OPEN: struct.Struct("<BQii"),
@@ -265,6 +266,7 @@ _HEADERS = {
     FAIL: struct.Struct("<B?I"),
     STOP: struct.Struct("<B?"),
     CHUNK: struct.Struct("<BI"),
+    EVICT: struct.Struct("<BQ"),
 }
 
 
@@ -274,7 +276,8 @@ class MessageError(ValueError):
 
 def encode(kind: int, *fields, text: str = "", sessions=(), floats=()) -> bytes:
     """A message: the kind's header fields, then for ACTIONS and FAIL the session ids (uint64),
-    for WELCOME and ACTIONS the level probabilities (float32), for OPEN and REFUSE the text."""
+    for WELCOME and ACTIONS the level probabilities (float32), for OPEN, REFUSE and EVICT the
+    text."""
     header = _HEADERS[kind]
     if kind == ACTIONS:
         fields = (*fields, len(sessions), len(floats))
@@ -311,7 +314,7 @@ def decode(data: bytes) -> tuple[int, tuple, dict]:
         if len(rest) % 4:
             raise MessageError("WELCOME: level probabilities are not float32")
         extra["floats"] = np.frombuffer(rest, np.float32).tolist()
-    elif kind in (OPEN, REFUSE):
+    elif kind in (OPEN, REFUSE, EVICT):
         try:
             extra["text"] = bytes(rest).decode()
         except UnicodeDecodeError:

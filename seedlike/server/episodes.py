@@ -89,3 +89,64 @@ class EpisodeStats:
         self.episode_return = grown(self.episode_return)
         self.episode_length = grown(self.episode_length)
         self.episode_policy = grown(self.episode_policy)
+
+
+class EpisodeBoard:
+    """The learning policy's recent episodes per actor identity, summarized so that no actor can
+    steer what the run reports (and `stop_at_return` reads).
+
+    Each identity keeps its last `window` episodes. A summary is the median over identities of
+    each one's mean (the lower of the middle two for an even count), given only once more than
+    half of the connected identities have finished an episode; `stop_at_return` is reached when
+    more than half of them have a mean at or above it. One identity's fake episodes (any return,
+    any number, the first ones of the run) are one vote: with the bad identities a minority, the
+    reported return lies between the smallest and largest honest identity's, and the run stops
+    only when honest actors' returns reach the target. With one actor: its mean over its last
+    `window`.
+    """
+
+    def __init__(self, window: int = 20):
+        self.window = int(window)
+        self._recent: dict[int, np.ndarray] = {}  # owner -> [<= window, 2] (return, length)
+        self._connected = 0
+
+    def add(self, owner: np.ndarray, episode_return: np.ndarray, length: np.ndarray) -> None:
+        """Episodes that ended, [k] each: who played them (identity), return and length."""
+        for who in np.unique(owner).tolist():
+            mine = owner == who
+            new = np.stack([episode_return[mine], length[mine]], axis=1).astype(np.float64)
+            old = self._recent.get(who, np.zeros((0, 2)))
+            self._recent[who] = np.concatenate([old, new])[-self.window :]
+
+    def keep(self, connected) -> None:
+        """The identities connected now; the others are forgotten."""
+        connected = set(np.asarray(connected).tolist())
+        self._recent = {k: v for k, v in self._recent.items() if k in connected}
+        self._connected = len(connected)
+
+    def _quorum(self) -> bool:
+        return 2 * len(self._recent) > max(self._connected, len(self._recent))
+
+    def summary(self, threshold: float | None = None) -> dict:
+        """The median identity's mean return and length (None before a majority of the connected
+        identities finished an episode), its success rate (returns above `threshold`), and how
+        many identities voted."""
+        out = {"return": None, "length": None, "success": None, "identities": len(self._recent)}
+        if not self._recent or not self._quorum():
+            return out
+        per = np.stack([v.mean(axis=0) for v in self._recent.values()])
+        out["return"] = _lower_median(per[:, 0])
+        out["length"] = _lower_median(per[:, 1])
+        if threshold is not None:
+            rates = [float(np.mean(v[:, 0] > threshold)) for v in self._recent.values()]
+            out["success"] = _lower_median(np.array(rates))
+        return out
+
+    def reached(self, target: float) -> bool:
+        """Whether more than half of the connected identities average `target` or more."""
+        above = sum(float(v[:, 0].mean()) >= target for v in self._recent.values())
+        return 2 * above > max(self._connected, len(self._recent))
+
+
+def _lower_median(values: np.ndarray) -> float:
+    return float(np.sort(values)[(len(values) - 1) // 2])

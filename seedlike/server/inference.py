@@ -161,6 +161,7 @@ class _Seats:
     seats: np.ndarray
     opens: bool
     session_id: int
+    owner: int = 0  # an opening session's identity
     buffers: np.ndarray | None = None  # a closing session's partial unrolls ...
     recorded: np.ndarray | None = None  # ... and the steps recorded in each
 
@@ -210,6 +211,11 @@ class InferenceService:
         self._records: queue.Queue = queue.Queue(maxsize=RECORD_QUEUE)
         self._session_ids = itertools.count(1)
         self._sessions: dict[int, int] = {}  # session id -> actor id (handler-side view)
+        # "host/actor_id" -> [owner, open sessions]; forgotten with its last session (owners are
+        # never reused, so a returning actor starts afresh in the influence windows).
+        self._identities: dict[str, list] = {}
+        self._session_identity: dict[int, str] = {}
+        self._owners = itertools.count()
         self._sessions_lock = threading.Lock()
         self._stopping = threading.Event()
         self._pending: set = set()  # futures of the requests submitted and not yet answered
@@ -226,15 +232,24 @@ class InferenceService:
 
     # Called from handler threads ---------------------------------------------------------------
 
-    def open_session(self, actor_id: int, num_envs: int) -> int:
+    def open_session(self, actor_id: int, num_envs: int, host: str | None = None) -> int:
         """Opens a session for an actor with `num_envs` envs (the transport has checked its
-        specs); returns the session id."""
+        specs); returns the session id.
+
+        The actor's identity, the unit of the influence bounds (seedlike.server.influence), is
+        its host and actor_id: every stream sharing both counts as one actor. host None (in
+        process, no transport): each session is an identity of its own."""
         if self._stopping.is_set():
             raise ServerStopping(self._finished)
         session_id = next(self._session_ids)
+        identity = f"{host}/{actor_id}" if host is not None else f"session {session_id}"
         with self._sessions_lock:
             self._sessions[session_id] = actor_id
-        self.batcher.put(Control(session_id, num_envs))
+            entry = self._identities.setdefault(identity, [next(self._owners), 0])
+            entry[1] += 1
+            self._session_identity[session_id] = identity
+            owner = entry[0]
+        self.batcher.put(Control(session_id, num_envs, owner))
         logging.info("actor %d connected (session %d, %d envs)", actor_id, session_id, num_envs)
         return session_id
 
@@ -277,6 +292,12 @@ class InferenceService:
     def close_session(self, session_id: int) -> None:
         with self._sessions_lock:
             actor_id = self._sessions.pop(session_id, None)
+            identity = self._session_identity.pop(session_id, None)
+            entry = self._identities.get(identity)
+            if entry is not None:
+                entry[1] -= 1
+                if not entry[1]:
+                    del self._identities[identity]
         if actor_id is not None:
             self.batcher.put(Control(session_id))
             logging.info("actor %d disconnected (session %d)", actor_id, session_id)
@@ -399,7 +420,8 @@ class InferenceService:
                     seats = self.seats.open(control.session_id, control.num_envs)
                     if self.pool is not None:
                         self.pool.open(seats)
-                    self._put(self._records, _Seats(seats, True, control.session_id))
+                    opened = _Seats(seats, True, control.session_id, owner=control.owner)
+                    self._put(self._records, opened)
             if batch.requests:
                 start = time.perf_counter()
                 job = self._dispatch(batch)
@@ -563,11 +585,12 @@ class InferenceService:
             start = time.perf_counter()
             if not isinstance(item, _Seats):
                 episodes = self.recorder.record(item)
-                self.matchmaker.report(item, episodes)
+                owner = self.store.owner if self.store is not None else None
+                self.matchmaker.report(item, episodes, owner)
                 self.stats.ended(episodes)
                 self.stats.add_busy("record", time.perf_counter() - start)
             elif item.opens:
-                self.recorder.open(item.seats, item.session_id)
+                self.recorder.open(item.seats, item.owner)
                 self.matchmaker.opened(item.seats)
             else:
                 dropped = self.recorder.close(item.seats, item.buffers, item.recorded)

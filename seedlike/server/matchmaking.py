@@ -14,10 +14,13 @@ calls back into the server.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from seedlike.league import players
 from seedlike.league.players import LEARNER
+from seedlike.server.influence import ResultQuota
 from seedlike.teams import GameTracker, Teams
 from seedlike.types import LEVEL
 
@@ -54,6 +57,7 @@ class Matchmaker:
         names = league.bot_names if league is not None else ()
         self.bots = {players.bot_id(name): players.make_bot(name, spec) for name in names}
         self._games = GameTracker(self.teams) if league is not None else None
+        self.result_quota = ResultQuota()
 
     def start(self, seat: np.ndarray, version: int) -> tuple[np.ndarray, np.ndarray]:
         """Policy ids int64 [k] and annealed-change flags bool [k] for k starting episodes at
@@ -85,10 +89,12 @@ class Matchmaker:
         if self._games is not None and seats.size:
             self._games.forget(seats)
 
-    def report(self, step, episodes) -> None:
+    def report(self, step, episodes, owner: np.ndarray | None = None) -> None:
         """One recorded batch (seedlike.server.trajectory_store.StepRecord) and the episodes that
-        ended with it: the result of every game it ends, from team 0's side, goes to the league,
-        and every episode that ended, with its level, to the curriculum."""
+        ended with it: the result of every game it ends, from team 0's side, goes to the league
+        (with `owner`, each seat's actor identity, only as many per identity as
+        seedlike.server.influence.ResultQuota admits), and every episode that ended, with its
+        level, to the curriculum."""
         if self.curriculum is not None and episodes.seat.size:
             # The level of an episode is in the extras of its last row (one row per seat here).
             ran = step.seat[step.ran]
@@ -102,5 +108,9 @@ class Matchmaker:
         results = self._games.update(
             ran[step.first], step.policy[step.first], episodes.seat, episodes.episode_return
         )
-        for opponent, outcome in results:
+        if owner is not None and results:
+            seats = np.array([seat for _, _, seat in results], np.int64)
+            admitted = self.result_quota.admit(owner[seats], time.monotonic())
+            results = [r for r, ok in zip(results, admitted) if ok]
+        for opponent, outcome, _ in results:
             self.league.record(opponent, outcome)

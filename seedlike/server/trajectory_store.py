@@ -20,14 +20,17 @@ Only the recorder thread calls into the store, so it needs no locks.
 
 from __future__ import annotations
 
+import collections
 import queue
 import threading
+import time
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
 from seedlike.league.players import LEARNER
+from seedlike.server import influence
 from seedlike.server.unrolls import Placement, UnrollPool, aligned_empty
 from seedlike.types import Rows, Unroll
 
@@ -115,7 +118,7 @@ class LearnerBatch:
         self.small = {name: np.zeros((size, pool.steps), d) for name, d in SMALL_FIELDS.items()}
         self.carry = jax.tree.map(lambda c: np.zeros((size, *c.shape[1:]), c.dtype), carry_template)
         self.filled = 0
-        self.owners: dict[int, int] = {}  # unrolls per owner
+        self.owner = np.zeros(size, np.int64)  # per unroll: the identity that acted it
 
     def unroll(self) -> Unroll:
         """The batch as stacked unrolls [B, T+1, ...] (observations gathered from the pool into
@@ -196,11 +199,12 @@ class TrajectoryStore:
       batches: where full batches go.
       carry_template: the recurrent state of one seat (a pytree of arrays [1, ...]; () if
         feed-forward): the shape and dtype of the stored carries.
-      max_owner_share: the largest share of a learner batch whose unrolls may come from one owner
-        (the session that opened the seats: one actor). Unrolls beyond it are dropped and
-        counted in `unrolls_capped`, so one actor, honest or not, cannot make up a whole batch.
-        1.0: no cap. The cap never goes below an equal split of the batch among the owners with
-        open seats, so batches always fill, however few actors are connected.
+      max_owner_share, fair_share_factor, fair_window_s: how many of a full batch's unrolls one
+        owner (an actor identity) may have counted in the loss (seedlike.server.influence
+        .loss_mask, over the batches of the last fair_window_s seconds); the rest stay in the
+        batch with valid = False, counted in `unrolls_capped`.
+      reward_scale, reward_floor: rewards of a full batch are clipped to
+        influence.reward_bound (reward_scale 0: not clipped).
     """
 
     def __init__(
@@ -210,14 +214,23 @@ class TrajectoryStore:
         batches: BatchQueue | None = None,
         carry_template=(),
         max_owner_share: float = 1.0,
+        fair_share_factor: float = 0.0,
+        fair_window_s: float = 30.0,
+        reward_scale: float = 0.0,
+        reward_floor: float = 1.0,
     ):
         self.pool = pool
         self.spec = pool.spec
         self.horizon = pool.horizon
         self.batch_unrolls = int(batch_unrolls)
         self.batches = batches
-        self._owner_cap = max(1, int(max_owner_share * self.batch_unrolls))
-        self._owner_seats: dict[int, int] = {}  # open seats per owner
+        self._max_share = float(max_owner_share)
+        self._fair_factor = float(fair_share_factor)
+        self._window_s = float(fair_window_s)
+        # Per recent batch: time, unrolls offered and counted per owner, largest |reward| per owner.
+        self._window: collections.deque = collections.deque()
+        self._reward_scale = float(reward_scale)
+        self._reward_floor = float(reward_floor)
         self._carry_template = jax.tree.map(np.asarray, carry_template)
         self._batch: LearnerBatch | None = None  # the learner batch being filled
         # Per buffer: the small fields of its steps and the carry before its step 0.
@@ -230,37 +243,36 @@ class TrajectoryStore:
             else None
         )
         self.owner = np.zeros(0, np.int64)  # per seat: who opened it
+        self._open = np.zeros(0, np.bool_)  # per seat: open now
         self.unrolls_emitted = 0
         self.steps_written_in_place = 0  # by front ends (rows written once)
         self.steps_dropped = 0
-        self.unrolls_capped = 0
-        self.last_batch_max_share = 0.0  # the largest owner's share of the last full batch
+        self.unrolls_capped = 0  # kept out of the loss by the share caps (total)
+        self.rewards_clipped = 0  # by the reward bound (total)
+        self.last_batch_max_share = 0.0  # the largest owner's share of the last batch's loss
 
     # Seats ------------------------------------------------------------------------------------
 
     def open(self, seats: np.ndarray, owner: int = 0) -> None:
         """Starts recording `seats` (new ones, or released ones given to a new session) for
-        `owner` (the session: the unit of max_owner_share)."""
+        `owner` (the actor identity: the unit of the share caps)."""
         if seats.size and seats.max() >= self.owner.shape[0]:
-            grown = np.zeros(max(int(seats.max()) + 1, 2 * self.owner.shape[0]), np.int64)
-            grown[: self.owner.shape[0]] = self.owner
-            self.owner = grown
+            size = max(int(seats.max()) + 1, 2 * self.owner.shape[0])
+            self.owner = np.concatenate([self.owner, np.zeros(size - self.owner.size, np.int64)])
+            self._open = np.concatenate([self._open, np.zeros(size - self._open.size, np.bool_)])
         self.owner[seats] = owner
-        if seats.size:
-            self._owner_seats[owner] = self._owner_seats.get(owner, 0) + int(seats.size)
+        self._open[seats] = True
+
+    def connected_owners(self) -> np.ndarray:
+        """The identities with open seats."""
+        return np.unique(self.owner[self._open])
 
     def close(self, seats: np.ndarray, buffers: np.ndarray, recorded: np.ndarray) -> int:
         """Forgets closed seats: their partial unrolls (`buffers`, `recorded` steps in each, from
         UnrollPool.close) go back to the pool; returns how many recorded steps were lost."""
         if not seats.size:
             return 0
-        owners, counts = np.unique(self.owner[seats], return_counts=True)
-        for owner, count in zip(owners.tolist(), counts.tolist()):
-            left = self._owner_seats.get(owner, 0) - count
-            if left > 0:
-                self._owner_seats[owner] = left
-            else:
-                self._owner_seats.pop(owner, None)
+        self._open[seats] = False
         self.pool.release(buffers[buffers >= 0])
         dropped = int(recorded.sum())
         self.steps_dropped += dropped
@@ -343,13 +355,9 @@ class TrajectoryStore:
             take = slice(0, self.batch_unrolls - b.filled)
             here, there = buffers[take], owners[take]
             buffers, owners = buffers[here.size :], owners[here.size :]
-            keep = self._within_owner_cap(b, there)
-            self.pool.release(here[~keep])
-            here = here[keep]
-            if not here.size:
-                continue
             rows = slice(b.filled, b.filled + here.size)
             b.buffers[rows] = here
+            b.owner[rows] = there
             for name, field in self._small.items():
                 b.small[name][rows] = field[here]
             for dst, src in zip(jax.tree.leaves(b.carry), jax.tree.leaves(self._carry_start)):
@@ -357,29 +365,60 @@ class TrajectoryStore:
             b.filled += here.size
             self.unrolls_emitted += here.size
             if b.filled == self.batch_unrolls:
-                self.last_batch_max_share = max(b.owners.values()) / b.filled
-                self.batches.put(b)
-                # The next batch's slot is taken now, not when its first unroll completes: with
-                # every seat's unroll completing at once (lockstep actors), waiting until then
-                # would let a whole extra round of steps be acted on the old policy while the
-                # learner works, and those steps reach it a version later (staleness ~2, not ~1).
-                self.batches.reserve()
+                if self._bound(b):
+                    self.batches.put(b)
+                    # The next batch's slot is taken now, not when its first unroll completes:
+                    # with every seat's unroll completing at once (lockstep actors), waiting until
+                    # then would let a whole extra round of steps be acted on the old policy while
+                    # the learner works, and those steps reach it a version later (staleness ~2).
+                    self.batches.reserve()
+                else:  # nothing in it counts: no update from it (the slot stays reserved)
+                    b.release()
                 self._batch = LearnerBatch(self.pool, self.batch_unrolls, self._carry_template)
 
-    def _within_owner_cap(self, batch: LearnerBatch, owners: np.ndarray) -> np.ndarray:
-        """Which of these unrolls (of `owners`, in order) fit their owner's remaining share of
-        the batch being filled; counts every owner's unrolls, cap or not."""
-        equal_split = -(-self.batch_unrolls // max(len(self._owner_seats), 1))
-        cap = max(self._owner_cap, equal_split)
-        keep = np.ones(owners.size, np.bool_)
-        for owner in np.unique(owners):  # a few actors per call, not a loop over rows
-            mine = np.flatnonzero(owners == owner)
-            have = batch.owners.get(int(owner), 0)
-            room = max(cap - have, 0)
-            keep[mine[room:]] = False
-            batch.owners[int(owner)] = have + min(room, mine.size)
-        self.unrolls_capped += int(owners.size - keep.sum())
-        return keep
+    def _bound(self, batch: LearnerBatch) -> bool:
+        """Applies the influence bounds to a full batch (seedlike.server.influence); False when
+        none of its unrolls count."""
+        now = time.monotonic()
+        while self._window and self._window[0][0] < now - self._window_s:
+            self._window.popleft()
+        offered, before = collections.Counter(), collections.Counter()
+        largest: dict = {}
+        for _, o, c, seen in self._window:
+            offered.update(o)
+            before.update(c)
+            for who, value in seen.items():
+                largest[who] = max(largest.get(who, 0.0), value)
+        mine = collections.Counter(batch.owner.tolist())
+        offered.update(mine)
+        counted = influence.loss_mask(
+            batch.owner,
+            self.connected_owners().size,
+            self._fair_factor,
+            self._max_share,
+            offered,
+            before,
+        )
+        batch.small["valid"][~counted] = False
+        self.unrolls_capped += int(counted.size - counted.sum())
+        reward = batch.small["reward"]
+        here = influence.largest_rewards(reward[counted], batch.owner[counted])
+        kept = collections.Counter(batch.owner[counted].tolist())
+        self._window.append((now, mine, kept, here))
+        if not counted.any():
+            return False
+        shares = np.unique(batch.owner[counted], return_counts=True)[1]
+        self.last_batch_max_share = float(shares.max() / counted.sum())
+        # Over the window, not this batch alone: a batch one identity filled is bounded too.
+        for who, value in here.items():
+            largest[who] = max(largest.get(who, 0.0), value)
+        bound = influence.reward_bound(largest, self._reward_scale, self._reward_floor)
+        if np.isfinite(bound):
+            over = np.abs(reward) > bound
+            if over.any():
+                self.rewards_clipped += int(over.sum())
+                np.clip(reward, -bound, bound, out=reward)
+        return True
 
     def _fit(self, buffers: int) -> None:
         """Room for the small fields of `buffers` buffers (the pool may have grown)."""

@@ -1,0 +1,121 @@
+"""The bounds on one actor's influence over a learner batch (seedlike.server.influence) and the
+advantage bound of batch preparation (seedlike.learner.train_state.make_prepare)."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from seedlike.learner import train_state as ts
+from seedlike.server import influence
+from seedlike.server.episodes import EpisodeBoard
+from seedlike.types import Unroll
+
+
+def test_relabel_is_dense_in_order_of_first_appearance():
+    labels, k = influence.relabel(np.array([70, 3, 70, 9, 3]))
+    np.testing.assert_array_equal(labels, [0, 1, 0, 2, 1])
+    assert k == 3 and labels.dtype == np.int32
+
+
+def test_loss_mask_holds_an_identity_to_what_the_median_one_delivered_in_the_window():
+    owner = np.array([5] * 10 + [1] * 3 + [2] * 3)  # 16 unrolls: counts 10, 3, 3
+    offered = {5: 10, 1: 3, 2: 3}  # the window: this batch alone
+    keep = influence.loss_mask(owner, 3, factor=1.0, offered=offered, counted={})
+    np.testing.assert_array_equal(keep, [True] * 3 + [False] * 7 + [True] * 6)
+    assert influence.loss_mask(owner, 3, 2.0, offered=offered, counted={}).sum() == 12
+    assert influence.loss_mask(owner, 3, 0.0, offered=offered, counted={}).all()  # off
+    # Earlier batches of the window: identity 5 delivered 40 more (2 counted), the others 3 each.
+    offered = {5: 50, 1: 6, 2: 6}
+    counted = {5: 2, 1: 3, 2: 3}
+    keep = influence.loss_mask(owner, 3, 1.0, offered=offered, counted=counted)
+    np.testing.assert_array_equal(keep, [True] * 4 + [False] * 6 + [True] * 6)
+    # An identity that fills a whole batch alone: the median of the window holds it.
+    keep = influence.loss_mask(np.zeros(12, np.int64), 3, 1.0, offered={0: 60, 1: 4, 2: 4})
+    assert keep.sum() == 4
+    # Two identities cannot be told apart: no median rule, only max_share and the equal split.
+    two = {5: 10, 1: 3}
+    assert influence.loss_mask(owner[:13], 2, 1.0, offered=two, counted={}).all()
+    np.testing.assert_array_equal(
+        influence.loss_mask(owner[:13], 2, 1.0, max_share=0.25, offered=two, counted={}),
+        [True] * 7 + [False] * 3 + [True] * 3,  # 0.25 x 13 -> 4, raised to the split 7
+    )
+
+
+def test_reward_bound_is_scale_times_the_median_identity_and_at_least_the_floor():
+    reward = np.array([[1.0, -0.5], [0.2, 0.0], [1e6, -1e6], [0.0, 3.0], [0.0, -0.7]])
+    largest = influence.largest_rewards(reward, np.array([0, 1, 2, 3, 0]))
+    assert largest == {0: 1.0, 1: 0.2, 2: 1e6, 3: 3.0}  # rows of one identity share its largest
+    assert influence.reward_bound(largest, scale=2.0) == 2.0 * 2.0  # median(1, .2, 1e6, 3)
+    assert influence.reward_bound({0: 0.0, 1: 0.0}, scale=2.0, floor=1.0) == 1.0
+    assert influence.reward_bound(largest, scale=0.0) == float("inf")
+
+
+def _unrolls(reward: np.ndarray) -> Unroll:
+    b, t = reward.shape
+    zeros = np.zeros((b, t + 1), np.float32)
+    return Unroll(
+        obs={}, extras={}, action=np.zeros((b, t + 1), np.int32), behaviour_logp=zeros,
+        behaviour_value=zeros, valid=np.ones((b, t + 1), bool), first=np.zeros((b, t + 1), bool),
+        policy_version=np.zeros((b, t + 1), np.int32), reward=reward.astype(np.float32),
+        terminated=np.zeros((b, t), bool), truncated=np.zeros((b, t), bool), carry=(),
+    )  # fmt: skip
+
+
+def test_prepare_scales_an_identity_with_outsized_advantages_down_to_the_median():
+    """Identity 2 (unrolls 4, 5) earns 100x the others' rewards: its advantages shrink to the
+    median identity's RMS, its value targets do not; one identity is left alone."""
+    config = ml_collections.ConfigDict({"gamma": 0.9, "gae_lambda": 0.95})
+    prepare = jax.pmap(ts.make_prepare(config, groups=6), ts.AXIS, devices=jax.devices()[:1])
+    state = ts.TrainState({}, (), {}, *(jnp.zeros((), jnp.int32),) * 3)
+    reward = np.random.default_rng(0).uniform(0.5, 1.5, (6, 4))
+    reward[4:] *= 100.0
+    owner = np.array([0, 0, 1, 1, 2, 2], np.int32)
+    one = jax.tree.map(lambda x: x[None], (state, _unrolls(reward)))
+    advantage, target, _ = prepare(*one, owner[None], {})
+    advantage, target = np.asarray(advantage)[0], np.asarray(target)[0]
+    rms = [np.sqrt(np.mean(advantage[owner == g] ** 2)) for g in range(3)]
+    np.testing.assert_allclose(rms[2], np.median(rms), rtol=1e-5)
+    assert target[4:].mean() > 50 * target[:4].mean()
+    alone = np.asarray(prepare(*one, np.zeros((1, 6), np.int32), {})[0])[0]
+    np.testing.assert_allclose(alone, target, rtol=1e-5)  # zero behaviour values
+
+
+def test_episode_board_reports_the_median_identity_over_each_ones_recent_episodes():
+    """Identity 9 reports 1,000 fake episodes of return 4,000 (finding 3 of issue 33 ended a
+    stop_at_return=475 run that way, 4.8 s in); the board reports the median identity's mean and
+    says the target is reached only when most identities reach it."""
+    board = EpisodeBoard(window=3)
+    board.keep([1, 2, 9])
+    board.add(np.full(1000, 9), np.full(1000, 4000.0), np.full(1000, 100))
+    assert board.summary()["return"] is None and not board.reached(475.0)  # 1 of 3 has played
+    board.add(np.array([1, 1, 2, 1]), np.array([10.0, 20.0, 30.0, 40.0]), np.array([1, 2, 3, 4]))
+    summary = board.summary(threshold=35.0)
+    # Means: identity 1 over its last 3 = 70/3, identity 2 = 30, identity 9 = 4,000.
+    assert summary["return"] == 30.0 and summary["identities"] == 3
+    assert summary["length"] == 3.0 and summary["success"] == 1 / 3  # rates 1/3, 0, 1
+    assert not board.reached(475.0)
+    board.add(np.array([1, 2, 1, 2, 1, 2]), np.full(6, 500.0), np.full(6, 500))
+    assert board.reached(475.0) and board.summary()["return"] == 500.0
+    board.keep([1, 9])  # identity 2 disconnected: of two, the lower middle one
+    assert board.summary()["return"] == 500.0
+    one = EpisodeBoard()
+    assert one.summary()["return"] is None
+    one.keep([4])
+    one.add(np.array([4, 4]), np.array([1.0, 2.0]), np.array([1, 1]))
+    assert one.summary()["return"] == 1.5 and one.reached(1.5)
+
+
+def test_result_quota_holds_an_identity_to_the_median_identitys_results():
+    """Identity 9 reports 100 games (fake wins) while identities 1 and 2 report 5 each: 5 of its
+    count, so the payoff moves by a third of the results at most; older results leave the
+    window."""
+    quota = influence.ResultQuota(seconds=30.0)
+    owner = np.array([1] * 5 + [9] * 100 + [2] * 5)
+    keep = quota.admit(owner, now=0.0)
+    assert keep[:5].all() and keep[5:105].sum() == 5 and keep[105:].all()
+    assert quota.capped == 95
+    assert not quota.admit(np.array([9]), now=10.0)[0]  # its share of the window is used
+    assert quota.admit(np.array([9]), now=40.0)[0]  # the window has moved on: alone, it counts
+    two = influence.ResultQuota()
+    assert two.admit(np.array([1] * 50 + [2]), now=0.0).all()  # two identities: no median rule
