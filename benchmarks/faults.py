@@ -37,6 +37,9 @@ the maximum is 500), injects its fault and reports:
                   observations of +-9.9e5, rewards of +9.9e5 for action 0 and -9.9e5 for action
                   1, fake episodes of 5 steps; the reported return during it, then the greedy
                   return over 20 real episodes (issue 33, findings 1-4).
+  reward_flood    from the start, an actor of 1 env paid +-9.9e5 by action (about 3% of the
+                  data) beside the two honest ones: env steps until the return reaches 450, or
+                  the best return within 300k env steps (finding 2).
   fake_returns    stop_at_return=475 while an actor reports episodes of return 4,000 from the
                   start: when the run ends and the greedy return of what it learned (finding 3).
   capped_throughput  server.max_actor_share=0.25 with honest actors of 16 and 1 envs: policy
@@ -82,6 +85,7 @@ SCENARIOS = (
     "fuzz",
     "silent_streams",
     "worst_actor",
+    "reward_flood",
     "fake_returns",
     "capped_throughput",
     "stop_in_update",
@@ -603,6 +607,39 @@ def worst_actor(workdir: str) -> dict:
             "rewards_clipped": (run.latest("rewards_clipped") or 0) - clipped,
             "greedy_return_after_20_episodes": after,
             "held": after >= 450,
+        }
+    finally:
+        run.close()
+
+
+def reward_flood(workdir: str) -> dict:
+    run = Run(workdir)
+    try:
+        run.wait(lambda: run.latest("actors_connected") == 2, 120, "the honest actors")
+        _, out = attack_streams(run.address, 600.0, 1, envs=1, reward=9.9e5, episode=100)
+        steps = None
+        try:
+            run.wait(
+                lambda: (
+                    (run.latest("episode_return_mean") or 0) >= _LEARNED.value
+                    or (run.latest("env_steps") or 0) >= 300_000
+                ),
+                300,
+                "learn or 300k steps",
+            )
+        except TimeoutError:
+            pass
+        rows = run.rows()
+        reached = [r for r in rows if (r.get("episode_return_mean") or 0) >= _LEARNED.value]
+        if reached:
+            steps = reached[0]["env_steps"]
+        values = [r["loss/value"] for r in rows if r.get("loss/value") is not None]
+        return {
+            "env_steps_to_learned": steps,
+            "best_return": max((r["episode_return_mean"] or 0) for r in rows),
+            "env_steps": rows[-1]["env_steps"],
+            "value_loss_max": max(values) if values else None,
+            "attack_steps_sent": out.get("steps_sent"),
         }
     finally:
         run.close()

@@ -294,6 +294,9 @@ def base_config() -> ml_collections.ConfigDict:
     # episode_return_mean (and stop_at_return) is the median over connected actor identities of
     # each one's mean over its last episode_window episodes: no single actor can steer it.
     c.log.episode_window = 20
+    # stop_at_return ends the run once more than half of the connected identities' returns have
+    # held it for stop_hold_s (an actor that connects first cannot end the run alone).
+    c.log.stop_hold_s = 10.0
     c.log.wandb_mode = "offline"  # offline | online | disabled (WANDB_MODE overrides)
     c.log.wandb_project = "seedlike"
     # Also write TensorBoard event files (<logdir>/tensorboard; `tensorboard --logdir runs`).
@@ -469,6 +472,7 @@ def validate(config) -> None:
     need(0 < config.server.max_actor_share <= 1, "server.max_actor_share must lie in (0, 1]")
     need(config.server.fair_share_factor >= 0, "server.fair_share_factor must be >= 0")
     need(config.server.fair_window_s > 0, "server.fair_window_s must be > 0")
+    need(config.log.stop_hold_s >= 0, "log.stop_hold_s must be >= 0")
     need(config.server.reward_scale >= 0, "server.reward_scale must be >= 0")
     need(config.server.reward_floor > 0, "server.reward_floor must be > 0")
     d = config.distributed

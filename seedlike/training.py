@@ -301,7 +301,9 @@ def train(
     row: dict = {}
     total, learn = int(config.total_env_steps), bool(config.learn)
     target = config.get("stop_at_return")
-    reached = False  # a metrics row's return reached `target`
+    reached = False  # the return has held `target` for log.stop_hold_s
+    reached_since = None
+    hold_s = float(config.log.get("stop_hold_s", 10.0))
     log_s, checkpoint_s = float(config.log.interval_s), float(config.checkpoint.interval_s)
     storage_failed = False
     try:
@@ -333,7 +335,11 @@ def train(
             if now - interval.start >= log_s:
                 row = p.log(interval, now)
                 interval = Interval(now, p.env_steps(), p.store.unrolls_emitted)
-                reached = target is not None and p.episode_board.reached(target)
+                if target is None or not p.episode_board.reached(target):
+                    reached_since = None
+                else:
+                    reached_since = now if reached_since is None else reached_since
+                    reached = now - reached_since >= hold_s
             if now - last_checkpoint >= checkpoint_s:
                 p.save("interval")
                 last_checkpoint = now
