@@ -4,14 +4,15 @@
 
 A run restarted with the same --logdir resumes from its latest checkpoint. SIGTERM/SIGINT save a
 checkpoint and exit within checkpoint.stop_grace_s (60 s; an update in progress is abandoned; a
-second signal exits at once); actors keep retrying and rejoin the restarted learner. When training
-completes, every actor stream ends normally and the actors exit.
+second signal 2 s or more later exits at once); actors keep retrying and rejoin the restarted
+learner. When training completes, every actor stream ends normally and the actors exit.
 """
 
 import os
 import signal
 import sys
 import threading
+import time
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -39,16 +40,26 @@ _BIND = flags.DEFINE_string(
 _PORT = flags.DEFINE_integer("port", 50051, "Port to serve actors on (0 = any free port).")
 
 
+REPEAT_S = 2.0  # a stop signal this long after the first exits at once
+
+
 def main(argv):
     del argv
     xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
     stop = threading.Event()
     grace_s = float(_CONFIG.value.checkpoint.get("stop_grace_s", 60.0))
 
+    first_signal: list[float] = []
+
     def on_signal(signum, frame):
         del frame
-        if stop.is_set():
-            _exit_now(f"signal {signum} again: exiting without a final checkpoint")
+        if first_signal:
+            # Ctrl-C reaches the whole process group and train.sh passes it on too: only a
+            # signal well after the first is a second request.
+            if time.monotonic() - first_signal[0] > REPEAT_S:
+                _exit_now(f"signal {signum} again: exiting without a final checkpoint")
+            return
+        first_signal.append(time.monotonic())
         logging.info("signal %d: saving a checkpoint and stopping", signum)
         stop.set()
         deadline = threading.Timer(

@@ -325,7 +325,7 @@ def base_config() -> ml_collections.ConfigDict:
     # A stop request (SIGTERM, Ctrl-C) ends the learner within stop_grace_s: an update in
     # progress is abandoned between sgd steps (one learner process; several finish it together),
     # the last complete version is saved, and if that has not happened by then the learner exits
-    # without it (the previous checkpoint stands). A second signal exits at once.
+    # without it (the previous checkpoint stands). A second signal, 2 s or more later, exits.
     c.checkpoint.stop_grace_s = 60.0
     # Resume even when this config changes what the run's parameters mean (MEANING_KEYS differ
     # from the config stored with its checkpoint). Surgery is the way to change a network.
