@@ -215,6 +215,13 @@ def base_config() -> ml_collections.ConfigDict:
     # split among the connected).
     c.server.fair_share_factor = 1.0
     c.server.fair_window_s = 30.0
+    # An identity served faster than pace_factor x the median identity's rows/s (over 5 s, with
+    # 3+ identities) gets its replies at that rate: an actor with thousands of envs cannot take
+    # the server from the others (seedlike/server/pacing.py; 0: off).
+    c.server.pace_factor = 2.0
+    # Unrolls with a step acted more than max_policy_lag policy versions before the newest are
+    # kept out of the loss (metric unrolls_stale; 0: no limit): a paced or stalled actor's data.
+    c.server.max_policy_lag = 50
     c.server.max_actor_share = 1.0
     # Rewards are clipped to +-max(reward_floor, reward_scale x the median identity's largest
     # |reward| in the batch), so a minority of actors cannot outweigh the rest with large
@@ -472,6 +479,8 @@ def validate(config) -> None:
     need(0 < config.server.max_actor_share <= 1, "server.max_actor_share must lie in (0, 1]")
     need(config.server.fair_share_factor >= 0, "server.fair_share_factor must be >= 0")
     need(config.server.fair_window_s > 0, "server.fair_window_s must be > 0")
+    need(config.server.pace_factor >= 0, "server.pace_factor must be >= 0")
+    need(config.server.max_policy_lag >= 0, "server.max_policy_lag must be >= 0")
     need(config.log.stop_hold_s >= 0, "log.stop_hold_s must be >= 0")
     need(config.server.reward_scale >= 0, "server.reward_scale must be >= 0")
     need(config.server.reward_floor > 0, "server.reward_floor must be > 0")

@@ -245,6 +245,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         max_owner_share=float(config.server.max_actor_share),
         fair_share_factor=float(config.server.fair_share_factor),
         fair_window_s=float(config.server.fair_window_s),
+        max_policy_lag=int(config.server.max_policy_lag),
         reward_scale=float(config.server.reward_scale),
         reward_floor=float(config.server.reward_floor),
     )
@@ -515,6 +516,7 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         "steps_dropped": p.store.steps_dropped,
         "unrolls_capped": p.store.unrolls_capped,
         "rewards_clipped": p.store.rewards_clipped,
+        "unrolls_stale": p.store.unrolls_stale,
         "actor_share_max": p.store.last_batch_max_share,
     }
     busy = {**stats["busy_s"], "learn": interval.learn_s}

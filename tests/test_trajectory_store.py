@@ -469,3 +469,19 @@ def test_a_batch_in_which_nothing_counts_never_reaches_the_learner():
     np.testing.assert_array_equal(batch.valid.any(axis=1), [True, True, True, False])
     assert batches.get(timeout=0) is None
     assert store.unrolls_capped == 5 and store.unrolls_emitted == 10
+
+
+def test_unrolls_acted_too_many_versions_ago_are_kept_out_of_the_loss():
+    """server.max_policy_lag: session 1's unroll was acted on version 0, session 2's on 9 and 10;
+    with the newest version 10 and a lag of 5 only session 2's counts."""
+    store, batches = store_of(2, batch_unrolls=2, max_policy_lag=5)
+    server = Server(store)
+    server.open(1, num_envs=1)
+    server.open(2, num_envs=1)
+    for t, (v1, v2) in enumerate([(0, 9), (0, 10), (0, 10)]):
+        server.feed(1, rows([1.0], [1.0]), action=t, version=v1)
+        server.feed(2, rows([2.0], [1.0]), action=t, version=v2)
+    batch = batches.get(timeout=1).unroll()
+    np.testing.assert_array_equal(batch.obs["obs"][:, 0, 0], [1.0, 2.0])
+    np.testing.assert_array_equal(batch.valid.any(axis=1), [False, True])
+    assert store.unrolls_stale == 1

@@ -39,6 +39,7 @@ from seedlike.server.batcher import STOP, Batch, Batcher, Control, Request
 from seedlike.server.episodes import Episodes
 from seedlike.server.errors import ServerStopping
 from seedlike.server.matchmaking import Matchmaker
+from seedlike.server.pacing import Pacer, RowRates
 from seedlike.server.recorder import Recorder
 from seedlike.server.seats import SeatTable
 from seedlike.server.trajectory_store import StepRecord, Stopped, TrajectoryStore
@@ -215,7 +216,11 @@ class InferenceService:
         # never reused, so a returning actor starts afresh in the influence windows).
         self._identities: dict[str, list] = {}
         self._session_identity: dict[int, str] = {}
+        self._session_owner: dict[int, int] = {}  # read by the reply thread (pacing)
         self._owners = itertools.count()
+        # Identities served far faster than the others get their replies later (pacing.py).
+        self._rates = RowRates(float(server_config.get("pace_factor", 0.0)))
+        self._pacer = Pacer()
         self._sessions_lock = threading.Lock()
         self._stopping = threading.Event()
         self._pending: set = set()  # futures of the requests submitted and not yet answered
@@ -249,6 +254,7 @@ class InferenceService:
             entry[1] += 1
             self._session_identity[session_id] = identity
             owner = entry[0]
+            self._session_owner[session_id] = owner
         self.batcher.put(Control(session_id, num_envs, owner))
         logging.info("actor %d connected (session %d, %d envs)", actor_id, session_id, num_envs)
         return session_id
@@ -293,6 +299,7 @@ class InferenceService:
         with self._sessions_lock:
             actor_id = self._sessions.pop(session_id, None)
             identity = self._session_identity.pop(session_id, None)
+            self._session_owner.pop(session_id, None)
             entry = self._identities.get(identity)
             if entry is not None:
                 entry[1] -= 1
@@ -346,6 +353,7 @@ class InferenceService:
         """
         self._finished = finished
         self._stopping.set()
+        self._pacer.stop()  # held replies stay pending: failed below
         self.batcher.put(STOP)
         if self.store is not None and self.store.batches is not None:
             self.store.batches.close()  # a recorder waiting for the learner gives up
@@ -549,23 +557,33 @@ class InferenceService:
             actions[job.ran] = output.action
             moves = _moves(job, self.pool.steps) if self.pool is not None else {}
             now = time.perf_counter()
-            offset, sinks = 0, {}
+            clock = time.monotonic()
+            offset, sinks, answered = 0, {}, []
             for i, request in enumerate(job.requests):
                 n = request.num_rows
                 rows = slice(offset, offset + n)
+                offset += n
                 sink = _sink_of(request.future)
                 if sink is not None:
                     place = job.placement
                     nxt = place.next[rows] if place is not None and place.next is not None else None
-                    answer = Answer(actions[rows], job.policy_version, nxt, moves.get(i))
-                    sinks.setdefault(sink, []).append((request.future, answer))
+                    outcome = Answer(actions[rows], job.policy_version, nxt, moves.get(i))
                 else:
-                    request.future.set_result((actions[rows], job.policy_version))
+                    outcome = (actions[rows], job.policy_version)
+                owner = self._session_owner.get(request.session_id)
+                hold = 0.0 if owner is None else self._rates.hold_s(owner, n, clock)
+                if hold > 0:
+                    self._pacer.at(clock + hold, self._later(request, sink, outcome))
+                    continue
+                if sink is not None:
+                    sinks.setdefault(sink, []).append((request.future, outcome))
+                else:
+                    request.future.set_result(outcome)
                 self._pending.discard(request.future)
-                offset += n
+                answered.append(request.session_id)
             for sink, replies in sinks.items():
                 sink.deliver(replies)
-            self.batcher.replied([r.session_id for r in job.requests])
+            self.batcher.replied(answered)
             replied = time.perf_counter()
             n = len(job.requests)
             segments = {
@@ -577,6 +595,21 @@ class InferenceService:
             latencies = [(now - r.arrived) * 1e3 for r in job.requests]
             self.stats.batch(int(job.ran.sum()), latencies, segments)
             self.stats.add_busy("reply", time.perf_counter() - fetched)
+
+    def _later(self, request: Request, sink, outcome):
+        """A held reply, for the pacer thread (seedlike.server.pacing)."""
+
+        def deliver():
+            if self._stopping.is_set():
+                return  # stop() fails the request's future
+            if sink is not None:
+                sink.deliver([(request.future, outcome)])
+            elif not request.future.done():
+                request.future.set_result(outcome)
+            self._pending.discard(request.future)
+            self.batcher.replied([request.session_id])
+
+        return deliver
 
     # Stage 3: record ----------------------------------------------------------------------------
 

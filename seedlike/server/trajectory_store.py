@@ -203,6 +203,8 @@ class TrajectoryStore:
         owner (an actor identity) may have counted in the loss (seedlike.server.influence
         .loss_mask, over the batches of the last fair_window_s seconds); the rest stay in the
         batch with valid = False, counted in `unrolls_capped`.
+      max_policy_lag: unrolls with a step acted more than this many policy versions before the
+        newest are kept out of the loss (`unrolls_stale`; 0: no limit).
       reward_scale, reward_floor: rewards of a full batch are clipped to
         influence.reward_bound (reward_scale 0: not clipped).
     """
@@ -216,6 +218,7 @@ class TrajectoryStore:
         max_owner_share: float = 1.0,
         fair_share_factor: float = 0.0,
         fair_window_s: float = 30.0,
+        max_policy_lag: int = 0,
         reward_scale: float = 0.0,
         reward_floor: float = 1.0,
     ):
@@ -227,6 +230,8 @@ class TrajectoryStore:
         self._max_share = float(max_owner_share)
         self._fair_factor = float(fair_share_factor)
         self._window_s = float(fair_window_s)
+        self._max_lag = int(max_policy_lag)
+        self._version = 0  # the newest policy version the recorded steps were acted on
         # Per recent batch: time, unrolls offered and counted per owner, largest |reward| per owner.
         self._window: collections.deque = collections.deque()
         self._reward_scale = float(reward_scale)
@@ -249,6 +254,7 @@ class TrajectoryStore:
         self.steps_dropped = 0
         self.unrolls_capped = 0  # kept out of the loss by the share caps (total)
         self.rewards_clipped = 0  # by the reward bound (total)
+        self.unrolls_stale = 0  # kept out of the loss: acted more than max_policy_lag versions ago
         self.last_batch_max_share = 0.0  # the largest owner's share of the last batch's loss
 
     # Seats ------------------------------------------------------------------------------------
@@ -285,6 +291,7 @@ class TrajectoryStore:
         default the rows' own)."""
         place = step.placement
         reward = step.reward if reward is None else reward
+        self._version = max(self._version, step.policy_version)
         self._fit(self.pool.capacity)
         f = self._flat  # every small field as [buffers * (T+1)]: flat step indices address it
 
@@ -399,6 +406,12 @@ class TrajectoryStore:
             offered,
             before,
         )
+        if self._max_lag > 0:
+            # Unrolls acted on policies too far behind (a paced or slow actor's) teach nothing.
+            versions = np.where(batch.small["valid"], batch.small["policy_version"], self._version)
+            stale = self._version - versions.min(axis=1) > self._max_lag
+            self.unrolls_stale += int((stale & counted).sum())
+            counted &= ~stale
         batch.small["valid"][~counted] = False
         self.unrolls_capped += int(counted.size - counted.sum())
         reward = batch.small["reward"]
