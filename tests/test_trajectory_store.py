@@ -285,17 +285,29 @@ def test_one_actor_counts_for_at_most_its_share_of_a_batch(share):
     np.testing.assert_array_equal(second.obs["obs"][:, 0, 0], [2.0, 1.0, 1.0, 1.0])
     if share == 1.0:
         assert all(c.all() for c in counted) and store.unrolls_capped == 0
-        assert store.last_batch_max_share == 0.75
+        assert store.last_batch_max_share == pytest.approx(0.75)
     else:
         np.testing.assert_array_equal(counted[0], [True, True, False, False])
         np.testing.assert_array_equal(counted[1], [True, True, True, False])
-        assert store.unrolls_capped == 3 and store.last_batch_max_share == 2 / 3
+        assert store.unrolls_capped == 3 and store.last_batch_max_share == pytest.approx(2 / 3)
         server.close(2)  # alone, session 1 counts whole batches again
         for t in range(4):
             server.feed(1, rows([1.0] * 4, [0.0] * 4), action=t)
         batches.get(timeout=1)  # the batch that still holds session 2's unroll
         assert batches.get(timeout=1).unroll().valid.any(axis=1).all()
-        assert store.last_batch_max_share == 1.0
+        assert store.last_batch_max_share == pytest.approx(1.0)
+
+
+def two_small_and_a_big_one(store, big_envs: int, big_reward: float) -> None:
+    """Sessions 1 and 2 (1 env each, obs 1 and 2, reward 1) and 3 (big_envs envs, obs 3, reward
+    big_reward) complete one round of horizon-2 unrolls."""
+    server = Server(store)
+    for session, envs in ((1, 1), (2, 1), (3, big_envs)):
+        server.open(session, num_envs=envs)
+    for t in range(3):
+        server.feed(1, rows([1.0], [1.0]), action=t)
+        server.feed(2, rows([2.0], [1.0]), action=t)
+        server.feed(3, rows([3.0] * big_envs, [big_reward] * big_envs), action=t)
 
 
 def test_an_actor_filling_whole_batches_counts_for_the_median_and_rewards_are_bounded():
@@ -305,19 +317,13 @@ def test_an_actor_filling_whole_batches_counts_for_the_median_and_rewards_are_bo
     store, batches = store_of(
         2, batch_unrolls=8, fair_share_factor=1.0, reward_scale=2.0, reward_floor=1.0
     )
-    server = Server(store)
-    for session, envs in ((1, 1), (2, 1), (3, 6)):
-        server.open(session, num_envs=envs)
-    for t in range(3):
-        server.feed(1, rows([1.0], [1.0]), action=t)
-        server.feed(2, rows([2.0], [1.0]), action=t)
-        server.feed(3, rows([3.0] * 6, [1e6] * 6), action=t)
+    two_small_and_a_big_one(store, big_envs=6, big_reward=1e6)
     batch = batches.get(timeout=1).unroll()
     source = batch.obs["obs"][:, 0, 0]
     np.testing.assert_array_equal(source, [1.0, 2.0] + [3.0] * 6)
     counted = batch.valid.any(axis=1)
     assert counted[:2].all() and counted[2:].sum() == 1 and store.unrolls_capped == 5
-    assert np.abs(batch.reward).max() == 2.0 and store.rewards_clipped > 0
+    assert np.abs(batch.reward).max() == pytest.approx(2.0) and store.rewards_clipped > 0
     np.testing.assert_array_equal(batch.reward[:2], [[1.0, 1.0], [1.0, 1.0]])
 
 
@@ -457,13 +463,7 @@ def test_a_batch_in_which_nothing_counts_never_reaches_the_learner():
     """Session 3 fills batches alone after its share of the window is used: such a batch would
     be an update of nothing (Adam's momentum would still move the parameters)."""
     store, batches = store_of(2, batch_unrolls=4, fair_share_factor=1.0)
-    server = Server(store)
-    for session, envs in ((1, 1), (2, 1), (3, 8)):
-        server.open(session, num_envs=envs)
-    for t in range(3):
-        server.feed(1, rows([1.0], [1.0]), action=t)
-        server.feed(2, rows([2.0], [1.0]), action=t)
-        server.feed(3, rows([3.0] * 8, [1.0] * 8), action=t)
+    two_small_and_a_big_one(store, big_envs=8, big_reward=1.0)
     # 10 unrolls: [1, 2, 3, 3] (session 3's one counts), then [3, 3, 3, 3] (none can) held back.
     batch = batches.get(timeout=1).unroll()
     np.testing.assert_array_equal(batch.valid.any(axis=1), [True, True, True, False])

@@ -211,16 +211,16 @@ class InferenceService:
         self._computing = threading.Semaphore(0)  # one release per batch dispatched, not fetched
         self._records: queue.Queue = queue.Queue(maxsize=RECORD_QUEUE)
         self._session_ids = itertools.count(1)
-        self._sessions: dict[int, int] = {}  # session id -> actor id (handler-side view)
+        # Session id -> (actor id, identity, owner); the reply thread reads owners (pacing).
+        self._sessions: dict[int, tuple[int, str, int]] = {}
         # "host/actor_id" -> [owner, open sessions]; forgotten with its last session (owners are
         # never reused, so a returning actor starts afresh in the influence windows).
         self._identities: dict[str, list] = {}
-        self._session_identity: dict[int, str] = {}
-        self._session_owner: dict[int, int] = {}  # read by the reply thread (pacing)
         self._owners = itertools.count()
         # Identities served far faster than the others get their replies later (pacing.py).
-        self._rates = RowRates(float(server_config.get("pace_factor", 0.0)))
-        self._pacer = Pacer()
+        pace = float(server_config.get("pace_factor", 0.0))
+        self._rates = RowRates(pace) if pace > 0 else None
+        self._pacer = Pacer() if pace > 0 else None
         self._sessions_lock = threading.Lock()
         self._stopping = threading.Event()
         self._pending: set = set()  # futures of the requests submitted and not yet answered
@@ -249,12 +249,10 @@ class InferenceService:
         session_id = next(self._session_ids)
         identity = f"{host}/{actor_id}" if host is not None else f"session {session_id}"
         with self._sessions_lock:
-            self._sessions[session_id] = actor_id
             entry = self._identities.setdefault(identity, [next(self._owners), 0])
             entry[1] += 1
-            self._session_identity[session_id] = identity
             owner = entry[0]
-            self._session_owner[session_id] = owner
+            self._sessions[session_id] = (actor_id, identity, owner)
         self.batcher.put(Control(session_id, num_envs, owner))
         logging.info("actor %d connected (session %d, %d envs)", actor_id, session_id, num_envs)
         return session_id
@@ -297,17 +295,15 @@ class InferenceService:
 
     def close_session(self, session_id: int) -> None:
         with self._sessions_lock:
-            actor_id = self._sessions.pop(session_id, None)
-            identity = self._session_identity.pop(session_id, None)
-            self._session_owner.pop(session_id, None)
-            entry = self._identities.get(identity)
-            if entry is not None:
+            session = self._sessions.pop(session_id, None)
+            if session is not None:
+                entry = self._identities[session[1]]
                 entry[1] -= 1
                 if not entry[1]:
-                    del self._identities[identity]
-        if actor_id is not None:
+                    del self._identities[session[1]]
+        if session is not None:
             self.batcher.put(Control(session_id))
-            logging.info("actor %d disconnected (session %d)", actor_id, session_id)
+            logging.info("actor %d disconnected (session %d)", session[0], session_id)
 
     def level_probs(self) -> tuple[int, list[float]]:
         """(version, level probabilities) of the curriculum for the actors; (0, []) without one."""
@@ -353,7 +349,8 @@ class InferenceService:
         """
         self._finished = finished
         self._stopping.set()
-        self._pacer.stop()  # held replies stay pending: failed below
+        if self._pacer is not None:
+            self._pacer.stop()  # held replies stay pending: failed below
         self.batcher.put(STOP)
         if self.store is not None and self.store.batches is not None:
             self.store.batches.close()  # a recorder waiting for the learner gives up
@@ -570,8 +567,8 @@ class InferenceService:
                     outcome = Answer(actions[rows], job.policy_version, nxt, moves.get(i))
                 else:
                     outcome = (actions[rows], job.policy_version)
-                owner = self._session_owner.get(request.session_id)
-                hold = 0.0 if owner is None else self._rates.hold_s(owner, n, clock)
+                session = self._sessions.get(request.session_id) if self._rates else None
+                hold = 0.0 if session is None else self._rates.hold_s(session[2], n, clock)
                 if hold > 0:
                     self._pacer.at(clock + hold, self._later(request, sink, outcome))
                     continue

@@ -32,11 +32,13 @@ import collections
 import numpy as np
 
 
-def relabel(owner: np.ndarray) -> tuple[np.ndarray, int]:
-    """Owners [B] as dense int32 labels 0..k-1 (in order of first appearance), and k."""
-    _, first, labels = np.unique(owner, return_index=True, return_inverse=True)
-    order = np.argsort(np.argsort(first))  # label by first appearance: deterministic per batch
-    return order[labels].astype(np.int32), int(first.size)
+def relabel(owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Owners [B] as dense int32 labels 0..k-1 (in order of first appearance), and the k
+    identities in label order."""
+    ids, first, labels = np.unique(owner, return_index=True, return_inverse=True)
+    by_first = np.argsort(first)  # label by first appearance: deterministic per batch
+    order = np.argsort(by_first)
+    return order[labels].astype(np.int32), ids[by_first]
 
 
 def loss_mask(
@@ -59,9 +61,8 @@ def loss_mask(
       what the median one delivers, however many of its batches there are.
     """
     batch = owner.shape[0]
-    labels, k = relabel(owner)
-    ids = np.unique(owner, return_index=True)
-    ids = ids[0][np.argsort(ids[1])]  # identity of each label
+    labels, ids = relabel(owner)
+    k = ids.size
     counts = np.bincount(labels, minlength=k)
     cap = np.full(k, batch, np.int64)
     if max_share < 1.0:

@@ -234,6 +234,8 @@ class TrajectoryStore:
         self._version = 0  # the newest policy version the recorded steps were acted on
         # Per recent batch: time, unrolls offered and counted per owner, largest |reward| per owner.
         self._window: collections.deque = collections.deque()
+        self._offered: collections.Counter = collections.Counter()  # the window's totals
+        self._counted: collections.Counter = collections.Counter()
         self._reward_scale = float(reward_scale)
         self._reward_floor = float(reward_floor)
         self._carry_template = jax.tree.map(np.asarray, carry_template)
@@ -388,16 +390,18 @@ class TrajectoryStore:
         none of its unrolls count."""
         now = time.monotonic()
         while self._window and self._window[0][0] < now - self._window_s:
-            self._window.popleft()
-        offered, before = collections.Counter(), collections.Counter()
+            _, o, c, _ = self._window.popleft()
+            self._offered.subtract(o)
+            self._counted.subtract(c)
+        self._offered = +self._offered  # drops the identities with nothing left in the window
+        self._counted = +self._counted
         largest: dict = {}
-        for _, o, c, seen in self._window:
-            offered.update(o)
-            before.update(c)
+        for _, _, _, seen in self._window:
             for who, value in seen.items():
                 largest[who] = max(largest.get(who, 0.0), value)
         mine = collections.Counter(batch.owner.tolist())
-        offered.update(mine)
+        offered = self._offered + mine
+        before = self._counted
         counted = influence.loss_mask(
             batch.owner,
             self.connected_owners().size,
@@ -418,6 +422,8 @@ class TrajectoryStore:
         here = influence.largest_rewards(reward[counted], batch.owner[counted])
         kept = collections.Counter(batch.owner[counted].tolist())
         self._window.append((now, mine, kept, here))
+        self._offered.update(mine)
+        self._counted.update(kept)
         if not counted.any():
             return False
         shares = np.unique(batch.owner[counted], return_counts=True)[1]
