@@ -67,7 +67,7 @@ def test_selfplay_tictactoe_beats_the_random_agent(tmp_path):
 
     logdir = tmp_path / "ttt"
     rows = train(
-        logdir, TICTACTOE, "--config.total_env_steps=250000", "--config.league.eval_interval_s=10",
+        logdir, TICTACTOE, "--config.total_env_steps=300000", "--config.league.eval_interval_s=10",
         *QUICK,
     )  # fmt: skip
     assert any(r.get("trueskill_mu") is not None for r in rows), "TrueSkill was never logged"
@@ -79,6 +79,6 @@ def test_selfplay_tictactoe_beats_the_random_agent(tmp_path):
 
     # Resuming restores the league: the pool, its snapshots and the TrueSkill references.
     pool = rows[-1]["league/pool_size"]
-    resumed = train(logdir, TICTACTOE, "--config.total_env_steps=270000", *QUICK)
+    resumed = train(logdir, TICTACTOE, "--config.total_env_steps=320000", *QUICK)
     assert resumed[-1]["league/pool_size"] >= pool
     assert resumed[-1]["env_steps"] > rows[-1]["env_steps"]
