@@ -42,7 +42,12 @@ _PORT = flags.DEFINE_integer("port", 50051, "The learner's port.")
 _GPUS = flags.DEFINE_integer("gpus", 0, "GPUs for the learner pod.")
 _LEARNER_CPU = flags.DEFINE_string("learner_cpu", "4", "CPU request of the learner pod.")
 _LEARNER_MEMORY = flags.DEFINE_string("learner_memory", "16Gi", "Memory of the learner pod.")
-_ACTOR_CPU = flags.DEFINE_string("actor_cpu", "1", "CPU request of each actor pod.")
+_ACTOR_CPU = flags.DEFINE_string(
+    "actor_cpu",
+    "1",
+    "CPU request of each actor pod; one actor keeps about 2 cores of envs busy, so give bigger "
+    "budgets to more pods (benchmarks/RESULTS.md, 'Breakout on an accelerator host').",
+)
 _ACTOR_MEMORY = flags.DEFINE_string("actor_memory", "2Gi", "Memory of each actor pod.")
 _STORAGE = flags.DEFINE_string("storage", "20Gi", "Volume for the learner's run directory.")
 _OUT = flags.DEFINE_string("out", None, "Where to write the manifests (YAML).")

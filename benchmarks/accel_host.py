@@ -5,7 +5,9 @@ site-packages this script puts on the path of every process it starts):
 
   python3 benchmarks/accel_host.py --out=$OUT/accel.json --logroot=$OUT/runs
 
-1. The ceiling: envpool alone, --ceiling_envs envs on every core, random actions, --ceiling_s.
+1. The ceiling: envpool alone, --ceiling_envs envs on every core, random actions, --ceiling_s,
+   stepped together (the ceiling of ../shared/gpu/README.md) and (--async_ceiling) twice as many
+   in two halves in flight, which keeps the threads busy through each batch's slowest env.
 2. Each setup of --setups (SETUPS below): learner.py and its actors as scripts/train.sh starts them
    (Breakout-v5, configs/atari_ppo.py, learning on). Once env steps flow (the first compilation
    takes a minute on a GPU), --warmup_s pass, then --window_s are measured: env steps/s from the
@@ -41,21 +43,43 @@ from seedlike.metrics import read_metrics  # noqa: E402
 SETUPS = {
     "16x8": (16, ["--config.env.num_envs=8"]),
     "4x32": (4, ["--config.env.num_envs=32", "--config.env.num_threads=4"]),
-    "4x64async": (
-        4,
-        [
-            "--config.env.num_envs=64",
-            "--config.env.batch_size=32",
-            "--config.env.num_threads=4",
-        ],
-    ),
 }
 
-_SETUPS = flags.DEFINE_list("setups", list(SETUPS), f"Setups to run, of {sorted(SETUPS)}.")
+
+def _async(actors: int, envs: int, parts: int, threads: int) -> tuple[int, list[str]]:
+    """`actors` actors of `envs` envs each, stepped in `parts` asynchronous parts on `threads`
+    envpool threads: while one part's actions are on their way, the others step."""
+    return actors, [
+        f"--config.env.num_envs={envs}",
+        f"--config.env.batch_size={envs // parts}",
+        f"--config.env.num_threads={threads}",
+    ]
+
+
+# NxMasync: two halves in flight per actor; 4x128q: four quarters. 8x64async is what
+# scripts/train.sh sizes on 16 cores (seedlike.config.actor_sizing).
+SETUPS.update(
+    {
+        "4x64async": _async(4, 64, 2, 4),
+        "8x32async": _async(8, 32, 2, 2),
+        "8x64async": _async(8, 64, 2, 2),
+        "8x128async": _async(8, 128, 2, 2),
+        "16x32async": _async(16, 32, 2, 1),
+        "4x128q": _async(4, 128, 4, 4),
+    }
+)
+
+_SETUPS = flags.DEFINE_list("setups", ["16x8", "8x64async"], f"Setups to run, of {sorted(SETUPS)}.")
 _CONFIG = flags.DEFINE_string("config", "configs/atari_ppo.py", "Config of every setup.")
 _FLAGS = flags.DEFINE_list("flags", [], "More config overrides for every setup.")
 _CEILING_ENVS = flags.DEFINE_integer("ceiling_envs", 128, "Envs of the ceiling run (0: none).")
-_CEILING_S = flags.DEFINE_float("ceiling_s", 15.0, "Seconds of the ceiling run.")
+_CEILING_S = flags.DEFINE_float("ceiling_s", 15.0, "Seconds of each ceiling run.")
+_ASYNC_CEILING = flags.DEFINE_bool(
+    "async_ceiling",
+    True,
+    "Also measure envpool with twice --ceiling_envs in two halves in flight (asynchronous "
+    "stepping: 2.1x the synchronous ceiling on an H200 host, RESULTS run 4).",
+)
 _START_S = flags.DEFINE_float("start_s", 240.0, "Longest wait for the first env steps.")
 _WARMUP_S = flags.DEFINE_float("warmup_s", 20.0, "Seconds after the first env steps, unmeasured.")
 _WINDOW_S = flags.DEFINE_float("window_s", 60.0, "Seconds measured per setup.")
@@ -74,28 +98,38 @@ def child_env() -> dict:
     return env
 
 
-def ceiling(num_envs: int, seconds: float) -> dict:
-    """Raw envpool steps/s with random actions on every core (what no trainer can beat)."""
+def ceiling(num_envs: int, seconds: float, parts: int = 1) -> dict:
+    """Raw envpool steps/s with random actions on every core: `num_envs` envs stepped in `parts`
+    batches in flight (1: all together, and each batch waits for its slowest env)."""
     code = (
         "import sys, time, numpy as np, envpool\n"
-        "n, threads, secs = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])\n"
-        "env = envpool.make('Breakout-v5', env_type='gymnasium', num_envs=n, batch_size=n,\n"
+        "n, b, threads, secs = (int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),\n"
+        "                       float(sys.argv[4]))\n"
+        "env = envpool.make('Breakout-v5', env_type='gymnasium', num_envs=n, batch_size=b,\n"
         "                   num_threads=threads, seed=0)\n"
-        "env.reset(); steps, t = 0, time.time()\n"
+        "env.async_reset(); steps, t = 0, time.time()\n"
         "while time.time() - t < secs:\n"
-        "    env.step(np.random.randint(0, env.action_space.n, size=n)); steps += n\n"
+        "    _, r, _, _, info = env.recv()\n"
+        "    env.send(np.random.randint(0, env.action_space.n, size=len(r)), info['env_id'])\n"
+        "    steps += len(r)\n"
         "print(steps / (time.time() - t))\n"
     )
     threads = os.cpu_count()
+    batch = num_envs // parts
     out = subprocess.run(
-        [sys.executable, "-c", code, str(num_envs), str(threads), str(seconds)],
+        [sys.executable, "-c", code, str(num_envs), str(batch), str(threads), str(seconds)],
         env=child_env(),
         capture_output=True,
         text=True,
     )
     if out.returncode:
         raise RuntimeError(f"the ceiling run failed: {out.stderr.strip().splitlines()[-1:]}")
-    return {"envs": num_envs, "threads": threads, "sps": float(out.stdout.split()[-1])}
+    return {
+        "envs": num_envs,
+        "batch_size": batch,
+        "threads": threads,
+        "sps": float(out.stdout.split()[-1]),
+    }
 
 
 def cpu_groups(learner: int, actors: list[int]) -> dict:
@@ -207,10 +241,16 @@ def run_setup(name: str, logroot: str) -> dict:
 
 def main(_):
     logroot = _LOGROOT.value or tempfile.mkdtemp(prefix="accel-host-")
+    out = _OUT.value or os.path.join(
+        results_io.RESULTS, f"accel_host-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
     result = {"host": {"cores": os.cpu_count()}, "config": _CONFIG.value, "setups": []}
     if _CEILING_ENVS.value:
         result["ceiling"] = ceiling(_CEILING_ENVS.value, _CEILING_S.value)
         print(f"ceiling: {result['ceiling']['sps']:,.0f} env steps/s", flush=True)
+        if _ASYNC_CEILING.value:
+            result["async_ceiling"] = ceiling(2 * _CEILING_ENVS.value, _CEILING_S.value, parts=2)
+            print(f"async ceiling: {result['async_ceiling']['sps']:,.0f} env steps/s", flush=True)
     for name in _SETUPS.value:
         if name not in SETUPS:
             sys.exit(f"--setups: unknown setup {name!r}; known: {', '.join(sorted(SETUPS))}")
@@ -222,17 +262,21 @@ def main(_):
             continue
         if "ceiling" in result:
             row["of_ceiling"] = row["sps"] / result["ceiling"]["sps"]
+        if "async_ceiling" in result:
+            row["of_async_ceiling"] = row["sps"] / result["async_ceiling"]["sps"]
         result["setups"].append(row)
+        results_io.write("accel_host", result, out, echo={})  # what a time limit cuts short stays
         cores = ", ".join(f"{k} {v:.2f}" for k, v in row["cores"].items())
         print(
             f"{name}: {row['sps']:,.0f} env steps/s ({row.get('of_ceiling', 0):.2f} of the "
-            f"ceiling), batch {row['inference_batch_mean']}, latency p50 {row['latency_ms_p50']} "
-            f"ms, staleness {row['staleness_mean']}, versions/s "
+            f"ceiling, {row.get('of_async_ceiling', 0):.2f} of the async one), batch "
+            f"{row['inference_batch_mean']}, latency p50 {row['latency_ms_p50']} ms, "
+            f"staleness {row['staleness_mean']}, versions/s "
             f"{row['policy_versions_per_s']:.2f}, cores: {cores}, "
             f"gpu {row['gpu_utilization_pct']}%",
             flush=True,
         )
-    results_io.write("accel_host", result, _OUT.value, echo={})
+    results_io.write("accel_host", result, out, echo={})
 
 
 if __name__ == "__main__":

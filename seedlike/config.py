@@ -340,25 +340,27 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
-# envs per core relative to the config's env.num_envs, for actors given several cores: on a
-# 16-core accelerator host, 4 actors x 64 Breakout envs (4 threads each, two halves stepped
-# asynchronously) served 0.63 of envpool's ceiling where 16 actors x 8 synchronous envs served
-# 0.51 (benchmarks/RESULTS.md, "Breakout on an accelerator host").
-ENVS_PER_CORE = 4
+# envs per core relative to the config's env.num_envs, for actors given their cores. On a 16-core
+# H200 host, Breakout, in one command (benchmarks/RESULTS.md, "Breakout on an accelerator host",
+# run 4): 8 actors x 64 envs (2 threads each, two halves stepped asynchronously) served 1.00 of
+# envpool's synchronous 128-env ceiling, 16 x 32 on one thread each 1.04, 4 x 64 on 4 threads 0.83
+# and 4 x 128 in quarters 0.79: an actor's one Python thread, not its envs, bounds it beyond ~2
+# cores. 8 x 128 served 1.15 but its unrolls were twice as stale.
+ENVS_PER_CORE = 8
 
 
 def actor_sizing(env, cores: int, given=()) -> dict[str, int]:
     """env.num_envs / batch_size / num_threads for an actor that may use `cores` cores.
 
-    One core: one envpool thread with the config's envs. More: a thread per core, the config's
-    num_envs x ENVS_PER_CORE per core, and (envpool) two halves in flight, so one half steps while
-    the other's actions are on their way. Keys in `given` (e.g. "num_envs") are left alone.
+    An envpool thread per core, the config's num_envs x ENVS_PER_CORE per core, and (envpool) two
+    halves in flight, so one half steps while the other's actions are on their way. An actor's
+    one Python thread keeps about two cores of envs busy: give more cores to more actors.
+    Keys in `given` (e.g. "num_envs") are left alone.
     """
-    out = {"num_threads": max(1, int(cores))}
-    if cores > 1:
-        out["num_envs"] = int(env.num_envs) * ENVS_PER_CORE * int(cores)
-        if env.backend == "envpool":
-            out["batch_size"] = out["num_envs"] // 2
+    cores = max(1, int(cores))
+    out = {"num_threads": cores, "num_envs": int(env.num_envs) * ENVS_PER_CORE * cores}
+    if env.backend == "envpool":
+        out["batch_size"] = out["num_envs"] // 2
     return {k: v for k, v in out.items() if k not in given}
 
 

@@ -182,11 +182,11 @@ def test_images_read_by_dense_layers_get_advice():
 
 def test_actor_sizing_follows_the_cores_and_leaves_given_values():
     atari = load_config_file(os.path.join(ROOT, "configs", "atari_ppo.py")).env
-    # 4 cores: the measured 4 x 64 asynchronous setup of RESULTS ("Breakout on an accelerator
-    # host") for Atari's 4 envs per actor.
-    assert actor_sizing(atari, 4) == {"num_threads": 4, "num_envs": 64, "batch_size": 32}
-    assert actor_sizing(atari, 1) == {"num_threads": 1}  # one core: the config's envs
-    assert actor_sizing(atari, 8, given={"num_envs", "num_threads"}) == {"batch_size": 64}
+    # 2 cores: the measured 8 x 64 asynchronous setup of RESULTS ("Breakout on an accelerator
+    # host", run 4) for Atari's 4 envs per actor; 1 core: its 16 x 32 row.
+    assert actor_sizing(atari, 2) == {"num_threads": 2, "num_envs": 64, "batch_size": 32}
+    assert actor_sizing(atari, 1) == {"num_threads": 1, "num_envs": 32, "batch_size": 16}
+    assert actor_sizing(atari, 8, given={"num_envs", "num_threads"}) == {"batch_size": 128}
     coins = load_config_file(os.path.join(ROOT, "configs", "coins_teams.py")).env
     assert "batch_size" not in actor_sizing(coins, 4)  # PettingZoo steps synchronously
 

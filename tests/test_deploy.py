@@ -67,11 +67,12 @@ def test_learner_and_actors_share_config_and_credentials(manifests):
         "--config.transport.credentials=/credentials",
     ]
     assert all(flag in learner_c["args"] and flag in actor_c["args"] for flag in shared)
-    # Sized from the pods' cores: learner_cpu 4 -> one front end; actor_cpu 1 -> the config's
-    # envs on one envpool thread.
+    # Sized from the pods' cores: learner_cpu 4 -> one front end; actor_cpu 1 -> one envpool
+    # thread stepping 8x the config's envs in two halves.
     assert "--config.server.front_ends=1" in learner_c["args"]
     assert "--config.env.num_threads=1" in actor_c["args"]
-    assert not any(a.startswith("--config.env.num_envs") for a in actor_c["args"])
+    assert "--config.env.num_envs=32" in actor_c["args"]
+    assert "--config.env.batch_size=16" in actor_c["args"]
     assert "--bind=0.0.0.0" in learner_c["args"] and "--logdir=/runs/pong" in learner_c["args"]
     assert "--server=pong-learner:50051" in actor_c["args"]
     assert "--actor_id=$(ACTOR_ID)" in actor_c["args"]
