@@ -493,9 +493,9 @@ class InferenceService:
 
     def _run_policies(self, latest, obs, extras, carry, first, policy) -> list:
         """Dispatches each policy on its rows: the learning policy, league snapshots and bots."""
-        ids = np.unique(policy)
-        if ids.size == 1 and ids[0] == LEARNER:
+        if (policy == LEARNER).all():  # the common case, without np.unique's sort
             return [(None, self.runner.dispatch(latest, obs, extras, carry, first))]
+        ids = np.unique(policy)
         groups = []
         for policy_id in ids:
             idx = np.flatnonzero(policy == policy_id)
@@ -700,11 +700,13 @@ def _moves(job: _Job, steps: int) -> dict:
 
 
 def _concatenate(parts: list[Rows]) -> Rows:
-    """The per-row fields of several requests' rows, concatenated (obs and extras left empty)."""
-    fields = [f for f in Rows._fields if f not in ("obs", "extras")]
-    return Rows(
-        obs={}, extras={}, **{f: np.concatenate([getattr(p, f) for p in parts]) for f in fields}
-    )
+    """The per-row fields of several requests' rows, concatenated (obs and extras left empty).
+    Always copies, even one request's: a front end's rows are views of its segment, which it
+    reuses once it has its actions, and the recorder reads these after that."""
+    return Rows({}, {}, *(np.concatenate([p[i] for p in parts]) for i in _ROW_FIELDS))
+
+
+_ROW_FIELDS = range(2, len(Rows._fields))  # Rows' per-row fields follow obs and extras
 
 
 def _policy_inputs(requests: list[Request], ran: np.ndarray) -> tuple[dict, dict, bool]:

@@ -17,10 +17,9 @@ import collections
 import heapq
 import itertools
 import logging
+import statistics
 import threading
 import time
-
-import numpy as np
 
 from seedlike.threadnames import named
 
@@ -51,7 +50,7 @@ class RowRates:
         if self.factor <= 0 or len(self._totals) < 3:
             return 0.0
         if self._allowed[0] != now:
-            median = float(np.median(list(self._totals.values())))
+            median = statistics.median(self._totals.values())  # a few identities: no numpy
             self._allowed = (now, self.factor * median / self.window_s)
         allowed = self._allowed[1]
         if self._totals[owner] / self.window_s <= allowed:

@@ -44,6 +44,7 @@ class SeatTable:
         self.policy = np.zeros(0, np.int64)
         self.changed = np.zeros(0, np.bool_)
         self.carry = jax.tree.map(np.asarray, initial_carry(0))
+        self._recurrent = bool(jax.tree.leaves(self.carry))
 
     # Sessions ---------------------------------------------------------------------------------
 
@@ -77,6 +78,8 @@ class SeatTable:
     def seats(self, session_id: int, env_id: np.ndarray, player_id: np.ndarray) -> np.ndarray:
         """Global seats of a request's rows, int64 [n]."""
         slots = self._slots[session_id]
+        if self.num_players == 1:  # player_id is 0 (the codec checks it): one op, not three
+            return slots[env_id]
         return slots[env_id] * self.num_players + player_id
 
     def __contains__(self, session_id: int) -> bool:
@@ -91,7 +94,7 @@ class SeatTable:
     def inputs(self, seats: np.ndarray):
         """(first bool [m], carry [m, ...], policy int64 [m], changed bool [m]) of m seats."""
         with self._lock:
-            carry = jax.tree.map(lambda c: c[seats], self.carry)
+            carry = jax.tree.map(lambda c: c[seats], self.carry) if self._recurrent else ()
             return self.first[seats], carry, self.policy[seats], self.changed[seats]
 
     def start(self, seats: np.ndarray, policy: np.ndarray, changed: np.ndarray) -> None:

@@ -231,7 +231,7 @@ class UnrollPool(PoolView):
 
     def release(self, buffers) -> None:
         with self._lock:
-            self._free.extend(int(b) for b in np.asarray(buffers).reshape(-1))
+            self._free.extend(np.asarray(buffers).reshape(-1).tolist())
 
     @property
     def free(self) -> int:
