@@ -265,6 +265,12 @@ def base_config() -> ml_collections.ConfigDict:
     c.league.recent_k = 10  # uniform_recent: over the last k snapshots
     c.league.snapshot_every = 20  # learner updates between snapshots joining the pool
     c.league.max_snapshots = 50  # oldest snapshots leave the pool beyond this
+    # Payoff matrix (PFSP's win rates; seedlike.league.payoff): each pair's counts are multiplied
+    # by payoff_decay before its next result (1.0: every result at full weight; the learner keeps
+    # changing, so results against it go stale), and payoff_prior_games pseudo-games at 0.5 keep
+    # one lucky result from reading as a certain win (with 1, one win reads 0.75; 0: raw rates).
+    c.league.payoff_decay = 1.0
+    c.league.payoff_prior_games = 1.0
     c.league.eval_interval_s = 60.0  # TrueSkill evaluation period (0 = no evaluation)
     c.league.eval_games = 100  # games against each chosen reference per evaluation
     c.league.eval_opponents = 2  # references of nearest skill played per evaluation
@@ -306,6 +312,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.log.stop_hold_s = 10.0
     c.log.wandb_mode = "offline"  # offline | online | disabled (WANDB_MODE overrides)
     c.log.wandb_project = "seedlike"
+    # W&B group of the run ("": none); python -m seedlike.sweep sets the sweep's name, so a
+    # sweep's runs appear together.
+    c.log.wandb_group = ""
     # Also write TensorBoard event files (<logdir>/tensorboard; `tensorboard --logdir runs`).
     c.log.tensorboard = False
     # When set, episode_success_rate = fraction of episodes whose return exceeds it (MiniGrid: 0).
@@ -475,6 +484,8 @@ def validate(config) -> None:
     )
     need(config.server.queue_unrolls >= 0, "server.queue_unrolls must be >= 0")
     need(config.server.max_actors >= 1, "server.max_actors must be >= 1")
+    need(0 < config.league.payoff_decay <= 1, "league.payoff_decay must be in (0, 1]")
+    need(config.league.payoff_prior_games >= 0, "league.payoff_prior_games must be >= 0")
     need(config.server.max_streams_per_peer >= 1, "server.max_streams_per_peer must be >= 1")
     need(config.server.evict_idle_s > 0, "server.evict_idle_s must be > 0")
     need(config.server.max_pending_streams >= 1, "server.max_pending_streams must be >= 1")

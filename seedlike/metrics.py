@@ -55,6 +55,7 @@ class MetricsWriter:
       wandb_mode: "offline" (default), "online" or "disabled"; the WANDB_MODE environment
         variable overrides it.
       wandb_project: wandb project name.
+      wandb_group: wandb group of the run ("": none; a sweep's cells share one).
       total_env_steps: the run's length, for the console's progress and ETA (None: no ETA).
       use_wandb: False keeps this writer off wandb whatever the mode (learner processes other
         than 0 of a multi-host run: one wandb run per job).
@@ -68,6 +69,7 @@ class MetricsWriter:
         config,
         wandb_mode: str = "offline",
         wandb_project: str = "seedlike",
+        wandb_group: str = "",
         total_env_steps: int | None = None,
         tensorboard: bool = False,
         use_wandb: bool = True,
@@ -88,7 +90,7 @@ class MetricsWriter:
         self._wandb = None
         mode = os.environ.get("WANDB_MODE") or wandb_mode
         if use_wandb and mode != "disabled":
-            self._wandb = self._init_wandb(logdir, config, wandb_project, mode)
+            self._wandb = self._init_wandb(logdir, config, wandb_project, wandb_group, mode)
         self._tensorboard = None
         if tensorboard:
             from tensorboardX import SummaryWriter
@@ -100,12 +102,13 @@ class MetricsWriter:
             )
 
     @staticmethod
-    def _init_wandb(logdir, config, project, mode):
+    def _init_wandb(logdir, config, project, group, mode):
         try:
             import wandb
 
             run = wandb.init(
                 project=project,
+                group=group or None,
                 name=os.path.basename(os.path.abspath(logdir)),
                 id=_wandb_run_id(logdir),
                 resume="allow",

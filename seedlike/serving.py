@@ -54,6 +54,7 @@ def serve_checkpoint(
         config,
         config.log.wandb_mode,
         config.log.wandb_project,
+        config.log.wandb_group,
         total_env_steps=max_env_steps or None,
         tensorboard=bool(config.log.get("tensorboard", False)),
     )

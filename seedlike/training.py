@@ -274,6 +274,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
             config,
             config.log.wandb_mode,
             config.log.wandb_project,
+            config.log.wandb_group,
             total_env_steps=int(config.total_env_steps),
             tensorboard=bool(config.log.get("tensorboard", False)),
             use_wandb=primary,

@@ -44,7 +44,10 @@ class League:
     def __init__(self, league_config, seed: int = 0, snapshot_dir: str | None = None):
         self.config = league_config
         self.pool = OpponentPool(max_size=int(league_config.max_snapshots) or None)
-        self.payoff = PayoffMatrix()
+        self.payoff = PayoffMatrix(
+            prior_games=float(league_config.payoff_prior_games),
+            decay=float(league_config.payoff_decay),
+        )
         self.sampler = make_sampler(
             league_config.sampler,
             pool=self.pool,
@@ -120,6 +123,8 @@ class League:
         """Restores pool and payoff, and every snapshot's params from snapshot_dir."""
         pool = OpponentPool.from_state_dict(state["pool"])
         payoff = PayoffMatrix.from_state_dict(state["payoff"])
+        # The counts are the run's; how they are weighed is this config's (a resume may change it).
+        payoff.prior_games, payoff.decay = self.payoff.prior_games, self.payoff.decay
         params = {v: load_snapshot(self.snapshot_dir, v, target_params) for v in pool.ids}
         with self._lock:
             self.pool, self.payoff, self._params = pool, payoff, params
