@@ -22,6 +22,10 @@ def base_config() -> ml_collections.ConfigDict:
     # Stop earlier, as finished, once a metrics row's episode_return_mean reaches this (learning
     # checks and budgeted sweeps: the time to a return). None: run to total_env_steps.
     c.stop_at_return = ml_collections.config_dict.placeholder(float)
+    # End the job at this many env steps as if finished, with a checkpoint, while schedules (the
+    # learning rate's annealing, curricula) still run to total_env_steps: rerunning with a larger
+    # value continues (python -m seedlike.pbt trains in such generations). 0: no pause.
+    c.pause_at_env_steps = 0
     # False: serve, record and build learner batches as usual, but drop them instead of learning
     # (the policy stays as initialized or restored). Measures what the serving path sustains
     # without the learner's compute (benchmarks/server_capacity.py).
@@ -430,6 +434,7 @@ def validate(config) -> None:
     except UnknownEnv as e:
         raise ConfigError(f"invalid config: {e}") from None
     need(config.total_env_steps > 0, "total_env_steps must be positive")
+    need(config.pause_at_env_steps >= 0, "pause_at_env_steps must be >= 0 (0: no pause)")
     need(config.unroll_length >= 1, "unroll_length must be >= 1")
     need(config.batch_unrolls >= 1, "batch_unrolls must be >= 1")
     need(config.env.num_envs >= 1, "env.num_envs must be >= 1")

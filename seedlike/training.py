@@ -302,6 +302,8 @@ def train(
     last_checkpoint = time.monotonic()
     row: dict = {}
     total, learn = int(config.total_env_steps), bool(config.learn)
+    if config.pause_at_env_steps:
+        total = min(total, int(config.pause_at_env_steps))
     target = config.get("stop_at_return")
     reached = False  # the return has held `target` for log.stop_hold_s
     reached_since = None
@@ -358,11 +360,12 @@ def train(
         if storage_failed:  # nothing more can be written; the entrypoint says why and exits
             p.metrics.close()
         else:
-            row = _finish(p, interval, finished)
+            paused = finished and not reached and total < int(config.total_env_steps)
+            row = _finish(p, interval, finished, paused)
     return row
 
 
-def _finish(p: LearnerProcess, interval: Interval, finished: bool) -> dict:
+def _finish(p: LearnerProcess, interval: Interval, finished: bool, paused: bool = False) -> dict:
     """The last metrics row and checkpoint, and the run's summary line."""
     try:
         row = p.log(interval, time.monotonic())
@@ -371,6 +374,8 @@ def _finish(p: LearnerProcess, interval: Interval, finished: bool) -> dict:
         if p.checkpointer is not None:
             checkpoint = os.path.join(p.checkpointer.directory, str(p.learner.policy_version))
         outcome = "finished" if finished else "stopped (rerun with the same --logdir to resume)"
+        if paused:
+            outcome = "paused at pause_at_env_steps (rerun with a larger one, or 0, to go on)"
         logging.info("%s", p.metrics.summary(outcome, checkpoint))
         return row
     finally:

@@ -1,4 +1,5 @@
-"""python -m seedlike.sweep: cells, checks, results, and a sweep that survives a killed run."""
+"""python -m seedlike.sweep and the jobs it runs (seedlike.jobs): cells, checks, results, and a
+sweep that survives a killed run."""
 
 import json
 import os
@@ -10,32 +11,32 @@ import time
 import numpy as np
 import pytest
 
-from seedlike import sweep
+from seedlike import jobs, sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARTPOLE = os.path.join(ROOT, "configs", "cartpole_ppo.py")
 
 
 def test_grid_cells_are_every_combination_in_the_order_given():
-    grid = sweep.parse_grid(["optimizer.learning_rate=1e-4,3e-4,1e-3", "ppo.epochs=4,10"])
-    cells = sweep.make_cells(grid, {}, 0, 0)
+    grid = jobs.parse_grid(["optimizer.learning_rate=1e-4,3e-4,1e-3", "ppo.epochs=4,10"])
+    cells = jobs.make_cells(grid, {}, 0, 0)
     assert len(cells) == 6
     assert cells[0] == {"optimizer.learning_rate": "1e-4", "ppo.epochs": "4"}
     assert cells[1] == {"optimizer.learning_rate": "1e-4", "ppo.epochs": "10"}
     assert cells[-1] == {"optimizer.learning_rate": "1e-3", "ppo.epochs": "10"}
-    assert sweep.cell_name(cells[1]) == "optimizer.learning_rate=1e-4__ppo.epochs=10"
-    assert sweep.cell_name({"env.name": "a/b c"}) == "env.name=a_b_c"
-    assert sweep.make_cells({}, {}, 0, 0) == [{}] and sweep.cell_name({}) == "base"
+    assert jobs.cell_name(cells[1]) == "optimizer.learning_rate=1e-4__ppo.epochs=10"
+    assert jobs.cell_name({"env.name": "a/b c"}) == "env.name=a_b_c"
+    assert jobs.make_cells({}, {}, 0, 0) == [{}] and jobs.cell_name({}) == "base"
     for bad, why in [
         (["ppo.epochs"], "expected KEY=VALUES"),
         (["ppo.epochs=1", "ppo.epochs=2"], "given twice"),
     ]:
-        with pytest.raises(sweep.SweepError, match=why):
-            sweep.parse_grid(bad)
+        with pytest.raises(jobs.SpecError, match=why):
+            jobs.parse_grid(bad)
 
 
 def test_random_cells_are_reproducible_and_within_their_ranges():
-    space = sweep.parse_space(
+    space = jobs.parse_space(
         [
             "optimizer.learning_rate=log:1e-5:1e-2",
             "ppo.clip_eps=uniform:0.1:0.3",
@@ -43,8 +44,8 @@ def test_random_cells_are_reproducible_and_within_their_ranges():
             "network.activation=choice:relu,tanh",
         ]
     )
-    cells = sweep.make_cells({"seed": ["1", "2"]}, space, 50, seed=7)
-    assert len(cells) == 100 and cells == sweep.make_cells({"seed": ["1", "2"]}, space, 50, 7)
+    cells = jobs.make_cells({"seed": ["1", "2"]}, space, 50, seed=7)
+    assert len(cells) == 100 and cells == jobs.make_cells({"seed": ["1", "2"]}, space, 50, 7)
     assert cells[0]["seed"] == "1" and cells[1]["seed"] == "2"  # each draw crossed with the grid
     assert cells[0]["ppo.clip_eps"] == cells[1]["ppo.clip_eps"]
     lr = np.array([float(c["optimizer.learning_rate"]) for c in cells])
@@ -53,22 +54,22 @@ def test_random_cells_are_reproducible_and_within_their_ranges():
     assert clip.min() >= 0.1 and clip.max() <= 0.3
     assert {c["ppo.epochs"] for c in cells} == {"2", "3", "4"}  # HIGH included
     assert {c["network.activation"] for c in cells} == {"relu", "tanh"}
-    assert sweep.make_cells({}, space, 3, seed=8) != sweep.make_cells({}, space, 3, seed=7)
+    assert jobs.make_cells({}, space, 3, seed=8) != jobs.make_cells({}, space, 3, seed=7)
     for bad, why in [
         ("a=gauss:0:1", "is not one of"),
         ("a=log:0:1", "LOW > 0"),
         ("a=uniform:2:1", "LOW < HIGH"),
         ("a=int:x", "expected int:LOW:HIGH"),
     ]:
-        with pytest.raises(sweep.SweepError, match=why):
-            sweep.parse_space([bad])
-    with pytest.raises(sweep.SweepError, match="needs --space"):
-        sweep.make_cells({}, {}, 3, 0)
+        with pytest.raises(jobs.SpecError, match=why):
+            jobs.parse_space([bad])
+    with pytest.raises(jobs.SpecError, match="needs --space"):
+        jobs.make_cells({}, {}, 3, 0)
 
 
 def test_cells_are_checked_against_the_config_before_anything_runs():
-    sweep.check_cell(CARTPOLE, {"ppo.epochs": "4", "optimizer.learning_rate": "1e-3"})
-    sweep.check_cell(CARTPOLE, {"network.normalize_obs": "true", "total_env_steps": "2e4"})
+    jobs.check_cell(CARTPOLE, {"ppo.epochs": "4", "optimizer.learning_rate": "1e-3"})
+    jobs.check_cell(CARTPOLE, {"network.normalize_obs": "true", "total_env_steps": "2e4"})
     for cell, why in [
         ({"ppo.epoch": "4"}, "unknown config key 'ppo.epoch'"),
         ({"nothing.here": "4"}, "unknown config key 'nothing.here'"),
@@ -77,8 +78,8 @@ def test_cells_are_checked_against_the_config_before_anything_runs():
         ({"network.normalize_obs": "maybe"}, "not a bool"),
         ({"env.num_envs": "0"}, "env.num_envs=0: .*num_envs"),
     ]:
-        with pytest.raises(sweep.SweepError, match=why):
-            sweep.check_cell(CARTPOLE, cell)
+        with pytest.raises(jobs.SpecError, match=why):
+            jobs.check_cell(CARTPOLE, cell)
 
 
 def test_a_runs_final_and_best_values():
@@ -86,11 +87,11 @@ def test_a_runs_final_and_best_values():
         {"env_steps": i, "r": v} for i, v in enumerate([None, 1, 2, None, 3, 4, 5, 6, 7, 8, 9, 10])
     ]
     rows.append({"env_steps": 99, "r": float("nan")})
-    result = sweep.run_result(rows, "r", "max", 0.2)
+    result = jobs.run_result(rows, "r", "max", 0.2)
     assert result == {"final": 9.5, "best": 10.0, "env_steps": 99}  # last 2 of 10 values
-    assert sweep.run_result(rows, "r", "min", 0.01)["final"] == 10.0  # at least one value
-    assert sweep.run_result(rows, "r", "min", 0.2)["best"] == 1.0
-    assert sweep.run_result(rows[:1], "r", "max", 0.1) is None
+    assert jobs.run_result(rows, "r", "min", 0.01)["final"] == 10.0  # at least one value
+    assert jobs.run_result(rows, "r", "min", 0.2)["best"] == 1.0
+    assert jobs.run_result(rows[:1], "r", "max", 0.1) is None
     mean, half = sweep.interval([1.0, 2.0, 3.0])
     # Student t, 2 degrees of freedom: t(0.975) = 4.3027; sd 1, standard error 1/sqrt(3).
     assert mean == 2.0 and half == pytest.approx(4.302653 / np.sqrt(3), rel=1e-5)

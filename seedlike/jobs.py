@@ -1,0 +1,315 @@
+"""Many training jobs from one command, for seedlike.sweep and seedlike.pbt: config values as
+grids and distributions, their check against a config before anything starts, a runner that keeps
+N `scripts/train.sh` jobs going and survives a failed one, and a run's final metric.
+
+A job's state lives in a JSON file of the directory the jobs share, written whole and renamed into
+place, so a command killed at any moment resumes from the last state it wrote.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import itertools
+import json
+import math
+import os
+import re
+import time
+
+import numpy as np
+
+from seedlike import api
+from seedlike.config import ConfigError, load_config_file, validate
+
+POLL_S = 1.0
+SPACE_KINDS = ("log", "uniform", "int", "choice")
+
+
+class SpecError(ValueError):
+    """Jobs that cannot start as given; the message says why, in one line."""
+
+
+# Specification -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Dist:
+    """A random-search distribution: log / uniform (floats in [low, high]), int (low..high
+    inclusive) or choice (one of the values)."""
+
+    kind: str
+    args: tuple
+
+    def sample(self, rng: np.random.Generator) -> str:
+        if self.kind == "choice":
+            return str(self.args[int(rng.integers(len(self.args)))])
+        low, high = self.args
+        if self.kind == "int":
+            return str(int(rng.integers(int(low), int(high) + 1)))
+        if self.kind == "log":
+            return f"{math.exp(rng.uniform(math.log(low), math.log(high))):.6g}"
+        return f"{rng.uniform(low, high):.6g}"
+
+
+def _key_values(spec: str, flag: str) -> tuple[str, str]:
+    key, sep, values = spec.partition("=")
+    if not sep or not key or not values:
+        raise SpecError(f"--{flag}={spec!r}: expected KEY=VALUES, e.g. --{flag}=ppo.epochs=4,10")
+    return key, values
+
+
+def parse_grid(specs: list[str]) -> dict[str, list[str]]:
+    """--grid flags -> {key: [values as text]}, in the order given."""
+    grid = {}
+    for spec in specs:
+        key, values = _key_values(spec, "grid")
+        if key in grid:
+            raise SpecError(f"--grid: {key} is given twice; list all its values in one flag")
+        grid[key] = values.split(",")
+    return grid
+
+
+def parse_space(specs: list[str]) -> dict[str, Dist]:
+    """--space flags -> {key: Dist}."""
+    space = {}
+    for spec in specs:
+        key, text = _key_values(spec, "space")
+        kind, _, args = text.partition(":")
+        if kind not in SPACE_KINDS:
+            raise SpecError(f"--space={spec!r}: kind {kind!r} is not one of {SPACE_KINDS}")
+        if kind == "choice":
+            space[key] = Dist(kind, tuple(args.split(",")))
+            continue
+        try:
+            low, high = (float(a) for a in args.split(":"))
+        except ValueError:
+            raise SpecError(f"--space={spec!r}: expected {kind}:LOW:HIGH") from None
+        if not low < high or (kind == "log" and low <= 0):
+            raise SpecError(f"--space={spec!r}: need LOW < HIGH (and LOW > 0 for log)")
+        space[key] = Dist(kind, (low, high))
+    return space
+
+
+def make_cells(
+    grid: dict[str, list[str]], space: dict[str, Dist], random: int, seed: int
+) -> list[dict[str, str]]:
+    """The cells: every combination of the grid, crossed with `random` draws from `space`."""
+    if random and not space:
+        raise SpecError("--random needs --space flags to draw from")
+    if space and not random:
+        raise SpecError("--space is only drawn from with --random=N")
+    combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    if not random:
+        return combos
+    rng = np.random.default_rng(seed)
+    draws = [{key: dist.sample(rng) for key, dist in space.items()} for _ in range(random)]
+    return [{**combo, **draw} for draw in draws for combo in combos]
+
+
+def cell_name(cell: dict[str, str]) -> str:
+    """A directory name for a cell: its key=value pairs (unsafe characters as '_')."""
+    if not cell:
+        return "base"
+    name = "__".join(f"{key}={value}" for key, value in cell.items())
+    return re.sub(r"[^A-Za-z0-9._=+-]", "_", name)
+
+
+def _typed(current, text: str, key: str):
+    """`text` as the type of the config's current value at `key`."""
+    try:
+        if isinstance(current, bool):
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            return text.lower() in ("true", "1")
+        if isinstance(current, int):
+            number = float(text)
+            if not number.is_integer():
+                raise ValueError
+            return int(number)
+        if isinstance(current, float):
+            return float(text)
+        if isinstance(current, str):
+            return text
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise SpecError(
+            f"{key}={text!r}: not a {type(current).__name__} like the config's {current!r}"
+        ) from None
+
+
+def check_cell(config_path: str, overrides: dict[str, str]) -> None:
+    """Raises SpecError unless `overrides` are known keys with values of their type that
+    seedlike.config.validate accepts."""
+    config = load_config_file(config_path)
+    with config.unlocked():
+        for key, text in overrides.items():
+            *parents, last = key.split(".")
+            node = config
+            for part in parents:
+                node = node.get(part) if hasattr(node, "get") else None
+            if not hasattr(node, "keys") or last not in node:
+                raise SpecError(f"unknown config key {key!r}: {config_path} has no such setting")
+            node[last] = _typed(node[last], text, key)
+    try:
+        validate(config)
+    except ConfigError as e:
+        raise SpecError(f"{cell_name(overrides)}: {e}") from None
+
+
+def run_result(rows: list[dict], metric: str, mode: str, final_fraction: float) -> dict | None:
+    """final (mean over the last `final_fraction` of the rows with `metric`) and best of a run;
+    None before any row has it."""
+    values = [r[metric] for r in rows if r.get(metric) is not None and math.isfinite(r[metric])]
+    if not values:
+        return None
+    last = max(1, math.ceil(len(values) * final_fraction))
+    return {
+        "final": float(np.mean(values[-last:])),
+        "best": float(max(values) if mode == "max" else min(values)),
+        "env_steps": int(rows[-1].get("env_steps", 0)),
+    }
+
+
+def load_state(logdir: str, name: str) -> dict:
+    path = os.path.join(logdir, name)
+    if not os.path.exists(path):
+        return {"runs": {}}
+    with open(path) as f:
+        return json.load(f)
+
+
+def save_state(logdir: str, state: dict, name: str) -> None:
+    path = os.path.join(logdir, name)
+    with open(path + ".tmp", "w") as f:
+        json.dump(state, f, indent=2)
+    os.replace(path + ".tmp", path)  # a sweep killed mid-write keeps the previous state
+
+
+def _last_line(run: api.Run) -> str:
+    try:
+        lines = [line for line in run.log(2000).splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][-200:] if lines else ""
+
+
+class Runner:
+    """Runs jobs `parallel` at a time, keeping their states in <logdir>/<state_file>.
+
+    runs: {run id (its directory under logdir): (cell: config values, seed)}; `flags`: config
+    flags every run gets; `on_change(state)` after each run ends; `train` starts a run
+    (seedlike.api.train's signature); `label` starts the lines it prints.
+    """
+
+    def __init__(self, config: str, logdir: str, runs: dict, flags: list[str], num_actors: int,
+                 parallel: int, retries: int, state_file: str, on_change=lambda state: None,
+                 train=api.train, label: str = "jobs"):  # fmt: skip
+        self.config, self.logdir, self.flags = config, logdir, flags
+        self.num_actors, self.parallel, self.retries = num_actors, parallel, retries
+        self.on_change, self.state_file, self.train = on_change, state_file, train
+        self.label = label  # what its lines start with
+        self.state = load_state(logdir, state_file)
+        for run_id, (cell, seed) in runs.items():
+            entry = self.state["runs"].setdefault(
+                run_id, {"cell": cell, "name": cell_name(cell), "seed": seed, "state": "pending"}
+            )
+            if entry["state"] != "done":
+                entry.update(state="pending", attempts=0)
+        self.order = list(runs)
+        self.stopping = False
+
+    def _start(self, run_id: str) -> api.Run:
+        entry = self.state["runs"][run_id]
+        entry["attempts"] = entry.get("attempts", 0) + 1
+        overrides = {**entry["cell"], "seed": entry["seed"]}
+        run = self.train(
+            self.config,
+            os.path.join(self.logdir, run_id),
+            num_actors=self.num_actors,
+            overrides=overrides,
+            flags=tuple(self.flags),
+        )
+        entry.update(state="running", pid=run.process.pid)
+        return run
+
+    def run(self) -> dict:
+        pending = [r for r in self.order if self.state["runs"][r]["state"] != "done"]
+        active: dict[str, api.Run] = {}
+        try:
+            while (pending or active) and not self.stopping:
+                while pending and len(active) < self.parallel:
+                    run_id = pending.pop(0)
+                    active[run_id] = self._start(run_id)
+                    save_state(self.logdir, self.state, self.state_file)
+                time.sleep(POLL_S)
+                for run_id, job in list(active.items()):
+                    code = job.process.poll()
+                    if code is None:
+                        continue
+                    del active[run_id]
+                    self._ended(run_id, job, code, pending)
+        finally:
+            for run_id, job in active.items():
+                job.stop()
+                self.state["runs"][run_id]["state"] = "stopped"
+            save_state(self.logdir, self.state, self.state_file)
+        return self.state
+
+    def _ended(self, run_id: str, job: api.Run, code: int, pending: list) -> None:
+        entry = self.state["runs"][run_id]
+        entry["exit"] = code
+        if code == 0:
+            entry["state"] = "done"
+        elif entry["attempts"] <= self.retries and not self.stopping:
+            entry["state"] = "pending"
+            pending.insert(0, run_id)  # resumes from its checkpoint, in its own logdir
+            print(f"{self.label}: {run_id} exited with {code}; starting it again", flush=True)
+        else:
+            entry.update(state="failed", why=_last_line(job))
+            print(f"{self.label}: {run_id} failed (exit {code}): {entry['why']}", flush=True)
+        save_state(self.logdir, self.state, self.state_file)
+        self.on_change(self.state)
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the sweep's own flags, the --config.KEY=VALUE flags every run gets)."""
+    own = [a for a in argv if not a.startswith("--config.")]
+    return own, [a for a in argv if a.startswith("--config.")]
+
+
+def config_values(config_flags: list[str]) -> dict[str, str]:
+    """{KEY: VALUE} of --config.KEY=VALUE flags."""
+    passed = {}
+    for flag in config_flags:
+        key, sep, value = flag[len("--config.") :].partition("=")
+        if not sep:
+            raise SpecError(f"{flag}: expected --config.KEY=VALUE")
+        passed[key] = value
+    return passed
+
+
+def flags_parser(config_flags: list[str]):
+    """An absl app.run flags_parser for a command whose --config.KEY=VALUE flags go to every
+    job: it parses the others and leaves those in `config_flags`."""
+
+    def parse(argv: list[str]):
+        from absl import flags
+
+        own, passed = split_argv(argv)
+        config_flags[:] = passed
+        return flags.FLAGS(own)
+
+    return parse
+
+
+def command_paths(argv: list[str], logdir: str | None, config: str, what: str) -> tuple[str, str]:
+    """(absolute logdir, config path) of a command line; a usage error names what is missing.
+    FileNotFoundError: no such config."""
+    from absl import app
+
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if not logdir:
+        raise app.UsageError(f"--logdir is required ({what})")
+    return os.path.abspath(logdir), api._config_path(config)
