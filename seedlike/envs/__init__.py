@@ -3,6 +3,8 @@
   envpool     (default) single-agent tasks, board games, envpool's simultaneous multi-agent tasks
   pettingzoo  any PettingZoo parallel env, named by module (`env.name`, e.g.
               "magent2.environments.battle_v4" or "seedlike.envs.coins")
+  gymnasium   any single-agent Gymnasium env, by registered id ("Taxi-v3") or entry point
+              ("examples.corridor:Corridor")
 
 Both turn an env batch into seedlike.types.Rows of (env, player) seats with the same methods:
 reset(), recv() -> Rows, send(actions, rows), render(), close(). With `env.teammates = K` every row
@@ -19,7 +21,7 @@ import ml_collections
 from seedlike.envs import levels, teammates
 from seedlike.types import LEVEL
 
-BACKENDS = ("envpool", "pettingzoo")
+BACKENDS = ("envpool", "pettingzoo", "gymnasium")
 
 
 class UnknownEnv(ValueError):
@@ -43,6 +45,14 @@ def check_env(env_config) -> None:
         except UnknownTask as e:
             raise UnknownEnv(str(e)) from None
         return
+    if _backend(env_config) == "gymnasium":
+        from seedlike.envs.gymnasium_env import make_env_spec as gymnasium_spec
+
+        try:
+            gymnasium_spec(env_config)
+        except ValueError as e:
+            raise UnknownEnv(str(e)) from None
+        return
     from seedlike.envs.pettingzoo_env import load_factory
 
     try:
@@ -55,6 +65,8 @@ def make_env_spec(env_config):
     """The EnvSpec of the configured env (identical on actors and server)."""
     if _backend(env_config) == "envpool":
         from seedlike.envs.envpool_env import make_env_spec as spec_fn
+    elif _backend(env_config) == "gymnasium":
+        from seedlike.envs.gymnasium_env import make_env_spec as spec_fn
     else:
         from seedlike.envs.pettingzoo_env import make_env_spec as spec_fn
     spec = spec_fn(env_config)
@@ -82,6 +94,8 @@ def make_env(env_config, spec, seed: int):
     """The adapter an actor steps: `env.num_envs` envs of the configured task."""
     if _backend(env_config) == "envpool":
         from seedlike.envs.envpool_env import EnvpoolAdapter as adapter
+    elif _backend(env_config) == "gymnasium":
+        from seedlike.envs.gymnasium_env import GymnasiumAdapter as adapter
     else:
         from seedlike.envs.pettingzoo_env import PettingZooAdapter as adapter
     level_names = tuple(env_config.get("levels", ()) or ())
