@@ -14,6 +14,7 @@ import numpy as np
 
 from seedlike.checkpoint import load_checkpoint
 from seedlike.envs import make_env
+from seedlike.envs.gymnasium_env import takes_render_mode as gymnasium_renders
 from seedlike.envs.pettingzoo_env import takes_render_mode
 from seedlike.league.games import NetworkAgent
 from seedlike.policy import PolicyRunner
@@ -47,9 +48,9 @@ def record_episodes(
     env_config = config.env.copy_and_resolve_references()
     env_config.num_envs, env_config.batch_size, env_config.num_threads = 1, 0, 1
     if render:
-        if env_config.get("backend", "envpool") == "pettingzoo" and not takes_render_mode(
-            env_config.name
-        ):
+        backend = env_config.get("backend", "envpool")
+        renders = {"pettingzoo": takes_render_mode, "gymnasium": gymnasium_renders}.get(backend)
+        if renders is not None and not renders(env_config.name):
             raise ValueError(
                 f"{env_config.name}: its env factory takes no render_mode, so it cannot give "
                 "frames; score it without a GIF (python evaluate.py --checkpoint=...)"

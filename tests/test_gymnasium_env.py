@@ -117,3 +117,11 @@ def test_a_users_own_env_trains_from_one_command(tmp_path):
     # Random play reaches the goal 7 cells away rarely (returns ~0.3 at first); the shortest
     # walk returns 1 - 6 x 0.01 = 0.94.
     assert got[0] < 0.6 and max(got) >= 0.93, got
+
+
+def test_watch_asks_for_frames_only_where_the_env_can_give_them():
+    from seedlike.envs.gymnasium_env import takes_render_mode
+
+    assert takes_render_mode("CartPole-v1")  # gymnasium.make takes render_mode
+    assert not takes_render_mode("examples.corridor:Corridor")  # watch.py says so in one line
+    assert takes_render_mode("gymnasium.envs.classic_control.cartpole:CartPoleEnv")

@@ -63,6 +63,24 @@ def make_one(name: str, kwargs: dict):
         ) from None
 
 
+def takes_render_mode(name: str) -> bool:
+    """Whether the env can be asked for frames: a registered id always can (gymnasium.make takes
+    render_mode), an entry point if its signature takes render_mode."""
+    import inspect
+
+    module_name, sep, attr = name.partition(":")
+    if not (sep and attr.isidentifier()):
+        return True
+    try:
+        make = getattr(importlib.import_module(module_name), attr)
+        parameters = inspect.signature(make).parameters
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return True  # making it says what is wrong
+    return "render_mode" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+
+
 def _one_hot_keys(space) -> list:
     """Keys (None: the whole observation) whose Discrete values become one-hot vectors."""
     import gymnasium
