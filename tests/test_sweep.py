@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from seedlike import jobs, sweep
+from seedlike import api, jobs, sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARTPOLE = os.path.join(ROOT, "configs", "cartpole_ppo.py")
@@ -215,3 +215,28 @@ def test_a_sweep_with_a_bad_value_says_so_in_one_line(tmp_path):
         out.stderr
     )
     assert not os.path.exists(os.path.join(tmp_path, sweep.STATE_FILE))
+
+
+def test_the_runner_keeps_parallel_jobs_going_and_retries_a_failure(tmp_path, monkeypatch):
+    monkeypatch.setattr(jobs, "POLL_S", 0.01)
+    started, fails = [], {"b/seed_0": 1}  # b fails once, then succeeds
+
+    def train(config, logdir, num_actors=2, overrides=None, flags=()):
+        run_id = os.path.relpath(logdir, tmp_path)
+        running = [r for r in started if r[1].poll() is None]
+        code = 3 if fails.get(run_id, 0) > 0 else 0
+        fails[run_id] = fails.get(run_id, 0) - 1
+        proc = subprocess.Popen(
+            [sys.executable, "-c", f"import time; time.sleep(0.3); exit({code})"]
+        )
+        started.append((run_id, proc, len(running)))
+        os.makedirs(logdir, exist_ok=True)
+        return api.Run(proc, logdir)
+
+    runs = {f"{c}/seed_0": ({"x": c}, 0) for c in "abcd"}
+    runner = jobs.Runner(CARTPOLE, str(tmp_path), runs, [], 2, 2, 1, "state.json", train=train)
+    state = runner.run()
+    assert all(r["state"] == "done" for r in state["runs"].values())
+    assert [r for r, *_ in started].count("b/seed_0") == 2  # retried once
+    assert max(n for *_, n in started) == 1 and started[1][2] == 1  # two at a time, never three
+    assert state["runs"]["b/seed_0"]["attempts"] == 2
