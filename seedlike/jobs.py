@@ -171,6 +171,22 @@ def run_result(rows: list[dict], metric: str, mode: str, final_fraction: float) 
     }
 
 
+def base_seed(config_path: str, passed: dict[str, str]) -> int:
+    """The seed a command's runs count from (run k gets it + k): --config.seed if given, else the
+    config's."""
+    if "seed" in passed:
+        return as_int(passed["seed"], "seed")
+    return int(load_config_file(config_path).seed)
+
+
+def as_int(text: str, key: str) -> int:
+    """A --config.KEY=VALUE integer (1e5 too); SpecError naming it otherwise."""
+    try:
+        return int(float(text))
+    except ValueError:
+        raise SpecError(f"--config.{key}={text!r}: not an integer") from None
+
+
 def load_state(logdir: str, name: str) -> dict:
     path = os.path.join(logdir, name)
     if not os.path.exists(path):
@@ -223,12 +239,14 @@ class Runner:
         entry = self.state["runs"][run_id]
         entry["attempts"] = entry.get("attempts", 0) + 1
         overrides = {**entry["cell"], "seed": entry["seed"]}
+        # The run's own values win over the shared flags (which train.sh would read last).
+        shared = [f for f in self.flags if f[len("--config.") :].split("=", 1)[0] not in overrides]
         run = self.train(
             self.config,
             os.path.join(self.logdir, run_id),
             num_actors=self.num_actors,
             overrides=overrides,
-            flags=tuple(self.flags),
+            flags=tuple(shared),
         )
         entry.update(state="running", pid=run.process.pid)
         return run

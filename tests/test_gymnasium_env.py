@@ -60,7 +60,8 @@ def test_an_entry_point_steps_as_rows_with_envpools_conventions():
     np.testing.assert_allclose(rows.reward, [1.0, 1.0, -0.01])
     env.send(right, rows)  # ended envs reset: their actions are ignored
     rows = env.recv()
-    assert rows.reward.tolist()[:2] == [0.0, 0.0] and rows.acting.all()
+    np.testing.assert_allclose(rows.reward[:2], [0.0, 0.0])
+    assert rows.acting.all()
     np.testing.assert_array_equal(rows.obs["obs"][:2], np.eye(4, dtype=np.float32)[[0, 0]])
     env.close()
 
@@ -85,7 +86,7 @@ def test_registered_ids_and_dict_observations_have_their_specs(monkeypatch):
     env.send(np.array([5, 3], np.int32), rows)  # 5 = (1, 2), 3 = (1, 0) in the heads' order
     rows = env.recv()
     np.testing.assert_array_equal(rows.obs["room"], [[0, 0, 1], [1, 0, 0]])
-    np.testing.assert_array_equal(rows.reward, [1.0, 1.0])
+    np.testing.assert_allclose(rows.reward, [1.0, 1.0])
     env.close()
 
 

@@ -88,13 +88,17 @@ def test_a_runs_final_and_best_values():
     ]
     rows.append({"env_steps": 99, "r": float("nan")})
     result = jobs.run_result(rows, "r", "max", 0.2)
-    assert result == {"final": 9.5, "best": 10.0, "env_steps": 99}  # last 2 of 10 values
-    assert jobs.run_result(rows, "r", "min", 0.01)["final"] == 10.0  # at least one value
+    assert result == {
+        "final": pytest.approx(9.5),
+        "best": 10.0,
+        "env_steps": 99,
+    }  # last 2 of 10 values
+    assert jobs.run_result(rows, "r", "min", 0.01)["final"] == pytest.approx(10.0)  # at least one
     assert jobs.run_result(rows, "r", "min", 0.2)["best"] == 1.0
     assert jobs.run_result(rows[:1], "r", "max", 0.1) is None
     mean, half = sweep.interval([1.0, 2.0, 3.0])
     # Student t, 2 degrees of freedom: t(0.975) = 4.3027; sd 1, standard error 1/sqrt(3).
-    assert mean == 2.0 and half == pytest.approx(4.302653 / np.sqrt(3), rel=1e-5)
+    assert mean == pytest.approx(2.0) and half == pytest.approx(4.302653 / np.sqrt(3), rel=1e-5)
     assert sweep.interval([5.0]) == (5.0, None)
 
 
@@ -122,9 +126,10 @@ def test_the_table_ranks_cells_by_their_final_mean_and_names_failed_runs(tmp_pat
         state["runs"][run_id] = {"cell": cell, "name": name, "seed": seed, "state": status}
     cells = sweep.write_results(state, logdir, "episode_return_mean", "max", 0.3)
     assert [c["cell"] for c in cells] == ["a=2", "a=1", "a=3"]
-    assert cells[0]["final_mean"] == 300.0 and cells[0]["final_ci"] is None
+    assert cells[0]["final_mean"] == pytest.approx(300.0) and cells[0]["final_ci"] is None
     assert cells[0]["failed"] == [1] and cells[2]["failed"] == [0]
-    assert cells[1]["final_mean"] == 40.0 and cells[1]["best_mean"] == 40.0
+    assert cells[1]["final_mean"] == pytest.approx(40.0)
+    assert cells[1]["best_mean"] == pytest.approx(40.0)
     # finals 30 and 50: standard deviation 14.14, standard error 10, t(0.975, 1 dof) = 12.7062.
     assert cells[1]["final_ci"] == pytest.approx(127.062, rel=1e-5)
     table = open(os.path.join(logdir, "sweep.md")).read().splitlines()
@@ -240,3 +245,26 @@ def test_the_runner_keeps_parallel_jobs_going_and_retries_a_failure(tmp_path, mo
     assert [r for r, *_ in started].count("b/seed_0") == 2  # retried once
     assert max(n for *_, n in started) == 1 and started[1][2] == 1  # two at a time, never three
     assert state["runs"]["b/seed_0"]["attempts"] == 2
+
+
+def test_a_runs_own_values_win_over_the_flags_every_run_gets(tmp_path, monkeypatch):
+    monkeypatch.setattr(jobs, "POLL_S", 0.01)
+    seen = []
+
+    def train(config, logdir, num_actors=2, overrides=None, flags=()):
+        seen.append((overrides, flags))
+        return api.Run(subprocess.Popen(["true"]), logdir)
+
+    shared = ["--config.seed=10", "--config.ppo.epochs=3", "--config.total_env_steps=5000"]
+    seed = jobs.base_seed(CARTPOLE, jobs.config_values(shared))
+    runs = {f"seed_{k}": ({"ppo.epochs": "4"}, seed + k) for k in range(2)}
+    jobs.Runner(CARTPOLE, str(tmp_path), runs, shared, 2, 1, 0, "s.json", train=train).run()
+    # train.sh reads flags after the run's values: a shared seed would give both runs seed 10.
+    assert [o for o, _ in seen] == [
+        {"ppo.epochs": "4", "seed": 10},
+        {"ppo.epochs": "4", "seed": 11},
+    ]
+    assert all(f == ("--config.total_env_steps=5000",) for _, f in seen)
+    assert jobs.base_seed(CARTPOLE, {}) == 0
+    with pytest.raises(jobs.SpecError, match="--config.seed='x': not an integer"):
+        jobs.base_seed(CARTPOLE, {"seed": "x"})

@@ -135,11 +135,8 @@ class GymnasiumAdapter:
             for k in self._one_hot
         }
         self._dict = isinstance(first.observation_space, gymnasium.spaces.Dict)
-        made = iter([first])
-        self._envs = SyncVectorEnv(
-            [lambda: next(made, None) or make_one(name, kwargs) for _ in range(self.num_envs)],
-            autoreset_mode=AutoresetMode.NEXT_STEP,
-        )
+        others = [lambda: make_one(name, kwargs)] * (self.num_envs - 1)
+        self._envs = SyncVectorEnv([lambda: first, *others], autoreset_mode=AutoresetMode.NEXT_STEP)
         self._seed = int(seed)
         self._env_id = np.arange(self.num_envs, dtype=np.int32)
         self._last = None

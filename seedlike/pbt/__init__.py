@@ -116,14 +116,16 @@ def fitness_of(rows: list[dict], since: float, key: str, mode: str) -> float:
 class Population:
     """The population's state, its generations and their records (see the module docstring).
 
-    `total_env_steps`: the runs' (when a flag overrides the config's); `exploit` False keeps
+    `total_env_steps`, `base_seed`: the runs' (when flags override the config's); member m gets
+    seed base_seed + m; `exploit` False keeps
     every member's values (the control); `train` starts a member's job (seedlike.api.train's
     signature; tests give a stand-in)."""
 
     def __init__(self, config: str, logdir: str, members: int, interval: int, explore: Explore,
                  quantile: float, fitness: str, mode: str, seed: int, flags: list[str],
                  num_actors: int = 2, parallel: int = 1, retries: int = 1,
-                 total_env_steps: int | None = None, exploit: bool = True,
+                 total_env_steps: int | None = None, base_seed: int | None = None,
+                 exploit: bool = True,
                  train=api.train):  # fmt: skip
         self.config, self.logdir, self.interval = config, logdir, int(interval)
         self.explore, self.quantile, self.fitness, self.mode = explore, quantile, fitness, mode
@@ -134,7 +136,7 @@ class Population:
         loaded = load_config_file(config)
         self.total = int(total_env_steps or loaded.total_env_steps)
         self.exploit = exploit
-        self.base_seed = int(loaded.seed)
+        self.base_seed = int(loaded.seed if base_seed is None else base_seed)
         self.generations = math.ceil(self.total / self.interval)
         os.makedirs(logdir, exist_ok=True)
         self.state = jobs.load_state(logdir, STATE_FILE)
@@ -153,6 +155,7 @@ class Population:
                 f"{members}; use another --logdir"
             )
         self.stopping = False
+        self.runner = None  # the generation's jobs.Runner, while it trains
 
     def run(self) -> bool:
         """Trains the remaining generations; False if stopped (the state allows a resume)."""
@@ -171,12 +174,11 @@ class Population:
             cell = {**member["values"], "pause_at_env_steps": str(pause)}
             runs[member_dir(m)] = (cell, self.base_seed + m)
         jobs.save_state(self.logdir, self.state, STATE_FILE)
-        runner = jobs.Runner(
+        self.runner = jobs.Runner(
             self.config, self.logdir, runs, self.flags, self.num_actors, self.parallel,
             self.retries, state_file=f"pbt_generation_{g}.json", train=self.train, label="pbt",
         )  # fmt: skip
-        self.runner = runner
-        states = runner.run()["runs"]
+        states = self.runner.run()["runs"]
         if self.stopping or any(states[r]["state"] != "done" for r in runs):
             return False
         fitness = [

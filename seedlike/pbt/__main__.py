@@ -59,6 +59,9 @@ def main(argv) -> int:
             for end in dist.args:
                 value = str(int(end)) if dist.kind == "int" else str(end)
                 jobs.check_cell(config, {**passed, key: value})
+        total = passed.get("total_env_steps")
+        total = None if total is None else jobs.as_int(total, "total_env_steps")
+        seed = jobs.base_seed(config, passed)
     except (jobs.SpecError, FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
     passed.setdefault("log.wandb_group", os.path.basename(logdir))
@@ -69,17 +72,15 @@ def main(argv) -> int:
             Explore(space, perturb, _RESAMPLE.value), _QUANTILE.value, _FITNESS.value,
             _MODE.value, _PBT_SEED.value, [f"--config.{k}={v}" for k, v in passed.items()],
             _NUM_ACTORS.value, _PARALLEL.value, _RETRIES.value,
-            int(float(passed["total_env_steps"])) if "total_env_steps" in passed else None,
-            _EXPLOIT.value,
+            total, seed, _EXPLOIT.value,
         )  # fmt: skip
     except jobs.SpecError as e:
         sys.exit(f"error: {e}")
 
     def stop(signum, frame):
         population.stopping = True
-        runner = getattr(population, "runner", None)
-        if runner is not None:
-            runner.stopping = True
+        if population.runner is not None:
+            population.runner.stopping = True
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)

@@ -9,7 +9,6 @@ import sys
 from absl import app, flags
 
 from seedlike import jobs
-from seedlike.config import load_config_file
 from seedlike.sweep import STATE_FILE, write_results
 
 _CONFIG = flags.DEFINE_string("config", "configs/cartpole_ppo.py", "Config of every run.")
@@ -46,7 +45,7 @@ def main(argv) -> int:
             _RANDOM.value,
             _SWEEP_SEED.value,
         )
-        base_seed = int(load_config_file(config).seed)
+        base_seed = jobs.base_seed(config, passed)
         for cell in cells:
             jobs.check_cell(config, {**passed, **cell})
     except (jobs.SpecError, FileNotFoundError) as e:
