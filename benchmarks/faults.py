@@ -241,7 +241,7 @@ def attacker(
                 game_over=done,
             )
             reply = connection.step(codec.encode_step(sent, rows))
-            actions = client.decode_actions(reply, n, spec.num_actions)
+            actions = client.decode_actions(reply, n, spec)
             sent, t = sent + 1, t + 1
     except (client.Disconnected, client.Rejected, client.TrainingOver) as e:
         out.setdefault("ended", []).append(f"{type(e).__name__}: {e}")

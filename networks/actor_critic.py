@@ -9,7 +9,9 @@ Parameter paths (`layer_graph` tells surgery which layer reads which; see networ
               MLP: dense_i, res_j/dense_{0,1}; Nature CNN: conv_0..2, dense_0;
               IMPALA CNN: stack_i/{conv, block_j/conv_k}, dense_0
   core:       params/core/lstm/{ii,if,ig,io,hi,hf,hg,ho} (flax LSTMCell, one Dense per gate)
-  heads:      params/policy_head/logits, params/value_head/value
+  heads:      params/policy_head/logits, params/value_head/value; continuous dimensions
+              params/gaussian_head/{mean, log_std} (log_std a vector, or a Dense layer when
+              state-dependent)
   text:       params/text_encoder/{embed, gru} (with network.text_key)
   entities:   params/entity_encoder/{embed, attention/{query,key,value,out}, mlp}
               (with network.entities); pointer heads params/pointers_<i>/{query, key, extra}
@@ -125,10 +127,15 @@ class ActorCritic(nn.Module):
     # (heads.Autoregressive); the logits then depend on the action (`args`), and acting samples
     # head by head (`act`).
     autoregressive: bool = False
+    # D continuous action dimensions (EnvSpec.continuous): a diagonal Gaussian head
+    # (heads.GaussianHead) whose mean and log-std follow the categoricals' logits.
+    continuous: int = 0
+    state_dependent_std: bool = False
+    log_std_init: float = 0.0
 
     @property
     def head_sizes(self) -> tuple[int, ...]:
-        return tuple(self.action_heads) or (self.num_actions,)
+        return tuple(self.action_heads) or ((self.num_actions,) if self.num_actions else ())
 
     def setup(self):
         if self.torso_kind == "mlp" and not self.shared_torso:
@@ -150,6 +157,10 @@ class ActorCritic(nn.Module):
             str(i): heads.PointerHead(extra=self.head_sizes[i] - self.num_entities)
             for i in self.pointer_heads
         }
+        if self.continuous:
+            self.gaussian_head = heads.GaussianHead(
+                self.continuous, self.state_dependent_std, self.log_std_init
+            )
         self.value_head = heads.ValueHead()
         if self.autoregressive:
             self.conditioning = heads.Autoregressive(self.head_sizes)
@@ -236,6 +247,14 @@ class ActorCritic(nn.Module):
         return logits, 0.5 * (self.value_head(v) + self.value_head(vm))
 
     def _logits(self, h: jax.Array, ctx, args=None) -> jax.Array:
+        """The distribution's parameters: the categoricals' logits, then the Gaussian's mean and
+        log-std (heads.ActionLayout)."""
+        parts = [self._categorical_logits(h, ctx, args)] if self.head_sizes else []
+        if self.continuous:
+            parts.append(self.gaussian_head(h))
+        return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
+
+    def _categorical_logits(self, h: jax.Array, ctx, args=None) -> jax.Array:
         """The heads' logits side by side: pointer heads attend to ctx's entities."""
         if self.autoregressive:
             inputs = self.conditioning(h, args)
@@ -378,6 +397,12 @@ def layer_graph(
     dense_heads = len(pointers) < len(sizes)
     policy = "policy_head/logits" if dense_heads else ""
     reads_policy = [Reader(policy)] if policy else []
+    gaussian = ()
+    if module.continuous:
+        gaussian = ("gaussian_head/mean",) + (
+            ("gaussian_head/log_std",) if module.state_dependent_std else ()
+        )
+        reads_policy += [Reader(layer) for layer in gaussian]
     for i, name in pointers.items():
         reads_policy.append(Reader(f"{name}/query"))
         if sizes[i] > module.num_entities:
@@ -437,6 +462,12 @@ def layer_graph(
         spaces[policy] = Space(
             (policy,), refused="params/policy_head/logits is the policy head: use add_actions"
         )
+    for layer in gaussian:
+        spaces[layer] = Space(
+            (layer,),
+            refused=f"params/{layer} is the Gaussian policy head: its outputs are "
+            "the action's dimensions",
+        )
     for layer in conditioning.values():
         spaces[layer] = Space(
             (layer,),
@@ -464,6 +495,7 @@ def layer_graph(
         head_sizes=tuple(int(n) for n in sizes),
         torsos=torso_graphs,
         entities=entity_graph(module),
+        gaussian=gaussian,
         rebuild=rebuild,
     )
 
@@ -495,14 +527,22 @@ class Network:
     obs_clip: float = normalization.DEFAULT_CLIP
     image_layout: str = "HWC"  # layout of spec.observation[module.image_key]
     image_scale: float = 1.0 / 255.0
+    # Continuous dimensions: the env gets tanh(u) of the Gaussian's sample u (heads.ActionLayout).
+    action_squash: bool = False
 
     @property
     def is_recurrent(self) -> bool:
         return self.module.core_size > 0
 
     @property
-    def action_sizes(self) -> tuple[int, ...] | None:
-        """The argument sizes of a factorized action (heads.log_prob etc.), None for one head."""
+    def action_sizes(self) -> tuple[int, ...] | heads.ActionLayout | None:
+        """How the distribution functions (heads.log_prob etc.) read the policy's outputs: the
+        argument sizes of a factorized action, None for one categorical, an ActionLayout with
+        continuous dimensions."""
+        if self.spec.continuous:
+            return heads.ActionLayout(
+                tuple(self.spec.action_heads), self.spec.continuous, self.action_squash
+            )
         return self.spec.action_heads or None
 
     def layer_graph(self) -> LayerGraph:
@@ -714,6 +754,12 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         )
     entity_key, pointer_heads = _check_entities(network_config, spec, mirror, team_pool)
     autoregressive = bool(network_config.get("autoregressive", False))
+    if spec.continuous and (autoregressive or mirror or team_pool):
+        raise ValueError(
+            f"{spec.name} has {spec.continuous} continuous action dimensions: network."
+            "autoregressive, network.mirror and network.team_pool are for discrete actions; "
+            "turn them off"
+        )
     if autoregressive and (len(spec.action_heads) < 2 or mirror):
         raise ValueError(
             f"network.autoregressive conditions later action heads on earlier ones: it needs a "
@@ -746,6 +792,9 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         entity_heads=int(network_config.get("entity_heads", 4)),
         pointer_heads=pointer_heads,
         autoregressive=autoregressive,
+        continuous=spec.continuous,
+        state_dependent_std=bool(network_config.get("state_dependent_std", False)),
+        log_std_init=float(network_config.get("log_std_init", 0.0)),
     )
     return Network(
         spec=spec,
@@ -754,6 +803,7 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         obs_clip=float(network_config.get("obs_clip", normalization.DEFAULT_CLIP)),
         image_layout=layout,
         image_scale=float(network_config.get("image_scale", 1.0 / 255.0)),
+        action_squash=bool(network_config.get("action_squash", False)) and spec.continuous > 0,
     )
 
 

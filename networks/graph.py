@@ -90,6 +90,8 @@ class LayerGraph:
       head_sizes: the action heads' sizes, in the logits' order.
       torsos: torso module -> its TorsoGraph.
       entities: the entity encoder's graph (networks.actor_critic.EntityGraph), else None.
+      gaussian: a Gaussian head's layers (its mean, then a state-dependent log-std layer; a
+        log-std vector lives at <head>/log_std beside the mean), () without continuous actions.
       rebuild: (blocks, **module fields) -> the graph of the network with those changes
         (blocks: torso module -> residual blocks); see `with_blocks`, `with_module`.
     """
@@ -105,6 +107,7 @@ class LayerGraph:
     head_sizes: tuple[int, ...]
     torsos: Mapping[str, TorsoGraph]
     entities: object = None
+    gaussian: tuple[str, ...] = ()
     rebuild: Callable[..., LayerGraph] | None = dataclasses.field(
         default=None, compare=False, repr=False
     )

@@ -1,9 +1,12 @@
-"""Policy, pointer and value heads, and the masked (factorized) categorical distributions the
-policy samples from."""
+"""Policy, pointer, Gaussian and value heads, and the distributions the policy samples from:
+masked (factorized) categoricals, diagonal Gaussians (optionally tanh-squashed), and mixes of
+both."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from collections.abc import Sequence
 
 import flax.linen as nn
@@ -30,6 +33,40 @@ class CategoricalHead(nn.Module):
             bias_init=nn.initializers.zeros,
             name="logits",
         )(x)
+
+
+class GaussianHead(nn.Module):
+    """Mean and log-std [N, 2D] of a diagonal Gaussian over D continuous action dimensions.
+
+    The log-std is one learned vector shared by all states (CleanRL's and the PPO paper's choice
+    for MuJoCo) or, with `state_dependent`, a Dense layer of the features, clipped to
+    [LOG_STD_MIN, LOG_STD_MAX] so that a few outlying states cannot collapse or blow up the std.
+    The mean starts near 0 (small init) and the std at exp(log_std_init).
+    """
+
+    size: int
+    state_dependent: bool = False
+    log_std_init: float = 0.0
+    init_scale: float = 0.01
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        dense = functools.partial(
+            nn.Dense, self.size, kernel_init=nn.initializers.orthogonal(self.init_scale)
+        )
+        mean = dense(bias_init=nn.initializers.zeros, name="mean")(x)
+        if self.state_dependent:
+            log_std = dense(bias_init=nn.initializers.constant(self.log_std_init), name="log_std")
+            log_std = jnp.clip(log_std(x), LOG_STD_MIN, LOG_STD_MAX)
+        else:
+            vector = self.param(
+                "log_std", nn.initializers.constant(self.log_std_init), (self.size,)
+            )
+            log_std = jnp.broadcast_to(vector.astype(mean.dtype), mean.shape)
+        return jnp.concatenate([mean, log_std], axis=-1)
+
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
 class ValueHead(nn.Module):
@@ -97,6 +134,87 @@ class PointerHead(nn.Module):
 # one int whose mixed-radix digits are the arguments (EnvSpec.action_heads). The arguments are
 # independent given the logits, so log-probabilities and entropies add up over heads and the
 # KL too. sizes=None is one categorical over the whole last axis.
+#
+# With continuous dimensions `sizes` is an ActionLayout: the distribution's parameters
+# [..., L + 2D] are the categoricals' logits (L = n_1 + ... + n_H, maybe none), then the D means
+# and D log-stds of a diagonal Gaussian; an action is float32 [..., H + D], the arguments' digits
+# as floats, then the Gaussian sample u. With `squash` the env gets tanh(u) (rescaled to its
+# bounds by the actor); u itself is what is stored, so log-probabilities never take an atanh of a
+# saturated value:
+#
+#   log pi(a) = sum_d [ log N(u_d; mu_d, sigma_d) - log(1 - tanh(u_d)^2) ]
+#
+# The tanh is a bijection, so the KL between two squashed Gaussians is the Gaussians' KL; their
+# entropy has no closed form, and is E[-log pi] per dimension by Gauss-Hermite quadrature.
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionLayout:
+    """How an action with continuous dimensions is laid out (see above)."""
+
+    sizes: tuple[int, ...] = ()  # the discrete arguments, n_1 .. n_H
+    continuous: int = 0  # D
+    squash: bool = False  # tanh-squashed Gaussian
+
+    @property
+    def logits_size(self) -> int:
+        return sum(self.sizes)
+
+
+HERMITE_NODES = 24
+_HERMITE = np.polynomial.hermite.hermgauss(HERMITE_NODES)
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def _gaussian(params: jax.Array, layout: ActionLayout):
+    """(mean, log_std) [..., D] of a layout's parameters."""
+    start = layout.logits_size
+    d = layout.continuous
+    return params[..., start : start + d], params[..., start + d : start + 2 * d]
+
+
+def _categoricals(params: jax.Array, layout: ActionLayout) -> list[jax.Array]:
+    """Each discrete argument's logits (none for a purely continuous action)."""
+    if not layout.sizes:
+        return []
+    return split(params[..., : layout.logits_size], layout.sizes)
+
+
+def _discrete_args(action: jax.Array, layout: ActionLayout) -> list[jax.Array]:
+    h = len(layout.sizes)
+    return [jnp.rint(action[..., i]).astype(jnp.int32) for i in range(h)]
+
+
+def log_det_tanh(u: jax.Array) -> jax.Array:
+    """log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), stable for any u."""
+    return 2.0 * (math.log(2.0) - u - jax.nn.softplus(-2.0 * u))
+
+
+def gaussian_log_prob(mean, log_std, u, squash: bool = False) -> jax.Array:
+    """log pi(u) summed over the last axis (of tanh(u) with `squash`)."""
+    z = (u - mean) * jnp.exp(-log_std)
+    logp = -0.5 * jnp.square(z) - log_std - 0.5 * _LOG_2PI
+    if squash:
+        logp = logp - log_det_tanh(u)
+    return jnp.sum(logp, axis=-1)
+
+
+def gaussian_entropy(mean, log_std, squash: bool = False) -> jax.Array:
+    """The entropy summed over the last axis: sum_d log sigma_d + (1 + log 2 pi) / 2, plus with
+    `squash` E_u[log(1 - tanh(u)^2)] per dimension (Gauss-Hermite quadrature)."""
+    entropy = log_std + 0.5 * (1.0 + _LOG_2PI)
+    if squash:
+        nodes, weights = (jnp.asarray(x, mean.dtype) for x in _HERMITE)
+        u = mean[..., None] + math.sqrt(2.0) * jnp.exp(log_std)[..., None] * nodes
+        entropy = entropy + jnp.sum(weights * log_det_tanh(u), axis=-1) / math.sqrt(math.pi)
+    return jnp.sum(entropy, axis=-1)
+
+
+def gaussian_kl(mean_p, log_std_p, mean_q, log_std_q) -> jax.Array:
+    """KL(p || q) of diagonal Gaussians, summed over the last axis (also of their tanh images)."""
+    var_ratio = jnp.exp(2.0 * (log_std_p - log_std_q))
+    mahalanobis = jnp.square((mean_p - mean_q) * jnp.exp(-log_std_q))
+    return jnp.sum(0.5 * (var_ratio + mahalanobis - 1.0) - (log_std_p - log_std_q), axis=-1)
 
 
 def split(logits: jax.Array, sizes: Sequence[int] | None) -> list[jax.Array]:
@@ -125,6 +243,10 @@ def apply_mask(logits: jax.Array, mask: jax.Array | None, sizes=None) -> jax.Arr
     """Sets the logits of illegal choices (mask False) to MASKED_LOGIT."""
     if mask is None:
         return logits
+    if isinstance(sizes, ActionLayout):  # the mask covers the categoricals' logits only
+        split_at = sizes.logits_size
+        masked = apply_mask(logits[..., :split_at], mask, sizes.sizes)
+        return jnp.concatenate([masked, logits[..., split_at:]], axis=-1)
     # A head with no legal choice (only ever a padding row) falls back to all its choices.
     mask = jnp.concatenate(
         [jnp.logical_or(m, ~jnp.any(m, axis=-1, keepdims=True)) for m in split(mask, sizes)],
@@ -134,6 +256,13 @@ def apply_mask(logits: jax.Array, mask: jax.Array | None, sizes=None) -> jax.Arr
 
 
 def log_prob(logits: jax.Array, action: jax.Array, sizes=None) -> jax.Array:
+    if isinstance(sizes, ActionLayout):
+        mean, log_std = _gaussian(logits, sizes)
+        u = action[..., len(sizes.sizes) :]
+        total = gaussian_log_prob(mean, log_std, u, sizes.squash)
+        for x, d in zip(_categoricals(logits, sizes), _discrete_args(action, sizes)):
+            total = total + log_prob(x, d)
+        return total
     if sizes is None or len(sizes) == 1:
         logp = jax.nn.log_softmax(logits)
         return jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
@@ -142,6 +271,11 @@ def log_prob(logits: jax.Array, action: jax.Array, sizes=None) -> jax.Array:
 
 def entropy(logits: jax.Array, sizes=None) -> jax.Array:
     total = 0.0
+    if isinstance(sizes, ActionLayout):
+        total = gaussian_entropy(*_gaussian(logits, sizes), sizes.squash)
+        if not sizes.sizes:
+            return total
+        logits, sizes = logits[..., : sizes.logits_size], sizes.sizes
     for x in split(logits, sizes):
         logp = jax.nn.log_softmax(x)
         total = total - jnp.sum(jnp.exp(logp) * logp, axis=-1)
@@ -151,6 +285,12 @@ def entropy(logits: jax.Array, sizes=None) -> jax.Array:
 def kl_divergence(logits_p: jax.Array, logits_q: jax.Array, sizes=None) -> jax.Array:
     """KL(p || q) per row."""
     total = 0.0
+    if isinstance(sizes, ActionLayout):
+        total = gaussian_kl(*_gaussian(logits_p, sizes), *_gaussian(logits_q, sizes))
+        if not sizes.sizes:
+            return total
+        end = sizes.logits_size
+        logits_p, logits_q, sizes = logits_p[..., :end], logits_q[..., :end], sizes.sizes
     for p, q in zip(split(logits_p, sizes), split(logits_q, sizes)):
         logp, logq = jax.nn.log_softmax(p), jax.nn.log_softmax(q)
         total = total + jnp.sum(jnp.exp(logp) * (logp - logq), axis=-1)
@@ -158,7 +298,15 @@ def kl_divergence(logits_p: jax.Array, logits_q: jax.Array, sizes=None) -> jax.A
 
 
 def sample(key: jax.Array, logits: jax.Array, sizes=None) -> jax.Array:
-    """int32 actions drawn from the logits (each head independently)."""
+    """int32 actions drawn from the logits (each head independently); float32 [..., H + D] with
+    continuous dimensions."""
+    if isinstance(sizes, ActionLayout):
+        key, noise = jax.random.split(key)
+        mean, log_std = _gaussian(logits, sizes)
+        u = mean + jnp.exp(log_std) * jax.random.normal(noise, mean.shape, mean.dtype)
+        keys = jax.random.split(key, max(len(sizes.sizes), 1))
+        args = [jax.random.categorical(k, x) for k, x in zip(keys, _categoricals(logits, sizes))]
+        return _continuous_action(args, u)
     if sizes is None or len(sizes) == 1:
         return jax.random.categorical(key, logits).astype(jnp.int32)
     keys = jax.random.split(key, len(sizes))
@@ -166,7 +314,16 @@ def sample(key: jax.Array, logits: jax.Array, sizes=None) -> jax.Array:
 
 
 def greedy(logits: jax.Array, sizes=None) -> jax.Array:
-    """The most likely action: each head's most likely choice."""
+    """The most likely action: each head's most likely choice (and the Gaussian's mean)."""
+    if isinstance(sizes, ActionLayout):
+        args = [x.argmax(-1) for x in _categoricals(logits, sizes)]
+        return _continuous_action(args, _gaussian(logits, sizes)[0])
     if sizes is None or len(sizes) == 1:
         return logits.argmax(-1).astype(jnp.int32)
     return join([x.argmax(-1) for x in split(logits, sizes)], sizes)
+
+
+def _continuous_action(args: Sequence[jax.Array], u: jax.Array) -> jax.Array:
+    """float32 [..., H + D]: the arguments' digits, then the continuous values."""
+    digits_ = [a.astype(jnp.float32)[..., None] for a in args]
+    return jnp.concatenate([*digits_, u.astype(jnp.float32)], axis=-1)

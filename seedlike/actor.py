@@ -20,6 +20,7 @@ import numpy as np
 
 from seedlike.config import ConfigError, env_spec
 from seedlike.envs import make_env
+from seedlike.envs.spaces import EnvActions
 from seedlike.rpc import client, codec, security
 from seedlike.teams import Teams
 from seedlike.types import take_rows
@@ -50,6 +51,11 @@ class Actor:
         self.spec = env_spec(config)
         try:
             teams = Teams.from_config(config.get("teams", {}), self.spec)
+            self.env_actions = EnvActions(
+                self.spec,
+                config.env.get("action_bounds", "clip"),
+                config.get("network", {}).get("action_squash", False),
+            )
         except ValueError as e:
             raise ConfigError(f"invalid config: {e}") from None
         members = int(config.get("population", {}).get("size", 1))
@@ -160,14 +166,15 @@ class Actor:
                     actions = self._step(connections[0], sequence, 0, rows, env)
                 else:
                     # Each member gets its own agents' rows (none: no message this step).
-                    actions = np.zeros(rows.reward.shape[0], np.int32)
+                    act = self.spec.action_spec
+                    actions = np.zeros((rows.reward.shape[0], *act.shape), act.dtype)
                     member = self.member[rows.player_id]
                     for k, connection in enumerate(connections):
                         idx = np.flatnonzero(member == k)
                         if idx.size:
                             part = take_rows(rows, idx)
                             actions[idx] = self._step(connection, sequence, k, part, env)
-                env.send(actions, rows)
+                env.send(self.env_actions(actions), rows)
                 session_steps += rows.reward.shape[0]
                 if time.monotonic() - last_log > 30.0:
                     last_log = time.monotonic()
@@ -201,7 +208,7 @@ class Actor:
         sequence[k] += 1
         if k == 0:  # a population's curriculum is member 0's
             self._levels(env, reply)
-        return client.decode_actions(reply, rows.reward.shape[0], self.spec.num_actions)
+        return client.decode_actions(reply, rows.reward.shape[0], self.spec)
 
     def _levels(self, env, message) -> None:
         """Curriculum levels (env.levels): the probabilities the server sent, if any."""

@@ -12,6 +12,7 @@ import ml_collections
 import numpy as np
 
 ALGOS = ("ppo", "vtrace")
+ACTION_BOUNDS = ("clip", "rescale")  # env.action_bounds
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -75,6 +76,11 @@ def base_config() -> ml_collections.ConfigDict:
     # text encoder (network.text_key); 0: as envpool gives it (bytes), or drop it with obs_keys.
     c.env.mission_tokens = 0
     c.env.blank_mission = False  # every mission reads as empty: the baseline a mission must beat
+    # Continuous actions (a Box action space): how the actor turns the policy's sample into what
+    # the env gets. "clip": clipped to the env's bounds (CleanRL); "rescale": the policy acts in
+    # [-1, 1], mapped linearly onto the bounds (then clipped). With network.action_squash the
+    # tanh's output is always rescaled onto the bounds. The sample itself is what is learned from.
+    c.env.action_bounds = "clip"
 
     # Teams in multi-agent envs (seedlike/teams.py; OpenAI Five App. G): how seats form teams and
     # how each agent's learning reward is shaped from its team's. Episode returns stay raw.
@@ -164,6 +170,13 @@ def base_config() -> ml_collections.ConfigDict:
     c.network.core_size = 256  # LSTM units
     c.network.normalize_obs = True  # running mean/std normalization of float observations
     c.network.obs_clip = 5.0  # normalized observations are clipped to +-obs_clip
+    # Continuous actions: a diagonal Gaussian head. Its log-std is one learned vector (CleanRL's
+    # choice) or, with state_dependent_std, a layer of the features; it starts at log_std_init.
+    # action_squash: the env gets tanh of the sample (rescaled to its bounds), learned with the
+    # tanh's log-det correction (SAC's squashed Gaussian); needs finite bounds.
+    c.network.state_dependent_std = False
+    c.network.log_std_init = 0.0
+    c.network.action_squash = False
 
     c.ppo = ml_collections.ConfigDict()
     c.ppo.gamma = 0.99
@@ -179,6 +192,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.ppo.reward_clip = (
         0.0  # clip rewards to +-reward_clip for learning (0 = off; returns stay raw)
     )
+    # Divide rewards learned from by the running std of the discounted return (gymnasium's
+    # NormalizeReward; seedlike/server/return_scale.py), then clip them to +-normalized_reward_clip
+    # (0: no clip). MuJoCo needs it; episode returns stay raw.
+    c.ppo.normalize_rewards = False
+    c.ppo.normalized_reward_clip = 10.0
 
     c.vtrace = ml_collections.ConfigDict()
     c.vtrace.gamma = 0.99
@@ -189,6 +207,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.vtrace.vf_coef = 0.5
     c.vtrace.ent_coef = 0.01
     c.vtrace.reward_clip = 0.0
+    c.vtrace.normalize_rewards = False  # as ppo.normalize_rewards
+    c.vtrace.normalized_reward_clip = 10.0
     c.vtrace.epochs = 1  # > 1 replays each batch (IMPALA uses every unroll once)
     c.vtrace.num_minibatches = 1  # sgd steps per pass (minibatches of whole unrolls)
 
@@ -444,7 +464,15 @@ def validate(config) -> None:
         0 <= config.env.batch_size <= config.env.num_envs,
         f"env.batch_size={config.env.batch_size} must be 0 or in [1, {config.env.num_envs}]",
     )
+    need(
+        config.env.action_bounds in ACTION_BOUNDS,
+        f"env.action_bounds={config.env.action_bounds!r} is not one of {list(ACTION_BOUNDS)}",
+    )
     algo = config[config.algo]
+    need(
+        algo.normalized_reward_clip >= 0,
+        f"{config.algo}.normalized_reward_clip must be >= 0 (0: no clip)",
+    )
     need(
         algo.epochs >= 1 and algo.num_minibatches >= 1,
         f"{config.algo}.epochs and {config.algo}.num_minibatches must be >= 1",

@@ -19,7 +19,7 @@ import numpy as np
 class PolicyOutput(NamedTuple):
     """What a policy did for n rows."""
 
-    action: np.ndarray  # int32 [n]
+    action: np.ndarray  # int32 [n], or float32 [n, K] (EnvSpec.action_spec)
     logp: np.ndarray  # float32 [n]: log pi(action | obs)
     value: np.ndarray  # float32 [n]
     carry: Any  # the new recurrent state [n, ...]; () for feed-forward networks
@@ -30,17 +30,22 @@ class Pending:
 
     `get()` waits for them and copies them to the host; until then the caller is free to prepare
     the next batch (JAX dispatches asynchronously). Action, log-probability and value come packed
-    in one float32 [3, n] array (the action's bits as they are), one transfer instead of three.
+    in one float32 [K + 2, n] array (a discrete action's int32 bits as they are, K = 1; or the K
+    floats of one with continuous dimensions), one transfer instead of three.
     """
 
-    def __init__(self, packed, carry, rows: int):
+    def __init__(self, packed, carry, rows: int, continuous: bool = False):
         self._packed, self._carry = packed, carry
-        self._rows = rows
+        self._rows, self._continuous = rows, continuous
 
     def get(self) -> PolicyOutput:
         packed = np.asarray(self._packed)[:, : self._rows]
         carry = jax.tree.map(lambda x: np.asarray(x)[: self._rows], self._carry)
-        return PolicyOutput(packed[0].view(np.int32), packed[1], packed[2], carry)
+        if self._continuous:
+            action = np.ascontiguousarray(packed[:-2].T)
+        else:
+            action = packed[0].view(np.int32)
+        return PolicyOutput(action, packed[-2], packed[-1], carry)
 
 
 class Ready:
@@ -96,6 +101,7 @@ class PolicyRunner:
         self._key = jax.random.key_data(jax.random.key(np.uint32(seed)))
         self._key_lock = threading.Lock()
         self._guard = guard or (lambda fn, *args: fn(*args))
+        self._continuous = bool(network.spec.continuous)
 
         def step(policy_params, obs, extras, carry, first, key_bits):
             key, sample = jax.random.split(jax.random.wrap_key_data(key_bits))
@@ -103,8 +109,12 @@ class PolicyRunner:
             action, logp, value, carry = network.act(
                 params, obs_norm, obs, extras, carry, first, sample, greedy
             )
-            bits = jax.lax.bitcast_convert_type(action.astype(jnp.int32), jnp.float32)
-            packed = jnp.stack([bits, logp.astype(jnp.float32), value.astype(jnp.float32)])
+            if action.ndim == 1:
+                action = jax.lax.bitcast_convert_type(action.astype(jnp.int32), jnp.float32)[None]
+            else:
+                action = action.astype(jnp.float32).T
+            rest = jnp.stack([logp.astype(jnp.float32), value.astype(jnp.float32)])
+            packed = jnp.concatenate([action, rest])
             return packed, carry, jax.random.key_data(key)
 
         def evaluate(policy_params, obs, extras):
@@ -124,7 +134,7 @@ class PolicyRunner:
             packed, carry, self._key = self._guard(
                 self._step, policy_params, obs, extras, carry, first, self._key
             )
-        return Pending(packed, carry, rows)
+        return Pending(packed, carry, rows, self._continuous)
 
     def step(self, policy_params, obs, extras, carry, first) -> PolicyOutput:
         """`dispatch(...).get()`: one policy step, outputs on the host."""

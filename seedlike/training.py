@@ -37,6 +37,7 @@ from seedlike.server.anneal import Annealing
 from seedlike.server.curriculum import Curriculum
 from seedlike.server.episodes import EpisodeBoard
 from seedlike.server.matchmaking import Matchmaker
+from seedlike.server.return_scale import ReturnScale
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
 from seedlike.server.unrolls import UnrollPool
 from seedlike.storage import StorageError
@@ -47,19 +48,33 @@ ADDRESS_FILE = "server_address"
 LEAGUE_DIR = "league"
 
 
+def make_return_scale(config, meta: dict) -> ReturnScale | None:
+    """The reward scaling of `<algo>.normalize_rewards` (None: off), with a checkpoint's running
+    statistics."""
+    algo = config[config.algo]
+    if not algo.normalize_rewards:
+        return None
+    scale = ReturnScale(algo.gamma, algo.normalized_reward_clip)
+    if "return_scale" in meta:
+        scale.load_state_dict(meta["return_scale"])
+    return scale
+
+
 def start_inference(
     config, spec, network, registry, store, logdir, bind, port, matchmaker=None, guard=None,
-    greedy=False,
+    greedy=False, scale=None,
 ):  # fmt: skip
     """Starts the inference pipeline and its gRPC server; writes <logdir>/server_address.
+    `scale`: the rewards learned from are scaled (make_return_scale).
 
     Returns (service, grpc server, "host:port").
     """
     credentials = security.load(config.get("transport", {}).get("credentials", ""), "server")
     bind = security.bind_address(bind)
     service = inference.InferenceService(
-        spec, network, registry, store, config.server, matchmaker, config.seed, guard, greedy
-    )
+        spec, network, registry, store, config.server, matchmaker, config.seed, guard, greedy,
+        scale,
+    )  # fmt: skip
     service.start()
     try:
         server, bound = serve(service, bind, port, config.server, credentials)
@@ -158,6 +173,8 @@ class LearnerProcess:
         curriculum = self.service.matchmaker.curriculum
         if curriculum is not None:
             meta["curriculum"] = curriculum.state_dict()
+        if self.service.recorder.return_scale is not None:
+            meta["return_scale"] = self.service.recorder.return_scale.state_dict()
         if self.league is not None:
             meta["league"] = self.league.state_dict()
             if self.evaluator is not None:
@@ -251,7 +268,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     )
     service, server, _ = start_inference(
         config, server_spec, network, registry, store, logdir, bind, port, matchmaker,
-        learner.guard,
+        learner.guard, scale=make_return_scale(config, meta),
     )  # fmt: skip
     evaluator = None
     if evaluation is not None and config.league.eval_interval_s > 0:

@@ -58,6 +58,12 @@ class EnvSpec:
         mixed radix: a = ((d_1 * n_2 + d_2) * n_3 + d_3) ..., so num_actions = n_1 * ... * n_H
         (np.ravel_multi_index order). The policy's logits are the heads' logits side by side,
         [logits_size] = [n_1 + ... + n_H], and so is the legal-action mask (one mask per argument).
+      action_low, action_high: the bounds of a continuous (gymnasium Box, flattened) action of
+        D = len(action_low) dimensions; () for none. With continuous dimensions an action
+        travels and is stored as float32 [K] (`action_spec`): the discrete arguments' digits as
+        floats (exact below 2**24), then the D continuous values as the policy sampled them
+        (before clipping or squashing, which the actor applies). num_actions = 0: no discrete
+        part.
     """
 
     name: str
@@ -66,6 +72,8 @@ class EnvSpec:
     num_players: int = 1
     extras: dict[str, ArraySpec] = dataclasses.field(default_factory=dict)
     action_heads: tuple[int, ...] = ()
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
 
     def __post_init__(self):
         heads = tuple(int(n) for n in self.action_heads)
@@ -75,6 +83,22 @@ class EnvSpec:
                 f"{self.name}: action heads {heads} need num_actions = their product, "
                 f"not {self.num_actions}"
             )
+        low = tuple(float(x) for x in self.action_low)
+        high = tuple(float(x) for x in self.action_high)
+        object.__setattr__(self, "action_low", low)
+        object.__setattr__(self, "action_high", high)
+        if len(low) != len(high) or any(not lo <= hi for lo, hi in zip(low, high)):
+            raise ValueError(
+                f"{self.name}: continuous action bounds need low <= high, one pair per "
+                f"dimension, not low {low}, high {high}"
+            )
+        if not low and self.num_actions < 1:
+            raise ValueError(f"{self.name}: an action needs num_actions >= 1 or a continuous part")
+        if low and max(self.head_sizes, default=0) >= 2**24:
+            raise ValueError(
+                f"{self.name}: a discrete argument of {max(self.head_sizes)} choices beside "
+                "continuous ones does not fit the float32 it travels as; split it"
+            )
         if self.num_actions >= 2**31:
             raise ValueError(
                 f"{self.name}: {self.num_actions} actions do not fit the int32 an action travels "
@@ -83,8 +107,22 @@ class EnvSpec:
 
     @property
     def head_sizes(self) -> tuple[int, ...]:
-        """The sizes of the action's arguments: action_heads, or (num_actions,) for one head."""
-        return self.action_heads or (self.num_actions,)
+        """The sizes of the discrete arguments: action_heads, or (num_actions,) for one head, ()
+        for a purely continuous action."""
+        return self.action_heads or ((self.num_actions,) if self.num_actions else ())
+
+    @property
+    def continuous(self) -> int:
+        """D, the continuous action dimensions (0: a discrete action)."""
+        return len(self.action_low)
+
+    @property
+    def action_spec(self) -> ArraySpec:
+        """How one row's action travels and is stored: int32 [] for a discrete action, float32
+        [H + D] with continuous dimensions (H discrete arguments' digits, then D values)."""
+        if not self.continuous:
+            return ArraySpec(np.int32, ())
+        return ArraySpec(np.float32, (len(self.head_sizes) + self.continuous,))
 
     @property
     def logits_size(self) -> int:
@@ -145,7 +183,7 @@ class Unroll(NamedTuple):
     Layout, with a leading batch dimension [B] when unrolls are stacked:
       obs:            dict key -> [T+1, *spec.shape]
       extras:         dict key -> [T+1, *spec.shape]
-      action:         int32   [T+1]
+      action:         int32   [T+1]  (float32 [T+1, K] with continuous dimensions: action_spec)
       behaviour_logp: float32 [T+1]  log pi_behaviour(action | obs)
       behaviour_value:float32 [T+1]
       valid:          bool    [T+1]  the action was executed by the env

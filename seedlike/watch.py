@@ -16,6 +16,7 @@ from seedlike.checkpoint import load_checkpoint
 from seedlike.envs import make_env
 from seedlike.envs.gymnasium_env import takes_render_mode as gymnasium_renders
 from seedlike.envs.pettingzoo_env import takes_render_mode
+from seedlike.envs.spaces import EnvActions
 from seedlike.league.games import NetworkAgent
 from seedlike.policy import PolicyRunner
 from seedlike.teams import Teams
@@ -71,6 +72,7 @@ def record_episodes(
     for agent in agents:
         agent.reset(1)
     env = make_env(env_config, spec, seed)
+    to_env = EnvActions(spec, env_config.get("action_bounds", "clip"), network.action_squash)
     rng = np.random.default_rng(seed)
     out = Recording(
         config.env.name, [], [], [], int(state.updates), meta.get("env_steps"), spec.num_players
@@ -90,18 +92,19 @@ def record_episodes(
                 out.returns.append(episode_return)
                 out.lengths.append(length)
                 episode_return, length, first[:] = 0.0, 0, True
-            actions = np.zeros(rows.reward.shape[0], np.int32)
+            act = spec.action_spec
+            actions = np.zeros((rows.reward.shape[0], *act.shape), act.dtype)
             for p, agent in enumerate(agents):
                 acting = rows.acting & (rows.player_id == p)
                 if not acting.any():
                     continue
                 first_move = np.array([first[p]])
                 actions[acting] = _act(
-                    agent, rows, acting, rows.env_id[acting], first_move, spec.num_actions, rng
+                    agent, rows, acting, rows.env_id[acting], first_move, spec.logits_size, rng
                 )
                 first[p] = False
             length += int(rows.acting[mine].any())
-            env.send(actions, rows)
+            env.send(to_env(actions), rows)
     finally:
         env.close()
     return out
@@ -136,7 +139,7 @@ def _record_team_game(
             if acting.any():
                 seat = rows.player_id[acting]
                 actions[acting] = _act(
-                    agent, rows, acting, seat, first[seat], spec.num_actions, rng
+                    agent, rows, acting, seat, first[seat], spec.logits_size, rng
                 )
                 first[seat] = False
                 length += 1
@@ -147,12 +150,12 @@ def _record_team_game(
     return out
 
 
-def _act(agent, rows, acting, slot, first, num_actions, rng) -> np.ndarray:
+def _act(agent, rows, acting, slot, first, logits_size, rng) -> np.ndarray:
     """`agent`'s actions for the `acting` rows; `slot` [k] indexes its recurrent state per row.
     Without a legal-action mask every action is legal."""
     obs = {k: v[acting] for k, v in rows.obs.items()}
     mask = rows.extras.get(LEGAL_ACTION_MASK)
-    mask = mask[acting] if mask is not None else np.ones((slot.size, num_actions), bool)
+    mask = mask[acting] if mask is not None else np.ones((slot.size, logits_size), bool)
     return agent.act(obs, mask, slot, first, rng)
 
 

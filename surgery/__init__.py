@@ -23,6 +23,7 @@ from surgery.ops import (
     OpResult,
     ParamMap,
     SurgeryError,
+    add_action_dims,
     add_action_head,
     add_actions,
     add_input_features,
@@ -37,6 +38,7 @@ from surgery.ops import (
 )
 from surgery.optimizer import reset_opt_state, set_lr_zero, transform_opt_state
 from surgery.plan import (
+    AddActionDims,
     AddActionHead,
     AddActions,
     AddObservations,
@@ -58,6 +60,7 @@ from surgery.verify import verify as verify_policy
 
 __all__ = [
     "ActionInfo",
+    "AddActionDims",
     "AddActionHead",
     "AddActions",
     "AddObservations",
@@ -79,6 +82,7 @@ __all__ = [
     "WidenConv",
     "WidenDense",
     "WidenLSTM",
+    "add_action_dims",
     "add_action_head",
     "add_actions",
     "add_input_features",

@@ -976,6 +976,44 @@ def add_actions(
     return OpResult(new, pmap, action_map=logit_map, action_info=info)
 
 
+def add_action_dims(params, num_new: int = 1, *, graph: LayerGraph, mean=0.0, std=1.0):
+    """Adds continuous action dimensions to a Gaussian head: zero kernel columns in its mean
+    layer with bias `mean`, and log-std log(`std`) (a new entry of the log-std vector, or zero
+    kernel columns with that bias in a state-dependent log-std layer). The old dimensions' means
+    and stds do not change, so their distribution is exactly the old one, and each new dimension
+    is N(mean, std^2) for every input, independent of the others (appended after the old ones).
+    """
+    if not graph.gaussian:
+        raise SurgeryError(
+            "add_action_dims: the network has no Gaussian head (no continuous action)"
+        )
+    if num_new < 1 or not std > 0:
+        raise SurgeryError(f"add_action_dims: num_new={num_new} must be >= 1 and std={std} > 0")
+    flat = flatten_params(params)
+    mean_path = as_path(graph.gaussian[0])
+    kernel = _kernel(flat, mean_path)
+    dims = kernel.shape[1]
+    grow = AxisMap.append(dims, dims + int(num_new))
+    new, pmap = _new_head_columns(flat, mean_path, kernel, flat[mean_path + ("bias",)], grow, mean)
+    new = flatten_params(new)
+    if len(graph.gaussian) > 1:  # a state-dependent log-std layer
+        path = as_path(graph.gaussian[1])
+        bias = flat[path + ("bias",)]
+        more, more_map = _new_head_columns(
+            new, path, _kernel(flat, path), bias, grow, math.log(std)
+        )
+        new, pmap = flatten_params(more), pmap.then(more_map)
+    else:
+        path = mean_path[:-1] + ("log_std",)
+        vector = np.asarray(flat[path])
+        leaf = LeafMap(path, (grow.new_size,), vector.dtype.name, ((0, grow),))
+        grown = leaf.apply(vector)
+        grown[grow.new_entries] = np.asarray(math.log(std), grown.dtype)
+        new[path] = grown
+        pmap = pmap.then(ParamMap({path: leaf}))
+    return OpResult(unflatten_params(new), pmap)
+
+
 def add_action_head(
     params,
     size: int,

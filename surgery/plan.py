@@ -278,6 +278,22 @@ class AddActionHead:
 
 
 @dataclasses.dataclass(frozen=True)
+class AddActionDims:
+    """ops.add_action_dims: `num_new` continuous action dimensions after the old ones, each
+    N(mean, std^2) until learning changes them; the old dimensions' distribution is unchanged."""
+
+    kind: ClassVar[str] = "add_action_dims"
+    num_new: int = 1
+    mean: float = 0.0
+    std: float = 1.0
+
+    def apply(self, params, rng, ctx: Context) -> OpResult:
+        return ops.add_action_dims(
+            params, self.num_new, graph=ctx.graph, mean=self.mean, std=self.std
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class AddResidualBlock:
     """ops.add_residual_block: a zero-output residual block in an MLP torso."""
 
@@ -339,6 +355,7 @@ OPS = {
         AddObservations,
         AddActions,
         AddActionHead,
+        AddActionDims,
         AddResidualBlock,
         AddEntityAttributes,
         WidenEntities,
@@ -351,6 +368,7 @@ Op = (
     | AddObservations
     | AddActions
     | AddActionHead
+    | AddActionDims
     | AddResidualBlock
     | AddEntityAttributes
     | WidenEntities
@@ -639,7 +657,23 @@ def _derive_entities(old, new, init_scale: float, problems: list[str], plan: lis
 
 def _derive_actions(old, new, tolerance: float, problems: list[str], plan: list) -> None:
     """More choices for any action head, and at most one new (non-pointer) head. The joint
-    action's KL is the sum of the heads', so the ops share `tolerance` equally."""
+    action's KL is the sum of the heads', so the ops share `tolerance` equally. More continuous
+    dimensions: AddActionDims (N(0, 1) for the new ones; edit the plan for another mean/std)."""
+    d_old, d_new = old.spec.continuous, new.spec.continuous
+    if d_new < d_old or (d_old == 0) != (d_new == 0):
+        problems.append(
+            f"continuous action dimensions {d_old} -> {d_new}: surgery adds dimensions to a "
+            "Gaussian head and removes none (it cannot make a discrete policy continuous)"
+        )
+    elif d_new > d_old:
+        bounds = (old.spec.action_low, old.spec.action_high)
+        if (new.spec.action_low[:d_old], new.spec.action_high[:d_old]) != bounds:
+            problems.append(
+                f"the old action dimensions' bounds change ({bounds} -> "
+                f"{(new.spec.action_low[:d_old], new.spec.action_high[:d_old])}): the same "
+                "sample would act differently"
+            )
+        plan.append(AddActionDims(num_new=d_new - d_old))
     o, n = old.spec.head_sizes, new.spec.head_sizes
     ops_: list = []
     inserted = None
@@ -824,6 +858,7 @@ def _default_cnn(torso: str | None) -> tuple[tuple[int, ...], int]:
 
 
 __all__ = [
+    "AddActionDims",
     "AddActionHead",
     "AddActions",
     "AddObservations",

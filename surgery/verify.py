@@ -32,6 +32,9 @@ class VerifyReport:
       max_new_action_prob: the largest total probability of new actions (0 without new ones).
       logits_scale, value_scale: max |old logit| and max |old value| over the batch.
       batch_size, unroll_length: what was compared.
+      max_abs_mean, max_abs_log_std: a Gaussian head's max |new - old| of its means and
+        log-stds over the old dimensions (0 without continuous dimensions); both count in the
+        logits' differences above, and the Gaussians' KL in the KL.
     """
 
     step_max_abs_logits: float
@@ -45,6 +48,9 @@ class VerifyReport:
     value_scale: float
     batch_size: int
     unroll_length: int
+    max_abs_mean: float = 0.0
+    max_abs_log_std: float = 0.0
+    continuous: int = 0  # the old network's continuous action dimensions
 
     @property
     def max_abs_logits(self) -> float:
@@ -73,12 +79,18 @@ class VerifyReport:
         return dataclasses.asdict(self)
 
     def __str__(self) -> str:
+        gaussian = ""
+        if self.continuous:
+            gaussian = (
+                f"Gaussian max|Δmean| {self.max_abs_mean:.3g} "
+                f"max|Δlog-std| {self.max_abs_log_std:.3g}  "
+            )
         return (
             f"max|Δlogits| {self.max_abs_logits:.3g} (step {self.step_max_abs_logits:.3g}, "
             f"{self.unroll_length}-step unroll {self.unroll_max_abs_logits:.3g})  "
             f"max|Δvalue| {self.max_abs_value:.3g}  KL(old||new) mean {self.mean_kl:.3g} "
             f"max {self.max_kl:.3g}  max p(new actions) {self.max_new_action_prob:.3g}  "
-            f"error {self.error:.3g} (scales: logits {self.logits_scale:.3g}, value "
+            f"{gaussian}error {self.error:.3g} (scales: logits {self.logits_scale:.3g}, value "
             f"{self.value_scale:.3g}; {self.batch_size} rows)"
         )
 
@@ -186,6 +198,41 @@ def _log_softmax(logits: np.ndarray, sizes) -> np.ndarray:
         return logits - _logsumexp(logits)
     parts = np.split(logits, np.cumsum(sizes)[:-1], axis=-1)
     return np.concatenate([x - _logsumexp(x) for x in parts], axis=-1)
+
+
+def _compare_gaussian(old, new, dims: int):
+    """Max |Δ mean| and |Δ log-std| and KL(old || new) per row of two Gaussian heads' outputs
+    [..., 2D] over the old network's D = `dims` dimensions (float64)."""
+    old, new = np.asarray(old, np.float64), np.asarray(new, np.float64)
+    mean_o, log_std_o = old[..., :dims], old[..., dims : 2 * dims]
+    d_new = new.shape[-1] // 2
+    mean_n, log_std_n = new[..., :dims], new[..., d_new : d_new + dims]
+    d_mean = float(np.max(np.abs(mean_n - mean_o), initial=0.0))
+    d_log_std = float(np.max(np.abs(log_std_n - log_std_o), initial=0.0))
+    kl = np.asarray(heads.gaussian_kl(mean_o, log_std_o, mean_n, log_std_n), np.float64)
+    return d_mean, d_log_std, kl.ravel()
+
+
+def _compare_all(old, new, positions, sizes, old_spec, new_spec):
+    """_compare for the categoricals' logits and _compare_gaussian for the continuous part:
+    (max |Δ logits|, max |Δ value|, KL per row, new actions' mass, scales, Δ mean, Δ log-std)."""
+    (old_l, old_v), (new_l, new_v) = old, new
+    dims = old_spec.continuous
+    if not dims:
+        return (*_compare(old_l, old_v, new_l, new_v, positions, *sizes), 0.0, 0.0)
+    cut_o, cut_n = old_spec.logits_size, new_spec.logits_size
+    d_mean, d_log_std, kl = _compare_gaussian(old_l[..., cut_o:], new_l[..., cut_n:], dims)
+    if cut_o:
+        d_l, d_v, kl_c, mass, scales = _compare(
+            old_l[..., :cut_o], old_v, new_l[..., :cut_n], new_v, positions, *sizes
+        )
+        kl = kl + kl_c
+    else:
+        d_v = float(np.max(np.abs(np.asarray(new_v) - np.asarray(old_v)), initial=0.0))
+        d_l, mass, scales = 0.0, 0.0, (0.0, float(np.max(np.abs(np.asarray(old_v)))))
+    scale = float(np.max(np.abs(np.asarray(old_l[..., cut_o:])), initial=0.0))
+    scales = (max(scales[0], scale), scales[1])
+    return max(d_l, d_mean, d_log_std), d_v, kl, mass, scales, d_mean, d_log_std
 
 
 def _compare(old_logits, old_value, new_logits, new_value, positions, old_sizes, new_sizes):
@@ -362,8 +409,8 @@ class Verifier:
         old_s, new_s, old_u, new_u = self._outputs(
             old_params, old_obs_norm, new_params, new_obs_norm, step_inputs, unroll_inputs
         )
-        step = _compare(*old_s, *new_s, positions, *sizes)
-        unroll = _compare(*old_u, *new_u, positions, *sizes)
+        step = _compare_all(old_s, new_s, positions, sizes, old_spec, new_spec)
+        unroll = _compare_all(old_u, new_u, positions, sizes, old_spec, new_spec)
         kl = np.concatenate([step[2], unroll[2]])
         return VerifyReport(
             step_max_abs_logits=step[0],
@@ -377,4 +424,7 @@ class Verifier:
             value_scale=max(step[4][1], unroll[4][1]),
             batch_size=batch_size,
             unroll_length=unroll_length,
+            max_abs_mean=max(step[5], unroll[5]),
+            max_abs_log_std=max(step[6], unroll[6]),
+            continuous=old_spec.continuous,
         )

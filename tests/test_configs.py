@@ -56,9 +56,14 @@ def test_config_builds_on_two_devices(path):
     Teams.from_config(config.teams, spec)  # teams.sizes fit the env's agents
     network = make_network(config.network, spec)
     params = jax.eval_shape(network.init, jax.random.key(0))
-    logits = params["params"]["policy_head"]["logits"]["kernel"]
     pointers = network.module.pointer_heads  # heads whose logits come from pointers_<i>
-    assert logits.shape[-1] == sum(n for i, n in enumerate(spec.head_sizes) if i not in pointers)
+    dense = sum(n for i, n in enumerate(spec.head_sizes) if i not in pointers)
+    if dense:
+        logits = params["params"]["policy_head"]["logits"]["kernel"]
+        assert logits.shape[-1] == dense
+    if spec.continuous:
+        mean = params["params"]["gaussian_head"]["mean"]["kernel"]
+        assert mean.shape[-1] == spec.continuous
     # Batch and minibatches split over the suite's two forced devices (raises if not).
     learner = Learner(config, network)
     assert learner.num_devices == 2

@@ -45,7 +45,7 @@ def run(front_ends: int):
         for t in range(STEPS):
             for a, connection in enumerate(connections):
                 reply = connection.step(codec.encode_step(t, actor_rows(a, t, ENVS[a])))
-                assert client.decode_actions(reply, ENVS[a], 3).shape == (ENVS[a],)
+                assert client.decode_actions(reply, ENVS[a], SPEC).shape == (ENVS[a],)
         service.flush()
     finally:
         for connection in connections:

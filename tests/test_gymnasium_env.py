@@ -90,9 +90,17 @@ def test_registered_ids_and_dict_observations_have_their_specs(monkeypatch):
     env.close()
 
 
+class Typist(Corridor):
+    """An action space seedlike cannot serve: free text."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Text(8)
+
+
 def test_what_cannot_be_made_is_named_in_one_line():
     for name, message in [
-        ("Pendulum-v1", "action space Box(-2.0, 2.0, (1,), float32); seedlike supports Discrete"),
+        ("tests.test_gymnasium_env:Typist", "seedlike supports Discrete, 1-d MultiDiscrete, Box"),
         ("NoSuchEnv-v0", "Environment `NoSuchEnv` doesn't exist"),
         ("no_such_module:Env", "cannot import 'no_such_module'"),
         ("examples.corridor:Nothing", "examples.corridor has no env class or function 'Nothing'"),
@@ -135,3 +143,20 @@ def test_watch_asks_for_frames_only_where_the_env_can_give_them():
     assert takes_render_mode("CartPole-v1")  # gymnasium.make takes render_mode
     assert not takes_render_mode("examples.corridor:Corridor")  # watch.py says so in one line
     assert takes_render_mode("gymnasium.envs.classic_control.cartpole:CartPoleEnv")
+
+
+@pytest.mark.parametrize("make", [Corridor, lambda: __import__("examples.dial").dial.Dial()])
+def test_the_single_agent_envs_the_project_ships_pass_gymnasiums_check(make):
+    from gymnasium.utils.env_checker import check_env as gym_check_env
+
+    gym_check_env(make(), skip_render_check=True)
+
+
+def test_the_parallel_envs_the_project_ships_pass_pettingzoos_api_test():
+    from pettingzoo.test import parallel_api_test
+
+    from seedlike.envs.coins import Coins
+    from seedlike.envs.targets import Targets
+
+    for env in (Coins(), Targets()):
+        parallel_api_test(env, num_cycles=100)

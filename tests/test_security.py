@@ -66,7 +66,7 @@ def test_tls_server_serves_actors_with_the_token_and_refuses_the_rest(tmp_path):
     hello = codec.make_hello(SPEC, actor_id=0, num_envs=2)
     try:
         connection = client.Connection(address, hello, credentials=actor_creds)
-        actions = client.decode_actions(connection.step(codec.encode_step(0, rows(2))), 2, 3)
+        actions = client.decode_actions(connection.step(codec.encode_step(0, rows(2))), 2, SPEC)
         assert actions.shape == (2,)
         connection.close()
 

@@ -106,7 +106,7 @@ def test_silent_actors_lose_their_slots_and_an_honest_actor_gets_in(server):
     honest = client.Connection(address, hello)
     for sequence in range(3):
         reply = honest.step(codec.encode_step(sequence, rows(2)))
-        assert client.decode_actions(reply, 2, 3).shape == (2,)
+        assert client.decode_actions(reply, 2, SPEC).shape == (2,)
         time.sleep(0.4)  # slow, but well inside the idle timeout: never cut off
     honest.close()
 
@@ -160,7 +160,7 @@ def test_one_host_cannot_hold_more_streams_than_its_cap(server):
     while service.num_sessions and time.monotonic() < deadline:
         time.sleep(0.05)
     again = client.Connection(address, hello)  # the slot is free once the stream has ended
-    assert client.decode_actions(again.step(codec.encode_step(0, rows(2))), 2, 3).shape == (2,)
+    assert client.decode_actions(again.step(codec.encode_step(0, rows(2))), 2, SPEC).shape == (2,)
     again.close()
 
 
@@ -179,7 +179,7 @@ def test_streams_without_a_hello_hold_no_slot_and_give_way_to_newcomers(server):
     time.sleep(1.0)  # every silent stream has opened
     hello = codec.make_hello(SPEC, actor_id=0, num_envs=2)
     honest = client.Connection(address, hello)
-    assert client.decode_actions(honest.step(codec.encode_step(0, rows(2))), 2, 3).shape == (2,)
+    assert client.decode_actions(honest.step(codec.encode_step(0, rows(2))), 2, SPEC).shape == (2,)
     honest.close()
     for thread in silent:
         thread.join(timeout=30)

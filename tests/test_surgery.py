@@ -761,3 +761,83 @@ def test_the_layer_graph_names_every_layer_and_only_real_ones(spec, arch):
     assert set(graph.layers()) == layers
     for space in graph.spaces.values():  # every widenable space has its readers
         assert space.refused or space.readers, space
+
+
+# Continuous action heads -------------------------------------------------------------------------
+
+GAUSS = dict(action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
+
+
+@pytest.mark.parametrize(
+    "arch",
+    [
+        dict(hidden_sizes=(6, 5)),
+        dict(hidden_sizes=(6, 5), state_dependent_std=True, shared_torso=True),
+        dict(hidden_sizes=(6,), core="lstm", core_size=4),
+    ],
+    ids=["vector-std", "state-std", "lstm"],
+)
+@pytest.mark.parametrize("discrete", [0, 3], ids=["gaussian", "mixed"])
+def test_widening_and_new_observations_are_exact_on_gaussian_networks(arch, discrete):
+    heads_ = dict(action_heads=(3,)) if discrete else {}
+    old_spec = dataclasses.replace(SPEC, num_actions=discrete, **heads_, **GAUSS)
+    new_spec = dataclasses.replace(SPEC_MORE_OBS, num_actions=discrete, **heads_, **GAUSS)
+    old_net = make_net(old_spec, **arch)
+    wide = tuple(h + 4 for h in arch["hidden_sizes"])
+    core = {"core_size": arch["core_size"] + 3} if "core_size" in arch else {}
+    new_net = make_net(new_spec, **{**arch, "hidden_sizes": wide, **core})
+    params = random_params(old_net, 2)
+    plan, result = derive_and_apply(old_net, new_net, params)
+    kinds = {op.kind for op in plan.ops}
+    assert "add_observations" in kinds and len(kinds) >= 2, kinds
+    report = check(old_net, new_net, params, random_obs_norm(old_net, 2), result)
+    assert_exact(report)
+    assert report.continuous == 2 and "Gaussian max|Δmean|" in str(report)
+    assert report.max_abs_mean <= TOL and report.max_abs_log_std <= TOL, report
+
+
+def test_verify_reports_the_kl_of_a_changed_gaussian_head():
+    spec = dataclasses.replace(SPEC, num_actions=0, **GAUSS)
+    net = make_net(spec)
+    params = random_params(net, 3)
+    moved = jax.tree.map(np.array, params)
+    moved["params"]["gaussian_head"]["log_std"] = params["params"]["gaussian_head"]["log_std"] + 0.5
+    report = surgery.verify_policy(
+        net, params, net.init_obs_norm(), net, moved, net.init_obs_norm(), rng=0
+    )
+    # KL(N(m, s) || N(m, s e^0.5)) per dimension: 0.5 (e^-1 - 1) + 0.5, two dimensions
+    want = 2 * (0.5 * (np.exp(-1.0) - 1.0) + 0.5)
+    np.testing.assert_allclose(report.max_kl, want, rtol=1e-5)
+    np.testing.assert_allclose(report.max_abs_log_std, 0.5, rtol=1e-6)
+    assert report.max_abs_mean <= TOL
+
+
+@pytest.mark.parametrize("state_dependent", [False, True], ids=["vector-std", "state-std"])
+def test_new_action_dimensions_keep_the_old_ones_exact_and_start_as_configured(state_dependent):
+    old_spec = dataclasses.replace(SPEC, num_actions=0, **GAUSS)
+    new_spec = dataclasses.replace(
+        SPEC, num_actions=0, action_low=(-1.0,) * 4, action_high=(1.0,) * 4
+    )
+    old_net = make_net(old_spec, state_dependent_std=state_dependent)
+    new_net = make_net(new_spec, state_dependent_std=state_dependent)
+    params, obs_norm = random_params(old_net, 4), random_obs_norm(old_net, 4)
+    plan = surgery.derive_plan(old_net, new_net)
+    assert [op.kind for op in plan.ops] == ["add_action_dims"]
+    plan = dataclasses.replace(plan, ops=(surgery.AddActionDims(num_new=2, mean=0.3, std=0.5),))
+    result = plan.apply(params, 3, Context(layout_of(old_net)))
+    report = check(old_net, new_net, params, obs_norm, result)
+    assert_exact(report)  # over the old two dimensions: means, log-stds, KL
+    obs = verify_obs(old_spec, 16)
+    out, _ = new_net.apply(result.params, obs_norm, obs)
+    out = np.asarray(out)
+    np.testing.assert_allclose(out[:, 2:4], 0.3, rtol=1e-6)  # new means
+    np.testing.assert_allclose(out[:, 6:8], np.log(0.5), rtol=1e-6)  # new log-stds
+    old_out, _ = old_net.apply(params, obs_norm, obs)
+    np.testing.assert_allclose(out[:, [0, 1, 4, 5]], np.asarray(old_out), atol=1e-6)
+    with pytest.raises(surgery.PlanError, match="cannot make a discrete policy continuous"):
+        surgery.derive_plan(make_net(SPEC), old_net)
+
+
+def verify_obs(spec, n):
+    gen = np.random.default_rng(0)
+    return {k: gen.standard_normal((n, *s.shape)).astype(F32) for k, s in spec.observation.items()}

@@ -1,4 +1,5 @@
-"""envpool adapters: turn any discrete-action envpool task into rows of (env, player) seats.
+"""envpool adapters: turn any envpool task (discrete, or continuous and single-agent) into rows of
+(env, player) seats.
 
 The adapter speaks envpool's asynchronous API (`async_reset`, `recv`, `send`), which also covers the
 synchronous case (`batch_size == num_envs`). Every call of `recv` returns a `Rows` batch; `send`
@@ -245,7 +246,10 @@ class EnvpoolAdapter:
     def send(self, action: np.ndarray, rows: Rows) -> None:
         """Steps the envs of `rows` with the actions of their acting rows."""
         if self.spec.num_players == 1:
-            self._env.send(np.asarray(action, np.int32), rows.env_id)
+            if self.spec.continuous:  # a Box action (MuJoCo, dm_control): float32 [n, D]
+                self._env.send(np.asarray(action, np.float32), rows.env_id)
+            else:
+                self._env.send(np.asarray(action, np.int32), rows.env_id)
             return
         if not self._turn_based:  # one action per row, rows grouped by env as they came
             env = rows.env_id

@@ -12,8 +12,9 @@ that env at the next step (its action ignored) and reports the new episode's fir
 with reward 0 (gymnasium's NEXT_STEP autoreset).
 
 Spaces: observations Box (as their dtype, float64 as float32), Discrete (as a one-hot float32
-vector: an index means nothing to an MLP) and Dict of those; actions Discrete or MultiDiscrete
-(seedlike.envs.spaces). Anything else is refused in one line naming the space.
+vector: an index means nothing to an MLP) and Dict of those; actions Discrete, MultiDiscrete,
+Box, and Dict/Tuple of those (seedlike.envs.spaces). Anything else is refused in one line naming
+the space.
 
 Imports only numpy and gymnasium: actors may run without jax.
 """
@@ -24,7 +25,7 @@ import importlib
 
 import numpy as np
 
-from seedlike.envs.spaces import spec_from_spaces
+from seedlike.envs.spaces import env_actions, spec_from_spaces
 from seedlike.types import ArraySpec, EnvSpec, Rows
 
 
@@ -170,10 +171,12 @@ class GymnasiumAdapter:
 
     def send(self, action: np.ndarray, rows: Rows) -> None:
         """Steps every env; an env whose episode ended resets (its action is ignored)."""
-        actions = np.zeros(self.num_envs, np.int64)
+        act = self.spec.action_spec
+        actions = np.zeros((self.num_envs, *act.shape), act.dtype)
         actions[rows.env_id] = action
-        if self.spec.action_heads:  # MultiDiscrete: each action's arguments (EnvSpec)
-            actions = np.stack(np.unravel_index(actions, self.spec.action_heads), axis=-1)
+        actions = env_actions(self._envs.single_action_space, actions, self.spec)
+        if isinstance(actions, np.ndarray) and actions.dtype == np.int32:
+            actions = actions.astype(np.int64)
         obs, reward, terminated, truncated, _ = self._envs.step(actions)
         self._last = (obs, reward, terminated, truncated)
 

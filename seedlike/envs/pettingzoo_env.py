@@ -126,8 +126,23 @@ def spec_of(name: str, env, agent_id: bool = False) -> EnvSpec:
 def _spec(name: str, agents: list, obs_space, act_space, agent_id: bool) -> EnvSpec:
     if not agents:
         raise ValueError(f"{name}: possible_agents is empty")
-    # Every agent acts each step; a legal-action mask, if any, is one of its observations.
+    # Every agent acts each step; a legal-action mask, if any, is one of its observations: one
+    # array over every argument's choices, or (PettingZoo's and gymnasium's form for a
+    # MultiDiscrete action) a tuple of one mask per argument, which rows carry side by side.
+    import gymnasium
+
+    if isinstance(obs_space, gymnasium.spaces.Dict) and isinstance(
+        obs_space.spaces.get(ACTION_MASK), gymnasium.spaces.Tuple
+    ):
+        width = sum(int(np.prod(s.shape)) for s in obs_space[ACTION_MASK].spaces)
+        flat = {**obs_space.spaces, ACTION_MASK: gymnasium.spaces.MultiBinary(width)}
+        obs_space = gymnasium.spaces.Dict(flat)
     spec = spec_from_spaces(name, obs_space, act_space, len(agents), turn_based=False)
+    if spec.continuous:
+        raise ValueError(
+            f"{name} has action space {act_space}; continuous actions are supported for "
+            "single-agent envs (envpool, gymnasium), not yet for PettingZoo envs"
+        )
     if ACTION_MASK in spec.observation:
         del spec.observation[ACTION_MASK]
         spec.extras[LEGAL_ACTION_MASK] = ArraySpec(np.bool_, (spec.logits_size,))
@@ -216,7 +231,10 @@ class PettingZooAdapter:
             obs[AGENT_ID] = one_hot
         extras = {}
         if self._mask:
-            extras[LEGAL_ACTION_MASK] = np.asarray([o[ACTION_MASK] for o in obs_list], np.bool_)
+            masks = [o[ACTION_MASK] for o in obs_list]
+            if masks and isinstance(masks[0], tuple):
+                masks = [np.concatenate(m) for m in masks]
+            extras[LEGAL_ACTION_MASK] = np.asarray(masks, np.bool_)
         return obs, extras
 
     def send(self, action: np.ndarray, rows: Rows) -> None:

@@ -8,9 +8,9 @@ target must be the weakest entity (fewest hit points) and the style must counter
     reward = 0.5 [target is the weakest] + 0.5 [style == kind of the target]
 
 so both halves need the entity the pointer chose, and the style head must read what the encoder
-found out about the weakest entity. The `action_mask` observation (bool [3 + E]) allows every style
-and the occupied slots. Episodes last `steps` steps. A uniformly random legal policy scores about
-0.3 a step; the optimum is 1.
+found out about the weakest entity. The `action_mask` observation (a tuple of int8 [3] and [E], one
+mask per argument as PettingZoo has them) allows every style and the occupied slots. Episodes last
+`steps` steps. A uniformly random legal policy scores about 0.3 a step; the optimum is 1.
 
 Agents do not interact: more agents are more rows per env step.
 """
@@ -39,7 +39,13 @@ class Targets(ParallelEnv):
         self._observation_space = gymnasium.spaces.Dict(
             {
                 "entities": gymnasium.spaces.Box(0.0, 1.0, (self.entities, FEATURES), np.float32),
-                "action_mask": gymnasium.spaces.MultiBinary(KINDS + self.entities),
+                # One mask per action argument (PettingZoo's form for MultiDiscrete actions).
+                "action_mask": gymnasium.spaces.Tuple(
+                    (
+                        gymnasium.spaces.MultiBinary(KINDS),
+                        gymnasium.spaces.MultiBinary(self.entities),
+                    )
+                ),
             }
         )
         self._action_space = gymnasium.spaces.MultiDiscrete([KINDS, self.entities])
@@ -70,7 +76,7 @@ class Targets(ParallelEnv):
     def _observe(self) -> dict:
         obs = {}
         for agent, scene in zip(self.agents, self._scenes):
-            mask = np.concatenate([np.ones(KINDS, np.int8), scene[:, KINDS + 1].astype(np.int8)])
+            mask = (np.ones(KINDS, np.int8), scene[:, KINDS + 1].astype(np.int8))
             obs[agent] = {"entities": scene, "action_mask": mask}
         return obs
 

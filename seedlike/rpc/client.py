@@ -188,14 +188,31 @@ def _resolve_host(address: str) -> None:
         raise Disconnected(f"cannot resolve host {host!r} ({e.strerror})") from None
 
 
-def decode_actions(batch: pb.ActionBatch, rows: int, num_actions: int) -> np.ndarray:
+def decode_actions(batch: pb.ActionBatch, rows: int, spec) -> np.ndarray:
+    """The actions of a reply, checked against the EnvSpec: int32 [rows] in [0, num_actions), or
+    float32 [rows, K] (EnvSpec.action_spec) with finite values and in-range discrete digits. A
+    reply that fails is refused (Disconnected): nothing of it reaches an env."""
     actions = codec.decode(batch.action, "actions.action")
-    if actions.dtype != np.int32 or actions.shape != (rows,):
+    want = spec.action_spec
+    if actions.dtype != want.dtype or actions.shape != (rows, *want.shape):
         raise Disconnected(
-            f"server sent actions {actions.dtype}{list(actions.shape)}, expected int32[{rows}]"
+            f"server sent actions {actions.dtype}{list(actions.shape)}, expected "
+            f"{want.dtype.name}{[rows, *want.shape]}"
         )
-    if rows and (actions.min() < 0 or actions.max() >= num_actions):
-        raise Disconnected(f"server sent actions outside [0, {num_actions})")
+    if not rows:
+        return actions
+    if not spec.continuous:
+        if actions.min() < 0 or actions.max() >= spec.num_actions:
+            raise Disconnected(f"server sent actions outside [0, {spec.num_actions})")
+        return actions
+    if not np.isfinite(actions).all():
+        raise Disconnected("server sent NaN or infinite actions; refused before any env step")
+    digits = actions[:, : len(spec.head_sizes)]
+    sizes = np.asarray(spec.head_sizes, np.float32)
+    if digits.size and (
+        (digits < 0).any() or (digits >= sizes).any() or (digits != np.rint(digits)).any()
+    ):
+        raise Disconnected(f"server sent discrete arguments outside {list(spec.head_sizes)}")
     return actions
 
 

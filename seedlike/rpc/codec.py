@@ -170,6 +170,8 @@ def make_hello(spec: EnvSpec, actor_id: int, num_envs: int) -> pb.Hello:
         num_players=spec.num_players,
         extras=[spec_to_proto(k, v) for k, v in spec.extras.items()],
         action_heads=spec.action_heads,
+        action_low=spec.action_low,
+        action_high=spec.action_high,
     )
 
 
@@ -197,6 +199,13 @@ def check_hello(hello: pb.Hello, spec: EnvSpec, max_envs: int) -> None:
             "hello.action_heads",
             f"actor has {tuple(hello.action_heads)}, server {spec.action_heads}; {hint}",
         )
+    # float32 on the wire: compared as float32, so an infinite bound matches itself.
+    for name, got, want in (
+        ("hello.action_low", hello.action_low, spec.action_low),
+        ("hello.action_high", hello.action_high, spec.action_high),
+    ):
+        if not np.array_equal(np.float32(list(got)), np.float32(list(want))):
+            raise ProtocolError(name, f"actor has {list(got)}, server {list(want)}; {hint}")
     if hello.num_players != spec.num_players:
         raise ProtocolError(
             "hello.num_players", f"actor has {hello.num_players}, server {spec.num_players}; {hint}"

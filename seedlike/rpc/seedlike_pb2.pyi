@@ -27,7 +27,7 @@ class TensorSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "actor_id", "env_name", "observation", "num_actions", "num_envs", "num_players", "extras", "action_heads")
+    __slots__ = ("protocol_version", "actor_id", "env_name", "observation", "num_actions", "num_envs", "num_players", "extras", "action_heads", "action_low", "action_high")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
     ENV_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,8 @@ class Hello(_message.Message):
     NUM_PLAYERS_FIELD_NUMBER: _ClassVar[int]
     EXTRAS_FIELD_NUMBER: _ClassVar[int]
     ACTION_HEADS_FIELD_NUMBER: _ClassVar[int]
+    ACTION_LOW_FIELD_NUMBER: _ClassVar[int]
+    ACTION_HIGH_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     actor_id: int
     env_name: str
@@ -46,7 +48,9 @@ class Hello(_message.Message):
     num_players: int
     extras: _containers.RepeatedCompositeFieldContainer[TensorSpec]
     action_heads: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, protocol_version: _Optional[int] = ..., actor_id: _Optional[int] = ..., env_name: _Optional[str] = ..., observation: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., num_actions: _Optional[int] = ..., num_envs: _Optional[int] = ..., num_players: _Optional[int] = ..., extras: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., action_heads: _Optional[_Iterable[int]] = ...) -> None: ...
+    action_low: _containers.RepeatedScalarFieldContainer[float]
+    action_high: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, protocol_version: _Optional[int] = ..., actor_id: _Optional[int] = ..., env_name: _Optional[str] = ..., observation: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., num_actions: _Optional[int] = ..., num_envs: _Optional[int] = ..., num_players: _Optional[int] = ..., extras: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., action_heads: _Optional[_Iterable[int]] = ..., action_low: _Optional[_Iterable[float]] = ..., action_high: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("protocol_version", "session_id", "policy_version", "level_probs")

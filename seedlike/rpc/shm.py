@@ -43,6 +43,7 @@ nothing about it travels):
   env_id, player_id      int32 [R]
   acting, game_over      bool [R]
   action        int32 [R]     written by the learner process, read by the front end
+                              (float32 [R, K] with continuous dimensions: EnvSpec.action_spec)
   written       bool [R]      the front end wrote the row's step in place ...
   wrote_at      int64 [R]     ... at this flat step index
   where         int64 [R]     per seat (env_id x num_players + player_id): where its next step
@@ -102,6 +103,8 @@ class SessionLayout:
     def of(cls, spec: EnvSpec, rows: int) -> SessionLayout:
         entries = [(name, np.dtype(dtype), ()) for name, dtype in ROW_FIELDS]
         entries += [(name, np.dtype(dtype), shape) for name, dtype, shape in WRITER_FIELDS]
+        act = spec.action_spec  # int32 [] unless the action has continuous dimensions
+        entries = [("action", act.dtype, act.shape) if e[0] == "action" else e for e in entries]
         arrays, offset = {}, 0
         for name, dtype, shape in entries:
             offset = -(-offset // ALIGN) * ALIGN

@@ -128,7 +128,7 @@ class Answer(NamedTuple):
     indices, seedlike.server.unrolls) and which steps it wrote to repeat as step 0 of the next
     unroll. Futures get (actions, policy_version)."""
 
-    actions: np.ndarray  # int32 [n]
+    actions: np.ndarray  # int32 [n] (float32 [n, K]: EnvSpec.action_spec)
     policy_version: int
     next: np.ndarray | None  # int64 [n]; None without unrolls
     moves: tuple | None  # (src int64 [k], dst int64 [k]) or None
@@ -181,6 +181,7 @@ class InferenceService:
     guard: runs JAX computations (seedlike.devices.ComputeGuard).
     greedy: play the most likely legal action instead of sampling (evaluation; never while
       learning, whose behaviour log-probs assume sampling).
+    return_scale: scales the rewards learned from (seedlike.server.return_scale); None: off.
     """
 
     def __init__(
@@ -194,6 +195,7 @@ class InferenceService:
         seed: int = 0,
         guard=None,
         greedy: bool = False,
+        return_scale=None,
     ):
         self.spec = spec
         self.registry = registry
@@ -201,7 +203,7 @@ class InferenceService:
         self.pool = store.pool if store is not None else None
         self.max_envs_per_actor = int(server_config.max_envs_per_actor)
         self.matchmaker = matchmaker or Matchmaker(spec, seed=seed)
-        self.recorder = Recorder(store, self.matchmaker.teams)
+        self.recorder = Recorder(store, self.matchmaker.teams, return_scale)
         self.stats = InferenceStats()
         self.runner = PolicyRunner(network, greedy=greedy, seed=seed, guard=guard)
         self.seats = SeatTable(spec.num_players, network.initial_carry)
@@ -550,7 +552,8 @@ class InferenceService:
             # last reply) always reaches the recorder after the session's last record.
             if not self._put(self._records, record):
                 return
-            actions = np.zeros(job.seat.shape[0], np.int32)
+            act = self.spec.action_spec
+            actions = np.zeros((job.seat.shape[0], *act.shape), act.dtype)
             actions[job.ran] = output.action
             moves = _moves(job, self.pool.steps) if self.pool is not None else {}
             now = time.perf_counter()

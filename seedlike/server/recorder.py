@@ -14,11 +14,14 @@ class Recorder:
     store: where unrolls go (None: episode statistics only, a frozen policy served).
     teams: shapes the rewards learned from (seedlike.teams.Teams: team spirit, zero-sum, time
       decay); None or no shaping configured: raw rewards. Episode returns are always raw.
+    return_scale: divides the (shaped) rewards learned from by the running std of the discounted
+      return (seedlike.server.return_scale.ReturnScale); None: off.
     """
 
-    def __init__(self, store: TrajectoryStore | None, teams=None):
+    def __init__(self, store: TrajectoryStore | None, teams=None, return_scale=None):
         self.store = store
         self.teams = teams if teams is not None and teams.shapes else None
+        self.return_scale = return_scale
         self.episodes = EpisodeStats()
         self.env_steps = 0  # rows recorded
 
@@ -39,6 +42,12 @@ class Recorder:
         if self.store is not None and self.teams is not None:
             t = self.episodes.step_in_episode(step.seat)  # before this step counts
             reward = self.teams.shape(step.reward, step.seat, t, step.policy_version)
+        if self.store is not None and self.return_scale is not None:
+            reward = self.return_scale(
+                step.reward if reward is None else reward,
+                step.seat,
+                step.terminated | step.truncated,
+            )
         episodes = self.episodes.record(step)
         if self.store is not None:
             self.store.record(step, reward)

@@ -34,7 +34,8 @@ from seedlike.server import influence
 from seedlike.server.unrolls import Placement, UnrollPool, aligned_empty
 from seedlike.types import Rows, Unroll
 
-# Small per-step fields of an unroll: name -> dtype (its observations live in the pool).
+# Small per-step fields of an unroll: name -> dtype (its observations live in the pool); the
+# action's dtype and shape are the env's (`small_fields`).
 SMALL_FIELDS = {
     "action": np.int32,
     "behaviour_logp": np.float32,
@@ -46,7 +47,14 @@ SMALL_FIELDS = {
     "terminated": np.bool_,
     "truncated": np.bool_,
 }
-OUTCOMES = ("reward", "terminated", "truncated")  # a step's, known one step later
+OUTCOMES = ("reward", "terminated", "truncated")
+
+
+def small_fields(spec) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """name -> (dtype, per-step shape) of the small fields for an EnvSpec."""
+    fields = {name: (np.dtype(d), ()) for name, d in SMALL_FIELDS.items()}
+    fields["action"] = (spec.action_spec.dtype, spec.action_spec.shape)
+    return fields  # a step's, known one step later
 
 
 class StepRecord(NamedTuple):
@@ -65,7 +73,7 @@ class StepRecord(NamedTuple):
       first:      bool  [m]  the step starts an episode
       policy:     int64 [m]  who played (seedlike.league.players policy ids)
       carry:      [m, ...]   recurrent state before the step (() feed-forward)
-      action:     int32 [m];  logp, value: float32 [m]
+      action:     int32 [m] (float32 [m, K]: EnvSpec.action_spec);  logp, value: float32 [m]
       placement:  where the steps go (seedlike.server.unrolls.Placement); None: no unrolls
       policy_version: of the learning policy's params
     """
@@ -104,6 +112,11 @@ class StepRecord(NamedTuple):
         )  # fmt: skip
 
 
+def _flat(small: dict) -> dict:
+    """Every small field [buffers, T+1, ...] as a view [buffers * (T+1), ...]."""
+    return {name: a.reshape((-1, *a.shape[2:])) for name, a in small.items()}
+
+
 class Stopped(Exception):
     """The batch queue was closed while the store waited for room."""
 
@@ -115,7 +128,10 @@ class LearnerBatch:
     def __init__(self, pool: UnrollPool, size: int, carry_template):
         self.pool = pool
         self.buffers = np.zeros(size, np.int64)
-        self.small = {name: np.zeros((size, pool.steps), d) for name, d in SMALL_FIELDS.items()}
+        self.small = {
+            name: np.zeros((size, pool.steps, *shape), d)
+            for name, (d, shape) in small_fields(pool.spec).items()
+        }
         self.carry = jax.tree.map(lambda c: np.zeros((size, *c.shape[1:]), c.dtype), carry_template)
         self.filled = 0
         self.owner = np.zeros(size, np.int64)  # per unroll: the identity that acted it
@@ -241,8 +257,11 @@ class TrajectoryStore:
         self._carry_template = jax.tree.map(np.asarray, carry_template)
         self._batch: LearnerBatch | None = None  # the learner batch being filled
         # Per buffer: the small fields of its steps and the carry before its step 0.
-        self._small = {name: np.zeros((0, pool.steps), d) for name, d in SMALL_FIELDS.items()}
-        self._flat = {name: a.reshape(-1) for name, a in self._small.items()}
+        self._small = {
+            name: np.zeros((0, pool.steps, *shape), d)
+            for name, (d, shape) in small_fields(pool.spec).items()
+        }
+        self._flat = _flat(self._small)
         self._carry_start = jax.tree.map(lambda c: c[:0], self._carry_template)
         self._carry_leaves = (
             (lambda: jax.tree.leaves(self._carry_start))
@@ -448,7 +467,7 @@ class TrajectoryStore:
             name: np.concatenate([a, np.zeros((buffers - have, *a.shape[1:]), a.dtype)])
             for name, a in self._small.items()
         }
-        self._flat = {name: a.reshape(-1) for name, a in self._small.items()}
+        self._flat = _flat(self._small)
         self._carry_start = jax.tree.map(
             lambda a, c: np.concatenate([a, np.zeros((buffers - have, *c.shape[1:]), c.dtype)]),
             self._carry_start,

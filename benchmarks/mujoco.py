@@ -1,0 +1,163 @@
+"""MuJoCo against CleanRL's published PPO scores: configs/mujoco_ppo.py on several tasks and seeds,
+the score CleanRL reports (the mean return of the last 10% of a run's episodes), wall time, and
+end-to-end env steps/s against envpool stepping the same tasks alone in the same command.
+
+    python benchmarks/mujoco.py --logdir=runs/mujoco                 # 3 tasks x 3 seeds
+    python benchmarks/mujoco.py --logdir=runs/mujoco_extra --tasks=Ant-v4,CheetahRun-v1 --seeds=1
+
+The runs go through `python -m seedlike.sweep` (one after another; rerun the same command to
+resume); this script measures the envpool ceiling first and writes <logdir>/mujoco.json,
+mujoco.md and mujoco.png (curves, every seed).
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+from absl import app, flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from seedlike import jobs  # noqa: E402
+
+# CleanRL ppo_continuous_action, Gymnasium MuJoCo v4, 1M steps, 3 seeds (its docs' table).
+CLEANRL = {"HalfCheetah-v4": (1442, 46), "Hopper-v4": (2383, 272), "Walker2d-v4": (2288, 572)}
+
+_LOGDIR = flags.DEFINE_string("logdir", None, "Where the sweep and the results go.")
+_TASKS = flags.DEFINE_list("tasks", list(CLEANRL), "envpool task ids.")
+_SEEDS = flags.DEFINE_integer("seeds", 3, "Runs per task.")
+_CONFIG = flags.DEFINE_string("config", "configs/mujoco_ppo.py", "The one config of every run.")
+_CEILING_S = flags.DEFINE_float("ceiling_s", 10.0, "Seconds of envpool alone per task.")
+_ENVS = flags.DEFINE_integer("envs", 16, "Envs envpool steps at once for the ceiling.")
+_FLAGS = flags.DEFINE_multi_string("flag", [], "Extra --config.x=v flags for every run.")
+
+
+def envpool_ceiling(task: str, num_envs: int, seconds: float) -> float:
+    """Env steps/s of envpool alone: num_envs envs stepped together with uniform random actions
+    (what the actors step, without the policy)."""
+    import envpool
+
+    env = envpool.make(task, env_type="gymnasium", num_envs=num_envs, seed=0)
+    space = env.action_space
+    rng = np.random.default_rng(0)
+    env.reset()
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        env.step(rng.uniform(space.low, space.high, (num_envs, *space.shape)).astype(np.float32))
+        steps += num_envs
+    rate = steps / (time.perf_counter() - start)
+    env.close()
+    return rate
+
+
+def final_return(rows: list[dict], share: float = 0.1) -> float:
+    """The mean return of the last `share` of the run's episodes, from the metrics rows' per-row
+    episode counts and means (the episodes of a row weigh alike)."""
+    rows = [r for r in rows if r.get("episode_return_mean") is not None and r.get("episodes")]
+    need = share * sum(r["episodes"] for r in rows)
+    total = taken = 0.0
+    for r in reversed(rows):
+        take = min(r["episodes"], need - taken)
+        total, taken = total + take * r["episode_return_mean"], taken + take
+        if taken >= need:
+            break
+    return total / taken if taken else math.nan
+
+
+def run_summary(run_dir: str) -> dict:
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    started = os.path.getmtime(os.path.join(run_dir, "server_address"))
+    wall = rows[-1]["time"] - started
+    return {
+        "final": final_return(rows),
+        "best_row": max(r["episode_return_mean"] for r in rows if r["episode_return_mean"]),
+        "env_steps": rows[-1]["env_steps"],
+        "wall_s": wall,
+        "sps": rows[-1]["env_steps"] / wall,
+        "curve": [(r["env_steps"], r["episode_return_mean"]) for r in rows],
+    }
+
+
+def main(argv):
+    del argv
+    logdir = os.path.abspath(_LOGDIR.value)
+    os.makedirs(logdir, exist_ok=True)
+    ceilings = {t: envpool_ceiling(t, _ENVS.value, _CEILING_S.value) for t in _TASKS.value}
+    print("envpool alone:", {t: round(v) for t, v in ceilings.items()}, flush=True)
+    command = [
+        sys.executable, "-m", "seedlike.sweep", f"--config={_CONFIG.value}",
+        f"--grid=env.name={','.join(_TASKS.value)}", f"--seeds={_SEEDS.value}",
+        f"--logdir={logdir}", *_FLAGS.value,
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT)
+    if done.returncode:
+        return done.returncode
+    results = {}
+    for task in _TASKS.value:
+        runs = []
+        for k in range(_SEEDS.value):
+            run_dir = os.path.join(logdir, jobs.cell_name({"env.name": task}), f"seed_{k}")
+            runs.append(run_summary(run_dir))
+        finals = [r["final"] for r in runs]
+        results[task] = {
+            "finals": finals,
+            "mean": float(np.mean(finals)),
+            "std": float(np.std(finals)),
+            "wall_s": [r["wall_s"] for r in runs],
+            "sps": [r["sps"] for r in runs],
+            "envpool_sps": ceilings[task],
+            "of_envpool": float(np.mean([r["sps"] for r in runs]) / ceilings[task]),
+            "cleanrl": CLEANRL.get(task),
+            "curves": [r["curve"] for r in runs],
+        }
+    with open(os.path.join(logdir, "mujoco.json"), "w") as f:
+        json.dump({"config": _CONFIG.value, "flags": _FLAGS.value, "tasks": results}, f, indent=1)
+    lines = [
+        "| task | seeds (final) | mean ± std | CleanRL | wall min/run | env steps/s | of envpool |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for task, r in results.items():
+        ref = f"{r['cleanrl'][0]} ± {r['cleanrl'][1]}" if r["cleanrl"] else "-"
+        lines.append(
+            f"| {task} | {' / '.join(f'{x:.0f}' for x in r['finals'])} | {r['mean']:.0f} ± "
+            f"{r['std']:.0f} | {ref} | {np.mean(r['wall_s']) / 60:.1f} | "
+            f"{np.mean(r['sps']):,.0f} | {r['of_envpool']:.2f} (of {r['envpool_sps']:,.0f}) |"
+        )
+    table = "\n".join(lines)
+    with open(os.path.join(logdir, "mujoco.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+    plot(results, os.path.join(logdir, "mujoco.png"))
+    return 0
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 3.4), squeeze=False)
+    for ax, (task, r) in zip(axes[0], results.items()):
+        for k, curve in enumerate(r["curves"]):
+            x, y = zip(*[(s, v) for s, v in curve if v is not None])
+            ax.plot(np.asarray(x) / 1e6, y, label=f"seed {k}")
+        if r["cleanrl"]:
+            ax.axhline(r["cleanrl"][0], color="k", ls="--", lw=1, label="CleanRL 1M")
+        ax.set_title(task)
+        ax.set_xlabel("env steps (M)")
+        ax.set_ylabel("episode return")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("logdir")
+    app.run(lambda argv: sys.exit(main(argv)))
