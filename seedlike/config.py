@@ -356,6 +356,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.distributed.num_processes = 1
     c.distributed.process_id = 0
     c.distributed.timeout_s = 300  # how long a process waits for the others to join
+    # A learner process silent this long is gone: the others save and stop with one line
+    # (seedlike.distributed.PeerWatch). Below JAX's own 100 s heartbeat, which would abort them.
+    c.distributed.peer_timeout_s = 30.0
 
     c.checkpoint = ml_collections.ConfigDict()
     # Also saved at the end and on SIGTERM/SIGINT; a crash (SIGKILL, lost host) loses at most this

@@ -11,6 +11,11 @@ The processes therefore call the same collectives in the same order, one update 
     them and on whether any wants to stop, so all stop after the same update.
 
 With one process none of this runs a collective: `Lockstep` then only counts local steps.
+
+A process that dies is noticed by the others through `PeerWatch` (a counter each process bumps in
+the coordination service every second), also while they wait for batches and run no collective:
+otherwise JAX's coordination service would end them with an abort once the dead process missed
+its heartbeats (100 s), with no checkpoint and no word from seedlike.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 
 import jax
 import numpy as np
@@ -84,6 +90,61 @@ def broadcast_start(state, counters: dict[str, int]):
     state, halves = multihost_utils.broadcast_one_to_all((jax.device_get(state), halves))
     halves = np.asarray(halves, np.int64)
     return state, {k: int(hi << 31 | lo) for k, (hi, lo) in zip(keys, halves)}
+
+
+class PeerWatch:
+    """Notices a learner process that stopped: each process bumps its own counter in the
+    coordination service's key-value store every `period_s`; a peer whose counter has not moved
+    for `timeout_s` (this process's clock: no clocks are compared), or a store that stopped
+    answering (process 0, which hosts it, is gone), sets `lost` to a one-line reason. A thread of
+    its own: the learner loop only reads `lost`."""
+
+    def __init__(self, timeout_s: float = 30.0, period_s: float = 1.0):
+        from jax._src import distributed as jax_distributed  # the client jax.distributed made
+
+        self._client = jax_distributed.global_state.client
+        self._me, self._count = jax.process_index(), jax.process_count()
+        self.timeout_s, self.period_s = float(timeout_s), float(period_s)
+        self.lost: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="peer-watch", daemon=True)
+
+    def start(self) -> PeerWatch:
+        if self._count > 1:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        beat = 0
+        seen = {k: (None, time.monotonic()) for k in range(self._count) if k != self._me}
+        while not self._stop.wait(self.period_s):
+            beat += 1
+            try:
+                self._client.key_value_set(f"seedlike/alive/{self._me}", str(beat), True)
+                values = {k: self._peek(k) for k in seen}
+            except Exception as e:  # noqa: BLE001 - the coordinator (process 0) is gone
+                if not self._stop.is_set():
+                    self.lost = f"the coordination service stopped answering ({str(e)[:120]})"
+                return
+            now = time.monotonic()
+            for k, value in values.items():  # a peer that has not written yet counts from now
+                last, since = seen[k]
+                if value != last:
+                    seen[k] = (value, now)
+                elif now - since > self.timeout_s and not self._stop.is_set():
+                    self.lost = f"learner process {k} gave no sign of life for {now - since:.0f} s"
+                    return
+
+    def _peek(self, k: int) -> str | None:
+        try:
+            return self._client.key_value_try_get(f"seedlike/alive/{k}")
+        except Exception as e:  # noqa: BLE001 - jaxlib raises a plain error for a missing key
+            if "NOT_FOUND" in str(e):
+                return None
+            raise
 
 
 class Lockstep:

@@ -119,6 +119,7 @@ class LearnerProcess:
     server: object  # grpc.Server
     metrics: MetricsWriter
     lockstep: distributed.Lockstep
+    peers: distributed.PeerWatch
     episodes_total: int
     episode_board: EpisodeBoard
 
@@ -298,6 +299,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
             label=_console_label(config, logdir),
         ),
         lockstep=distributed.Lockstep(learner.devices, counters["env_steps"]),
+        peers=distributed.PeerWatch(config.distributed.peer_timeout_s).start(),
         episodes_total=counters["episodes"],
         episode_board=EpisodeBoard(int(config.log.episode_window)),
     )
@@ -330,6 +332,9 @@ def train(
     try:
         while True:
             p.service.check_alive()
+            if p.peers.lost:
+                logging.error("a learner process is gone: %s", p.peers.lost)
+                raise distributed.peer_lost(RuntimeError(p.peers.lost))
             batch = p.batches.get(timeout=0.1)
             stopping = stop.is_set() or reached
             try:
@@ -368,6 +373,7 @@ def train(
         storage_failed = True
         raise
     finally:
+        p.peers.stop()  # the others may now end before this one
         # Freeze the counters first, so the last metrics row and the checkpoint agree.
         finished = not stop.is_set() and (reached or p.env_steps() >= total)
         if p.evaluator is not None:
