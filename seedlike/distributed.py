@@ -100,9 +100,11 @@ class PeerWatch:
     its own: the learner loop only reads `lost`."""
 
     def __init__(self, timeout_s: float = 30.0, period_s: float = 1.0):
-        from jax._src import distributed as jax_distributed  # the client jax.distributed made
+        self._client = None
+        if jax.process_count() > 1:
+            from jax._src import distributed as jax_distributed  # jax.distributed's own client
 
-        self._client = jax_distributed.global_state.client
+            self._client = jax_distributed.global_state.client
         self._me, self._count = jax.process_index(), jax.process_count()
         self.timeout_s, self.period_s = float(timeout_s), float(period_s)
         self.lost: str | None = None
@@ -110,7 +112,7 @@ class PeerWatch:
         self._thread = threading.Thread(target=self._run, name="peer-watch", daemon=True)
 
     def start(self) -> PeerWatch:
-        if self._count > 1:
+        if self._client is not None:
             self._thread.start()
         return self
 
