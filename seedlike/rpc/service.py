@@ -246,6 +246,10 @@ class InferenceServicer:
             if self._credentials is not None and not self._credentials.accepts(
                 context.invocation_metadata()
             ):
+                # Its Hello is taken first (unread, bounded by the hello timeout and the message
+                # size limit): refused while the actor still writes it, the call can end as
+                # INTERNAL on the actor's side instead of the refusal it is.
+                await self._hello(request_iterator, context)
                 await context.abort(
                     grpc.StatusCode.UNAUTHENTICATED,
                     "missing or wrong run token: give the actor the learner's "
