@@ -175,12 +175,12 @@ class InferenceServicer:
     """One actor stream: Hello, then StepBatch -> ActionBatch in lockstep, on the event loop.
 
     Admission comes before work. With credentials (mutual TLS already checked the client's
-    certificate), a stream without the run token ends with UNAUTHENTICATED as it opens, before
-    anything is read. A stream holds no session slot until its Hello is valid; of the streams still
-    waiting for theirs, at most `max_pending` are kept per process and the oldest gives way to a
-    newcomer (an honest actor sends its Hello within milliseconds, so streams that open and stay
-    silent cannot crowd it out). A stream without a Hello after `hello_timeout_s`, or one that
-    leaves the server waiting for its next step longer than `idle_timeout_s`, ends with
+    certificate), a stream without the run token ends with UNAUTHENTICATED once its first message
+    arrives (taken, never parsed). A stream holds no session slot until its Hello is valid; of the
+    streams still waiting for theirs, at most `max_pending` are kept per process and the oldest
+    gives way to a newcomer (an honest actor sends its Hello within milliseconds, so streams that
+    open and stay silent cannot crowd it out). A stream without a Hello after `hello_timeout_s`, or
+    one that leaves the server waiting for its next step longer than `idle_timeout_s`, ends with
     DEADLINE_EXCEEDED (time the server takes to answer does not count). A host with
     `max_streams_per_peer` sessions open already, or a server with every one of its `max_actors`
     slots taken, gives the slot of a session idle for `evict_idle_s` to the newcomer, else refuses
