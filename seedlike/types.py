@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -116,7 +117,7 @@ class EnvSpec:
         """D, the continuous action dimensions (0: a discrete action)."""
         return len(self.action_low)
 
-    @property
+    @functools.cached_property
     def action_spec(self) -> ArraySpec:
         """How one row's action travels and is stored: int32 [] for a discrete action, float32
         [H + D] with continuous dimensions (H discrete arguments' digits, then D values)."""

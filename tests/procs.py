@@ -158,5 +158,20 @@ def train(logdir, config, *flags, timeout=600, env=None) -> list[dict]:
     return metrics(logdir)
 
 
+def random_play_return(env, episodes: int, seed: int = 0) -> float:
+    """The mean return of a gymnasium.Env under uniformly random actions: the baseline a learning
+    test measures itself against."""
+    env.action_space.seed(seed)
+    env.reset(seed=seed)
+    total = 0.0
+    for _ in range(episodes):
+        env.reset()
+        done = False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total, done = total + reward, terminated or truncated
+    return total / episodes
+
+
 def returns(rows) -> list[float]:
     return [r["episode_return_mean"] for r in rows if r["episode_return_mean"] is not None]

@@ -22,7 +22,7 @@ from seedlike.rpc import seedlike_pb2 as pb
 from seedlike.rpc.codec import ProtocolError
 from seedlike.server.return_scale import ReturnScale
 from seedlike.types import ArraySpec, EnvSpec
-from tests.procs import ROOT, returns, train
+from tests.procs import ROOT, random_play_return, returns, train
 
 D = 3
 GAUSS = heads.ActionLayout((), D)
@@ -145,7 +145,8 @@ def test_the_env_gets_clipped_rescaled_or_squashed_actions():
     spec = EnvSpec("t", {}, 3, action_heads=(3,), action_low=(-2.0, 0.0), action_high=(2.0, 1.0))
     a = np.array([[2, 5.0, -0.5], [1, -0.5, 3.0]], np.float32)
     np.testing.assert_allclose(EnvActions(spec, "clip")(a), [[2, 2.0, 0.0], [1, -0.5, 1.0]])
-    np.testing.assert_allclose(EnvActions(spec, "rescale")(a), [[2, 2.0, 0.25], [1, -1.0, 1.0]])
+    want = [[2, 2.0, 0.25], [1, -1.0, 1.0]]
+    np.testing.assert_allclose(EnvActions(spec, "rescale")(a), want, rtol=1e-6)
     squashed = EnvActions(spec, "clip", squash=True)(a)
     want = [-2.0, 0.0] + (np.tanh(a[:, 1:]) + 1) / 2 * np.array([4.0, 1.0])
     np.testing.assert_allclose(squashed[:, 1:], want, rtol=1e-6)
@@ -204,9 +205,8 @@ def test_return_scale_divides_by_the_std_of_every_discounted_return_so_far():
         rtol=1e-5,
     )
     clipped = ReturnScale(0.9, clip=1.0)
-    assert (
-        np.abs(clipped(np.array([100.0, -100.0]), np.array([0, 7]), np.zeros(2, bool))).max() == 1
-    )
+    got = clipped(np.array([100.0, -100.0]), np.array([0, 7]), np.zeros(2, bool))
+    np.testing.assert_allclose(got, [1.0, -1.0], rtol=1e-6)
 
 
 def test_ppo_ratio_is_one_at_the_acting_params():
@@ -226,7 +226,7 @@ def test_ppo_ratio_is_one_at_the_acting_params():
         batch = PPOBatch(obs, {}, action, logp, value, jnp.ones(32), jnp.zeros(32), jnp.ones(32))
         _, metrics = make_ppo_loss(network, config.ppo)(params, obs_norm, batch)
         assert abs(float(metrics["loss/approx_kl"])) < 1e-6
-        assert float(metrics["loss/clip_fraction"]) == 0.0  # |ratio - 1| > 0.2 nowhere
+        assert float(metrics["loss/clip_fraction"]) < 1e-6  # |ratio - 1| > 0.2 nowhere
 
 
 def test_a_discrete_checkpoint_resumed_on_a_continuous_task_is_one_clear_line(tmp_path):
@@ -290,13 +290,5 @@ def test_a_mixed_discrete_and_continuous_task_is_learned(tmp_path):
     # Best return 4. The right knob at a fixed setting earns at most 4 x E[1 - |t|] = 2; the right
     # setting on a random knob 4/3: past 2.5 both heads have learned.
     assert max(got) >= 2.5, got
-    env, random_returns = Dial(), []
-    env.reset(seed=0)
-    for _ in range(200):
-        env.reset()
-        total, done = 0.0, False
-        while not done:
-            _, reward, _, done, _ = env.step(env.action_space.sample())
-            total += reward
-        random_returns.append(total)
-    assert np.mean(random_returns) < 1.0, np.mean(random_returns)
+    random = random_play_return(Dial(), 200)
+    assert random < 1.0, random

@@ -11,7 +11,7 @@ import pytest
 from examples.corridor import Corridor
 from seedlike.config import load_config_file
 from seedlike.envs import UnknownEnv, check_env, make_env, make_env_spec
-from tests.procs import ROOT, returns, train
+from tests.procs import ROOT, random_play_return, returns, train
 
 CONFIG = os.path.join(ROOT, "configs", "gymnasium_ppo.py")
 
@@ -126,15 +126,8 @@ def test_a_users_own_env_trains_from_one_command(tmp_path):
     got = returns(rows)
     # The shortest walk returns 1 - 6 x 0.01 = 0.94; random play far less.
     assert max(got) >= 0.93, got
-    env, rng, random_returns = Corridor(), np.random.default_rng(0), []
-    for _ in range(300):
-        env.reset()
-        total, done = 0.0, False
-        while not done:
-            _, reward, terminated, truncated, _ = env.step(int(rng.integers(2)))
-            total, done = total + reward, terminated or truncated
-        random_returns.append(total)
-    assert np.mean(random_returns) < 0.5, np.mean(random_returns)
+    random = random_play_return(Corridor(), 300)
+    assert random < 0.5, random
 
 
 def test_watch_asks_for_frames_only_where_the_env_can_give_them():

@@ -133,6 +133,7 @@ class EnvpoolAdapter:
         import envpool
 
         self.spec = spec
+        self._action_dtype = spec.action_spec.dtype
         kwargs = envpool_kwargs(env_config)
         self.num_envs = int(kwargs.get("num_envs", 1))
         # Hiding features (e.g. CartPole's velocities) turns a task into a partially observed one.
@@ -245,11 +246,8 @@ class EnvpoolAdapter:
 
     def send(self, action: np.ndarray, rows: Rows) -> None:
         """Steps the envs of `rows` with the actions of their acting rows."""
-        if self.spec.num_players == 1:
-            if self.spec.continuous:  # a Box action (MuJoCo, dm_control): float32 [n, D]
-                self._env.send(np.asarray(action, np.float32), rows.env_id)
-            else:
-                self._env.send(np.asarray(action, np.int32), rows.env_id)
+        if self.spec.num_players == 1:  # int32 [n], or float32 [n, D] for a Box (MuJoCo)
+            self._env.send(np.asarray(action, self._action_dtype), rows.env_id)
             return
         if not self._turn_based:  # one action per row, rows grouped by env as they came
             env = rows.env_id

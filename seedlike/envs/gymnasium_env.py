@@ -175,8 +175,6 @@ class GymnasiumAdapter:
         actions = np.zeros((self.num_envs, *act.shape), act.dtype)
         actions[rows.env_id] = action
         actions = env_actions(self._envs.single_action_space, actions, self.spec)
-        if isinstance(actions, np.ndarray) and actions.dtype == np.int32:
-            actions = actions.astype(np.int64)
         obs, reward, terminated, truncated, _ = self._envs.step(actions)
         self._last = (obs, reward, terminated, truncated)
 

@@ -81,7 +81,7 @@ def env_actions(action_space, actions: np.ndarray, spec: EnvSpec):
     if not spec.continuous:
         if spec.action_heads:
             return np.stack(np.unravel_index(actions, spec.action_heads), axis=-1)
-        return actions
+        return actions.astype(np.int64)
     discrete = np.rint(actions[:, : len(spec.head_sizes)]).astype(np.int64)
     values = actions[:, len(spec.head_sizes) :]
     used = {"d": 0, "c": 0}

@@ -109,19 +109,6 @@ class Connection:
             raise Disconnected("server did not answer the Hello with a Welcome")
         return reply.welcome
 
-    async def _failure(self, error: grpc.RpcError) -> Exception:
-        """What ended the call. A write that races the server's refusal (its UNAUTHENTICATED as
-        the stream opens) can fail with INTERNAL "Internal error from Core"; the call's own final
-        status then still says why, and a refusal must read as one (Rejected), not as a break to
-        retry."""
-        try:
-            code, details = await self._call.code(), await self._call.details()
-        except Exception:  # noqa: BLE001 - no status to be had: the error is all there is
-            return _translate(error)
-        if code in FATAL_CODES:
-            return _translate_status(code, details)
-        return _translate(error)
-
     async def _ready(self) -> None:
         """Waits until the channel is connected; a failed attempt is a Disconnected at once
         (gRPC itself would keep retrying it until the timeout)."""
@@ -150,7 +137,7 @@ class Connection:
             await self._call.write(data)
             reply = await self._call.read()
         except grpc.RpcError as e:
-            raise await self._failure(e) from None
+            raise _translate(e) from None
         except asyncio.InvalidStateError:  # the server ended the stream: its status says why
             reply = grpc.aio.EOF
         if reply is grpc.aio.EOF:
