@@ -86,6 +86,7 @@ def train(
     num_actors: int = 2,
     overrides: dict | None = None,
     flags: tuple[str, ...] = (),
+    nice: int = 0,
 ) -> Run:
     """Starts `scripts/train.sh` (learner + `num_actors` actors) and returns at once.
 
@@ -94,10 +95,12 @@ def train(
       logdir: the run directory; an existing run there resumes.
       overrides: config values by dotted key, e.g. {"total_env_steps": 100_000, "seed": 3}.
       flags: further train.sh / learner.py flags, e.g. ("--max_actor_restarts=1",).
+      nice: the scheduling niceness of the job's processes (learner and actors), 0 to 19.
     """
     logdir = os.path.abspath(logdir)
     os.makedirs(logdir, exist_ok=True)
     command = [
+        *(["nice", "-n", str(int(nice))] if nice else []),
         os.path.join(ROOT, "scripts", "train.sh"),
         f"--config={_config_path(config)}",
         f"--logdir={logdir}",
@@ -116,7 +119,20 @@ def train(
             start_new_session=True,
             env={**os.environ, "SEEDLIKE_PYTHON": sys.executable},
         )
+    if nice:
+        _nice_session(process.pid, int(nice))
     return Run(process, logdir)
+
+
+def _nice_session(pid: int, nice: int) -> None:
+    """Where the kernel groups each session's processes for scheduling (autogroup), a process's
+    own niceness only ranks it within its session, and the job is a session of its own: the
+    group's niceness is what ranks it against other jobs."""
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:
+        pass  # no autogroup (or not Linux): the processes' own niceness applies
 
 
 def _flag_value(value) -> str:

@@ -13,6 +13,7 @@ import numpy as np
 
 ALGOS = ("ppo", "vtrace")
 ACTION_BOUNDS = ("clip", "rescale")  # env.action_bounds
+ROLES = ("main", "main_exploiter", "league_exploiter")  # league.roles (seedlike.league.roles)
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -307,6 +308,25 @@ def base_config() -> ml_collections.ConfigDict:
     # p_bots a new episode's opponent is one of `bots` ("random"; "scripted" for Connect Four).
     c.league.bots = ()
     c.league.p_bots = 0.0
+    # League roles (AlphaStar; seedlike.league.roles): `python -m seedlike.roles` starts one
+    # learner per entry of `roles` (main, main_exploiter, league_exploiter), with role_actors[k]
+    # actors each, in <logdir>/<role>/, and sets `role` and `role_dir` for each; a plain run has
+    # no role (a single-role league). Exploiters join the league (and reset; a league exploiter
+    # with probability league_exploiter_reset_p) when they win more than exploit_win_rate of at
+    # least exploit_min_games decayed games against their target, or after reset_env_steps of
+    # their env steps without (0: never). A role reads the others' new snapshots every
+    # peer_refresh_s seconds. role_nice: each role's scheduling niceness (0-19) where the roles
+    # share one machine's cores.
+    c.league.roles = ()
+    c.league.role_actors = ()
+    c.league.role_nice = ()
+    c.league.role = ""
+    c.league.role_dir = ""
+    c.league.exploit_win_rate = 0.7
+    c.league.exploit_min_games = 100.0
+    c.league.reset_env_steps = 0
+    c.league.league_exploiter_reset_p = 0.25
+    c.league.peer_refresh_s = 10.0
 
     # Bring an environment change in gradually after surgery (OpenAI Five App. B): the share of new
     # episodes with the change ramps from 0 to 1 over `updates` policy versions from start_version;
@@ -524,6 +544,7 @@ def validate(config) -> None:
     need(config.server.max_actors >= 1, "server.max_actors must be >= 1")
     need(0 < config.league.payoff_decay <= 1, "league.payoff_decay must be in (0, 1]")
     need(config.league.payoff_prior_games >= 0, "league.payoff_prior_games must be >= 0")
+    _validate_roles(config.league, need)
     need(config.server.max_streams_per_peer >= 1, "server.max_streams_per_peer must be >= 1")
     need(config.server.evict_idle_s > 0, "server.evict_idle_s must be > 0")
     need(config.server.max_pending_streams >= 1, "server.max_pending_streams must be >= 1")
@@ -559,6 +580,51 @@ def validate(config) -> None:
 
 
 CNN_TORSOS = ("nature_cnn", "impala_cnn", "small_cnn", "board_cnn")
+
+
+def _validate_roles(league, need) -> None:
+    roles = tuple(league.roles)
+    need(
+        all(r in ROLES for r in roles) and len(set(roles)) == len(roles),
+        f"league.roles={roles} must name distinct roles of {ROLES}",
+    )
+    need(not roles or "main" in roles, "league.roles needs a main agent: add 'main'")
+    need(
+        not league.role_actors or len(league.role_actors) == len(roles),
+        f"league.role_actors={tuple(league.role_actors)} needs one actor count per entry of "
+        f"league.roles={roles} (or () for --num_actors each)",
+    )
+    need(all(int(n) >= 1 for n in league.role_actors), "league.role_actors must be >= 1 each")
+    need(
+        not league.role_nice or len(league.role_nice) == len(roles),
+        f"league.role_nice={tuple(league.role_nice)} needs one niceness per entry of "
+        f"league.roles={roles} (or ())",
+    )
+    need(all(0 <= int(n) <= 19 for n in league.role_nice), "league.role_nice must be in 0..19")
+    need(
+        league.role in ("", *ROLES),
+        f"league.role={league.role!r} must be one of {ROLES}, or '' (a single-role league)",
+    )
+    need(
+        not league.role or bool(league.role_dir),
+        "league.role needs league.role_dir, the directory the roles share "
+        "(python -m seedlike.roles sets both)",
+    )
+    need(0 < league.exploit_win_rate <= 1, "league.exploit_win_rate must be in (0, 1]")
+    need(league.exploit_min_games >= 0, "league.exploit_min_games must be >= 0")
+    most = 1.0 / (1.0 - league.payoff_decay) if league.payoff_decay < 1 else float("inf")
+    need(
+        league.exploit_min_games < most,
+        f"league.exploit_min_games={league.exploit_min_games} is never reached: with "
+        f"league.payoff_decay={league.payoff_decay} a pair's games add up to at most {most:.0f}; "
+        "lower it or raise the decay",
+    )
+    need(league.reset_env_steps >= 0, "league.reset_env_steps must be >= 0 (0: no time limit)")
+    need(
+        0 <= league.league_exploiter_reset_p <= 1,
+        "league.league_exploiter_reset_p must be in [0, 1]",
+    )
+    need(league.peer_refresh_s > 0, "league.peer_refresh_s must be > 0")
 
 
 def advice(config, spec, backend: str = "") -> list[str]:

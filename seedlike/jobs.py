@@ -141,6 +141,12 @@ def _typed(current, text: str, key: str):
 def check_cell(config_path: str, overrides: dict[str, str]) -> None:
     """Raises SpecError unless `overrides` are known keys with values of their type that
     seedlike.config.validate accepts."""
+    configured(config_path, overrides)
+
+
+def configured(config_path: str, overrides: dict[str, str]):
+    """The config of `config_path` with `overrides` (--config.KEY=VALUE texts), validated;
+    SpecError naming the first key or value that cannot work."""
     config = load_config_file(config_path)
     with config.unlocked():
         for key, text in overrides.items():
@@ -155,6 +161,7 @@ def check_cell(config_path: str, overrides: dict[str, str]) -> None:
         validate(config)
     except ConfigError as e:
         raise SpecError(f"{cell_name(overrides)}: {e}") from None
+    return config
 
 
 def run_result(rows: list[dict], metric: str, mode: str, final_fraction: float) -> dict | None:
@@ -215,13 +222,15 @@ class Runner:
 
     runs: {run id (its directory under logdir): (cell: config values, seed)}; `flags`: config
     flags every run gets; `on_change(state)` after each run ends; `train` starts a run
-    (seedlike.api.train's signature); `label` starts the lines it prints.
+    (seedlike.api.train's signature); `label` starts the lines it prints; `actors`: {run id:
+    actor processes} where a run has other than `num_actors`; `nice`: {run id: niceness}.
     """
 
     def __init__(self, config: str, logdir: str, runs: dict, flags: list[str], num_actors: int,
                  parallel: int, retries: int, state_file: str, on_change=lambda state: None,
-                 train=api.train, label: str = "jobs"):  # fmt: skip
+                 train=api.train, label: str = "jobs", actors=None, nice=None):  # fmt: skip
         self.config, self.logdir, self.flags = config, logdir, flags
+        self.actors, self.nice = dict(actors or {}), dict(nice or {})
         self.num_actors, self.parallel, self.retries = num_actors, parallel, retries
         self.on_change, self.state_file, self.train = on_change, state_file, train
         self.label = label  # what its lines start with
@@ -244,9 +253,10 @@ class Runner:
         run = self.train(
             self.config,
             os.path.join(self.logdir, run_id),
-            num_actors=self.num_actors,
+            num_actors=self.actors.get(run_id, self.num_actors),
             overrides=overrides,
             flags=tuple(shared),
+            **({"nice": self.nice[run_id]} if self.nice.get(run_id) else {}),
         )
         entry.update(state="running", pid=run.process.pid)
         return run

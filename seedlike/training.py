@@ -23,8 +23,9 @@ from networks import make_network
 from seedlike import checkpoint as ckpt_lib
 from seedlike import config as config_lib
 from seedlike import distributed
+from seedlike.league import roles
 from seedlike.league.evaluation import Evaluation, EvaluationThread
-from seedlike.league.league import League
+from seedlike.league.league import League, PeerSnapshots
 from seedlike.league.players import LEARNER
 from seedlike.learner.learner import Interrupted, Learner
 from seedlike.metrics import MetricsWriter
@@ -122,6 +123,10 @@ class LearnerProcess:
     peers: distributed.PeerWatch
     episodes_total: int
     episode_board: EpisodeBoard
+    # League roles: the state an exploiter resets to, and the thread reading the other roles'
+    # snapshots (seedlike.league.roles); None otherwise.
+    initial_state: object = None
+    league_peers: object = None
 
     def env_steps(self) -> int:
         """Rows received from actors since the run began, across restarts (with several learner
@@ -141,8 +146,11 @@ class LearnerProcess:
         interval.updates.append(learner.update(unrolls, influence.relabel(batch.owner)[0]))
         interval.consumed += unrolls.reward.size * learner.epochs
         self.registry.publish(learner.policy_version, learner.policy_params())
-        if self.league is not None and self.league.wants_snapshot(learner.policy_version):
-            self.league.add_snapshot(learner.policy_version, learner.policy_params())
+        if self.league is not None and self.league.after_update(
+            learner.policy_version, self.env_steps(), learner.policy_params
+        ):
+            learner.reset(self.initial_state)  # an exploiter starts again, as a new version
+            self.registry.publish(learner.policy_version, learner.policy_params())
         interval.learn_s += time.perf_counter() - start
 
     def log(self, interval: Interval, now: float) -> dict:
@@ -239,6 +247,19 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     registry = PolicyRegistry()
     registry.publish(learner.policy_version, learner.policy_params())
     league, evaluation = _make_league(config, logdir, network, learner, meta, teams)
+    initial_state, league_peers = None, None
+    if league is not None and league.role:
+        if league.rule is not None:
+            initial_state = learner.init_state(jax.random.key(config.seed))
+            if config.init_from:
+                initial_state = _init_from(config.init_from, initial_state)
+        league_peers = PeerSnapshots(
+            league,
+            league.role_dir,
+            [r for r in roles.OPPONENT_ROLES[league.role] if r != league.role],
+            learner.policy_params(),
+            config.league.peer_refresh_s,
+        ).start()
 
     annealing = Annealing.from_config(config.anneal)
     curriculum = Curriculum.from_config(config)
@@ -302,6 +323,8 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         peers=distributed.PeerWatch(config.distributed.peer_timeout_s).start(),
         episodes_total=counters["episodes"],
         episode_board=EpisodeBoard(int(config.log.episode_window)),
+        initial_state=initial_state,
+        league_peers=league_peers,
     )
 
 
@@ -378,6 +401,8 @@ def train(
         finished = not stop.is_set() and (reached or p.env_steps() >= total)
         if p.evaluator is not None:
             p.evaluator.stop()
+        if p.league_peers is not None:
+            p.league_peers.stop()
         p.service.stop(finished=finished)
         p.server.stop(grace_s=2.0)
         if storage_failed:  # nothing more can be written; the entrypoint says why and exits
@@ -412,6 +437,8 @@ def _console_label(config, logdir: str) -> str:
     of a population, "process k" of a multi-host learner; "" otherwise."""
     if config.population.size > 1:
         return os.path.basename(os.path.normpath(logdir)).replace("_", " ")
+    if config.league.role:
+        return config.league.role.replace("_", " ")
     if config.distributed.num_processes > 1:
         return f"process {jax.process_index()}"
     return ""

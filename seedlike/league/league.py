@@ -1,4 +1,5 @@
-"""The league service: frozen snapshots of the learning policy and who plays whom.
+"""The league service: frozen snapshots of the learning policy and who plays whom (and, in a
+league of roles, the snapshots of the other roles: seedlike.league.roles, `PeerSnapshots`).
 
 In a two-player game every env has two seats. The learning policy always plays player 0 (envpool
 picks the first mover at random, so it plays both colours); at the start of every episode player 1
@@ -7,7 +8,8 @@ snapshot; with `league.bots`, sometimes a built-in bot. Steps played by snapshot
 recorded (snapshots keep recurrent state) but never trained on.
 
 Thread safety: the inference thread asks for opponents and snapshot params and reports results; the
-learner thread adds snapshots and saves the state. One lock guards everything.
+learner thread adds snapshots and saves the state; `PeerSnapshots`'s thread adds the other roles'.
+One lock guards everything.
 """
 
 from __future__ import annotations
@@ -18,11 +20,25 @@ import threading
 
 import numpy as np
 
-from seedlike.league import players
+from seedlike.league import players, roles
 from seedlike.league.payoff import PayoffMatrix
-from seedlike.league.players import LEARNER
+from seedlike.league.players import LEARNER, ROLES
 from seedlike.league.pool import OpponentPool
-from seedlike.league.samplers import make_sampler
+from seedlike.league.roles import MainExploiterSampler, ResetRule
+from seedlike.league.samplers import PFSPSampler, make_sampler
+
+
+def make_role_sampler(league_config, pool, payoff):
+    """The sampler of the league's role (seedlike.league.roles): the config's for the main agent
+    and a single-role league, the main exploiter's own, PFSP "hard" without self-play for the
+    league exploiter."""
+    role = league_config.role
+    if role == "main_exploiter":
+        return MainExploiterSampler(pool, payoff)
+    if role == "league_exploiter":
+        return PFSPSampler(pool, payoff, "hard", float(league_config.pfsp_p), p_latest=0.0)
+    name = league_config.sampler
+    return make_sampler(name, pool=pool, payoff=payoff, **sampler_kwargs(league_config))
 
 
 def sampler_kwargs(league_config) -> dict:
@@ -48,12 +64,24 @@ class League:
             prior_games=float(league_config.payoff_prior_games),
             decay=float(league_config.payoff_decay),
         )
-        self.sampler = make_sampler(
-            league_config.sampler,
-            pool=self.pool,
-            payoff=self.payoff,
-            **sampler_kwargs(league_config),
-        )
+        self.role = league_config.role  # "" for a single-role league
+        self.role_dir = league_config.role_dir
+        self.sampler = make_role_sampler(league_config, self.pool, self.payoff)
+        self.rule = None
+        if self.role in ("main_exploiter", "league_exploiter"):
+            reset_p = (
+                1.0 if self.role == "main_exploiter" else league_config.league_exploiter_reset_p
+            )
+            self.rule = ResetRule(
+                self.role,
+                league_config.exploit_win_rate,
+                league_config.exploit_min_games,
+                league_config.reset_env_steps,
+                reset_p,
+                seed,
+            )
+        self._newest = {role: -1 for role in ROLES}  # newest snapshot version taken, per role
+        self.exploit_win_rate = float("nan")  # what the last ResetRule judgement read
         self.snapshot_dir = snapshot_dir
         self._params: dict[int, object] = {}
         self._lock = threading.Lock()
@@ -70,6 +98,8 @@ class League:
                 f"league.p_bots = {self.p_bots} with league.bots = {tuple(league_config.bots)}: "
                 "set p_bots in (0, 1] together with at least one bot, or p_bots = 0 and no bots"
             )
+        if self.rule is not None:  # exploiters learn against the league alone
+            self.bot_names, self.bots, self.p_bots = (), [], 0.0
 
     # Inference thread -------------------------------------------------------------------------
 
@@ -99,38 +129,117 @@ class League:
 
     # Learner thread ---------------------------------------------------------------------------
 
+    def own_id(self, version: int) -> int:
+        """The policy id of this league's own snapshot of `version` (its version where the
+        league has no roles, and for the main agent)."""
+        return roles.snapshot_id(self.role or "main", version)
+
     def wants_snapshot(self, version: int) -> bool:
         every = int(self.config.snapshot_every)
-        return version > 0 and version % every == 0 and version not in self.pool
+        return version > 0 and version % every == 0 and self.own_id(version) not in self.pool
 
     def add_snapshot(self, version: int, policy_params) -> None:
-        """Freezes the learning policy of `version` into the pool (and onto disk)."""
+        """Freezes the learning policy of `version` into the pool (and onto disk, where the other
+        roles pick it up). An exploiter's snapshot stays out of its own pool when it does not
+        play its own role (the main exploiter)."""
         if self.snapshot_dir is not None:
             save_snapshot(self.snapshot_dir, version, policy_params)
+        own = self.role or "main"
+        if own not in roles.OPPONENT_ROLES[own]:
+            logging.info("league: %s snapshot %d saved for the other roles", own, version)
+            return
+        self._add(self.own_id(version), policy_params)
+
+    def add_peer_snapshot(self, role: str, version: int, policy_params) -> None:
+        """Another role's snapshot, read from its directory (roles.PeerSnapshots)."""
+        self._add(roles.snapshot_id(role, version), policy_params)
+
+    def skip_peer_version(self, role: str, version: int) -> None:
         with self._lock:
-            self.pool.add(version)
-            self._params[version] = policy_params
+            self._newest[role] = max(self._newest[role], int(version))
+
+    def newest_version(self, role: str) -> int:
+        """The newest version of `role`'s snapshots this league has taken (-1: none)."""
+        with self._lock:
+            return self._newest[role]
+
+    def _add(self, policy: int, policy_params) -> None:
+        with self._lock:
+            self.pool.add(policy)
+            role, version = roles.role_of(policy), roles.version_of(policy)
+            self._newest[role] = max(self._newest[role], version)
+            self._params[policy] = policy_params
             for gone in set(self._params) - set(self.pool.ids):
                 del self._params[gone]
                 self.payoff.remove(gone)
-        logging.info("league: snapshot %d joined the pool (%d entries)", version, len(self.pool))
+        logging.info(
+            "league: snapshot %s joined the pool (%d entries)",
+            players.describe(policy),
+            len(self.pool),
+        )
+
+    def after_update(self, version: int, env_steps: int, policy_params) -> bool:
+        """The league's part of the learner thread after update `version` (the role's
+        `env_steps` so far; `policy_params()` gives that version's params): the main agent's
+        periodic snapshot, or an exploiter's snapshot and reset (roles.ResetRule). True: the
+        learner resets now. An exploiter's own results are forgotten when it joins the league,
+        so the next judgement rests on games played after it."""
+        if self.rule is None:
+            if self.wants_snapshot(version):
+                self.add_snapshot(version, policy_params())
+            return False
+        with self._lock:
+            succeeded, self.exploit_win_rate = self.rule.success(
+                self.sampler, self.pool, self.payoff
+            )
+        add, reset = self.rule.decide(succeeded, env_steps)
+        if add:
+            self.add_snapshot(version, policy_params())
+            with self._lock:
+                self.payoff.remove(LEARNER)
+            logging.info(
+                "league: %s v%d joined the league (%s, win rate %.2f)%s",
+                self.role,
+                version,
+                "exploit found" if succeeded else "time limit",
+                self.exploit_win_rate,
+                "; reset" if reset else "",
+            )
+        return reset
 
     def state_dict(self) -> dict:
         with self._lock:
-            return {"pool": self.pool.state_dict(), "payoff": self.payoff.state_dict()}
+            state = {"pool": self.pool.state_dict(), "payoff": self.payoff.state_dict()}
+            if self.role:
+                state["roles"] = {"newest": dict(self._newest)}
+                if self.rule is not None:
+                    state["roles"]["rule"] = self.rule.state_dict()
+            return state
+
+    def snapshot_dir_of(self, policy: int) -> str:
+        """Where the snapshot `policy` lives on disk."""
+        role = roles.role_of(policy)
+        if role == (self.role or "main"):
+            return self.snapshot_dir
+        return roles.snapshot_dir(self.role_dir, role)
 
     def load_state_dict(self, state: dict, target_params) -> None:
-        """Restores pool and payoff, and every snapshot's params from snapshot_dir."""
+        """Restores pool and payoff, and every snapshot's params from its role's directory."""
         pool = OpponentPool.from_state_dict(state["pool"])
         payoff = PayoffMatrix.from_state_dict(state["payoff"])
         # The counts are the run's; how they are weighed is this config's (a resume may change it).
         payoff.prior_games, payoff.decay = self.payoff.prior_games, self.payoff.decay
-        params = {v: load_snapshot(self.snapshot_dir, v, target_params) for v in pool.ids}
+        params = {
+            i: load_snapshot(self.snapshot_dir_of(i), roles.version_of(i), target_params)
+            for i in pool.ids
+        }
+        saved = state.get("roles", {})
         with self._lock:
             self.pool, self.payoff, self._params = pool, payoff, params
-            self.sampler = make_sampler(
-                self.config.sampler, pool=pool, payoff=payoff, **sampler_kwargs(self.config)
-            )
+            self.sampler = make_role_sampler(self.config, pool, payoff)
+            self._newest.update({r: int(v) for r, v in saved.get("newest", {}).items()})
+            if self.rule is not None and "rule" in saved:
+                self.rule.load_state_dict(saved["rule"])
 
     def take_metrics(self) -> dict:
         """Results since the last call, from the learning policy's side."""
@@ -145,7 +254,81 @@ class League:
             vs_bot = [o for p, o in results if p == bot]
             rate = np.mean([o > 0 for o in vs_bot]) if vs_bot else None
             out[f"league/win_rate_vs_{players.bot_name(bot)}"] = rate
+        if self.role:
+            for role in roles.OPPONENT_ROLES[self.role]:
+                vs = [o for p, o in results if p >= 0 and roles.role_of(p) == role]
+                out[f"league/win_rate_vs_{role}"] = np.mean([o > 0 for o in vs]) if vs else None
+        if self.rule is not None:
+            out["league/exploit_win_rate"] = self.exploit_win_rate
+            out["league/joined"] = self.rule.successes
+            out["league/resets"] = self.rule.resets
         return out
+
+
+class PeerSnapshots:
+    """Picks up the other roles' new snapshots from their directories every `refresh_s` seconds,
+    off the learner and inference threads (an orbax restore takes tens of milliseconds).
+
+    Args:
+      league: the seedlike.league.league.League to add them to (`add_peer_snapshot`).
+      role_dir: the directory the roles share.
+      roles: the roles whose snapshots this role plays.
+      template: policy params of the same network (shapes and dtypes of a restore).
+      refresh_s: seconds between directory scans.
+    """
+
+    def __init__(self, league, role_dir: str, roles, template, refresh_s: float = 10.0):
+        self.league, self.role_dir, self.roles = league, role_dir, tuple(roles)
+        self.template, self.refresh_s = template, float(refresh_s)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="league-peers", daemon=True)
+
+    def start(self) -> PeerSnapshots:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30.0)
+
+    def new_versions(self, role: str) -> list[int]:
+        """Versions of `role`'s snapshots on disk newer than the newest this league has taken,
+        oldest first (at most the pool's size: older ones would leave it at once)."""
+        directory = roles.snapshot_dir(self.role_dir, role)
+        if not os.path.isdir(directory):
+            return []
+        newest = self.league.newest_version(role)
+        # orbax writes a checkpoint under a temporary name and renames it when it is complete.
+        versions = sorted(int(v) for v in os.listdir(directory) if v.isdigit())
+        versions = [v for v in versions if v > newest]
+        return versions[-(self.league.pool.max_size or len(versions) or 1) :]
+
+    def scan(self) -> int:
+        """One pass over the peers' directories; how many snapshots joined."""
+        added = 0
+        for role in self.roles:
+            for version in self.new_versions(role):
+                if self._stop.is_set():
+                    return added
+                try:
+                    params = load_snapshot(
+                        roles.snapshot_dir(self.role_dir, role), version, self.template
+                    )
+                except Exception as e:  # noqa: BLE001 - a peer's bad file must not end this run
+                    why = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    logging.warning("league: %s snapshot %d unreadable (%s); skipped", role,
+                                    version, why)  # fmt: skip
+                    self.league.skip_peer_version(role, version)
+                    continue
+                self.league.add_peer_snapshot(role, version, params)
+                added += 1
+        return added
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.scan()
+            self._stop.wait(self.refresh_s)
 
 
 def _snapshot_path(directory: str, version: int) -> str:

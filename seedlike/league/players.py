@@ -2,10 +2,13 @@
 
 Policy ids (int), used in the server's seat arrays, league results and the payoff matrix alike:
   LEARNER (-1)   the learning policy (in the pool's terms, "the latest");
-  v >= 0         the frozen snapshot taken at learner policy version v;
+  v >= 0         the frozen snapshot taken at learner policy version v; in a league of roles
+                 (seedlike.league.roles), k * STRIDE + v is role ROLES[k]'s, so the main agent's
+                 ids are its versions;
   <= -2          a built-in bot, `BOTS[name].id`.
-`describe` names them for people and metrics ("learner", "random", "v200"); `policy_id` reads ids
-back from those names or from numpy integers and JSON.
+`describe` names them for people and metrics ("learner", "random", "v200",
+"main_exploiter/v40"); `policy_id` reads ids back from those names or from numpy integers and
+JSON.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from typing import Protocol
 
 import numpy as np
 
+from seedlike.config import ROLES
 from seedlike.league import connect_four
 
 LEARNER = -1
+STRIDE = 1_000_000_000  # policy ids of role k's snapshots: k * STRIDE + version
 MINE_PLANE, THEIRS_PLANE = connect_four.MINE, connect_four.THEIRS
 
 
@@ -190,16 +195,22 @@ def policy_id(value: object) -> int:
             return LEARNER
         if value in BOTS:
             return BOTS[value].id
-        if value[:1] == "v" and value[1:].isdigit():
-            return int(value[1:])
+        role, _, version = value.rpartition("/")
+        if version[:1] == "v" and version[1:].isdigit() and (not role or role in ROLES[1:]):
+            return (ROLES.index(role) if role else 0) * STRIDE + int(version[1:])
     raise ValueError(
-        f"{value!r} is not a policy id: an int, 'learner', 'v<version>' or a bot ({sorted(BOTS)})"
+        f"{value!r} is not a policy id: an int, 'learner', 'v<version>', '<role>/v<version>' or "
+        f"a bot ({sorted(BOTS)})"
     )
 
 
 def describe(policy: int) -> str:
-    """'learner', a bot's name, or 'v<version>' for a snapshot."""
+    """'learner', a bot's name, or 'v<version>' for a snapshot ('<role>/v<version>' for an
+    exploiter's)."""
     policy = int(policy)
     if policy == LEARNER:
         return "learner"
-    return bot_name(policy) if is_bot(policy) else f"v{policy}"
+    if is_bot(policy):
+        return bot_name(policy)
+    role, version = divmod(policy, STRIDE)
+    return f"{ROLES[role]}/v{version}" if role else f"v{version}"

@@ -168,6 +168,19 @@ class Learner:
         self._state = self.guard(self._replicate, state)
         self._version = int(np.asarray(state.updates))
 
+    def reset(self, initial: ts.TrainState) -> None:
+        """Starts again from `initial`'s params, optimizer and observation statistics (a league
+        exploiter's reset) as the next policy version; the gradient-step count and the
+        learning-rate schedule go on."""
+        state = self.state()
+        self.set_state(
+            initial.replace(
+                updates=state.updates + 1,
+                sgd_steps=state.sgd_steps,
+                lr_zero_until=state.lr_zero_until,
+            )
+        )
+
     def state(self) -> ts.TrainState:
         """The unreplicated state (device 0's copy)."""
         return self.guard(_first, self._state)
