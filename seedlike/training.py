@@ -259,6 +259,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
             [r for r in roles.OPPONENT_ROLES[league.role] if r != league.role],
             learner.policy_params(),
             config.league.peer_refresh_s,
+            learner.guard,
         ).start()
 
     annealing = Annealing.from_config(config.anneal)

@@ -317,8 +317,6 @@ def test_a_league_of_roles_runs_from_the_command_line_and_shares_its_snapshots(t
         "--config.total_env_steps=40000", "--config.league.reset_env_steps=4000",
         "--config.league.snapshot_every=2", "--config.league.peer_refresh_s=1",
         "--config.league.eval_interval_s=0", "--config.log.interval_s=2",
-        # The exploiters first: the main agent must meet their snapshots before its run ends.
-        "--config.league.role_nice=(10,0,0)",
     ]  # fmt: skip
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600)

@@ -275,11 +275,15 @@ class PeerSnapshots:
       roles: the roles whose snapshots this role plays.
       template: policy params of the same network (shapes and dtypes of a restore).
       refresh_s: seconds between directory scans.
+      guard: runs each restore (seedlike.devices.ComputeGuard: on a CPU with several devices a
+        restore beside the learner's collectives could leave one waiting for good).
     """
 
-    def __init__(self, league, role_dir: str, roles, template, refresh_s: float = 10.0):
+    def __init__(self, league, role_dir: str, roles, template, refresh_s: float = 10.0,
+                 guard=None):  # fmt: skip
         self.league, self.role_dir, self.roles = league, role_dir, tuple(roles)
         self.template, self.refresh_s = template, float(refresh_s)
+        self._guard = guard or (lambda fn, *args: fn(*args))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="league-peers", daemon=True)
 
@@ -312,9 +316,8 @@ class PeerSnapshots:
                 if self._stop.is_set():
                     return added
                 try:
-                    params = load_snapshot(
-                        roles.snapshot_dir(self.role_dir, role), version, self.template
-                    )
+                    directory = roles.snapshot_dir(self.role_dir, role)
+                    params = self._guard(load_snapshot, directory, version, self.template)
                 except Exception as e:  # noqa: BLE001 - a peer's bad file must not end this run
                     why = str(e).splitlines()[0] if str(e) else type(e).__name__
                     logging.warning("league: %s snapshot %d unreadable (%s); skipped", role,

@@ -175,7 +175,8 @@ class Learner:
         state = self.state()
         self.set_state(
             initial.replace(
-                updates=state.updates + 1,
+                # On the host: a JAX op outside the guard could stall a collective (devices.py).
+                updates=np.asarray(state.updates) + np.int32(1),
                 sgd_steps=state.sgd_steps,
                 lr_zero_until=state.lr_zero_until,
             )
