@@ -46,7 +46,6 @@ from seedlike.teams import Teams
 from seedlike.types import LEGAL_ACTION_MASK
 
 ADDRESS_FILE = "server_address"
-LEAGUE_DIR = "league"
 
 
 def make_return_scale(config, meta: dict) -> ReturnScale | None:
@@ -507,9 +506,8 @@ def _make_league(config, logdir, network, learner, meta, teams):
     other members)."""
     if teams.num_teams < 2 or config.population.size > 1:
         return None, None
-    snapshots = os.path.join(logdir, LEAGUE_DIR, "snapshots")
-    references = os.path.join(logdir, LEAGUE_DIR, "references")
-    league = League(config.league, seed=config.seed, snapshot_dir=snapshots)
+    references = os.path.join(roles.league_dir(logdir), "references")
+    league = League(config.league, seed=config.seed, snapshot_dir=roles.snapshot_dir(logdir))
     evaluation = None
     if network.spec.num_players == 2 and LEGAL_ACTION_MASK in network.spec.extras:
         evaluation = Evaluation(

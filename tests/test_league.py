@@ -21,6 +21,7 @@ from seedlike.league import (
     rate_references,
     win_probability,
 )
+from seedlike.league.samplers import sample
 
 RANDOM, SCRIPTED = BOTS["random"].id, BOTS["scripted"].id
 WEAK, STRONG = 100, 200  # snapshots as references
@@ -125,7 +126,7 @@ def test_payoff_state_dict_round_trip_keeps_policy_ids_and_reads_older_names():
 def test_every_sampler_plays_latest_when_the_pool_is_empty(name):
     sampler = make_sampler(name, pool=OpponentPool(), payoff=PayoffMatrix())
     rng = np.random.default_rng(0)
-    assert {sampler.sample(rng) for _ in range(50)} == {LEARNER}
+    assert set(sample(sampler, rng, 50).tolist()) == {LEARNER}
     assert sampler.probabilities() == {LEARNER: 1.0}
     sampler.update(LEARNER, 1)  # a self-play result changes nothing
 
@@ -176,15 +177,13 @@ def test_openai_five_sampling_frequencies():
     pool.set_quality(1, math.log(3.0))  # softmax -> p = [3/4, 1/4] of the past 20%
     sampler = OpenAIFiveSampler(pool)
     rng = np.random.default_rng(0)
-    draws = [sampler.sample(rng) for _ in range(20000)]
+    draws = sample(sampler, rng, 20000).tolist()
     freq = {k: draws.count(k) / len(draws) for k in (LEARNER, 1, 2)}
     assert freq[LEARNER] == pytest.approx(0.8, abs=0.01)
     assert freq[1] == pytest.approx(0.15, abs=0.01)
     assert freq[2] == pytest.approx(0.05, abs=0.01)
     rng_a, rng_b = np.random.default_rng(7), np.random.default_rng(7)
-    assert [sampler.sample(rng_a) for _ in range(100)] == [
-        sampler.sample(rng_b) for _ in range(100)
-    ]
+    np.testing.assert_array_equal(sample(sampler, rng_a, 100), sample(sampler, rng_b, 100))
 
 
 def test_pfsp_weights_from_a_payoff_matrix():
@@ -207,7 +206,7 @@ def test_pfsp_weights_from_a_payoff_matrix():
     probs = mixed.probabilities()
     assert probs[LEARNER] == 0.35 and probs[20] == pytest.approx(0.65 * 25 / 45)
     rng = np.random.default_rng(1)
-    draws = [hard.sample(rng) for _ in range(9000)]
+    draws = sample(hard, rng, 9000).tolist()
     assert draws.count(20) / 9000 == pytest.approx(25 / 45, abs=0.02)
 
 
@@ -224,7 +223,7 @@ def test_uniform_recent_draws_only_from_the_last_k():
     sampler = make_sampler("uniform_recent", pool=pool, k=3)
     np.testing.assert_allclose(sampler.past_probabilities(), [0.0] * 7 + [1 / 3] * 3)
     rng = np.random.default_rng(0)
-    draws = [sampler.sample(rng) for _ in range(600)]
+    draws = sample(sampler, rng, 600).tolist()
     assert set(draws) == {700, 800, 900}
     for v in (700, 800, 900):
         assert draws.count(v) / 600 == pytest.approx(1 / 3, abs=0.06)
@@ -235,7 +234,7 @@ def test_uniform_recent_draws_only_from_the_last_k():
 def test_latest_sampler_is_pure_self_play():
     sampler = make_sampler("latest", pool=pool_of(1, 2, 3))
     rng = np.random.default_rng(0)
-    assert {sampler.sample(rng) for _ in range(20)} == {LEARNER}
+    assert set(sample(sampler, rng, 20).tolist()) == {LEARNER}
 
 
 # TrueSkill.

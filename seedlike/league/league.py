@@ -25,7 +25,7 @@ from seedlike.league.payoff import PayoffMatrix
 from seedlike.league.players import LEARNER, ROLES
 from seedlike.league.pool import OpponentPool
 from seedlike.league.roles import MainExploiterSampler, ResetRule
-from seedlike.league.samplers import PFSPSampler, make_sampler
+from seedlike.league.samplers import PFSPSampler, make_sampler, sample
 
 
 def make_role_sampler(league_config, pool, payoff):
@@ -106,13 +106,11 @@ class League:
     def opponents(self, n: int) -> np.ndarray:
         """Policy ids (LEARNER, a snapshot version or a bot) for n new episodes of player 1."""
         with self._lock:
-            picks = [
-                self._rng.choice(self.bots)
-                if self.bots and self._rng.random() < self.p_bots
-                else self.sampler.sample(self._rng)
-                for _ in range(n)
-            ]
-        return np.array(picks, np.int64)
+            picks = sample(self.sampler, self._rng, n)
+            if self.bots:
+                bot = self._rng.random(n) < self.p_bots
+                picks[bot] = self._rng.choice(self.bots, size=int(bot.sum()))
+        return picks
 
     def params(self, policy: int):
         """A snapshot's policy params, or None if it has left the pool."""
@@ -246,18 +244,23 @@ class League:
         with self._lock:
             results, self._results = self._results, []
             pool_size = len(self.pool)
-        vs_pool = [o for p, o in results if p >= 0]
-        out = {"league/pool_size": pool_size, "league/games_vs_pool": len(vs_pool)}
-        out["league/win_rate_vs_pool"] = np.mean([o > 0 for o in vs_pool]) if vs_pool else None
-        out["league/score_vs_pool"] = np.mean([(o + 1) / 2 for o in vs_pool]) if vs_pool else None
+        games = np.array(results, np.int64).reshape(-1, 2)
+        opponent, outcome = games[:, 0], games[:, 1]
+
+        def win_rate(played: np.ndarray) -> float | None:
+            return float(np.mean(outcome[played] > 0)) if played.any() else None
+
+        snapshot = opponent >= 0
+        out = {"league/pool_size": pool_size, "league/games_vs_pool": int(snapshot.sum())}
+        out["league/win_rate_vs_pool"] = win_rate(snapshot)
+        score = (outcome[snapshot] + 1) / 2  # a draw counts half
+        out["league/score_vs_pool"] = float(np.mean(score)) if snapshot.any() else None
         for bot in self.bots:
-            vs_bot = [o for p, o in results if p == bot]
-            rate = np.mean([o > 0 for o in vs_bot]) if vs_bot else None
-            out[f"league/win_rate_vs_{players.bot_name(bot)}"] = rate
+            out[f"league/win_rate_vs_{players.bot_name(bot)}"] = win_rate(opponent == bot)
         if self.role:
+            of = np.array([roles.role_of(p) if p >= 0 else "" for p in opponent.tolist()], object)
             for role in roles.OPPONENT_ROLES[self.role]:
-                vs = [o for p, o in results if p >= 0 and roles.role_of(p) == role]
-                out[f"league/win_rate_vs_{role}"] = np.mean([o > 0 for o in vs]) if vs else None
+                out[f"league/win_rate_vs_{role}"] = win_rate(of == role)
         if self.rule is not None:
             out["league/exploit_win_rate"] = self.exploit_win_rate
             out["league/joined"] = self.rule.successes
@@ -306,7 +309,9 @@ class PeerSnapshots:
         # orbax writes a checkpoint under a temporary name and renames it when it is complete.
         versions = sorted(int(v) for v in os.listdir(directory) if v.isdigit())
         versions = [v for v in versions if v > newest]
-        return versions[-(self.league.pool.max_size or len(versions) or 1) :]
+        if self.league.pool.max_size:
+            versions = versions[-self.league.pool.max_size :]
+        return versions
 
     def scan(self) -> int:
         """One pass over the peers' directories; how many snapshots joined."""

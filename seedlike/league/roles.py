@@ -66,9 +66,15 @@ def version_of(policy: int) -> int:
     return int(policy) % STRIDE
 
 
-def snapshot_dir(role_dir: str, role: str) -> str:
-    """Where `role`'s learner process keeps its snapshots (seedlike.training.LEAGUE_DIR)."""
-    return os.path.join(role_dir, role, "league", "snapshots")
+def league_dir(logdir: str, role: str = "") -> str:
+    """A learner process's league files: <logdir>/league, and in a league of roles (`logdir` the
+    directory the roles share) <logdir>/<role>/league."""
+    return os.path.join(logdir, role, "league")
+
+
+def snapshot_dir(logdir: str, role: str = "") -> str:
+    """Where a learner process keeps its snapshots (`league_dir`'s "snapshots")."""
+    return os.path.join(league_dir(logdir, role), "snapshots")
 
 
 def of_role(pool: OpponentPool, role: str) -> list[int]:
@@ -102,11 +108,6 @@ class MainExploiterSampler:
         w = x * (1.0 - x)
         w = w / w.sum() if w.sum() > 0 else np.full(len(mains), 1.0 / len(mains))
         return dict(zip(mains, w.tolist()))
-
-    def sample(self, rng: np.random.Generator) -> int:
-        probs = self.probabilities()
-        ids = list(probs)
-        return int(ids[rng.choice(len(ids), p=np.array(list(probs.values())))])
 
     def update(self, opponent: int, outcome: int) -> None:
         pass

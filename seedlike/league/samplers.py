@@ -24,14 +24,20 @@ from seedlike.league.pool import OpponentPool
 class OpponentSampler(Protocol):
     """What the server needs from a sampler."""
 
-    def sample(self, rng: np.random.Generator) -> int:
-        """The opponent of the next episode: `LEARNER` or a snapshot id."""
-
     def update(self, opponent: int, outcome: int) -> None:
         """Reports a finished game against `opponent`; outcome +1/0/-1 for the learner."""
 
     def probabilities(self) -> dict[int, float]:
-        """The current sampling distribution, `LEARNER` included (for tests and logging)."""
+        """The current distribution over opponents (`LEARNER` or a snapshot id), summing to 1."""
+
+
+def sample(sampler: OpponentSampler, rng: np.random.Generator, n: int) -> np.ndarray:
+    """Opponents of n new episodes, int64 [n]: one draw of `sampler.probabilities()` for all n
+    (PFSP's weights read the whole payoff matrix; a batch of episode starts reads it once)."""
+    probs = sampler.probabilities()
+    ids = np.fromiter(probs.keys(), np.int64, len(probs))
+    p = np.fromiter(probs.values(), np.float64, len(probs))
+    return ids[rng.choice(len(ids), size=n, p=p / p.sum())]
 
 
 class LatestSampler:
@@ -39,9 +45,6 @@ class LatestSampler:
 
     def __init__(self, pool: OpponentPool | None = None, payoff: PayoffMatrix | None = None):
         del pool, payoff  # uniform constructor for make_sampler; nothing to read
-
-    def sample(self, rng: np.random.Generator) -> int:
-        return LEARNER
 
     def update(self, opponent: int, outcome: int) -> None:
         pass
@@ -64,12 +67,6 @@ class _PastMixtureSampler:
         """Probabilities of the snapshots given a past opponent is played, float64 [N], in the
         order of `pool.ids`; sums to 1 (N > 0)."""
         raise NotImplementedError
-
-    def sample(self, rng: np.random.Generator) -> int:
-        if not len(self.pool) or rng.random() < self.p_latest:
-            return LEARNER
-        ids = self.pool.ids
-        return ids[rng.choice(len(ids), p=self.past_probabilities())]
 
     def update(self, opponent: int, outcome: int) -> None:
         pass
