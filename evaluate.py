@@ -110,7 +110,7 @@ def main(argv):
     try:
         config, network, state, meta = load_checkpoint(_CHECKPOINT.value)
         test = gen.parse_levels(_TEST.value)
-        kwargs = config.env.get("kwargs", {})
+        kwargs = config.env.kwargs
         if "num_levels" not in kwargs:
             raise ValueError(f"{config.env.name}: the run has no numbered levels (env.kwargs)")
         first, count = int(kwargs.get("start_level", 0)), int(kwargs.num_levels)

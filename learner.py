@@ -47,7 +47,7 @@ def main(argv):
     del argv
     xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
     stop = threading.Event()
-    grace_s = float(_CONFIG.value.checkpoint.get("stop_grace_s", 60.0))
+    grace_s = float(_CONFIG.value.checkpoint.stop_grace_s)
 
     first_signal: list[float] = []
 

@@ -701,30 +701,30 @@ class Network:
 
 def make_network(network_config, spec: EnvSpec) -> Network:
     """Builds the network described by a config's `network` section."""
-    torso = network_config.get("torso", "mlp")
+    torso = network_config.torso
     if torso not in TORSOS:
         raise ValueError(f"network.torso={torso!r} is not one of {list(TORSOS)}")
-    core = network_config.get("core", "none") or "none"
+    core = network_config.core or "none"
     if core not in CORES:
         raise ValueError(f"network.core={core!r} is not one of {list(CORES)}")
-    shared = bool(network_config.get("shared_torso", False)) or torso != "mlp" or core != "none"
+    shared = bool(network_config.shared_torso) or torso != "mlp" or core != "none"
     image_key, layout = None, "HWC"
     if torso != "mlp":
-        image_key = network_config.get("image_key", "obs")
+        image_key = network_config.image_key
         if image_key not in spec.observation or len(spec.observation[image_key].shape) != 3:
             raise ValueError(
                 f"network.torso={torso!r} needs a [H, W, C] or [C, H, W] image observation "
                 f"network.image_key={image_key!r}; {spec.name} has "
                 f"{ {k: str(v) for k, v in spec.observation.items()} }"
             )
-        layout = network_config.get("image_layout", "auto")
+        layout = network_config.image_layout
         if layout == "auto":
             shape = spec.observation[image_key].shape
             layout = "CHW" if shape[0] < shape[-1] else "HWC"
-    channels = network_config.get("cnn_channels", None)
-    cnn_hidden = network_config.get("cnn_hidden", None)
-    kernel = int(network_config.get("cnn_kernel", 0) or 0)
-    padding = network_config.get("cnn_padding", "") or ""
+    channels = network_config.cnn_channels
+    cnn_hidden = network_config.cnn_hidden
+    kernel = int(network_config.cnn_kernel or 0)
+    padding = network_config.cnn_padding or ""
     if (kernel or padding) and torso != "board_cnn":
         raise ValueError(
             f"network.cnn_kernel / network.cnn_padding apply to the board_cnn torso only, not "
@@ -734,9 +734,9 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         raise ValueError(f"network.cnn_padding={padding!r} is not one of '', 'SAME', 'VALID'")
     if torso == "board_cnn":  # resolved, so that 0 / "" and 3 / "SAME" build the same module
         kernel, padding = kernel or 3, padding or "SAME"
-    mirror = network_config.get("mirror", "") or ""
+    mirror = network_config.mirror or ""
     board_width = _check_mirror(mirror, spec, core, layout) if mirror else 0
-    text_key = network_config.get("text_key", "") or ""
+    text_key = network_config.text_key or ""
     if text_key:
         words = spec.observation.get(text_key)
         if words is None or len(words.shape) != 1 or not np.issubdtype(words.dtype, np.integer):
@@ -745,7 +745,7 @@ def make_network(network_config, spec: EnvSpec) -> Network:
                 f"(env.mission_tokens); {spec.name} has "
                 f"{ {k: str(v) for k, v in spec.observation.items()} }"
             )
-    team_pool = float(network_config.get("team_pool", 0.0) or 0.0)
+    team_pool = float(network_config.team_pool or 0.0)
     if team_pool and not (0.0 < team_pool <= 1.0 and PRESENT in spec.observation and not mirror):
         raise ValueError(
             f"network.team_pool={team_pool} pools a share in (0, 1] of the torso's features "
@@ -753,7 +753,7 @@ def make_network(network_config, spec: EnvSpec) -> Network:
             "and no network.mirror; set network.team_pool=0 otherwise"
         )
     entity_key, pointer_heads = _check_entities(network_config, spec, mirror, team_pool)
-    autoregressive = bool(network_config.get("autoregressive", False))
+    autoregressive = bool(network_config.autoregressive)
     if spec.continuous and (autoregressive or mirror or team_pool):
         raise ValueError(
             f"{spec.name} has {spec.continuous} continuous action dimensions: network."
@@ -769,41 +769,41 @@ def make_network(network_config, spec: EnvSpec) -> Network:
     module = ActorCritic(
         num_actions=spec.num_actions,
         torso_kind=torso,
-        hidden_sizes=tuple(int(h) for h in network_config.get("hidden_sizes", (64, 64))),
-        activation=network_config.get("activation", "tanh"),
-        residual_blocks=int(network_config.get("residual_blocks", 0)),
+        hidden_sizes=tuple(int(h) for h in network_config.hidden_sizes),
+        activation=network_config.activation,
+        residual_blocks=int(network_config.residual_blocks),
         shared_torso=shared,
         cnn_channels=tuple(int(c) for c in channels) if channels else None,
         cnn_hidden=int(cnn_hidden) if cnn_hidden else None,
         image_key=image_key,
-        core_size=int(network_config.get("core_size", 256)) if core == "lstm" else 0,
-        space_to_depth=bool(network_config.get("space_to_depth", True)),
+        core_size=int(network_config.core_size) if core == "lstm" else 0,
+        space_to_depth=bool(network_config.space_to_depth),
         cnn_kernel=kernel,
         cnn_padding=padding,
         mirror=mirror,
         board_width=board_width,
         team_pool=team_pool,
         text_key=text_key,
-        text_size=int(network_config.get("text_size", 64)),
+        text_size=int(network_config.text_size),
         action_heads=spec.action_heads,
         entity_key=entity_key,
         num_entities=spec.observation[entity_key].shape[0] if entity_key else 0,
-        entity_size=int(network_config.get("entity_size", 64)),
-        entity_heads=int(network_config.get("entity_heads", 4)),
+        entity_size=int(network_config.entity_size),
+        entity_heads=int(network_config.entity_heads),
         pointer_heads=pointer_heads,
         autoregressive=autoregressive,
         continuous=spec.continuous,
-        state_dependent_std=bool(network_config.get("state_dependent_std", False)),
-        log_std_init=float(network_config.get("log_std_init", 0.0)),
+        state_dependent_std=bool(network_config.state_dependent_std),
+        log_std_init=float(network_config.log_std_init),
     )
     return Network(
         spec=spec,
         module=module,
-        normalize_obs=bool(network_config.get("normalize_obs", True)),
-        obs_clip=float(network_config.get("obs_clip", normalization.DEFAULT_CLIP)),
+        normalize_obs=bool(network_config.normalize_obs),
+        obs_clip=float(network_config.obs_clip),
         image_layout=layout,
-        image_scale=float(network_config.get("image_scale", 1.0 / 255.0)),
-        action_squash=bool(network_config.get("action_squash", False)) and spec.continuous > 0,
+        image_scale=float(network_config.image_scale),
+        action_squash=bool(network_config.action_squash) and spec.continuous > 0,
     )
 
 
@@ -835,8 +835,8 @@ def _check_mirror(mirror: str, spec: EnvSpec, core: str, layout: str) -> int:
 
 def _check_entities(network_config, spec: EnvSpec, mirror: str, team_pool: float):
     """network.entities and network.pointer_heads, checked against the env's spaces."""
-    key = network_config.get("entities", "") or ""
-    pointers = tuple(int(i) for i in (network_config.get("pointer_heads", ()) or ()))
+    key = network_config.entities or ""
+    pointers = tuple(int(i) for i in (network_config.pointer_heads or ()))
     shapes = {k: str(v) for k, v in spec.observation.items()}
     if key:
         units = spec.observation.get(key)

@@ -50,33 +50,31 @@ class Actor:
         self.stop = stop or threading.Event()
         self.spec = env_spec(config)
         try:
-            teams = Teams.from_config(config.get("teams", {}), self.spec)
+            teams = Teams.from_config(config.teams, self.spec)
             self.env_actions = EnvActions(
                 self.spec,
-                config.env.get("action_bounds", "clip"),
-                config.get("network", {}).get("action_squash", False),
+                config.env.action_bounds,
+                config.network.action_squash,
             )
         except ValueError as e:
             raise ConfigError(f"invalid config: {e}") from None
-        members = int(config.get("population", {}).get("size", 1))
+        members = int(config.population.size)
         if len(self.addresses) != members:
             raise ConfigError(
                 f"--server lists {len(self.addresses)} learner(s) and population.size is "
                 f"{members}: give one address per population member, member 0 first"
             )
         self.member = teams.member_of(len(self.addresses))
-        self.credentials = security.load(
-            config.get("transport", {}).get("credentials", ""), "client"
-        )
+        self.credentials = security.load(config.transport.credentials, "client")
         self.num_envs = int(config.env.num_envs)
-        self.num_levels = len(config.env.get("levels", ()) or ())
+        self.num_levels = len(config.env.levels or ())
         self.steps = 0
-        actor_config = config.get("actor", {})
-        self._give_up_s = float(actor_config.get("give_up_s", 300.0))
-        self._first_connect_s = float(actor_config.get("first_connect_s", 60.0))
+        actor_config = config.actor
+        self._give_up_s = float(actor_config.give_up_s)
+        self._first_connect_s = float(actor_config.first_connect_s)
         self._backoff = client.Backoff(
-            initial_s=float(actor_config.get("backoff_initial_s", 0.1)),
-            max_s=float(actor_config.get("backoff_max_s", 5.0)),
+            initial_s=float(actor_config.backoff_initial_s),
+            max_s=float(actor_config.backoff_max_s),
             give_up_s=self._first_connect_s,
             seed=int(config.seed) * 100_003 + self.actor_id,
         )

@@ -307,11 +307,11 @@ def existing_checkpoint_path(path: str) -> tuple[str, int | None]:
 def load_checkpoint(path: str):
     """Loads a learner checkpoint without knowing its config: (config, network, state, meta).
 
-    The config stored with the checkpoint rebuilds the network and the state structure.
+    The config stored with the checkpoint (over base_config: keys added since at their
+    defaults) rebuilds the network and the state structure.
     """
-    import ml_collections
-
     from networks import make_network
+    from seedlike.config import from_dict
     from seedlike.envs import make_env_spec
     from seedlike.learner import train_state as ts
 
@@ -319,7 +319,7 @@ def load_checkpoint(path: str):
     checkpointer = Checkpointer(directory)
     try:
         step, meta = _latest_meta(checkpointer, directory, step)
-        config = ml_collections.ConfigDict(meta["config"])
+        config = from_dict(meta["config"])
         network = make_network(config.network, make_env_spec(config.env))
         target = ts.init_train_state(
             network, ts.make_optimizer(config.optimizer), jax.random.key(0)

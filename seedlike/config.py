@@ -11,14 +11,16 @@ import json
 import ml_collections
 import numpy as np
 
-ALGOS = ("ppo", "vtrace")
+from seedlike.algos import ALGORITHMS
+
+ALGOS = tuple(ALGORITHMS)
 ACTION_BOUNDS = ("clip", "rescale")  # env.action_bounds
 ROLES = ("main", "main_exploiter", "league_exploiter")  # league.roles (seedlike.league.roles)
 
 
 def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
-    c.algo = "ppo"  # learning algorithm: "ppo"
+    c.algo = "ppo"  # learning algorithm: one of ALGOS
     c.seed = 0  # seeds params, sampling, shuffling and env seeds
     c.total_env_steps = 1_000_000  # stop after this many env steps (rows) received from actors
     # Stop earlier, as finished, once a metrics row's episode_return_mean reaches this (learning
@@ -179,39 +181,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.network.log_std_init = 0.0
     c.network.action_squash = False
 
-    c.ppo = ml_collections.ConfigDict()
-    c.ppo.gamma = 0.99
-    c.ppo.gae_lambda = 0.95
-    c.ppo.epochs = 4  # passes over each batch
-    c.ppo.num_minibatches = 4  # minibatches per pass
-    c.ppo.clip_eps = 0.2  # surrogate clipping
-    c.ppo.clip_value = False  # clip the value update around the behaviour value
-    c.ppo.value_clip_eps = 0.2
-    c.ppo.vf_coef = 0.5
-    c.ppo.ent_coef = 0.01
-    c.ppo.normalize_advantages = True  # per minibatch, over all devices
-    c.ppo.reward_clip = (
-        0.0  # clip rewards to +-reward_clip for learning (0 = off; returns stay raw)
-    )
-    # Divide rewards learned from by the running std of the discounted return (gymnasium's
-    # NormalizeReward; seedlike/server/return_scale.py), then clip them to +-normalized_reward_clip
-    # (0: no clip). MuJoCo needs it; episode returns stay raw.
-    c.ppo.normalize_rewards = False
-    c.ppo.normalized_reward_clip = 10.0
-
-    c.vtrace = ml_collections.ConfigDict()
-    c.vtrace.gamma = 0.99
-    c.vtrace.lambda_ = 1.0  # trace coefficient multiplying c_t
-    c.vtrace.clip_rho = 1.0  # rho-bar
-    c.vtrace.clip_pg_rho = 1.0  # rho-bar of the policy-gradient advantage
-    c.vtrace.clip_c = 1.0  # c-bar
-    c.vtrace.vf_coef = 0.5
-    c.vtrace.ent_coef = 0.01
-    c.vtrace.reward_clip = 0.0
-    c.vtrace.normalize_rewards = False  # as ppo.normalize_rewards
-    c.vtrace.normalized_reward_clip = 10.0
-    c.vtrace.epochs = 1  # > 1 replays each batch (IMPALA uses every unroll once)
-    c.vtrace.num_minibatches = 1  # sgd steps per pass (minibatches of whole unrolls)
+    # One section per learning algorithm (seedlike.algos: its settings and their meaning).
+    for name, algorithm in ALGORITHMS.items():
+        c[name] = algorithm.defaults()
 
     c.optimizer = ml_collections.ConfigDict()
     c.optimizer.learning_rate = 2.5e-4
@@ -491,17 +463,8 @@ def validate(config) -> None:
         config.env.action_bounds in ACTION_BOUNDS,
         f"env.action_bounds={config.env.action_bounds!r} is not one of {list(ACTION_BOUNDS)}",
     )
-    algo = config[config.algo]
-    need(
-        algo.normalized_reward_clip >= 0,
-        f"{config.algo}.normalized_reward_clip must be >= 0 (0: no clip)",
-    )
-    need(
-        algo.epochs >= 1 and algo.num_minibatches >= 1,
-        f"{config.algo}.epochs and {config.algo}.num_minibatches must be >= 1",
-    )
-    need(0.0 < algo.gamma <= 1.0, f"{config.algo}.gamma must lie in (0, 1]")
-    need(config.ppo.gae_lambda <= 1.0 and config.vtrace.lambda_ <= 1.0, "lambdas must be <= 1")
+    for problem in ALGORITHMS[config.algo].check(config[config.algo]):
+        need(False, problem)
     need(config.optimizer.learning_rate >= 0, "optimizer.learning_rate must be >= 0")
     t = config.teams
     need(all(int(n) >= 1 for n in t.sizes), f"teams.sizes={tuple(t.sizes)} must be positive")
@@ -675,6 +638,15 @@ def load_config_file(path: str) -> ml_collections.ConfigDict:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.get_config(arg) if sep else module.get_config()
+
+
+def section(key: str, /, **values) -> ml_collections.ConfigDict:
+    """base_config()'s section `key` with `values` set: a whole section for code that builds one
+    itself (a match between two policies, tests), so every reader finds every key at its
+    default and none writes a default of its own."""
+    c = base_config()[key]
+    c.update(values)
+    return c
 
 
 def from_dict(values: dict) -> ml_collections.ConfigDict:

@@ -56,7 +56,7 @@ def serve_checkpoint(
         config.log.wandb_project,
         config.log.wandb_group,
         total_env_steps=max_env_steps or None,
-        tensorboard=bool(config.log.get("tensorboard", False)),
+        tensorboard=bool(config.log.tensorboard),
     )
     returns, lengths = [], []
     start = last = time.monotonic()

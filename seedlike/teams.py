@@ -51,8 +51,16 @@ class Teams:
         )
 
     @classmethod
+    def of_env(cls, spec: EnvSpec) -> Teams:
+        """The env's own sides, rewards unshaped: a two-player board game's two seats, else
+        every agent on one side."""
+        if spec.num_players == 2 and LEGAL_ACTION_MASK in spec.extras:
+            return cls(np.array([0, 1]))
+        return cls(np.zeros(spec.num_players, np.int64))
+
+    @classmethod
     def from_config(cls, teams_config, spec: EnvSpec) -> Teams:
-        sizes = tuple(int(n) for n in teams_config.get("sizes", ()) or ())
+        sizes = tuple(int(n) for n in teams_config.sizes or ())
         if sizes:
             if sum(sizes) != spec.num_players:
                 raise ValueError(
@@ -60,19 +68,17 @@ class Teams:
                     f"{spec.num_players} (list every agent's team, in player-id order)"
                 )
             team_of = np.repeat(np.arange(len(sizes)), sizes)
-        elif spec.num_players == 2 and LEGAL_ACTION_MASK in spec.extras:
-            team_of = np.array([0, 1])  # a two-player board game: one seat per side
         else:
-            team_of = np.zeros(spec.num_players, np.int64)  # every agent on one side
+            team_of = cls.of_env(spec).team_of
         return cls(
             team_of,
-            spirit=teams_config.get("spirit", 0.0),
-            spirit_final=teams_config.get("spirit_final"),
-            spirit_updates=teams_config.get("spirit_updates", 0),
-            zero_sum=teams_config.get("zero_sum", False),
-            decay=teams_config.get("reward_decay", 0.6),
-            decay_horizon=teams_config.get("reward_decay_horizon", 0),
-            result=teams_config.get("result", "return"),
+            spirit=teams_config.spirit,
+            spirit_final=teams_config.spirit_final,
+            spirit_updates=teams_config.spirit_updates,
+            zero_sum=teams_config.zero_sum,
+            decay=teams_config.reward_decay,
+            decay_horizon=teams_config.reward_decay_horizon,
+            result=teams_config.result,
         )
 
     def member_of(self, members: int) -> np.ndarray:

@@ -69,7 +69,7 @@ def start_inference(
 
     Returns (service, grpc server, "host:port").
     """
-    credentials = security.load(config.get("transport", {}).get("credentials", ""), "server")
+    credentials = security.load(config.transport.credentials, "server")
     bind = security.bind_address(bind)
     service = inference.InferenceService(
         spec, network, registry, store, config.server, matchmaker, config.seed, guard, greedy,
@@ -315,7 +315,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
             config.log.wandb_project,
             config.log.wandb_group,
             total_env_steps=int(config.total_env_steps),
-            tensorboard=bool(config.log.get("tensorboard", False)),
+            tensorboard=bool(config.log.tensorboard),
             use_wandb=primary,
             label=_console_label(config, logdir),
         ),
@@ -346,10 +346,10 @@ def train(
     total, learn = int(config.total_env_steps), bool(config.learn)
     if config.pause_at_env_steps:
         total = min(total, int(config.pause_at_env_steps))
-    target = config.get("stop_at_return")
+    target = config.stop_at_return
     reached = False  # the return has held `target` for log.stop_hold_s
     reached_since = None
-    hold_s = float(config.log.get("stop_hold_s", 10.0))
+    hold_s = float(config.log.stop_hold_s)
     log_s, checkpoint_s = float(config.log.interval_s), float(config.checkpoint.interval_s)
     storage_failed = False
     try:
@@ -543,7 +543,7 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         p.store.owner[episodes.seat[mine]], episodes.episode_return[mine], episodes.length[mine]
     )
     board.keep(p.store.connected_owners())
-    threshold = p.config.log.get("success_threshold")
+    threshold = p.config.log.success_threshold
     recent = board.summary(threshold)
     p50, p99 = inference.latency_summary(stats["latency_ms"])
     env_steps = p.env_steps()

@@ -49,18 +49,18 @@ def record_episodes(
     env_config = config.env.copy_and_resolve_references()
     env_config.num_envs, env_config.batch_size, env_config.num_threads = 1, 0, 1
     if render:
-        backend = env_config.get("backend", "envpool")
+        backend = env_config.backend
         renders = {"pettingzoo": takes_render_mode, "gymnasium": gymnasium_renders}.get(backend)
         if renders is not None and not renders(env_config.name):
             raise ValueError(
                 f"{env_config.name}: its env factory takes no render_mode, so it cannot give "
                 "frames; score it without a GIF (python evaluate.py --checkpoint=...)"
             )
-        env_config.kwargs = {**(env_config.get("kwargs", {}) or {}), "render_mode": "rgb_array"}
+        env_config.kwargs = {**(env_config.kwargs or {}), "render_mode": "rgb_array"}
     spec = network.spec
     params = {"params": state.params, "obs_norm": state.obs_norm}
     if spec.num_players > 2:  # a multi-agent env: the policy plays every agent of every team
-        team_of = Teams.from_config(config.get("teams", {}), spec).team_of
+        team_of = Teams.from_config(config.teams, spec).team_of
         out = _record_team_game(env_config, spec, network, params, team_of, episodes,
                                 greedy, seed, max_frames, render)  # fmt: skip
         out.policy_version, out.env_steps = int(state.updates), meta.get("env_steps")
@@ -72,7 +72,7 @@ def record_episodes(
     for agent in agents:
         agent.reset(1)
     env = make_env(env_config, spec, seed)
-    to_env = EnvActions(spec, env_config.get("action_bounds", "clip"), network.action_squash)
+    to_env = EnvActions(spec, env_config.action_bounds, network.action_squash)
     rng = np.random.default_rng(seed)
     out = Recording(
         config.env.name, [], [], [], int(state.updates), meta.get("env_steps"), spec.num_players

@@ -31,6 +31,7 @@ import orbax.checkpoint as ocp
 
 from networks import Network, make_network
 from seedlike import checkpoint as ckpt_lib
+from seedlike import config as config_lib
 from seedlike.learner import train_state as ts
 from surgery import ops
 from surgery.optimizer import reset_opt_state, set_lr_zero, transform_opt_state
@@ -315,7 +316,7 @@ def run_surgery(
         step = steps[-1] if step is None else step
         meta = checkpointer.read_meta(step)
         if "config" in meta:
-            old_config = ml_collections.ConfigDict(meta["config"])
+            old_config = config_lib.from_dict(meta["config"])
         elif old_config is None:
             raise ckpt_lib.IncompatibleCheckpoint(
                 f"{directory}/{step} has no stored config (written by an older seedlike); pass "
@@ -339,7 +340,7 @@ def run_surgery(
         plan = derive_plan(old_network, new_network, mode=mode, lstm_noise=lstm_noise)
     surgery = PolicySurgery(plan, old_network, new_network, seed)
 
-    algo = new_config[new_config.get("algo", "ppo")]
+    algo = new_config[new_config.algo]
     sgd_per_update = int(algo.epochs) * int(algo.num_minibatches)
     new_state, result = surgery.transform_state(
         state,
@@ -459,13 +460,13 @@ _CONFIG_PY = '''"""This run's config after surgery (written by python -m surgery
 import json
 import os
 
-import ml_collections
+from seedlike.config import from_dict
 
 
 def get_config():
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config.json")
     with open(path) as f:
-        config = ml_collections.ConfigDict(json.load(f))
+        config = from_dict(json.load(f))  # keys added to seedlike since then at their defaults
     config.lock()
     return config
 '''

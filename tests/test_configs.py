@@ -95,6 +95,43 @@ def test_an_unknown_env_is_one_line_naming_close_tasks(entrypoint, tmp_path):
 
 
 @pytest.mark.parametrize(
+    "algo, setting, message",
+    [
+        ("ppo", {"gamma": 0.0}, "ppo.gamma=0.0 must lie in (0, 1]"),
+        ("ppo", {"gae_lambda": 1.5}, "ppo.gae_lambda=1.5 must lie in [0, 1]"),
+        ("ppo", {"num_minibatches": 0}, "ppo.epochs and ppo.num_minibatches must be >= 1"),
+        ("vtrace", {"clip_c": 0.0}, "vtrace.clip_rho, vtrace.clip_pg_rho and vtrace.clip_c"),
+        ("vtrace", {"normalized_reward_clip": -1.0}, "vtrace.normalized_reward_clip must be"),
+    ],
+)
+def test_each_algorithm_checks_its_own_section(algo, setting, message):
+    """The section of the algorithm in use is checked by its record (seedlike.algos); the other
+    section's settings are not read."""
+    config = load_config_file(os.path.join(ROOT, "configs", "cartpole_ppo.py"))
+    config.algo = algo
+    config[algo].update(setting)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate(config)
+    config.algo = "vtrace" if algo == "ppo" else "ppo"
+    validate(config)
+
+
+def test_the_algorithm_records_are_the_configs_sections_and_the_losses_metrics():
+    from seedlike.algos import ALGORITHMS
+    from seedlike.config import ALGOS, base_config
+
+    assert ALGOS == tuple(ALGORITHMS) == ("ppo", "vtrace")
+    config = base_config()
+    for name, algorithm in ALGORITHMS.items():
+        assert config[name].to_dict() == algorithm.defaults().to_dict()
+        math = algorithm.load()
+        assert callable(math.make_loss) and callable(math.advantages)
+    # V-trace computes its targets inside the loss; PPO's come from GAE beforehand.
+    assert ALGORITHMS["vtrace"].load().advantages(config.vtrace) is None
+    assert callable(ALGORITHMS["ppo"].load().advantages(config.ppo))
+
+
+@pytest.mark.parametrize(
     "setting, message",
     [
         ({"num_processes": 2, "coordinator": "host0"}, "distributed.coordinator='host0' must be"),

@@ -14,6 +14,7 @@ from scipy import stats
 from examples.dial import Dial
 from networks import heads
 from networks.actor_critic import make_network
+from seedlike.algos import ALGORITHMS
 from seedlike.algos.ppo import PPOBatch, make_ppo_loss
 from seedlike.config import base_config
 from seedlike.envs.spaces import EnvActions, env_actions, spec_from_spaces
@@ -274,6 +275,7 @@ def test_vtrace_importance_ratios_are_one_at_the_acting_params():
     _, metrics = make_vtrace_loss(network, config.vtrace)(params, obs_norm, SequenceBatch(unroll))
     np.testing.assert_allclose(metrics["loss/rho_mean"], 1.0, rtol=1e-5)
     assert np.isfinite(float(metrics["loss/entropy"]))
+    assert set(metrics) == set(ALGORITHMS["vtrace"].metrics)
 
 
 @pytest.mark.slow

@@ -11,13 +11,13 @@ import types
 import gymnasium
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
 import surgery
 from networks import heads, make_network
 from seedlike.checkpoint import Checkpointer
+from seedlike.config import section
 from seedlike.envs import make_env, make_env_spec
 from seedlike.envs.spaces import spec_from_spaces
 from seedlike.envs.targets import KINDS, Targets
@@ -113,17 +113,18 @@ def test_random_bot_draws_each_argument_from_its_own_mask():
 
 
 def targets_env(num_envs=2, **kwargs):
-    return ml_collections.ConfigDict(
-        {"backend": "pettingzoo", "name": "seedlike.envs.targets", "num_envs": num_envs,
-         "kwargs": {"num_agents": 2, "entities": 5, **kwargs}}
+    return section(
+        "env", backend="pettingzoo", name="seedlike.envs.targets", num_envs=num_envs,
+        kwargs={"num_agents": 2, "entities": 5, **kwargs},
     )  # fmt: skip
 
 
 def network(spec, **overrides):
     return make_network(
-        ml_collections.ConfigDict(
-            {"entities": "entities", "pointer_heads": (1,), "hidden_sizes": (32,),
-             "entity_size": 16, **overrides}
+        section(
+            "network",
+            **{"entities": "entities", "pointer_heads": (1,), "hidden_sizes": (32,),
+               "entity_size": 16, **overrides},
         ),
         spec,
     )  # fmt: skip

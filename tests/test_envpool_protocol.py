@@ -1,18 +1,15 @@
 """Pins down the envpool behaviour the trajectory store relies on (envpool 1.2.5)."""
 
-import ml_collections
 import numpy as np
 import pytest
 
+from seedlike.config import section
 from seedlike.envs.envpool_env import EnvpoolAdapter, check_task_id, make_env_spec
 from seedlike.types import ArraySpec
 
 
 def env_config(name="CartPole-v1", num_envs=2, batch_size=0, **kwargs):
-    c = ml_collections.ConfigDict()
-    c.name, c.num_envs, c.batch_size, c.num_threads = name, num_envs, batch_size, 0
-    c.kwargs = kwargs
-    return c
+    return section("env", name=name, num_envs=num_envs, batch_size=batch_size, kwargs=kwargs)
 
 
 def test_auto_reset_after_termination():

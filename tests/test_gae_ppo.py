@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from networks import make_network
-from seedlike.algos import gae
-from seedlike.algos.ppo import PPO_METRICS, PPOBatch, make_ppo_loss
+from seedlike.algos import ALGORITHMS, gae
+from seedlike.algos.ppo import PPOBatch, make_ppo_loss
 from seedlike.config import base_config
 from seedlike.types import ArraySpec, EnvSpec
 
@@ -122,7 +122,7 @@ def test_ppo_loss_matches_reference(clip_value, normalize):
     )
     config = ppo_config(clip_value=clip_value, normalize_advantages=normalize, clip_eps=0.1)
     loss, metrics = jax.jit(make_ppo_loss(network, config))(params, obs_norm, batch)
-    assert set(metrics) == set(PPO_METRICS)
+    assert set(metrics) == set(ALGORITHMS["ppo"].metrics)
 
     logits, value = (np.asarray(x, np.float64) for x in network.apply(params, obs_norm, batch.obs))
     logp_all = _np_log_softmax(logits)

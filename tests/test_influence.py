@@ -7,6 +7,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from seedlike.algos import ppo
 from seedlike.learner import train_state as ts
 from seedlike.server import influence
 from seedlike.server.episodes import EpisodeBoard
@@ -69,8 +70,10 @@ def _unrolls(reward: np.ndarray) -> Unroll:
 def test_prepare_scales_an_identity_with_outsized_advantages_down_to_the_median():
     """Identity 2 (unrolls 4, 5) earns 100x the others' rewards: its advantages shrink to the
     median identity's RMS, its value targets do not; one identity is left alone."""
-    config = ml_collections.ConfigDict({"gamma": 0.9, "gae_lambda": 0.95})
-    prepare = jax.pmap(ts.make_prepare(config, groups=6), ts.AXIS, devices=jax.devices()[:1])
+    config = ml_collections.ConfigDict({"gamma": 0.9, "gae_lambda": 0.95, "reward_clip": 0.0})
+    prepare = jax.pmap(
+        ts.make_prepare(ppo.advantages(config), groups=6), ts.AXIS, devices=jax.devices()[:1]
+    )
     state = ts.TrainState({}, (), {}, *(jnp.zeros((), jnp.int32),) * 3)
     reward = np.random.default_rng(0).uniform(0.5, 1.5, (6, 4))
     reward[4:] *= 100.0

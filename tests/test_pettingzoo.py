@@ -5,11 +5,10 @@ game that must learn through real actors and the league."""
 import os
 import subprocess
 
-import ml_collections
 import numpy as np
 import pytest
 
-from seedlike.config import ConfigError, base_config, validate
+from seedlike.config import ConfigError, base_config, section, validate
 from seedlike.envs import UnknownEnv, check_env, make_env, make_env_spec
 from seedlike.envs.coins import Coins
 from seedlike.envs.pettingzoo_env import AGENT_ID, load_factory
@@ -19,10 +18,9 @@ COINS = os.path.join(ROOT, "configs", "coins_teams.py")
 
 
 def coins_config(**kwargs):
-    return ml_collections.ConfigDict(
-        {"backend": "pettingzoo", "name": "seedlike.envs.coins", "num_envs": 3, "kwargs": {},
-         "agent_id": False, **kwargs}
-    )  # fmt: skip
+    return section(
+        "env", **{"backend": "pettingzoo", "name": "seedlike.envs.coins", "num_envs": 3, **kwargs}
+    )
 
 
 def test_spec_of_a_pettingzoo_env():
@@ -85,9 +83,9 @@ def test_an_env_resets_after_its_last_agent_is_done():
 
 def test_magent_battle_rows():
     pytest.importorskip("magent2")
-    config = ml_collections.ConfigDict(
-        {"backend": "pettingzoo", "name": "magent2.environments.battle_v4", "num_envs": 2,
-         "kwargs": {"map_size": 45, "max_cycles": 5}, "agent_id": False}
+    config = section(
+        "env", backend="pettingzoo", name="magent2.environments.battle_v4", num_envs=2,
+        kwargs={"map_size": 45, "max_cycles": 5},
     )  # fmt: skip
     spec = make_env_spec(config)
     assert spec.num_players == 162 and spec.num_actions == 21
@@ -107,7 +105,7 @@ def test_magent_battle_rows():
 def test_envpool_simultaneous_multi_agent_task():
     """intersection-multi-agent-v0 used to crash the actor (KeyError 'id'); its players now act
     together, one row each."""
-    config = ml_collections.ConfigDict({"name": "intersection-multi-agent-v0", "num_envs": 3})
+    config = section("env", name="intersection-multi-agent-v0", num_envs=3)
     spec = make_env_spec(config)
     assert spec.num_players == 2 and not spec.extras
     env = make_env(config, spec, seed=0)
@@ -131,7 +129,7 @@ def test_envpool_simultaneous_multi_agent_task():
 
 def test_unknown_backend_and_module_are_one_line_errors():
     with pytest.raises(UnknownEnv, match="env.backend='gym' is not one of"):
-        check_env(ml_collections.ConfigDict({"backend": "gym", "name": "x"}))
+        check_env(section("env", backend="gym", name="x"))
     config = base_config()
     config.env.backend = "pettingzoo"
     config.env.name = "no_such_package.battle"

@@ -5,14 +5,13 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
 import surgery
 from networks import make_network
 from networks.actor_critic import ActorCritic
-from seedlike.config import ConfigError, base_config, env_spec, validate
+from seedlike.config import ConfigError, base_config, env_spec, section, validate
 from seedlike.envs import make_env, make_env_spec
 from seedlike.envs.teammates import mates_table, with_teammates
 from seedlike.types import TEAMMATES_PRESENT, ArraySpec, EnvSpec
@@ -33,10 +32,9 @@ def test_mates_table_by_hand():
 
 
 def coins_env(num_envs=3, teammates=4, **kwargs):
-    return ml_collections.ConfigDict(
-        {"backend": "pettingzoo", "name": "seedlike.envs.coins", "num_envs": num_envs,
-         "kwargs": {"size": 3, "max_steps": 24, **kwargs}, "agent_id": True,
-         "teammates": teammates}
+    return section(
+        "env", backend="pettingzoo", name="seedlike.envs.coins", num_envs=num_envs,
+        kwargs={"size": 3, "max_steps": 24, **kwargs}, agent_id=True, teammates=teammates,
     )  # fmt: skip
 
 

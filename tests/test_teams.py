@@ -1,11 +1,11 @@
 """Teams: reward shaping against hand-computed examples, game results through agents that die and
 appear, per-env opponents for team seats, and the shaped rewards the trajectory store learns."""
 
-import ml_collections
 import numpy as np
 import pytest
 
 from seedlike.algos.shaping import team_rewards, time_decay
+from seedlike.config import section
 from seedlike.league.players import LEARNER
 from seedlike.policy import PolicyOutput
 from seedlike.server.episodes import Episodes
@@ -52,16 +52,15 @@ def test_time_decay_follows_openai_fives_schedule():
 
 def test_teams_from_config_and_spirit_schedule():
     spec = EnvSpec("x", {"obs": ArraySpec(np.float32, (2,))}, 3, num_players=5)
-    config = ml_collections.ConfigDict(
-        {"sizes": (2, 3), "spirit": 0.2, "spirit_final": 1.0, "spirit_updates": 100}
-    )
+    config = section("teams", sizes=(2, 3), spirit=0.2, spirit_final=1.0, spirit_updates=100)
     teams = Teams.from_config(config, spec)
     np.testing.assert_array_equal(teams.team_of, [0, 0, 1, 1, 1])
     assert teams.num_teams == 2 and teams.shapes
     assert [teams.spirit_at(v) for v in (0, 50, 100, 500)] == pytest.approx([0.2, 0.6, 1, 1])
     with pytest.raises(ValueError, match=r"covers 4 agents; x has 5"):
-        Teams.from_config(ml_collections.ConfigDict({"sizes": (2, 2)}), spec)
-    one_side = Teams.from_config({}, spec)
+        Teams.from_config(section("teams", sizes=(2, 2)), spec)
+    one_side = Teams.from_config(section("teams"), spec)
+    np.testing.assert_array_equal(one_side.team_of, Teams.of_env(spec).team_of)
     assert one_side.num_teams == 1 and not one_side.shapes
 
 

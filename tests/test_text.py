@@ -6,7 +6,6 @@ import envpool
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 from envpool.minigrid import decode_mission
@@ -14,7 +13,7 @@ from envpool.minigrid import decode_mission
 import surgery
 from networks import make_network
 from networks.text import TextEncoder
-from seedlike.config import ConfigError, base_config, env_spec
+from seedlike.config import ConfigError, base_config, env_spec, section
 from seedlike.envs import make_env, make_env_spec
 from seedlike.envs.text import PAD, UNKNOWN, VOCAB, tokenize
 from seedlike.types import ArraySpec
@@ -38,9 +37,9 @@ def test_tokenize_by_hand():
 
 
 def babyai(**kwargs):
-    return ml_collections.ConfigDict(
-        {"name": "BabyAI-GoToLocal-v0", "num_envs": 6, "obs_keys": ("image", "mission"),
-         "mission_tokens": 8, "kwargs": {}, **kwargs}
+    return section(
+        "env", **{"name": "BabyAI-GoToLocal-v0", "num_envs": 6, "obs_keys": ("image", "mission"),
+                  "mission_tokens": 8, **kwargs}
     )  # fmt: skip
 
 

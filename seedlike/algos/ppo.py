@@ -8,17 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from networks import heads
+from seedlike.algos import gae
 from seedlike.algos.sequences import forward_sequence
-
-# The metrics a PPO loss reports (all means over the masked samples of a minibatch).
-PPO_METRICS = (
-    "loss/total",
-    "loss/policy",
-    "loss/value",
-    "loss/entropy",
-    "loss/approx_kl",
-    "loss/clip_fraction",
-)
 
 
 class PPOBatch(NamedTuple):
@@ -39,7 +30,7 @@ class PPOBatch(NamedTuple):
 
 
 def make_ppo_loss(network, config, axis_name: str | None = None, sequence: bool = False):
-    """Returns loss_fn(params, obs_norm, batch) -> (loss, metrics).
+    """Returns loss_fn(params, obs_norm, batch) -> (loss, metrics: ALGORITHMS["ppo"].metrics).
 
     With sequence=False the batch is a PPOBatch of independent samples; with sequence=True it is a
     vtrace.SequenceBatch of whole unrolls (recurrent networks replay them from the stored carry).
@@ -127,3 +118,30 @@ def ppo_terms(logits, value, batch: PPOBatch, config, pmean, sizes=None):
         "loss/clip_fraction": mean((jnp.abs(ratio - 1.0) > config.clip_eps).astype(jnp.float32)),
     }
     return total, metrics
+
+
+make_loss = make_ppo_loss  # the name seedlike.algos.Algorithm looks up
+
+
+def advantages(config):
+    """Returns fn(unroll) -> (advantage [T], value_target [T]) for one Unroll [T+1, ...]:
+    GAE(lambda) from the behaviour values recorded while acting (rewards clipped to
+    +-config.reward_clip where set), value targets advantage + V. The learner's prepare step
+    vmaps it over the batch.
+
+    Args:
+      config: the `ppo` config section (gamma, gae_lambda, reward_clip).
+    """
+    gamma, lam, clip = float(config.gamma), float(config.gae_lambda), float(config.reward_clip)
+
+    def fn(unroll):
+        reward = jnp.clip(unroll.reward, -clip, clip) if clip else unroll.reward
+        discount_t, lambda_t = gae.episode_discounts(
+            unroll.terminated, unroll.truncated, unroll.valid[:-1], gamma, lam
+        )
+        advantage = gae.generalized_advantage_estimation(
+            reward, discount_t, lambda_t, unroll.behaviour_value
+        )
+        return advantage, advantage + unroll.behaviour_value[:-1]
+
+    return fn

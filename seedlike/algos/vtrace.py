@@ -10,15 +10,6 @@ import jax.numpy as jnp
 from networks import heads
 from seedlike.algos.sequences import SequenceBatch, forward_sequence
 
-VTRACE_METRICS = (
-    "loss/total",
-    "loss/policy",
-    "loss/value",
-    "loss/entropy",
-    "loss/rho_mean",
-    "loss/rho_clip_fraction",
-)
-
 
 def vtrace(
     v_tm1: jax.Array,
@@ -129,3 +120,15 @@ def make_vtrace_loss(network, config, axis_name: str | None = None):
         return total, metrics
 
     return loss_fn
+
+
+def make_loss(network, config, axis_name: str | None = None, sequences: bool = True):
+    """The loss as seedlike.algos.Algorithm calls it (V-trace always reads whole unrolls)."""
+    del sequences
+    return make_vtrace_loss(network, config, axis_name)
+
+
+def advantages(config):
+    """None: V-trace's targets come from the current values inside the loss, not beforehand."""
+    del config
+    return None

@@ -29,7 +29,7 @@ class UnknownEnv(ValueError):
 
 
 def _backend(env_config) -> str:
-    backend = env_config.get("backend", "envpool") or "envpool"
+    backend = env_config.backend or "envpool"
     if backend not in BACKENDS:
         raise UnknownEnv(f"env.backend={backend!r} is not one of {list(BACKENDS)}")
     return backend
@@ -70,11 +70,11 @@ def make_env_spec(env_config):
     else:
         from seedlike.envs.pettingzoo_env import make_env_spec as spec_fn
     spec = spec_fn(env_config)
-    level_names = tuple(env_config.get("levels", ()) or ())
+    level_names = tuple(env_config.levels or ())
     if level_names:
         others = {name: spec_fn(_level_config(env_config, name, 1)) for name in level_names}
         spec = levels.level_spec(spec, others)
-    team_size = int(env_config.get("teammates", 0) or 0)
+    team_size = int(env_config.teammates or 0)
     if team_size:
         spec = teammates.with_teammates(spec, team_size)
     return spec
@@ -98,7 +98,7 @@ def make_env(env_config, spec, seed: int):
         from seedlike.envs.gymnasium_env import GymnasiumAdapter as adapter
     else:
         from seedlike.envs.pettingzoo_env import PettingZooAdapter as adapter
-    level_names = tuple(env_config.get("levels", ()) or ())
+    level_names = tuple(env_config.levels or ())
     if level_names:
         extras = {k: v for k, v in spec.extras.items() if k != LEVEL}
         one = dataclasses.replace(spec, extras=extras)
@@ -107,7 +107,7 @@ def make_env(env_config, spec, seed: int):
             return adapter(_level_config(env_config, level_names[level], 1), one, env_seed)
 
         return levels.LevelsAdapter(make, len(level_names), int(env_config.num_envs), seed)
-    team_size = int(env_config.get("teammates", 0) or 0)
+    team_size = int(env_config.teammates or 0)
     if not team_size:
         return adapter(env_config, spec, seed)
     own = {k: spec.observation[k] for k in teammates.own_keys(spec.observation)}

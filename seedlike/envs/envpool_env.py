@@ -59,11 +59,11 @@ def check_task_id(name: str) -> None:
 
 def envpool_kwargs(env_config) -> dict:
     """The keyword arguments for envpool.make/make_spec from a config's `env` section."""
-    kwargs = dict(env_config.get("kwargs", {}) or {})
+    kwargs = dict(env_config.kwargs or {})
     for key in ("num_envs", "num_threads"):
         if key in env_config:
             kwargs[key] = int(env_config[key])
-    batch_size = int(env_config.get("batch_size", 0) or 0)
+    batch_size = int(env_config.batch_size or 0)
     if batch_size:
         kwargs["batch_size"] = batch_size
     return kwargs
@@ -88,7 +88,7 @@ def make_env_spec(env_config) -> EnvSpec:
         num_players=int(pool_spec.config.max_num_players),
         turn_based=_turn_based(pool_spec),
     )
-    keys = tuple(env_config.get("obs_keys", ()) or ())
+    keys = tuple(env_config.obs_keys or ())
     if keys:
         missing = sorted(set(keys) - set(spec.observation))
         if missing:
@@ -99,7 +99,7 @@ def make_env_spec(env_config) -> EnvSpec:
         for key in list(spec.observation):
             if key not in keys:
                 del spec.observation[key]
-    length = int(env_config.get("mission_tokens", 0) or 0)
+    length = int(env_config.mission_tokens or 0)
     if length:
         if MISSION not in spec.observation:
             raise ValueError(
@@ -107,7 +107,7 @@ def make_env_spec(env_config) -> EnvSpec:
                 f"(it has {sorted(spec.observation)}); set env.mission_tokens=0"
             )
         spec.observation[MISSION] = ArraySpec(np.int32, (length,))
-    indices = tuple(env_config.get("obs_indices", ()) or ())
+    indices = tuple(env_config.obs_indices or ())
     if indices:
         obs = spec.observation.get("obs")
         if obs is None or len(obs.shape) != 1 or not all(0 <= i < obs.shape[0] for i in indices):
@@ -137,10 +137,10 @@ class EnvpoolAdapter:
         kwargs = envpool_kwargs(env_config)
         self.num_envs = int(kwargs.get("num_envs", 1))
         # Hiding features (e.g. CartPole's velocities) turns a task into a partially observed one.
-        indices = tuple(env_config.get("obs_indices", ()) or ())
+        indices = tuple(env_config.obs_indices or ())
         self._obs_indices = np.asarray(indices, np.int64) if indices else None
-        length = int(env_config.get("mission_tokens", 0) or 0)
-        blank = bool(env_config.get("blank_mission", False))
+        length = int(env_config.mission_tokens or 0)
+        blank = bool(env_config.blank_mission)
         self._tokenizer = text.MissionTokenizer(length, blank) if length else None
         self._env = envpool.make(env_config.name, env_type="gymnasium", seed=int(seed), **kwargs)
         self._turn_based = spec.num_players == 1 or _turn_based(self._env.spec)

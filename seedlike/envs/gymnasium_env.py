@@ -111,7 +111,7 @@ def spec_of(name: str, env) -> EnvSpec:
 
 
 def make_env_spec(env_config) -> EnvSpec:
-    env = make_one(env_config.name, dict(env_config.get("kwargs", {}) or {}))
+    env = make_one(env_config.name, dict(env_config.kwargs or {}))
     try:
         return spec_of(env_config.name, env)
     finally:
@@ -127,7 +127,7 @@ class GymnasiumAdapter:
 
         self.spec = spec
         self.num_envs = int(env_config.num_envs)
-        name, kwargs = env_config.name, dict(env_config.get("kwargs", {}) or {})
+        name, kwargs = env_config.name, dict(env_config.kwargs or {})
         # One env first, to read its spaces; the vector env makes the others.
         first = make_one(name, kwargs)
         self._one_hot = _one_hot_keys(first.observation_space)

@@ -86,8 +86,8 @@ def make_env_spec(env_config) -> EnvSpec:
     `seedlike_spaces(**kwargs) -> (possible_agents, observation_space, action_space)` where it
     has one: then the learner needs only the wrapper module, not the env's package (Neural MMO
     lives in a virtualenv of its own, seedlike/envs/nmmo_env.py)."""
-    kwargs = dict(env_config.get("kwargs", {}) or {})
-    agent_id = bool(env_config.get("agent_id", False))
+    kwargs = dict(env_config.kwargs or {})
+    agent_id = bool(env_config.agent_id)
     declared = _declared_spaces(env_config.name)
     if declared is not None:
         agents, obs_space, act_space = declared(**kwargs)
@@ -158,7 +158,7 @@ class PettingZooAdapter:
         self.spec = spec
         self.num_envs = int(env_config.num_envs)
         factory = load_factory(env_config.name)
-        kwargs = dict(env_config.get("kwargs", {}) or {})
+        kwargs = dict(env_config.kwargs or {})
         self._envs = [factory(**kwargs) for _ in range(self.num_envs)]
         self._seed = int(seed)
         agents = list(self._envs[0].possible_agents)

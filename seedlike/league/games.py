@@ -12,9 +12,9 @@ import math
 import os
 
 import jax
-import ml_collections
 import numpy as np
 
+from seedlike.config import section
 from seedlike.envs.envpool_env import EnvpoolAdapter, make_env_spec
 from seedlike.league import players, search
 from seedlike.policy import PolicyRunner
@@ -156,9 +156,7 @@ def play_match(
     """
     if any(getattr(agent, "interactive", False) for agent in (agent_a, agent_b)):
         num_envs = 1
-    env_config = ml_collections.ConfigDict(
-        {"name": env_name, "num_envs": min(num_envs, num_games), "batch_size": 0, "num_threads": 0}
-    )
+    env_config = section("env", name=env_name, num_envs=min(num_envs, num_games))
     spec = make_env_spec(env_config)
     if spec.num_players != 2:
         raise ValueError(f"{env_name} is not a two-player game")

@@ -44,7 +44,7 @@ def make_role_sampler(league_config, pool, payoff):
 def sampler_kwargs(league_config) -> dict:
     name = league_config.sampler
     kwargs = {}
-    if league_config.get("p_latest") is not None and name != "latest":
+    if league_config.p_latest is not None and name != "latest":
         kwargs["p_latest"] = float(league_config.p_latest)
     if name == "pfsp":
         kwargs["weighting"] = league_config.pfsp_weighting

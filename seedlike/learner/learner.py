@@ -17,51 +17,19 @@ current values along the unroll).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
 
 import jax
 import numpy as np
 
 from networks import normalization
 from seedlike import devices as devices_lib
-from seedlike.algos import ppo, vtrace
+from seedlike.algos import ALGORITHMS, ppo
 from seedlike.algos.sequences import SequenceBatch
 from seedlike.learner import train_state as ts
 from seedlike.types import Unroll
-
-
-@dataclasses.dataclass(frozen=True)
-class Algorithm:
-    """What the learner needs to know about a learning algorithm.
-
-    Attributes:
-      make_loss: (network, algo config section, pmap axis, sequences) -> loss_fn(params, obs_norm,
-        batch) -> (loss, metrics).
-      metrics: the names of its loss metrics.
-      advantages: its batches carry GAE advantages and value targets from the behaviour values.
-      sequences: it needs whole unrolls even with a feed-forward network (V-trace's targets run
-        along the unroll).
-    """
-
-    make_loss: Callable
-    metrics: tuple[str, ...]
-    advantages: bool
-    sequences: bool
-
-
-ALGORITHMS = {
-    "ppo": Algorithm(ppo.make_ppo_loss, ppo.PPO_METRICS, advantages=True, sequences=False),
-    "vtrace": Algorithm(
-        lambda network, config, axis, sequences: vtrace.make_vtrace_loss(network, config, axis),
-        vtrace.VTRACE_METRICS,
-        advantages=False,
-        sequences=True,
-    ),
-}
 
 
 class Learner:
@@ -79,6 +47,8 @@ class Learner:
         self.network = network
         self.algorithm = ALGORITHMS[config.algo]
         self.algo_config = config[config.algo]
+        math = self.algorithm.load()
+        advantages = math.advantages(self.algo_config)
         self.epochs = int(self.algo_config.epochs)
         self.num_minibatches = int(self.algo_config.num_minibatches)
         self.sequences = network.is_recurrent or self.algorithm.sequences
@@ -104,7 +74,7 @@ class Learner:
         total_updates = -(-int(config.total_env_steps) // steps_per_update)
         total_sgd_steps = total_updates * self.epochs * self.num_minibatches
         self.optimizer = ts.make_optimizer(config.optimizer)
-        loss_fn = self.algorithm.make_loss(network, self.algo_config, ts.AXIS, self.sequences)
+        loss_fn = math.make_loss(network, self.algo_config, ts.AXIS, self.sequences)
         lr_fn = ts.make_learning_rate_fn(config.optimizer, total_sgd_steps)
         sgd_step = ts.make_sgd_step(loss_fn, self.optimizer, lr_fn)
         take = _take_unrolls if self.sequences else _take_steps
@@ -121,14 +91,12 @@ class Learner:
         # Identities are labelled per process; each process's labels get a range of their own.
         self._owner_offset = me * self.local_batch_unrolls
         prepare = ts.make_prepare(
-            self.algo_config,
-            self.algorithm.advantages,
-            groups=int(config.batch_unrolls),
-            parts=self.num_local,
+            advantages, groups=int(config.batch_unrolls), parts=self.num_local
         )
+        self._advantages = advantages is not None
         self.obs_window = normalization.IdentityWindow(
-            float(config.server.get("fair_window_s", 30.0)),
-            float(config.network.get("obs_clip", normalization.DEFAULT_CLIP)),
+            float(config.server.fair_window_s),
+            float(config.network.obs_clip),
         )
         self._prepare = jax.pmap(prepare, ts.AXIS, devices=self.devices)
         self._state = None
@@ -246,7 +214,7 @@ class Learner:
             value_target = np.asarray(value_target).reshape(batch, horizon)
 
         if self.sequences:
-            if not self.algorithm.advantages:
+            if not self._advantages:
                 advantage = value_target = None
             items = SequenceBatch(unrolls, advantage, value_target)
             num_items = batch

@@ -8,7 +8,6 @@ import jax.numpy as jnp
 import optax
 
 from networks import normalization
-from seedlike.algos import gae
 
 # The one pmap axis every collective in the learner reduces over.
 AXIS = "devices"
@@ -88,43 +87,21 @@ def make_sgd_step(loss_fn, optimizer, learning_rate_fn, axis_name: str = AXIS):
     return sgd_step
 
 
-def make_prepare(
-    algo_config,
-    compute_advantages: bool = True,
-    axis_name: str = AXIS,
-    groups: int = 1,
-    parts: int = 1,
-):
+def make_prepare(advantages=None, axis_name: str = AXIS, groups: int = 1, parts: int = 1):
     """Returns prepare(state, unrolls, owner, moments) -> (advantage, value_target, obs_norm) for
     pmap.
 
     unrolls is a device shard of stacked Unrolls [B/n, T+1, ...], owner [B/n] int32 the actor
-    identity of each unroll in [0, groups) (seedlike.server.influence.relabel; groups: B). For
-    PPO, advantages are GAE(lambda) from the behaviour values recorded while acting (zeros without
-    compute_advantages); an identity whose advantages' RMS exceeds the median identity's is scaled
-    down to it, so no actor outweighs the others in the policy gradient by the size of its
-    rewards (value targets keep their scale). The returned obs_norm merges `moments`, key ->
-    (count, mean, M2) of this batch's observations as this process computed them
-    (networks.normalization.IdentityWindow, given to each of its `parts` local devices), across
-    processes; the learner installs it after the epochs, so the first epoch sees the network that
-    produced the data.
+    identity of each unroll in [0, groups) (seedlike.server.influence.relabel; groups: B).
+    `advantages` is the algorithm's per-unroll fn(unroll) -> (advantage, value_target)
+    (seedlike.algos; None: zeros, the loss computes its own); an identity whose advantages' RMS
+    exceeds the median identity's is scaled down to it, so no actor outweighs the others in the
+    policy gradient by the size of its rewards (value targets keep their scale). The returned
+    obs_norm merges `moments`, key -> (count, mean, M2) of this batch's observations as this
+    process computed them (networks.normalization.IdentityWindow, given to each of its `parts`
+    local devices), across processes; the learner installs it after the epochs, so the first
+    epoch sees the network that produced the data.
     """
-
-    def single(unroll):
-        reward = unroll.reward
-        if algo_config.get("reward_clip", 0.0):
-            reward = jnp.clip(reward, -algo_config.reward_clip, algo_config.reward_clip)
-        discount_t, lambda_t = gae.episode_discounts(
-            unroll.terminated,
-            unroll.truncated,
-            unroll.valid[:-1],
-            algo_config.gamma,
-            algo_config.gae_lambda,
-        )
-        advantage = gae.generalized_advantage_estimation(
-            reward, discount_t, lambda_t, unroll.behaviour_value
-        )
-        return advantage, advantage + unroll.behaviour_value[:-1]
 
     def psum(x):
         return x if axis_name is None else jax.lax.psum(x, axis_name)
@@ -140,8 +117,8 @@ def make_prepare(
         return advantage * scale[owner][:, None]
 
     def prepare(state: TrainState, unrolls, owner, moments):
-        if compute_advantages:
-            advantage, value_target = jax.vmap(single)(unrolls)
+        if advantages is not None:
+            advantage, value_target = jax.vmap(advantages)(unrolls)
             advantage = bounded(advantage, unrolls.valid[:, :-1], owner)
         else:
             advantage = value_target = jnp.zeros_like(unrolls.reward)

@@ -374,16 +374,16 @@ class Transport:
     def from_config(cls, server_config) -> Transport:
         return cls(
             codec.Limits(
-                float(server_config.get("max_abs_reward", 1e6)),
-                float(server_config.get("max_abs_obs", 1e6)),
+                float(server_config.max_abs_reward),
+                float(server_config.max_abs_obs),
             ),
-            float(server_config.get("hello_timeout_s", 10.0)),
-            float(server_config.get("idle_timeout_s", 60.0)),
+            float(server_config.hello_timeout_s),
+            float(server_config.idle_timeout_s),
             int(server_config.max_actors),
-            int(server_config.get("max_streams_per_peer", 32)),
-            front_ends(int(server_config.get("front_ends", 0))),
-            float(server_config.get("evict_idle_s", 5.0)),
-            int(server_config.get("max_pending_streams", 64)),
+            int(server_config.max_streams_per_peer),
+            front_ends(int(server_config.front_ends)),
+            float(server_config.evict_idle_s),
+            int(server_config.max_pending_streams),
         )
 
     def servicer(self, backend, credentials: Credentials | None) -> InferenceServicer:

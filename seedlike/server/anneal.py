@@ -26,7 +26,7 @@ class Annealing:
 
     @classmethod
     def from_config(cls, anneal_config) -> Annealing | None:
-        if not anneal_config or int(anneal_config.get("updates", 0)) <= 0:
+        if not anneal_config or int(anneal_config.updates) <= 0:
             return None
         return cls(
             int(anneal_config.start_version),

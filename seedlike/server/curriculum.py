@@ -83,7 +83,7 @@ class Curriculum:
 
     @classmethod
     def from_config(cls, config) -> Curriculum | None:
-        levels = tuple(config.env.get("levels", ()) or ())
+        levels = tuple(config.env.levels or ())
         if not levels:
             return None
         c = config.curriculum
@@ -95,7 +95,7 @@ class Curriculum:
             c.window,
             c.start,
             int(full * config.total_env_steps) if full <= 1.0 else None,
-            c.get("measure", "all"),
+            c.measure,
         )
 
     def probs(self) -> tuple[int, np.ndarray]:

@@ -220,7 +220,7 @@ class InferenceService:
         self._identities: dict[str, list] = {}
         self._owners = itertools.count()
         # Identities served far faster than the others get their replies later (pacing.py).
-        pace = float(server_config.get("pace_factor", 0.0))
+        pace = float(server_config.pace_factor)
         self._rates = RowRates(pace) if pace > 0 else None
         self._pacer = Pacer() if pace > 0 else None
         self._sessions_lock = threading.Lock()

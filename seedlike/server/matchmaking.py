@@ -47,7 +47,7 @@ class Matchmaker:
         success_threshold: float = 0.0,
     ):
         self.num_players = spec.num_players
-        self.teams = teams or Teams.from_config({}, spec)
+        self.teams = teams or Teams.of_env(spec)
         self.league = league
         self.annealing = annealing
         self.curriculum = curriculum
