@@ -665,7 +665,7 @@ def test_checkpoint_round_trip_restores_into_the_new_config(tmp_path):
     snapshot = surgery.read_snapshot(os.path.join(out, "league", "snapshots", "3"), new_net)
     assert shapes(snapshot["params"]) == shapes(restored.params)
     written = load_config_file(os.path.join(out, "config.py"))
-    assert written.network.hidden_sizes == [12, 8] and written.network.residual_blocks == 1
+    assert written.network.hidden_sizes == (12, 8) and written.network.residual_blocks == 1
     with pytest.raises(surgery.SurgeryError, match="already exists"):
         surgery.run_surgery(run, out, new_config=new_config, spec_fn=spec_fn)
     missing = tmp_path / "no_such_run"
