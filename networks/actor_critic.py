@@ -86,6 +86,11 @@ class ActorCritic(nn.Module):
 
     Inputs are dicts of float arrays with one batch dimension [N, ...]; `image_key` names the
     image input of CNN torsos ([N, H, W, C]); other inputs are flattened and join the CNN features.
+
+    The encoders (torsos.py, text.py, entities.py) and the heads (`head_modules`, heads.py) are
+    modules of their own, and each names its layers for surgery (their `graph`; `layer_graph`
+    joins the parts). A new kind of head is a module in heads.py with its `graph`, an entry in
+    `head_modules` and its share of `_logits`.
     """
 
     num_actions: int
@@ -149,21 +154,32 @@ class ActorCritic(nn.Module):
             self.text_encoder = TextEncoder(MISSION_VOCAB_SIZE, self.text_size)
         if self.entity_key:
             self.entity_encoder = EntityEncoder(self.entity_size, self.entity_heads)
-        dense = sum(n for i, n in enumerate(self.head_sizes) if i not in self.pointer_heads)
+        for name, head in self.head_modules().items():
+            setattr(self, name, head)
+
+    def head_modules(self, **kwargs) -> dict[str, nn.Module]:
+        """The heads by module name (kwargs: e.g. parent=None for ones outside `setup`, as
+        `layer_graph` reads their parts): `policy_head`, the categorical arguments' logits side by
+        side; `gaussian_head` for continuous dimensions; `pointers_<i>` for pointer head i;
+        `conditioning`, the autoregressive heads' argument tables; `value_head`."""
+        sizes, out = self.head_sizes, {}
+        dense = sum(n for i, n in enumerate(sizes) if i not in self.pointer_heads)
         if dense:
-            self.policy_head = heads.CategoricalHead(dense)
-        # flax names them pointers_<i>
-        self.pointers = {
-            str(i): heads.PointerHead(extra=self.head_sizes[i] - self.num_entities)
-            for i in self.pointer_heads
-        }
+            out["policy_head"] = heads.CategoricalHead(dense, **kwargs)
         if self.continuous:
-            self.gaussian_head = heads.GaussianHead(
-                self.continuous, self.state_dependent_std, self.log_std_init
+            out["gaussian_head"] = heads.GaussianHead(
+                self.continuous, self.state_dependent_std, self.log_std_init, **kwargs
             )
-        self.value_head = heads.ValueHead()
+        for i in self.pointer_heads:
+            extra = sizes[i] - self.num_entities
+            out[f"pointers_{i}"] = heads.PointerHead(extra=extra, **kwargs)
         if self.autoregressive:
-            self.conditioning = heads.Autoregressive(self.head_sizes)
+            out["conditioning"] = heads.Autoregressive(sizes, **kwargs)
+        out["value_head"] = heads.ValueHead(**kwargs)
+        return out
+
+    def _pointer(self, i: int) -> nn.Module:
+        return getattr(self, f"pointers_{i}")
 
     def encode(self, inputs: dict) -> tuple[jax.Array, jax.Array, dict]:
         """Policy and value features [N, F] (the same array for a shared torso), and what the
@@ -263,11 +279,11 @@ class ActorCritic(nn.Module):
             )
         if not self.pointer_heads:
             return self.policy_head(h)
-        dense = self.policy_head(h) if len(self.pointers) < len(self.head_sizes) else None
+        dense = self.policy_head(h) if len(self.pointer_heads) < len(self.head_sizes) else None
         parts, start = [], 0
         for i, n in enumerate(self.head_sizes):
-            if str(i) in self.pointers:
-                parts.append(self.pointers[str(i)](h, ctx["entities"], ctx["present"]))
+            if i in self.pointer_heads:
+                parts.append(self._pointer(i)(h, ctx["entities"], ctx["present"]))
             else:
                 parts.append(dense[:, start : start + n])
                 start += n
@@ -275,9 +291,9 @@ class ActorCritic(nn.Module):
 
     def _head_logits(self, i: int, h: jax.Array, ctx) -> jax.Array:
         """Head i's logits [N, n_i] from its input h."""
-        if str(i) in self.pointers:
-            return self.pointers[str(i)](h, ctx["entities"], ctx["present"])
-        start = sum(n for j, n in enumerate(self.head_sizes[:i]) if str(j) not in self.pointers)
+        if i in self.pointer_heads:
+            return self._pointer(i)(h, ctx["entities"], ctx["present"])
+        start = sum(n for j, n in enumerate(self.head_sizes[:i]) if j not in self.pointer_heads)
         return self.policy_head(h)[:, start : start + self.head_sizes[i]]
 
     def act(self, inputs: dict, carry, first, mask, key, greedy: bool):
@@ -332,52 +348,6 @@ def make_torso(module: ActorCritic, **kwargs):
     return torsos.CNN_TORSOS[m.torso_kind](**kwargs)
 
 
-@dataclasses.dataclass(frozen=True)
-class EntityGraph:
-    """Which parameters read the entity set and the entity encoder's D units (module paths under
-    params/): what surgery needs to change them exactly (surgery/entities.py), instead of
-    guessing from names.
-
-    Attributes:
-      attributes: the layer reading the F attributes (kernel axis 0).
-      stream_writers: layers writing the encoder's D-unit residual stream (kernel's last axis,
-        bias): the per-entity layer, the attention's output projection, the MLP.
-      stream_readers: kernels reading the stream on axis 0 (the attention's query, key and value,
-        the MLP, and every pointer head's key).
-      attention: the attention module: query/key/value kernels [D, heads, d], out [heads, d, D].
-      pooled_readers: kernels whose last D input rows read the pooled features (the torso's first
-        dense layer: the pool joins the torso's inputs last).
-      heads: attention heads.
-    """
-
-    attributes: str
-    stream_writers: tuple[str, ...]
-    stream_readers: tuple[str, ...]
-    attention: str
-    pooled_readers: tuple[str, ...]
-    heads: int
-
-
-def entity_graph(module: ActorCritic) -> EntityGraph | None:
-    """The EntityGraph of an ActorCritic with an entity encoder (None without one)."""
-    if not module.entity_key:
-        return None
-    enc = "entity_encoder"
-    torsos = ("torso",) if module.shared_torso else ("policy_torso", "value_torso")
-    return EntityGraph(
-        attributes=f"{enc}/embed",
-        stream_writers=(f"{enc}/embed", f"{enc}/attention/out", f"{enc}/mlp"),
-        stream_readers=(
-            *(f"{enc}/attention/{x}" for x in ("query", "key", "value")),
-            f"{enc}/mlp",
-            *(f"pointers_{i}/key" for i in module.pointer_heads),
-        ),
-        attention=f"{enc}/attention",
-        pooled_readers=tuple(f"{t}/dense_0" for t in torsos),
-        heads=module.entity_heads,
-    )
-
-
 LSTM_INPUT_GATES = ("ii", "if", "ig", "io")  # flax LSTMCell: one Dense per gate and input
 LSTM_HIDDEN_GATES = ("hi", "hf", "hg", "ho")
 
@@ -393,26 +363,21 @@ def layer_graph(
     """
     blocks = dict(blocks or {})
     sizes = module.head_sizes
+    # Each head's own part (networks/heads.py); the value head reads the value features, the
+    # autoregressive tables add into the policy features, every other head reads them.
+    parts = {name: head.graph(name) for name, head in module.head_modules(parent=None).items()}
+    policy = "policy_head/logits" if "policy_head" in parts else ""
     pointers = {i: f"pointers_{i}" for i in module.pointer_heads}
-    dense_heads = len(pointers) < len(sizes)
-    policy = "policy_head/logits" if dense_heads else ""
-    reads_policy = [Reader(policy)] if policy else []
-    gaussian = ()
-    if module.continuous:
-        gaussian = ("gaussian_head/mean",) + (
-            ("gaussian_head/log_std",) if module.state_dependent_std else ()
-        )
-        reads_policy += [Reader(layer) for layer in gaussian]
-    for i, name in pointers.items():
-        reads_policy.append(Reader(f"{name}/query"))
-        if sizes[i] > module.num_entities:
-            reads_policy.append(Reader(f"{name}/extra"))
-    reads_value = [Reader("value_head/value")]
-    # Autoregressive heads: each argument's table adds into the input of the heads after it.
-    conditioning = {}
-    if module.autoregressive:
-        conditioning = {j: f"conditioning/embed_{j}" for j in range(len(sizes) - 1)}
-    adds_policy = tuple(Reader(layer) for layer in conditioning.values())
+    gaussian = tuple(parts["gaussian_head"].spaces) if "gaussian_head" in parts else ()
+    conditioning = dict(enumerate(parts["conditioning"].spaces)) if "conditioning" in parts else {}
+    reads_value = list(parts["value_head"].readers)
+    reads_policy = [
+        r
+        for name, p in parts.items()
+        if name not in ("value_head", "conditioning")
+        for r in p.readers
+    ]
+    adds_policy = tuple(r for p in parts.values() for r in p.residual)
     spaces: dict[str, Space] = {}
     core = None
     if module.core_size:
@@ -458,26 +423,17 @@ def layer_graph(
         residual=tuple(r for s in readers for r in s.residual),
         readers=tuple(r for s in readers for r in s.readers),
     )
-    if policy:
-        spaces[policy] = Space(
-            (policy,), refused="params/policy_head/logits is the policy head: use add_actions"
+    for part in parts.values():
+        spaces.update(part.spaces)
+    entities = None
+    if module.entity_key:
+        # Pointer heads' keys read the encoder's stream; the pool joins each torso's inputs last.
+        encoder = EntityEncoder(module.entity_size, module.entity_heads, parent=None)
+        entities = encoder.graph(
+            "entity_encoder",
+            tuple(f"{name}/key" for name in pointers.values()),
+            tuple(f"{name}/dense_0" for name in names),
         )
-    for layer in gaussian:
-        spaces[layer] = Space(
-            (layer,),
-            refused=f"params/{layer} is the Gaussian policy head: its outputs are "
-            "the action's dimensions",
-        )
-    for layer in conditioning.values():
-        spaces[layer] = Space(
-            (layer,),
-            refused=f"params/{layer} feeds an argument to the later heads: it grows with "
-            "add_actions and add_action_head",
-        )
-    spaces["value_head/value"] = Space(
-        ("value_head/value",),
-        refused="params/value_head/value is the value head: its single output cannot be widened",
-    )
 
     def rebuild(more_blocks: dict[str, int], **fields) -> LayerGraph:
         changed = module.clone(parent=None, **fields) if fields else module
@@ -494,7 +450,7 @@ def layer_graph(
         conditioning=conditioning,
         head_sizes=tuple(int(n) for n in sizes),
         torsos=torso_graphs,
-        entities=entity_graph(module),
+        entities=entities,
         gaussian=gaussian,
         rebuild=rebuild,
     )

@@ -6,6 +6,8 @@ are all zero (Neural MMO's convention), so an entity is present where any attrib
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -20,6 +22,32 @@ def symlog(x: jax.Array) -> jax.Array:
     """sign(x) log(1 + |x|): attributes of any scale (hit points, coordinates, ids) into a range a
     network can read without running statistics, which padding rows would skew."""
     return jnp.sign(x) * jnp.log1p(jnp.abs(x))
+
+
+@dataclasses.dataclass(frozen=True)
+class EntityGraph:
+    """Which parameters read the entity set and the entity encoder's D units (module paths under
+    params/; `EntityEncoder.graph`): what surgery needs to change them exactly
+    (surgery/entities.py), instead of guessing from names.
+
+    Attributes:
+      attributes: the layer reading the F attributes (kernel axis 0).
+      stream_writers: layers writing the encoder's D-unit residual stream (kernel's last axis,
+        bias): the per-entity layer, the attention's output projection, the MLP.
+      stream_readers: kernels reading the stream on axis 0 (the attention's query, key and value,
+        the MLP, and every pointer head's key).
+      attention: the attention module: query/key/value kernels [D, heads, d], out [heads, d, D].
+      pooled_readers: kernels whose last D input rows read the pooled features (the torso's first
+        dense layer: the pool joins the torso's inputs last).
+      heads: attention heads.
+    """
+
+    attributes: str
+    stream_writers: tuple[str, ...]
+    stream_readers: tuple[str, ...]
+    attention: str
+    pooled_readers: tuple[str, ...]
+    heads: int
 
 
 class EntityEncoder(nn.Module):
@@ -49,3 +77,21 @@ class EntityEncoder(nn.Module):
         pooled = jnp.max(jnp.where(mask[..., None], h, -jnp.inf), axis=1)
         pooled = jnp.where(jnp.any(mask, axis=1)[:, None], pooled, 0.0)
         return pooled, h
+
+    def graph(
+        self, name: str, key_readers: tuple[str, ...], pooled_readers: tuple[str, ...]
+    ) -> EntityGraph:
+        """Its graph as module `name`, with the layers outside it that read its embeddings
+        (pointer heads' keys) and its pooled features (the torsos' first layers)."""
+        return EntityGraph(
+            attributes=f"{name}/embed",
+            stream_writers=(f"{name}/embed", f"{name}/attention/out", f"{name}/mlp"),
+            stream_readers=(
+                *(f"{name}/attention/{x}" for x in ("query", "key", "value")),
+                f"{name}/mlp",
+                *key_readers,
+            ),
+            attention=f"{name}/attention",
+            pooled_readers=pooled_readers,
+            heads=self.num_heads,
+        )

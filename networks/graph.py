@@ -7,8 +7,10 @@ kernel's input axis, kernel.ndim - 2). Adding units to a space exactly means: ne
 writers, zeros for the residual layers, zero rows for the readers (surgery/ops.py).
 
 Layers are module paths under params/ ("policy_torso/dense_0"). The modules that name their
-submodules also build their part of the graph (networks/torsos.py, networks/actor_critic.py), so
-renaming a submodule changes the graph with it; surgery reads the graph and never parses paths.
+submodules also build their part of the graph (torsos and heads: networks/torsos.py,
+networks/heads.py; the entity encoder: networks/entities.py; networks/actor_critic.py joins the
+parts), so renaming a submodule changes the graph with it; surgery reads the graph and never
+parses paths.
 """
 
 from __future__ import annotations
@@ -53,6 +55,23 @@ class Space:
 
 
 @dataclasses.dataclass(frozen=True)
+class Part:
+    """What one head module adds to its network's LayerGraph (networks/heads.py: each head's
+    `graph(name)`).
+
+    Attributes:
+      readers: its layers that read the features the head is given.
+      residual: its layers that add into those features (autoregressive tables).
+      spaces: its own layers' spaces, in the order of its layers (refused where the env fixes
+        their outputs).
+    """
+
+    readers: tuple[Reader, ...] = ()
+    residual: tuple[Reader, ...] = ()
+    spaces: Mapping[str, Space] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
 class TorsoGraph:
     """A torso's layers in order.
 
@@ -89,7 +108,7 @@ class LayerGraph:
         head reads.
       head_sizes: the action heads' sizes, in the logits' order.
       torsos: torso module -> its TorsoGraph.
-      entities: the entity encoder's graph (networks.actor_critic.EntityGraph), else None.
+      entities: the entity encoder's graph (networks.entities.EntityGraph), else None.
       gaussian: a Gaussian head's layers (its mean, then a state-dependent log-std layer; a
         log-std vector lives at <head>/log_std beside the mean), () without continuous actions.
       rebuild: (blocks, **module fields) -> the graph of the network with those changes

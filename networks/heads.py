@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from networks.graph import Part, Reader, Space
+
 # A finite stand-in for -inf: masked logits stay finite so softmax and gradients never see NaN,
 # while exp(-1e9 - max) is exactly 0 in float32.
 MASKED_LOGIT = -1e9
@@ -33,6 +35,11 @@ class CategoricalHead(nn.Module):
             bias_init=nn.initializers.zeros,
             name="logits",
         )(x)
+
+    def graph(self, name: str) -> Part:
+        layer = f"{name}/logits"
+        why = f"params/{layer} is the policy head: use add_actions"
+        return Part(readers=(Reader(layer),), spaces={layer: Space((layer,), refused=why)})
 
 
 class GaussianHead(nn.Module):
@@ -65,6 +72,16 @@ class GaussianHead(nn.Module):
             log_std = jnp.broadcast_to(vector.astype(mean.dtype), mean.shape)
         return jnp.concatenate([mean, log_std], axis=-1)
 
+    def graph(self, name: str) -> Part:
+        """The mean layer, then a state-dependent log-std layer (a log-std vector reads no
+        features: it lives at <name>/log_std beside the mean, outside the graph)."""
+        layers = (f"{name}/mean",) + ((f"{name}/log_std",) if self.state_dependent else ())
+        why = "is the Gaussian policy head: its outputs are the action's dimensions"
+        return Part(
+            readers=tuple(Reader(layer) for layer in layers),
+            spaces={layer: Space((layer,), refused=f"params/{layer} {why}") for layer in layers},
+        )
+
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -78,6 +95,11 @@ class ValueHead(nn.Module):
             bias_init=nn.initializers.zeros,
             name="value",
         )(x)[..., 0]
+
+    def graph(self, name: str) -> Part:
+        layer = f"{name}/value"
+        why = f"params/{layer} is the value head: its single output cannot be widened"
+        return Part(readers=(Reader(layer),), spaces={layer: Space((layer,), refused=why)})
 
 
 class Autoregressive(nn.Module):
@@ -103,6 +125,15 @@ class Autoregressive(nn.Module):
             out.append(out[-1] + table(jax.nn.one_hot(args[:, j], n, dtype=h.dtype)))
         return out
 
+    def graph(self, name: str) -> Part:
+        """Table j (spaces in j order) adds into the heads' input features."""
+        tables = [f"{name}/embed_{j}" for j in range(len(self.sizes) - 1)]
+        why = "feeds an argument to the later heads: it grows with add_actions and add_action_head"
+        return Part(
+            residual=tuple(Reader(layer) for layer in tables),
+            spaces={layer: Space((layer,), refused=f"params/{layer} {why}") for layer in tables},
+        )
+
 
 class PointerHead(nn.Module):
     """Logits over a set of entities: attention from the core's output to each entity's embedding.
@@ -127,6 +158,12 @@ class PointerHead(nn.Module):
         if self.extra:
             logits = jnp.concatenate([logits, dense(self.extra, name="extra")(h)], axis=-1)
         return logits
+
+    def graph(self, name: str) -> Part:
+        """Its query (and extra logits) read the features; its key reads the entity encoder's
+        stream (networks.entities.EntityGraph)."""
+        layers = (f"{name}/query",) + ((f"{name}/extra",) if self.extra else ())
+        return Part(readers=tuple(Reader(layer) for layer in layers))
 
 
 # Distributions over actions. `sizes` = (n_1, ..., n_H) of a factorized action (EnvSpec.head_sizes):

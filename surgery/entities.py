@@ -1,6 +1,6 @@
 """Function-preserving surgery on entity encoders and what reads them (networks/entities.py).
 
-The layers are found from the network's own EntityGraph (networks.actor_critic.entity_graph),
+The layers are found from the network's own EntityGraph (networks.entities.EntityEncoder.graph),
 not from parameter names: the graph lists who writes and who reads the encoder's units.
 
 * add_entity_attributes: F -> F' attributes per entity; the per-entity layer gets zero kernel rows

@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 
 from networks import torsos
-from networks.actor_critic import EntityGraph
+from networks.entities import EntityGraph
 from networks.graph import LayerGraph
 from seedlike.types import TEAMMATES
 from surgery import entities as entity_ops

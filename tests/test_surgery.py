@@ -768,6 +768,32 @@ def test_the_layer_graph_names_every_layer_and_only_real_ones(spec, arch):
 GAUSS = dict(action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
 
 
+@pytest.mark.parametrize("arch", [{}, dict(state_dependent_std=True, core="lstm", core_size=4)])
+def test_each_head_brings_its_own_part_of_the_layer_graph(arch):
+    """A mixed action's heads (networks/heads.py) each name their layers in the graph: the
+    graph is the join of their parts, and with the torso's names it covers every layer."""
+    spec = dataclasses.replace(SPEC, num_actions=3, action_heads=(3,), **GAUSS)
+    net = make_net(spec, **arch)
+    graph = net.layer_graph()
+    heads_ = net.module.head_modules(parent=None)
+    assert list(heads_) == ["policy_head", "gaussian_head", "value_head"]
+    params = jax.eval_shape(net.init, jax.random.key(0))
+    layers = {p.removeprefix("params/") for p in surgery.layer_paths(params)}
+    assert set(graph.layers()) == layers
+    feature_readers = (graph.core.readers if graph.core else ()) + tuple(
+        r for name, t in graph.torsos.items() for r in graph.spaces[t.layers[-1]].readers
+    )
+    for name, head in heads_.items():
+        part = head.graph(name)
+        for layer, space in part.spaces.items():
+            assert graph.spaces[layer] == space and space.refused.startswith(f"params/{layer} ")
+        assert set(part.readers) <= set(feature_readers), name
+    gaussian = ("gaussian_head/mean",) + (
+        ("gaussian_head/log_std",) if arch.get("state_dependent_std") else ()
+    )
+    assert graph.gaussian == gaussian and graph.policy_head == "policy_head/logits"
+
+
 @pytest.mark.parametrize(
     "arch",
     [
