@@ -3,10 +3,11 @@ Walker2d-v4, Ant-v4, Humanoid-v4, ...): one config for all of them, after the PP
 settings as CleanRL's ppo_continuous_action runs them (its published 1M-step scores are the
 reference in benchmarks/RESULTS.md).
 
-A diagonal Gaussian policy with one learned log-std vector, separate 64-64 tanh torsos for policy
-and value, observations normalized by running statistics (clipped to +-10), rewards divided by
-the running std of the discounted return (clipped to +-10), value clipping, 2048 steps per policy
-version in 32 minibatches of 64, 10 epochs, learning rate 3e-4 annealed to 0, no entropy bonus.
+A diagonal Gaussian policy with one learned log-std vector starting at -0.5 (std 0.61; CleanRL
+starts at 0), separate 64-64 tanh torsos for policy and value, observations normalized by running
+statistics (clipped to +-10), rewards divided by the running std of the discounted return
+(clipped to +-10), value clipping, 2048 steps per policy version in 32 minibatches of 64, 10
+epochs, learning rate 3e-4 annealed to 0, no entropy bonus.
 
     scripts/train.sh --config=configs/mujoco_ppo.py --config.env.name=Hopper-v4
 
@@ -29,7 +30,10 @@ def get_config(variant: str = ""):
     c.network.hidden_sizes = (64, 64)
     c.network.activation = "tanh"
     c.network.obs_clip = 10.0
-    c.network.log_std_init = 0.0
+    # Initial std 0.61 instead of CleanRL's 1 (Andrychowicz et al. 2021, "What matters in
+    # on-policy RL": an initial std near 0.5 helps across MuJoCo tasks). 3 seeds each, everything
+    # else the same: Hopper-v4 2,253 -> 2,650 (benchmarks/RESULTS.md, "MuJoCo").
+    c.network.log_std_init = -0.5
     c.ppo.gamma = 0.99
     c.ppo.gae_lambda = 0.95
     c.ppo.epochs = 10
