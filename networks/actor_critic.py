@@ -425,6 +425,8 @@ def layer_graph(
     )
     for part in parts.values():
         spaces.update(part.spaces)
+    if module.text_key:
+        spaces.update(TextEncoder(MISSION_VOCAB_SIZE, module.text_size).graph("text_encoder"))
     entities = None
     if module.entity_key:
         # Pointer heads' keys read the encoder's stream; the pool joins each torso's inputs last.

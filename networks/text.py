@@ -6,6 +6,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from networks.graph import Space
+
+GRU_GATES = ("ir", "iz", "in", "hr", "hz", "hn")  # flax GRUCell: one Dense per gate and input
+
 
 class TextEncoder(nn.Module):
     """Embeds word ids [N, L] (0 = padding) and runs a GRU over them; returns its last state
@@ -23,3 +27,11 @@ class TextEncoder(nn.Module):
             new, _ = cell(h, x[:, t])
             h = jnp.where((tokens[:, t] > 0)[:, None], new, h)
         return h
+
+    def graph(self, name: str) -> dict[str, Space]:
+        """Its layers' spaces as module `name`, each refused: surgery keeps how words are read
+        (the embedding table has no kernel; the features it hands the torso are the torso's
+        inputs)."""
+        why = "is in the text encoder: surgery keeps how the words are read"
+        layers = [f"{name}/gru/{g}" for g in GRU_GATES]
+        return {layer: Space((layer,), refused=f"params/{layer} {why}") for layer in layers}

@@ -128,6 +128,10 @@ def test_the_policy_depends_on_the_mission_and_gradients_reach_only_the_words_us
 def test_surgery_widens_a_text_network_and_refuses_to_move_its_words():
     old, new = text_network(), text_network(cnn_hidden=160)
     params = random_params(old, 2)
+    # The graph names every layer, the text encoder's GRU too (refused: the words stay as read).
+    graph = old.layer_graph()
+    assert set(graph.layers()) == {p.removeprefix("params/") for p in surgery.layer_paths(params)}
+    assert "text encoder" in graph.spaces["text_encoder/gru/hz"].refused
     plan = surgery.derive_plan(old, new)
     result = plan.apply(params, 3, Context(layout_of(old)))
     assert_exact(check(old, new, params, {}, result))
