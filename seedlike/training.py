@@ -363,7 +363,14 @@ def train(
             try:
                 if p.lockstep.shared and (batch is not None or stopping):
                     # Every process takes part in each update's collectives, so all agree first.
-                    stopping = p.lockstep.agree(p.service.env_steps, stopping)
+                    try:
+                        stopping = p.lockstep.agree(p.service.env_steps, stopping)
+                    except Exception as e:  # noqa: BLE001 - only a peer can fail this psum
+                        # Gloo reports a peer's reset connection as a ValueError, not as
+                        # JaxRuntimeError: uncaught, it left a traceback and an exit that hung
+                        # on the dead peer.
+                        logging.error("the learner processes' step agreement failed: %s", e)
+                        raise distributed.peer_lost(e) from None
                 if stopping or p.env_steps() >= total:
                     break
                 if batch is not None and learn:

@@ -314,7 +314,7 @@ def test_a_league_of_roles_runs_from_the_command_line_and_shares_its_snapshots(t
     command = [
         sys.executable, "-m", "seedlike.roles", "--config=configs/tictactoe_selfplay.py",
         f"--logdir={logdir}", "--config.league.roles=('main','main_exploiter','league_exploiter')",
-        "--config.total_env_steps=40000", "--config.league.reset_env_steps=4000",
+        "--config.total_env_steps=60000", "--config.league.reset_env_steps=1000",
         "--config.league.snapshot_every=2", "--config.league.peer_refresh_s=1",
         "--config.league.eval_interval_s=0", "--config.log.interval_s=2",
     ]  # fmt: skip
@@ -324,11 +324,17 @@ def test_a_league_of_roles_runs_from_the_command_line_and_shares_its_snapshots(t
     assert "roles: main done, main_exploiter stopped, league_exploiter stopped" in done.stdout
     main = read_metrics(str(logdir / "main"))
     exploiter = read_metrics(str(logdir / "main_exploiter"))
-    assert main[-1]["env_steps"] >= 40000
+    assert main[-1]["env_steps"] >= 60000
     # The exploiters joined the league on their time limit, and the main agent played them.
     assert max(r.get("league/resets") or 0 for r in exploiter) >= 1
     assert versions_on_disk(logdir, "main_exploiter") and versions_on_disk(logdir, "main")
-    assert any(r.get("league/win_rate_vs_main_exploiter") is not None for r in main)
+    # Either exploiter's snapshots, picked up from its directory (which joins first depends on
+    # how the machine shares its cores among the three).
+    assert any(
+        r.get(f"league/win_rate_vs_{role}") is not None
+        for r in main
+        for role in ("main_exploiter", "league_exploiter")
+    )
     assert any(r.get("league/win_rate_vs_main") is not None for r in exploiter)
 
 

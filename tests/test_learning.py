@@ -67,18 +67,19 @@ def test_selfplay_tictactoe_beats_the_random_agent(tmp_path):
 
     logdir = tmp_path / "ttt"
     rows = train(
-        logdir, TICTACTOE, "--config.total_env_steps=300000", "--config.league.eval_interval_s=10",
+        logdir, TICTACTOE, "--config.total_env_steps=180000", "--config.league.eval_interval_s=10",
         *QUICK,
     )  # fmt: skip
     assert any(r.get("trueskill_mu") is not None for r in rows), "TrueSkill was never logged"
     assert rows[-1]["league/pool_size"] >= 5 and (logdir / "league" / "snapshots").is_dir()
     agent = games.checkpoint_agent(str(logdir))
     result = games.play_match("TicTacToe-v1", agent, players.RandomAgent(), 300, seed=1)
-    # Random against random wins ~45% of games as either colour; the trained agent far more.
+    # Random against random wins ~45% of games as either colour; the trained agent far more
+    # (snapshots of one run, 300 games each: 0.80 at 85k steps, 0.83 at 168k, 0.85 at 300k).
     assert result.win_rate() > 0.7, games.summarize(result)
 
     # Resuming restores the league: the pool, its snapshots and the TrueSkill references.
     pool = rows[-1]["league/pool_size"]
-    resumed = train(logdir, TICTACTOE, "--config.total_env_steps=320000", *QUICK)
+    resumed = train(logdir, TICTACTOE, "--config.total_env_steps=200000", *QUICK)
     assert resumed[-1]["league/pool_size"] >= pool
     assert resumed[-1]["env_steps"] > rows[-1]["env_steps"]
