@@ -28,9 +28,10 @@ measured per-stage costs and checked against real runs on this machine.
    one core at most), f: CPU per env step of the stream front ends (processes, as many as cores
    allow; two cores are left to the learner process), both from a server_capacity.py cell
    (--capacity, --capacity_cell) or the flags' defaults (measured here; RESULTS.md). It learns at
-   most update = --accel_tflops / F env steps/s, F the accelerator FLOPs per env step (PPO's
-   epochs x (forward + backward) over the batch plus the acting forward pass, from XLA's cost
-   analysis of the network), or at a measured --learn_sps, and every update all-reduces the
+   a measured --learn_sps (the default, benchmarks/learner_update.py on an H100 host), or with
+   --learn_sps=0 at most update = --accel_tflops / F env steps/s, F the accelerator FLOPs per env
+   step (PPO's epochs x (forward + backward) over the batch plus the acting forward pass, from
+   XLA's cost analysis of the network), and every update all-reduces the
    gradients of each sgd step across learner hosts (ring: 2 (L-1)/L x parameter bytes per host)
    over a --nic_gbps link, adding to the update's time; each host learns from --host_batch_steps
    env steps per update. The table gives the fewest learner hosts that keep up with 1, 10 and 100
@@ -82,7 +83,10 @@ _CAPACITY_CELL = flags.DEFINE_string(
     "capacity_cell", "4x64", "Its cell (ACTORSxROWS, the first with front ends)."
 )
 _PYTHON_US = flags.DEFINE_float(
-    "python_us", 14.5, "p: learner-process Python-thread CPU us per served env step."
+    "python_us",
+    9.6,
+    "p: learner-process Python-thread CPU us per served env step (RESULTS.md, 'One learner host, "
+    "many actor hosts': the median of nine pairs at 4 x 64 rows with one front end).",
 )
 _FRONT_END_US = flags.DEFINE_float("front_end_us", 37.0, "f: front-end CPU us per env step.")
 _ACCEL_TFLOPS = flags.DEFINE_float(
@@ -90,9 +94,10 @@ _ACCEL_TFLOPS = flags.DEFINE_float(
 )
 _LEARN_SPS = flags.DEFINE_float(
     "learn_sps",
-    0.0,
-    "Env steps/s one learner host learns, measured (RESULTS.md, 'Breakout on an accelerator "
-    "host': 33,900 on an H200 host); 0: --accel_tflops over the update's FLOPs.",
+    152_000.0,
+    "Env steps/s one learner host learns, measured: benchmarks/learner_update.py on an H100 host "
+    "(RESULTS.md, 'Breakout on an accelerator host', run 5: 8,192 env steps per update, "
+    "151,868-153,407); 0: --accel_tflops over the update's FLOPs instead.",
 )
 _HOST_BATCH_STEPS = flags.DEFINE_integer(
     "host_batch_steps", 8192, "Env steps each learner host learns from per update."

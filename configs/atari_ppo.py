@@ -5,7 +5,7 @@ The batch and update schedule match the usual single-GPU PPO Atari setup: 8 envs
 batch (here 2 actors x 4 envs), 4 epochs x 4 minibatches of 256. Frame stack 4 and 84x84 grayscale
 come from envpool; a lost life ends the learning episode (episodic_life) while episode statistics
 count whole games; rewards are clipped to +-1 for learning only, so episode_return_mean is the game
-score. On an accelerator host train.sh sizes the actors from the cores (16 cores: 4 actors x 64
+score. On an accelerator host train.sh sizes the actors from the cores (16 cores: 8 actors x 64
 envs); give the learner batches to match the envs in flight:
   scripts/train.sh --config=configs/atari_ppo.py --config.env.name=Pong-v5 \\
       --config.batch_unrolls=64 --config.total_env_steps=10000000

@@ -138,7 +138,7 @@ class LearnerProcess:
         learner = self.learner
         start = time.perf_counter()
         try:
-            unrolls = batch.unroll()
+            unrolls = batch.unroll(learner.batch_device)
         finally:
             batch.release()  # unroll() copied what the update reads
         interval.staleness.append(_staleness(learner.policy_version, unrolls))

@@ -77,7 +77,7 @@ def variant_config(name):
     return c
 
 
-def run_update(devices, config, updates=2):
+def run_update(devices, config, updates=2, obs_on_device=False):
     network = make_network(config.network, SPEC)
     learner = Learner(config, network, devices=devices)
     state = learner.init_state(jax.random.key(0))
@@ -87,6 +87,8 @@ def run_update(devices, config, updates=2):
         unrolls = random_unrolls(
             network, state.params, state.obs_norm, config.batch_unrolls, config.unroll_length, i
         )
+        if obs_on_device:  # as LearnerBatch.unroll(learner.batch_device) stacks them
+            unrolls = unrolls._replace(obs=jax.device_put(unrolls.obs, devices[0]))
         metrics.append(learner.update(unrolls))
     return learner.state(), metrics, state
 
@@ -122,6 +124,20 @@ def test_one_and_two_devices_compute_the_same_update(variant):
     for a, b in zip(metrics_one, metrics_two):
         for key in a:
             np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("variant", ["ppo", "vtrace_lstm"])
+def test_observations_stacked_on_the_device_give_the_same_update(variant):
+    config = variant_config(variant)
+    host, metrics_host, _ = run_update(jax.local_devices()[:1], config)
+    device, metrics_device, _ = run_update(jax.local_devices()[:1], config, obs_on_device=True)
+    close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)  # noqa: E731
+    jax.tree.map(close, host.params, device.params)
+    jax.tree.map(close, host.obs_norm, device.obs_norm)
+    assert float(host.obs_norm["obs"].count) > 0, "the normalizer must have seen the batch"
+    for a, b in zip(metrics_host, metrics_device):
+        assert a.keys() == b.keys()
+        close([a[k] for k in a], [b[k] for k in a])
 
 
 def test_normalizer_sees_every_step_but_the_bootstrap_one():

@@ -10,6 +10,7 @@ import pytest
 
 from seedlike.league.players import LEARNER
 from seedlike.policy import PolicyOutput
+from seedlike.server import unrolls as unrolls_lib
 from seedlike.server.recorder import Recorder
 from seedlike.server.seats import SeatTable
 from seedlike.server.trajectory_store import BatchQueue, StepRecord, Stopped, TrajectoryStore
@@ -485,3 +486,23 @@ def test_unrolls_acted_too_many_versions_ago_are_kept_out_of_the_loss():
     np.testing.assert_array_equal(batch.obs["obs"][:, 0, 0], [1.0, 2.0])
     np.testing.assert_array_equal(batch.valid.any(axis=1), [False, True])
     assert store.unrolls_stale == 1
+
+
+def test_a_batch_stacked_on_the_device_is_the_batch_gathered_on_the_host(monkeypatch):
+    # Chunks of the smallest size (8 buffers), so that a batch's buffers come from two of them.
+    monkeypatch.setattr(unrolls_lib, "CHUNK_BYTES", 1)
+    store, batches = store_of(2, batch_unrolls=6)
+    server = Server(store)
+    server.open(1, num_envs=7)
+    for t in range(5):  # two unrolls per seat: 14 buffers, two full batches
+        server.feed(1, rows(np.arange(7) + 10 * t, [t] * 7), action=t)
+    device = jax.local_devices()[0]
+    spans = []
+    for batch in iter(lambda: batches.get(timeout=0), None):
+        spans.append(len(set((batch.buffers // store.pool.k).tolist())))
+        on_host, on_device = batch.unroll(), batch.unroll(device)
+        batch.release()
+        assert isinstance(on_device.obs["obs"], jax.Array)
+        assert on_device.obs["obs"].devices() == {device}
+        jax.tree.map(np.testing.assert_array_equal, on_host, on_device)
+    assert len(spans) == 2 and max(spans) == 2

@@ -2,7 +2,8 @@
 
 One call of `update` is one policy version: prepare (advantages, normalizer statistics) on every
 device, then `epochs` passes of `num_minibatches` pmapped sgd_steps over the whole batch. The batch
-crosses to the devices once per update (every local device holds its host's whole batch) and each
+crosses to the devices once per update (every local device holds its host's whole batch; with one
+accelerator the observations arrive already stacked on it, see `batch_device`) and each
 sgd step gathers its minibatch there, from sample indices shuffled on the host within each
 learner host's block of the batch; with one host that is the whole batch, so N devices compute
 the same update as one device. With several hosts
@@ -108,6 +109,12 @@ class Learner:
         # processes share it (they must take part in every collective of it together).
         self.interrupt: threading.Event | None = None
         self._alone = processes == 1
+        # Where a learner batch's observations are stacked before `update` (LearnerBatch.unroll):
+        # on an accelerator that is the only local device (its shard is the whole batch), so
+        # the frames cross straight from the pool; on the host otherwise (several devices split
+        # the batch there; on a CPU numpy's gather is quicker than XLA's stack).
+        one = self.num_local == 1 and self.local_devices[0].platform != "cpu"
+        self.batch_device = self.local_devices[0] if one else None
 
     def _check_divisibility(self) -> None:
         c, n, m = self.config, self.num_devices, self.num_minibatches
@@ -244,7 +251,8 @@ class Learner:
                 self._state, step_metrics = self.guard(self._sgd_step, self._state, items, idx)
                 metrics.append(step_metrics)
 
-        metrics = jax.tree.map(lambda *xs: float(np.mean([np.asarray(x)[0] for x in xs])), *metrics)
+        metrics = jax.device_get(metrics)  # every step's metrics in one wait, not one per value
+        metrics = jax.tree.map(lambda *xs: float(np.mean([x[0] for x in xs])), *metrics)
         if not all(np.isfinite(v) for v in metrics.values()):
             bad = sorted(k for k, v in metrics.items() if not np.isfinite(v))
             logging.error(
@@ -267,7 +275,7 @@ class Learner:
         steps = np.asarray(unrolls.valid)[:, :-1]
         counted = np.broadcast_to(steps.any(axis=1, keepdims=True), steps.shape)  # whole unrolls
         moments = self.obs_window.moments(
-            {k: unrolls.obs[k][:, :-1] for k in stats},
+            {k: np.asarray(unrolls.obs[k])[:, :-1] for k in stats},  # maybe on the device
             counted,
             owner,
             jax.tree.map(np.asarray, stats),
@@ -280,13 +288,17 @@ class Learner:
         }
 
     def _replicate(self, tree):
-        """A host tree on every local device, as a pmap argument [num_local, ...]."""
+        """A host tree on every local device, as a pmap argument [num_local, ...] (with one
+        device, arrays already there stay there)."""
 
         def put(x):
-            x = np.asarray(x)[None]  # a view: each device's transfer reads the host array itself
-            shards = [jax.device_put(x, d) for d in self.local_devices]
+            if isinstance(x, jax.Array) and self.num_local == 1:  # no trip through the host
+                shards = [jax.device_put(x[None], self.local_devices[0])]
+            else:
+                x = np.asarray(x)[None]  # a view: each device's transfer reads the host array
+                shards = [jax.device_put(x, d) for d in self.local_devices]
             return jax.make_array_from_single_device_arrays(
-                (self.num_local,) + x.shape[1:], self._local_sharding, shards
+                (self.num_local, *shards[0].shape[1:]), self._local_sharding, shards
             )
 
         return jax.tree.map(put, tree)

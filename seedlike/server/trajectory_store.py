@@ -27,6 +27,7 @@ import time
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from seedlike.league.players import LEARNER
@@ -136,15 +137,24 @@ class LearnerBatch:
         self.filled = 0
         self.owner = np.zeros(size, np.int64)  # per unroll: the identity that acted it
 
-    def unroll(self) -> Unroll:
-        """The batch as stacked unrolls [B, T+1, ...] (observations gathered from the pool into
-        64-byte aligned arrays, which JAX takes without a copy on the CPU)."""
+    def unroll(self, device=None) -> Unroll:
+        """The batch as stacked unrolls [B, T+1, ...]. Observations are gathered from the pool
+        into 64-byte aligned host arrays (which JAX takes without a copy on the CPU), or with a
+        `device` (a jax.Device) stacked there: each buffer crosses once, straight from the pool,
+        and the host copies nothing (an accelerator host's learn thread spent longer gathering
+        a batch on the host than learning from it). Either way the buffers can be released once
+        this returns."""
         t, b = self.pool.horizon, self.buffers
         spec = self.pool.spec
 
         def gathered(kind, key, s):
+            name = f"{kind}/{key}"
+            if device is not None:
+                return jax.block_until_ready(
+                    _stack(jax.device_put(self.pool.slabs(name, b), device))
+                )
             out = aligned_empty((b.size, self.pool.steps, *s.shape), s.dtype)
-            self.pool.gather(f"{kind}/{key}", b, out)
+            self.pool.gather(name, b, out)
             return out
 
         small = self.small
@@ -166,6 +176,10 @@ class LearnerBatch:
     def release(self) -> None:
         self.pool.release(self.buffers)
         self.buffers = self.buffers[:0]
+
+
+# One compiled stack per batch shape, on the device that holds its inputs.
+_stack = jax.jit(jnp.stack)
 
 
 class BatchQueue:

@@ -15,9 +15,9 @@ extras key, an array [K, T+1, *spec.shape], in shared memory when front ends wri
 are only ever added, never moved. A step is addressed by its flat index `b * (T+1) + t`. The
 small fields of a step (action, log-probability, value, flags, reward) are the trajectory store's.
 
-Threads: `open`, `close` and `place` are the gather thread's; `release`, `read`, `write` and
-`gather` happen on the recorder and learner threads, on buffers no other thread writes at the
-time; the free list is locked.
+Threads: `open`, `close` and `place` are the gather thread's; `release`, `read`, `write`,
+`gather` and `slabs` happen on the recorder and learner threads, on buffers no other thread writes
+at the time; the free list is locked.
 """
 
 from __future__ import annotations
@@ -177,6 +177,11 @@ class PoolView:
                 out = np.empty((flat.shape[0], *part.shape[1:]), part.dtype)
             out[mine] = part
         return out
+
+    def slabs(self, name: str, buffers: np.ndarray) -> list[np.ndarray]:
+        """Whole buffers [B] of array `name`, each a view [T+1, ...] of where it lives."""
+        chunk, slot = np.divmod(buffers, self.k)
+        return [self.chunks[c].arrays[name][s] for c, s in zip(chunk.tolist(), slot.tolist())]
 
     def gather(self, name: str, buffers: np.ndarray, out: np.ndarray) -> None:
         """Whole buffers [B] of array `name` into out [B, T+1, ...] (the learner's batch)."""
