@@ -38,6 +38,7 @@ from seedlike.policy import PolicyOutput, PolicyRegistry, PolicyRunner, Ready, b
 from seedlike.server.batcher import STOP, Batch, Batcher, Control, Request
 from seedlike.server.episodes import Episodes
 from seedlike.server.errors import ServerStopping
+from seedlike.server.handoff import Counter, Handoff
 from seedlike.server.matchmaking import Matchmaker
 from seedlike.server.pacing import Pacer, RowRates
 from seedlike.server.recorder import Recorder
@@ -209,9 +210,9 @@ class InferenceService:
         self.seats = SeatTable(spec.num_players, network.initial_carry)
         self.batcher = Batcher(server_config.max_batch_rows, server_config.batch_timeout_ms / 1e3)
         # Two batches may be in flight between gather and reply: one computing, one being fetched.
-        self._jobs: queue.Queue = queue.Queue(maxsize=2)
-        self._computing = threading.Semaphore(0)  # one release per batch dispatched, not fetched
-        self._records: queue.Queue = queue.Queue(maxsize=RECORD_QUEUE)
+        self._jobs = Handoff(maxsize=2)
+        self._computing = Counter()  # batches dispatched and not yet fetched
+        self._records = Handoff(maxsize=RECORD_QUEUE)
         self._session_ids = itertools.count(1)
         # Session id -> (actor id, identity, owner); the reply thread reads owners (pacing).
         self._sessions: dict[int, tuple[int, str, int]] = {}
@@ -318,7 +319,7 @@ class InferenceService:
     def flush(self, timeout_s: float = 30.0) -> None:
         """Waits until every batch answered so far has been recorded."""
         deadline = time.monotonic() + timeout_s
-        while self._records.unfinished_tasks and time.monotonic() < deadline:
+        while self._records.unfinished and time.monotonic() < deadline:
             self.check_alive()
             time.sleep(0.005)
 
@@ -397,7 +398,7 @@ class InferenceService:
 
         return run
 
-    def _put(self, q: queue.Queue, item) -> bool:
+    def _put(self, q: Handoff, item) -> bool:
         """Blocking put that gives up when the service stops (False)."""
         while not self._stopping.is_set():
             try:
@@ -407,7 +408,7 @@ class InferenceService:
                 continue
         return False
 
-    def _items(self, q: queue.Queue):
+    def _items(self, q: Handoff):
         """What arrives on `q` until the service stops (what is left then is dropped)."""
         while not self._stopping.is_set():
             try:
@@ -434,7 +435,7 @@ class InferenceService:
                 job = self._dispatch(batch)
                 job.closed, job.dispatched = batch.closed, time.perf_counter()
                 self.stats.add_busy("prepare", job.dispatched - start)
-                self._computing.release()
+                self._computing.up()
                 self._put(self._jobs, job)
             for control in batch.controls:
                 if not control.opens:
@@ -528,10 +529,7 @@ class InferenceService:
 
     def _policy_busy(self) -> bool:
         """Whether a dispatched batch is still being computed (or waits to be fetched)."""
-        if self._computing.acquire(blocking=False):
-            self._computing.release()
-            return True
-        return False
+        return self._computing.positive()
 
     # Stage 2: fetch and reply -------------------------------------------------------------------
 
@@ -540,7 +538,7 @@ class InferenceService:
             start = time.perf_counter()
             output = _gather_outputs(job.groups, job.first.shape[0])
             fetched = time.perf_counter()
-            self._computing.acquire()
+            self._computing.down()
             self.stats.add_busy("policy", fetched - start)
             done = job.rows.terminated | job.rows.truncated
             self.seats.advance(job.seat[job.ran], done[job.ran], output.carry)
@@ -631,7 +629,7 @@ class InferenceService:
                     logging.info(
                         "session %d: dropped %d steps of partial unrolls", item.session_id, dropped
                     )
-            self._records.task_done()
+            self._records.done()
 
 
 class _LoopSink:
