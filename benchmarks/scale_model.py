@@ -84,9 +84,9 @@ _CAPACITY_CELL = flags.DEFINE_string(
 )
 _PYTHON_US = flags.DEFINE_float(
     "python_us",
-    9.6,
+    8.0,
     "p: learner-process Python-thread CPU us per served env step (RESULTS.md, 'One learner host, "
-    "many actor hosts': the median of nine pairs at 4 x 64 rows with one front end).",
+    "many actor hosts': the median of six pairs at 4 x 64 rows with one front end, 2026-11-26).",
 )
 _FRONT_END_US = flags.DEFINE_float("front_end_us", 37.0, "f: front-end CPU us per env step.")
 _ACCEL_TFLOPS = flags.DEFINE_float(
