@@ -16,11 +16,11 @@ def test_a_bounded_handoff_is_first_in_first_out_and_full_at_its_size():
         h.put("c", timeout=0.01)
     assert h.get(timeout=0.01) == "a"
     h.put("c", timeout=0.01)  # the place "a" left
-    assert [h.get(timeout=0.01), h.get_nowait()] == ["b", "c"]
+    assert [h.get(timeout=0.01), h.get(timeout=0)] == ["b", "c"]
     with pytest.raises(queue.Empty):
         h.get(timeout=0.01)
     with pytest.raises(queue.Empty):
-        h.get_nowait()
+        h.get(timeout=0)
 
 
 def test_unfinished_counts_items_put_and_not_yet_handled():
@@ -47,7 +47,7 @@ def test_a_full_handoff_lets_its_producer_on_when_a_consumer_takes_an_item():
 
 
 def test_many_producers_lose_no_count():
-    h = Handoff()
+    h = Handoff(maxsize=8000)
     threads = [threading.Thread(target=lambda: [h.put(0) for _ in range(2000)]) for _ in range(4)]
     for t in threads:
         t.start()

@@ -15,42 +15,33 @@ import threading
 
 
 class Handoff:
-    """A FIFO of at most `maxsize` items (0: unbounded) for any number of threads.
+    """A FIFO of at most `maxsize` items for any number of threads.
 
     put(item, timeout) raises queue.Full and get(timeout) queue.Empty, as queue.Queue's do;
     `done()` marks an item taken with get as handled, and `unfinished` counts the items put and
     not yet handled (queue.Queue's task_done and unfinished_tasks)."""
 
-    def __init__(self, maxsize: int = 0):
+    def __init__(self, maxsize: int):
         self._items: queue.SimpleQueue = queue.SimpleQueue()
-        self._free: queue.SimpleQueue | None = None
-        if maxsize > 0:
-            self._free = queue.SimpleQueue()
-            for _ in range(maxsize):
-                self._free.put(None)
+        self._free: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(max(int(maxsize), 1)):
+            self._free.put(None)
         self._count = threading.Lock()  # a plain lock: uncontended, it costs about a C call
         self._unfinished = 0
 
     def put(self, item, timeout: float | None = None) -> None:
-        if self._free is not None:
-            try:
-                self._free.get(timeout=timeout)
-            except queue.Empty:
-                raise queue.Full from None
+        try:
+            self._free.get(timeout=timeout)
+        except queue.Empty:
+            raise queue.Full from None
         with self._count:
             self._unfinished += 1
         self._items.put(item)
 
     def get(self, timeout: float | None = None):
+        """The oldest item; timeout 0 takes only one already there."""
         item = self._items.get(timeout=timeout)
-        if self._free is not None:
-            self._free.put(None)
-        return item
-
-    def get_nowait(self):
-        item = self._items.get_nowait()
-        if self._free is not None:
-            self._free.put(None)
+        self._free.put(None)
         return item
 
     def done(self) -> None:
