@@ -37,14 +37,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from networks import entities, heads, normalization, torsos
+from networks import board, entities, heads, normalization, torsos
 from networks.entities import EntityEncoder
 from networks.graph import LayerGraph, Reader, Space
 from networks.text import TextEncoder
-from seedlike.types import MISSION_VOCAB_SIZE, TEAMMATES, EnvSpec
+from seedlike.types import MISSION_VOCAB_SIZE, TEAMMATES, ArraySpec, EnvSpec
 from seedlike.types import TEAMMATES_PRESENT as PRESENT
 
 TORSOS = ("mlp", *torsos.CNN_TORSOS)
+BOARD_LINES = "_lines"  # the suffix of the line-features input (Network.board_lines)
 CORES = ("none", "lstm")
 
 
@@ -487,6 +488,21 @@ class Network:
     image_scale: float = 1.0 / 255.0
     # Continuous dimensions: the env gets tanh(u) of the Gaussian's sample u (heads.ActionLayout).
     action_squash: bool = False
+    # > 0: the torso also reads networks/board.py's line features of observation `board_key`
+    # (cells that complete `board_lines` in a row for either side, playable cells), as the input
+    # "<board_key>_lines".
+    board_lines: int = 0
+    board_gravity: bool = False
+    board_key: str = ""
+
+    @property
+    def input_spec(self) -> dict[str, ArraySpec]:
+        """What the module reads: the observations, and the derived line features if any."""
+        spec = dict(self.spec.observation)
+        if self.board_lines:
+            h, w, _ = spec[self.board_key].shape
+            spec[self.board_key + BOARD_LINES] = ArraySpec(np.float32, (h, w, board.FEATURES))
+        return spec
 
     @property
     def is_recurrent(self) -> bool:
@@ -517,7 +533,7 @@ class Network:
         rows = jax.eval_shape(self.init, jax.random.key(0))["params"]["torso"]["dense_0"]
         others = sum(
             int(np.prod(s.shape))
-            for k, s in self.spec.observation.items()
+            for k, s in self.input_spec.items()
             if k not in (m.image_key, m.text_key, m.entity_key)
             and not (m.team_pool and k.startswith(TEAMMATES))
         )
@@ -654,6 +670,11 @@ class Network:
             elif s.dtype == np.uint8:
                 x = x.astype(jnp.float32) / 255.0
             inputs[k] = x.astype(jnp.float32)
+        if self.board_lines:
+            features = board.line_features(
+                obs[self.board_key], self.board_lines, self.board_gravity
+            )
+            inputs[self.board_key + BOARD_LINES] = features
         return inputs
 
 
@@ -724,6 +745,7 @@ def make_network(network_config, spec: EnvSpec) -> Network:
             f"factorized action (a MultiDiscrete action space; {spec.name} has "
             f"{len(spec.head_sizes)} head) and no network.mirror; set it to False"
         )
+    lines, board_key = _check_board_lines(network_config, spec, torso, team_pool)
     module = ActorCritic(
         num_actions=spec.num_actions,
         torso_kind=torso,
@@ -762,7 +784,35 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         image_layout=layout,
         image_scale=float(network_config.image_scale),
         action_squash=bool(network_config.action_squash) and spec.continuous > 0,
+        board_lines=lines,
+        board_gravity=bool(network_config.board_gravity) and lines > 0,
+        board_key=board_key if lines else "",
     )
+
+
+def _check_board_lines(network_config, spec: EnvSpec, torso: str, team_pool: float):
+    """network.board_lines and the board observation it reads, after checking they fit: (0, "")
+    when off."""
+    lines, key = int(network_config.board_lines or 0), network_config.board_key
+    if not lines:
+        return 0, ""
+    board_spec = spec.observation.get(key)
+    fix = "set network.board_lines=0 for this env"
+    if board_spec is None or len(board_spec.shape) != 3 or board_spec.shape[-1] != 2:
+        raise ValueError(
+            f"network.board_lines={lines} reads a board [H, W, 2] (planes mine, theirs) in "
+            f"observation network.board_key={key!r}; {spec.name} has "
+            f"{ {k: str(v) for k, v in spec.observation.items()} }: {fix}"
+        )
+    h, w, _ = board_spec.shape
+    fits = 2 <= lines <= max(h, w) and torso == "mlp" and not team_pool
+    if not fits or key + BOARD_LINES in spec.observation:
+        raise ValueError(
+            f"network.board_lines={lines} needs 2 <= lines <= {max(h, w)} (the board is {h} x "
+            f"{w}), network.torso='mlp' (not {torso!r}), no network.team_pool and no "
+            f"observation named {key + BOARD_LINES!r}; {fix}"
+        )
+    return lines, key
 
 
 def _check_mirror(mirror: str, spec: EnvSpec, core: str, layout: str) -> int:

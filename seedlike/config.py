@@ -147,6 +147,12 @@ def base_config() -> ml_collections.ConfigDict:
     # Left-right symmetric board games: average the network over the board and its mirror image
     # (exactly equivariant policy): columns (an action per column) | cells (per cell) | "" = off
     c.network.mirror = ""
+    # Board games with planes (mine, theirs) [H, W, 2]: the torso also reads, for every cell,
+    # whether a stone there completes this many in a row for either side, and whether a stone
+    # can go there now (networks/board.py; an MLP learns these tactics slowly). 0: off.
+    c.network.board_lines = 0
+    c.network.board_gravity = False  # board_lines: stones fall to the lowest empty cell
+    c.network.board_key = "obs"  # board_lines: the board observation
     # OpenAI Five's cross-hero pool: the torso also reads every teammate's observation (needs
     # env.teammates) and the heads get this share of its features max-pooled over the agent and
     # its present teammates, besides the agent's own features. 0: off.

@@ -89,7 +89,7 @@ def _torso_inputs(network) -> dict:
     keys (its teammates' observations go through the same torso, so they follow their own key);
     never the word ids of a text encoder (its features follow the others')."""
     m = network.module
-    obs = {k: s for k, s in network.spec.observation.items() if k not in (m.text_key, m.entity_key)}
+    obs = {k: s for k, s in network.input_spec.items() if k not in (m.text_key, m.entity_key)}
     if not m.team_pool:
         return obs
     return {k: s for k, s in obs.items() if not k.startswith(TEAMMATES)}
@@ -592,6 +592,10 @@ def derive_plan(
         same("network.image_scale", old.image_scale, new.image_scale)
         same("image layout", old.image_layout, new.image_layout)
     same("num_players", old.spec.num_players, new.spec.num_players)
+    if old.board_lines and new.board_lines:  # turning them on adds an input (AddObservations)
+        same("network.board_lines", old.board_lines, new.board_lines)
+        same("network.board_gravity", old.board_gravity, new.board_gravity)
+        same("network.board_key", old.board_key, new.board_key)
     if bool(om.core_size) != bool(nm.core_size):
         problems.append(
             f"network.core changes ({'lstm' if om.core_size else 'none'} -> "

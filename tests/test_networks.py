@@ -1,12 +1,16 @@
-"""Board-game network options: the mirrored (left-right equivariant) network, VALID convs."""
+"""Board-game network options: the mirrored (left-right equivariant) network, VALID convs, line
+features."""
+
+import dataclasses
 
 import jax
 import numpy as np
 import pytest
 
-from networks import make_network
+from networks import board, make_network
 from networks.actor_critic import mirror_actions
 from seedlike.config import base_config
+from seedlike.league import search
 from seedlike.types import ArraySpec, EnvSpec
 
 MASK = "legal_action_mask"
@@ -124,3 +128,102 @@ def test_valid_4x4_board_conv_reads_the_12_windows_of_a_connect_four_board():
         build(CONNECT_FOUR, torso="mlp", cnn_kernel=4)
     with pytest.raises(ValueError, match="cnn_padding='FULL'"):
         build(CONNECT_FOUR, torso="board_cnn", cnn_padding="FULL")
+
+
+def brute_force_completions(stones, empty, line):
+    """Reference for networks.board.completions: place a stone in each empty cell in turn and look
+    for a line with the rules' own check (seedlike.league.search.has_line)."""
+    out = np.zeros(stones.shape, bool)
+    for r, c in zip(*np.nonzero(empty.any(0))):
+        rows = np.nonzero(empty[:, r, c])[0]
+        placed = stones[rows].copy()
+        placed[:, r, c] = True
+        out[rows, r, c] = search.has_line(placed, line)
+    return out
+
+
+def played_boards(game, n, seed):
+    """Boards reached by random legal play, none of them already won, as [n, H, W, 2] int8."""
+    rng = np.random.default_rng(seed)
+    mine = np.zeros((n, game.rows, game.cols), bool)
+    theirs = np.zeros_like(mine)
+    for k in range(n):
+        for _ in range(rng.integers(0, game.rows * game.cols)):
+            legal = np.nonzero(game.legal(mine[k : k + 1], theirs[k : k + 1])[0])[0]
+            after = game.moves(mine[k : k + 1], theirs[k : k + 1])[0][0, rng.choice(legal)]
+            if search.has_line(after[None], game.line)[0]:
+                break
+            # The mover's stones after its move become the other side's: swap the planes.
+            mine[k], theirs[k] = theirs[k], after
+    return np.stack([mine, theirs], -1).astype(np.int8)
+
+
+@pytest.mark.parametrize("name", ["ConnectFour-v1", "TicTacToe-v1"])
+def test_line_features_match_placing_each_stone_and_the_legal_moves(name):
+    game = search.GAMES[name]
+    boards = played_boards(game, 300, 0)
+    features = np.asarray(board.line_features(boards, game.line, game.gravity)) > 0
+    mine, theirs = boards[..., 0] > 0, boards[..., 1] > 0
+    empty = ~(mine | theirs)
+    for plane, stones in enumerate((mine, theirs)):
+        expected = brute_force_completions(stones, empty, game.line)
+        np.testing.assert_array_equal(features[..., plane], expected)
+        assert 20 < expected.sum() < expected.size // 4  # threats exist and are not everywhere
+    _, legal, win, _ = game.moves(mine, theirs)
+    playable = features[..., 2]
+    if game.gravity:  # one playable cell per column with room, the one a stone drops to
+        np.testing.assert_array_equal(playable.sum(1), legal.astype(int))
+        np.testing.assert_array_equal((features[..., 0] & playable).any(1), win)
+    else:
+        np.testing.assert_array_equal(playable.reshape(len(boards), -1), legal)
+        np.testing.assert_array_equal((features[..., 0] & playable).reshape(len(boards), -1), win)
+
+
+def test_line_features_of_a_hand_made_board():
+    # Connect Four, row 0 on top. Mine (x) has three in the bottom row, theirs (o) three up the
+    # left column: x completes at (5, 3), o at (2, 0), and (2, 0) is also where o's column is
+    # playable.
+    x, o = np.zeros((6, 7), bool), np.zeros((6, 7), bool)
+    x[5, 1:3], x[5, 4], o[3:6, 0] = True, True, True
+    x[5, 6] = x[4, 1] = True
+    features = np.asarray(board.line_features(np.stack([x, o], -1)[None], 4, True))[0] > 0
+    assert list(zip(*np.nonzero(features[..., 0]))) == [(5, 3)]
+    assert list(zip(*np.nonzero(features[..., 1]))) == [(2, 0)]
+    playable = {(2, 0), (3, 1), (4, 2), (5, 3), (4, 4), (5, 5), (4, 6)}  # column by column
+    assert set(zip(*np.nonzero(features[..., 2]))) == playable
+
+
+def test_board_lines_feed_the_torso_and_keep_the_mirror_exact():
+    lined = build(CONNECT_FOUR, hidden_sizes=(16,), board_lines=4, board_gravity=True)
+    assert lined.input_spec["obs_lines"] == ArraySpec(np.float32, (6, 7, 3))
+    # The same network as one that gets the features as an observation of the env.
+    spec = dataclasses.replace(
+        CONNECT_FOUR, observation={**CONNECT_FOUR.observation, **lined.input_spec}
+    )
+    given = build(spec, hidden_sizes=(16,))
+    params = noisy_params(lined, 1)
+    assert params["params"]["policy_torso"]["dense_0"]["kernel"].shape == (6 * 7 * (2 + 3), 16)
+    obs, mask = boards_and_masks(CONNECT_FOUR, 8, 2)
+    lines = np.asarray(board.line_features(obs["obs"], 4, True))
+    logits, value = lined.apply(params, {}, obs, {MASK: mask})
+    logits_g, value_g = given.apply(params, {}, {**obs, "obs_lines": lines}, {MASK: mask})
+    np.testing.assert_allclose(logits, logits_g, atol=1e-5)
+    np.testing.assert_allclose(value, value_g, atol=1e-5)
+    blind, _ = given.apply(params, {}, {**obs, "obs_lines": 0 * lines}, {MASK: mask})
+    assert np.abs(np.asarray(logits) - np.asarray(blind))[mask].max() > 1e-2
+    mirrored = build(CONNECT_FOUR, hidden_sizes=(16,), mirror="columns", board_lines=4)
+    params = noisy_params(mirrored, 3)
+    logits, value = mirrored.apply(params, {}, obs)
+    logits_m, value_m = mirrored.apply(params, {}, {"obs": obs["obs"][:, :, ::-1]})
+    np.testing.assert_allclose(logits, np.asarray(logits_m)[:, ::-1], atol=1e-5)
+    np.testing.assert_allclose(value, value_m, atol=1e-5)
+
+
+def test_board_lines_reject_envs_and_torsos_they_do_not_fit():
+    vector = EnvSpec("CartPole-v1", {"obs": ArraySpec(np.float32, (4,))}, 2)
+    with pytest.raises(ValueError, match=r"reads a board \[H, W, 2\].*board_lines=0"):
+        build(vector, board_lines=4)
+    with pytest.raises(ValueError, match="2 <= lines <= 7"):
+        build(CONNECT_FOUR, board_lines=8)
+    with pytest.raises(ValueError, match="network.torso='mlp' \\(not 'board_cnn'\\)"):
+        build(CONNECT_FOUR, board_lines=4, torso="board_cnn", image_layout="HWC")

@@ -390,6 +390,21 @@ def test_widening_a_mirrored_board_network_is_exact_and_mirror_cannot_be_switche
         )
 
 
+def test_line_features_join_a_board_network_exactly_and_cannot_be_redefined():
+    board = EnvSpec("ConnectFour-v1", {"obs": ArraySpec(np.int8, (6, 7, 2))}, 7, 2)
+    kw = {"normalize_obs": False, "activation": "relu", "hidden_sizes": (8, 6)}
+    old_net = make_net(board, **kw)
+    new_net = make_net(board, board_lines=4, board_gravity=True, **kw)
+    params = random_params(old_net, 4)
+    plan, result = derive_and_apply(old_net, new_net, params)
+    assert [op.kind for op in plan.ops] == ["add_observations"]
+    assert_exact(check(old_net, new_net, params, {}, result))
+    with pytest.raises(surgery.PlanError, match="network.board_lines changes from 4 to 3"):
+        surgery.derive_plan(new_net, make_net(board, board_lines=3, board_gravity=True, **kw))
+    with pytest.raises(surgery.PlanError, match="observation 'obs_lines' .* is removed"):
+        surgery.derive_plan(new_net, old_net)
+
+
 def test_derived_plan_for_everything_at_once_and_json_round_trip():
     """hidden_sizes up, new observations, core_size up, a residual block and an extra action."""
     old_net = make_net(SPEC, hidden_sizes=(8, 8), core="lstm", core_size=6)
