@@ -16,6 +16,7 @@ from seedlike.algos import ALGORITHMS
 ALGOS = tuple(ALGORITHMS)
 ACTION_BOUNDS = ("clip", "rescale")  # env.action_bounds
 ROLES = ("main", "main_exploiter", "league_exploiter")  # league.roles (seedlike.league.roles)
+EXPLOITER_RESETS = ("initial", "main")  # league.exploiter_reset
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -294,7 +295,10 @@ def base_config() -> ml_collections.ConfigDict:
     # least exploit_min_games decayed games against their target, or after reset_env_steps of
     # their env steps without (0: never). A role reads the others' new snapshots every
     # peer_refresh_s seconds. role_nice: each role's scheduling niceness (0-19) where the roles
-    # share one machine's cores.
+    # share one machine's cores. exploiter_reset: what an exploiter resets to, "initial" (the
+    # run's start, AlphaStar's supervised agent) or "main" (the newest main-agent snapshot it
+    # holds: a copy of the main agent that then learns only against the league, a best response
+    # that starts where its target stands rather than from scratch).
     c.league.roles = ()
     c.league.role_actors = ()
     c.league.role_nice = ()
@@ -304,6 +308,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.league.exploit_min_games = 100.0
     c.league.reset_env_steps = 0
     c.league.league_exploiter_reset_p = 0.25
+    c.league.exploiter_reset = "initial"
     c.league.peer_refresh_s = 10.0
 
     # Bring an environment change in gradually after surgery (OpenAI Five App. B): the share of new
@@ -592,6 +597,10 @@ def _validate_roles(league, need) -> None:
     need(
         0 <= league.league_exploiter_reset_p <= 1,
         "league.league_exploiter_reset_p must be in [0, 1]",
+    )
+    need(
+        league.exploiter_reset in EXPLOITER_RESETS,
+        f"league.exploiter_reset={league.exploiter_reset!r} must be one of {EXPLOITER_RESETS}",
     )
     need(league.peer_refresh_s > 0, "league.peer_refresh_s must be > 0")
 

@@ -148,7 +148,8 @@ class LearnerProcess:
         if self.league is not None and self.league.after_update(
             learner.policy_version, self.env_steps(), learner.policy_params
         ):
-            learner.reset(self.initial_state)  # an exploiter starts again, as a new version
+            # An exploiter starts again, as a new version.
+            learner.reset(self.league.reset_state(self.initial_state))
             self.registry.publish(learner.policy_version, learner.policy_params())
         interval.learn_s += time.perf_counter() - start
 

@@ -196,6 +196,44 @@ def test_learner_reset_restores_the_initial_params_and_optimizer_as_a_new_versio
     assert any(leaves)  # the two starts differ, so the equality above means something
 
 
+def test_an_exploiter_resets_to_the_newest_main_snapshot_with_a_fresh_optimizer(tmp_path):
+    from networks import make_network
+    from seedlike import config as config_lib
+    from seedlike.learner.learner import Learner
+
+    config = load_config_file("configs/cartpole_ppo.py")
+    network = make_network(config.network, config_lib.env_spec(config))
+    learner = Learner(config, network)
+    initial = learner.init_state(jax.random.key(0))
+    trained = learner.init_state(jax.random.key(1))
+    learner.set_state(trained.replace(updates=trained.updates + 3))
+
+    def snapshot(seed):
+        state = learner.init_state(jax.random.key(seed))
+        return {"params": state.params, "obs_norm": state.obs_norm}
+
+    league = role_league(tmp_path, "league_exploiter", exploiter_reset="main")
+    assert league.reset_state(initial) is initial  # no main snapshot yet: the run's start
+    league.add_peer_snapshot("main", 10, snapshot(10))
+    league.add_peer_snapshot("main", 20, snapshot(20))
+    league.add_peer_snapshot("main_exploiter", 5, snapshot(5))  # newer in the pool, not main's
+    learner.reset(league.reset_state(initial))
+    after = learner.state()
+    assert learner.policy_version == 4
+
+    def same(got, want):
+        jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+                     got, want)  # fmt: skip
+
+    same(learner.policy_params(), snapshot(20))
+    same(after.opt_state, initial.opt_state)
+    with pytest.raises(AssertionError):
+        same(after.params, initial.params)  # so the equalities above mean something
+    plain = role_league(tmp_path, "main_exploiter")  # exploiter_reset="initial"
+    plain.add_peer_snapshot("main", 10, snapshot(10))
+    assert plain.reset_state(initial) is initial
+
+
 # Snapshots between roles -----------------------------------------------------------------------
 
 
@@ -259,6 +297,7 @@ def test_payoff_decay_and_prior_from_the_config_follow_a_hand_computed_sequence(
         ({"roles": ("main", "main")}, "must name distinct roles"),
         ({"roles": ("main",), "role_actors": (1, 2)}, "one actor count per entry"),
         ({"payoff_decay": 0.99, "exploit_min_games": 100.0}, "is never reached"),
+        ({"exploiter_reset": "best"}, "league.exploiter_reset='best' must be one of"),
     ],
 )
 def test_role_settings_that_cannot_work_are_one_line_errors(overrides, message):

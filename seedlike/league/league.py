@@ -205,6 +205,22 @@ class League:
             )
         return reset
 
+    def reset_state(self, initial):
+        """The state an exploiter resets to (`league.exploiter_reset`): `initial` (a TrainState:
+        the run's start), or for "main" `initial` with the params and observation statistics of
+        the newest main snapshot this league holds, so the exploiter starts as the main agent it
+        is to beat (`initial` while it holds none). Either way with `initial`'s fresh optimizer."""
+        if self.config.exploiter_reset != "main":
+            return initial
+        with self._lock:
+            mains = roles.of_role(self.pool, "main")
+            snapshot = self._params.get(mains[-1]) if mains else None
+        if snapshot is None:
+            logging.info("league: %s reset to its initial params (no main snapshot yet)", self.role)
+            return initial
+        logging.info("league: %s reset to main snapshot %d", self.role, mains[-1])
+        return initial.replace(params=snapshot["params"], obs_norm=snapshot["obs_norm"])
+
     def state_dict(self) -> dict:
         with self._lock:
             state = {"pool": self.pool.state_dict(), "payoff": self.payoff.state_dict()}

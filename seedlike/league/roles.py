@@ -15,8 +15,9 @@ policies, one learner process each, that play each other's frozen snapshots.
                     PFSP-weighted win rate in place of the main agent's, and then reset with
                     probability `league.league_exploiter_reset_p` (AlphaStar's 25%).
 
-A reset gives the role its initial params (the run's start: `init_from`'s params where set) and a
-fresh optimizer, as a new policy version, so snapshot ids stay unique.
+A reset gives the role its initial params (the run's start: `init_from`'s params where set), or
+with `league.exploiter_reset = "main"` those of the newest main snapshot it holds, and a fresh
+optimizer, as a new policy version, so snapshot ids stay unique.
 
 Layout. The roles' learner processes run in <league.role_dir>/<role>/ (seedlike.roles starts
 them), each with its snapshots in <role>/league/snapshots/<version>/ as a single-role league has.
