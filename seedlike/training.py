@@ -10,6 +10,7 @@ checkpoints.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -297,6 +298,11 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     if evaluation is not None and config.league.eval_interval_s > 0:
         evaluator = EvaluationThread(evaluation, registry, config.league.eval_interval_s)
         evaluator.start()
+    # Everything built so far (JAX, XLA and MLIR objects, the network, the league) lives for
+    # the whole run. Frozen, it is left out of the cyclic collector's full passes, which the
+    # serving threads trigger with their allocations and which otherwise scan it all while
+    # holding the interpreter lock (py-spy: most of the central process's unnamed CPU at 4 x 64).
+    gc.freeze()
     return LearnerProcess(
         config=config,
         logdir=logdir,
