@@ -78,7 +78,14 @@ def main(argv):
     signal.signal(signal.SIGINT, on_signal)
     add_env_kwargs(_CONFIG.value, _ENV_KWARGS)
     try:
-        train(_CONFIG.value, _LOGDIR.value, bind=_BIND.value, port=_PORT.value, stop=stop)
+        train(
+            _CONFIG.value,
+            _LOGDIR.value,
+            bind=_BIND.value,
+            port=_PORT.value,
+            stop=stop,
+            freeze_gc=True,
+        )
     except (ConfigError, CheckpointError, TransportError) as e:
         raise SystemExit(f"error: {e}") from None
     except StorageError as e:
