@@ -285,6 +285,8 @@ def test_a_mixed_discrete_and_continuous_task_is_learned(tmp_path):
         os.path.join(ROOT, "configs", "gymnasium_ppo.py"),
         "--config.env.name=examples.dial:Dial",
         "--config.total_env_steps=40000",
+        "--config.stop_at_return=2.5",  # ends the run once learned (held for stop_hold_s)
+        "--config.log.stop_hold_s=1",
         "--config.log.interval_s=2",
         "--config.log.wandb_mode=disabled",
     )

@@ -234,6 +234,7 @@ def test_entity_encoder_and_pointer_head_learn_targets(tmp_path):
     config = os.path.join(ROOT, "configs", "targets_pointer.py")
     rows = train(
         tmp_path / "targets", config, "--config.total_env_steps=80000",
+        "--config.stop_at_return=6.5", "--config.log.stop_hold_s=1",  # ends it once learned
         "--config.log.interval_s=2", "--config.log.wandb_mode=disabled",
     )  # fmt: skip
     # random legal play scores about 2.4 of 8; the optimum is 8

@@ -120,6 +120,8 @@ def test_a_users_own_env_trains_from_one_command(tmp_path):
         CONFIG,
         "--config.env.name=examples.corridor:Corridor",
         "--config.total_env_steps=40000",
+        "--config.stop_at_return=0.93",  # ends the run once learned (held for stop_hold_s)
+        "--config.log.stop_hold_s=1",
         "--config.log.interval_s=2",
         "--config.log.wandb_mode=disabled",
     )

@@ -54,7 +54,7 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     """Through the library API (seedlike.train runs scripts/train.sh), as a notebook would."""
     logdir = tmp_path / "run"
     run = seedlike.train(
-        logdir=str(logdir), overrides={"total_env_steps": 100_000, "log.interval_s": 2}
+        logdir=str(logdir), overrides={"total_env_steps": 70_000, "log.interval_s": 2}
     )
     assert run.wait(timeout=600) == 0, run.log()
     rows = metrics(logdir)
@@ -62,7 +62,7 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     returns = [r["episode_return_mean"] for r in rows if r["episode_return_mean"] is not None]
     assert returns[0] < 60  # a random CartPole policy averages ~22
     assert max(returns) >= 200, returns
-    assert rows[-1]["env_steps"] >= 100_000
+    assert rows[-1]["env_steps"] >= 70_000
     # The final row may cover a moment without an update (its learner values are null).
     learned = [r for r in rows if r["staleness_mean"] is not None]
     assert 0 <= learned[-1]["staleness_mean"] < 5 and learned[-1]["sample_reuse"] > 1
