@@ -132,22 +132,11 @@ def plot(out: dict, rows: dict, start: float, path: str) -> None:
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 5))
     table = np.array(out["main_win_rate"])
-    image = ax.imshow(table, cmap="RdBu", vmin=0, vmax=1, aspect="auto", origin="lower")
-    ax.set_xticks(range(len(out["exploiter_versions"])))
-    ax.set_xticklabels([f"{m:.0f}" for m in out["exploiter_minutes"]])
-    ax.set_yticks(range(len(out["main_versions"])))
-    ax.set_yticklabels([f"{m:.0f}" for m in out["main_minutes"]])
-    ax.set_xlabel("main exploiter snapshot: minute it joined the league")
-    ax.set_ylabel("main agent snapshot: minute taken")
-    ax.set_title("main agent's win rate against each exploit")
-    for i in range(table.shape[0]):
-        for j in range(table.shape[1]):
-            ax.text(j, i, f"{table[i, j]:.2f}", ha="center", va="center", fontsize=7)
-    # Where each exploit joined, on the main agent's time axis: rows below it are older.
-    mains = np.array(out["main_minutes"])
-    for j, minute in enumerate(out["exploiter_minutes"]):
-        ax.plot(j, np.interp(minute, mains, np.arange(len(mains))), "k_", markersize=14)
-    fig.colorbar(image, ax=ax)
+    if table.size:
+        _heat_map(fig, ax, out, table)
+    else:  # a run stopped before the main exploiter's first snapshot joined the league
+        ax.text(0.5, 0.5, "no main or main-exploiter snapshots yet", ha="center", va="center")
+        ax.set_axis_off()
     exploiter = rows["main_exploiter"]
     minutes = [(r["time"] - start) / 60 for r in exploiter]
     bx.plot(
@@ -177,6 +166,25 @@ def plot(out: dict, rows: dict, start: float, path: str) -> None:
     bx.set_title("exploits found (grey lines: an exploiter joined)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def _heat_map(fig, ax, out: dict, table: np.ndarray) -> None:
+    image = ax.imshow(table, cmap="RdBu", vmin=0, vmax=1, aspect="auto", origin="lower")
+    ax.set_xticks(range(len(out["exploiter_versions"])))
+    ax.set_xticklabels([f"{m:.0f}" for m in out["exploiter_minutes"]])
+    ax.set_yticks(range(len(out["main_versions"])))
+    ax.set_yticklabels([f"{m:.0f}" for m in out["main_minutes"]])
+    ax.set_xlabel("main exploiter snapshot: minute it joined the league")
+    ax.set_ylabel("main agent snapshot: minute taken")
+    ax.set_title("main agent's win rate against each exploit")
+    for i in range(table.shape[0]):
+        for j in range(table.shape[1]):
+            ax.text(j, i, f"{table[i, j]:.2f}", ha="center", va="center", fontsize=7)
+    # Where each exploit joined, on the main agent's time axis: rows below it are older.
+    mains = np.array(out["main_minutes"])
+    for j, minute in enumerate(out["exploiter_minutes"]):
+        ax.plot(j, np.interp(minute, mains, np.arange(len(mains))), "k_", markersize=14)
+    fig.colorbar(image, ax=ax)
 
 
 if __name__ == "__main__":
