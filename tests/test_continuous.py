@@ -284,8 +284,10 @@ def test_a_mixed_discrete_and_continuous_task_is_learned(tmp_path):
         tmp_path / "dial",
         os.path.join(ROOT, "configs", "gymnasium_ppo.py"),
         "--config.env.name=examples.dial:Dial",
-        "--config.total_env_steps=40000",
-        "--config.stop_at_return=2.5",  # ends the run once learned (held for stop_hold_s)
+        # A budget with room (2.5 was first held at 39k of 40k in one run); the run ends once the
+        # return has held 2.5 for stop_hold_s.
+        "--config.total_env_steps=60000",
+        "--config.stop_at_return=2.5",
         "--config.log.stop_hold_s=1",
         "--config.log.interval_s=2",
         "--config.log.wandb_mode=disabled",
