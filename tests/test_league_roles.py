@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import chex
 import jax
 import ml_collections
 import numpy as np
@@ -188,9 +189,9 @@ def test_learner_reset_restores_the_initial_params_and_optimizer_as_a_new_versio
     learner.reset(initial)
     after = learner.state()
     assert learner.policy_version == 8 and int(after.sgd_steps) == 56
-    for got, want in ((after.params, initial.params), (after.opt_state, initial.opt_state)):
-        jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
-                     got, want)  # fmt: skip
+    chex.assert_trees_all_equal(
+        (after.params, after.opt_state), (initial.params, initial.opt_state)
+    )
     leaves = jax.tree.leaves(jax.tree.map(lambda a, b: bool((np.asarray(a) != b).any()),
                                           initial.params, trained.params))  # fmt: skip
     assert any(leaves)  # the two starts differ, so the equality above means something
@@ -221,14 +222,10 @@ def test_an_exploiter_resets_to_the_newest_main_snapshot_with_a_fresh_optimizer(
     after = learner.state()
     assert learner.policy_version == 4
 
-    def same(got, want):
-        jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
-                     got, want)  # fmt: skip
-
-    same(learner.policy_params(), snapshot(20))
-    same(after.opt_state, initial.opt_state)
+    chex.assert_trees_all_equal(learner.policy_params(), snapshot(20))
+    chex.assert_trees_all_equal(after.opt_state, initial.opt_state)
     with pytest.raises(AssertionError):
-        same(after.params, initial.params)  # so the equalities above mean something
+        chex.assert_trees_all_equal(after.params, initial.params)  # the equalities mean something
     plain = role_league(tmp_path, "main_exploiter")  # exploiter_reset="initial"
     plain.add_peer_snapshot("main", 10, snapshot(10))
     assert plain.reset_state(initial) is initial

@@ -213,12 +213,12 @@ class League:
         if self.config.exploiter_reset != "main":
             return initial
         with self._lock:
-            mains = roles.of_role(self.pool, "main")
-            snapshot = self._params.get(mains[-1]) if mains else None
+            main = roles.newest(self.pool, "main")
+            snapshot = self._params.get(main) if main is not None else None
         if snapshot is None:
             logging.info("league: %s reset to its initial params (no main snapshot yet)", self.role)
             return initial
-        logging.info("league: %s reset to main snapshot %d", self.role, mains[-1])
+        logging.info("league: %s reset to main snapshot %d", self.role, main)
         return initial.replace(params=snapshot["params"], obs_norm=snapshot["obs_norm"])
 
     def state_dict(self) -> dict:

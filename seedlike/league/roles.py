@@ -83,6 +83,12 @@ def of_role(pool: OpponentPool, role: str) -> list[int]:
     return [i for i in pool.ids if role_of(i) == role]
 
 
+def newest(pool: OpponentPool, role: str) -> int | None:
+    """The id of `role`'s newest snapshot in the pool; None while it holds none."""
+    ids = of_role(pool, role)
+    return ids[-1] if ids else None
+
+
 class MainExploiterSampler:
     """The main exploiter's opponents: the newest main snapshot, or while it wins fewer than
     EASIER_BELOW of its games against it, main snapshots by PFSP "variance" weights x (1 - x)
@@ -96,8 +102,7 @@ class MainExploiterSampler:
 
     def target(self) -> int | None:
         """The newest main snapshot: the main agent as this role knows it now."""
-        mains = of_role(self.pool, "main")
-        return mains[-1] if mains else None
+        return newest(self.pool, "main")
 
     def probabilities(self) -> dict[int, float]:
         mains = of_role(self.pool, "main")
