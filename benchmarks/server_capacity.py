@@ -14,6 +14,8 @@ made two updates), then measures for `--seconds`:
   served_sps:        rows answered per second, counted by the actors;
   batch_mean:        inference_batch_mean of the learner's metrics rows in the window, against
                      rows_in_flight = actors x rows (the most a batch can hold);
+  window_ms:         inference_window_ms: how long a batch waited for more after its latest
+                     request (the batch timeout, or longer where front ends are slow);
   latency p50/p99:   the learner's inference_latency_ms (arrival of a request to its actions), and
                      the actors' own round trip;
   learner_cpu:       CPU seconds per second the learner process used (2 cores = 2.0);
@@ -272,6 +274,7 @@ def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> 
         "rows_in_flight": num_actors * rows,
         "served_sps": served,
         "batch_mean": _median(window, "inference_batch_mean"),
+        "window_ms": _median(window, "inference_window_ms"),
         "rows_in_place": _median(window, "inference_rows_in_place"),
         "server_latency_ms_p50": _median(window, "inference_latency_ms_p50"),
         "server_latency_ms_p99": _median(window, "inference_latency_ms_p99"),

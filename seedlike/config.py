@@ -200,8 +200,8 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.server = ml_collections.ConfigDict()
     # An inference batch takes every request waiting, up to max_batch_rows rows, and closes when
-    # every actor that can still send is in it, or batch_timeout_ms after gathering started
-    # (seedlike/server/batcher.py).
+    # every actor that can still send is in it, or batch_timeout_ms after the latest request
+    # joined it (longer where front ends spend longer per request: seedlike/server/batcher.py).
     c.server.max_batch_rows = 1024
     c.server.batch_timeout_ms = 5.0
     # Unrolls that may wait for the learner, in whole batches (0 = one batch): with one, acting

@@ -110,6 +110,7 @@ def _write(metrics, service, version, dt, last_rows, returns, lengths) -> int:
             "inference_batch_mean": inference.batch_summary(stats["batch_rows"]),
             "inference_latency_ms_p50": p50,
             "inference_latency_ms_p99": p99,
+            "inference_window_ms": service.batcher.window_s * 1e3,
             "actors_connected": service.num_sessions,
         }
     )

@@ -590,6 +590,7 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         "inference_rows_in_place": stats["rows_in_place"],
         "inference_latency_ms_p50": p50,
         "inference_latency_ms_p99": p99,
+        "inference_window_ms": p.service.batcher.window_s * 1e3,
         "actors_connected": p.service.num_sessions,
         "unroll_queue": p.batches.qsize() * p.learner.local_batch_unrolls,
         "steps_dropped": p.store.steps_dropped,

@@ -14,9 +14,9 @@ class Rows:
         self.reward = np.zeros(n, np.float32)
 
 
-def request(session, rows=8, waited_s=0.0):
+def request(session, rows=8, waited_s=0.0, spread_s=0.0):
     future = concurrent.futures.Future()
-    return Request(session, Rows(rows), future, time.perf_counter() - waited_s)
+    return Request(session, Rows(rows), future, time.perf_counter() - waited_s, spread_s=spread_s)
 
 
 def opened(batcher, sessions):
@@ -148,3 +148,55 @@ def test_a_burst_spread_over_more_than_the_timeout_stays_one_batch():
     sender.join()
     # All 8 would span 5.6 timeouts: the window ends WINDOW_LIMIT = 4 timeouts after the first.
     assert WINDOW_LIMIT == 4 and 3 <= len(batch.requests) <= 6
+
+
+def test_the_window_follows_how_long_senders_take_per_request():
+    """Requests 1.5 timeouts apart split into batches unless they say that their sender spent
+    that long on each (a front end checking large requests one after another): then the window
+    after the latest arrival is SPREAD times the running mean of what they report."""
+    from seedlike.server.batcher import SPREAD, SPREAD_MEMORY, WINDOW_LIMIT
+
+    timeout = 0.1
+
+    def burst(batcher, sessions, spread):
+        def send():
+            for s in sessions:
+                batcher.put(request(s, spread_s=spread))
+                time.sleep(1.5 * timeout)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        batches = []
+        while sum(len(b.requests) for b in batches) < len(sessions):
+            batches.append(gather_in_thread(batcher))
+            batcher.replied([r.session_id for r in batches[-1].requests])
+        sender.join()
+        return [[r.session_id for r in b.requests] for b in batches]
+
+    batcher = Batcher(max_rows=1024, timeout_s=timeout)
+    opened(batcher, range(3))
+    assert burst(batcher, [0, 1, 2], spread=0.0) == [[0], [1], [2]]
+    assert batcher.window_s == timeout
+
+    batcher = Batcher(max_rows=1024, timeout_s=timeout)
+    batcher._spread_s = 1.2 * timeout  # as if the last requests had reported it
+    opened(batcher, range(3))
+    assert burst(batcher, [0, 1, 2], spread=1.2 * timeout) == [[0, 1, 2]]
+    np.testing.assert_allclose(batcher.window_s, SPREAD * 1.2 * timeout)
+
+    # The running mean moves by SPREAD_MEMORY of each report; reports out of range (negative,
+    # NaN) count as 0. The window is at most WINDOW_LIMIT timeouts; where the mean itself is
+    # longer than that, no window would hold a burst and it falls back to the timeout.
+    batcher = Batcher(max_rows=1024, timeout_s=timeout)
+    assert batcher._widen(0.5 * timeout) == timeout  # SPREAD x 0.005 is below the timeout
+    np.testing.assert_allclose(batcher._spread_s, SPREAD_MEMORY * 0.5 * timeout)
+    for bad in (float("nan"), -1.0):
+        before = batcher._spread_s
+        batcher._widen(bad)
+        np.testing.assert_allclose(batcher._spread_s, (1 - SPREAD_MEMORY) * before)
+    batcher._spread_s = 0.75 * WINDOW_LIMIT * timeout  # SPREAD x that is beyond the limit
+    assert batcher._widen(0.75 * WINDOW_LIMIT * timeout) == WINDOW_LIMIT * timeout
+    for _ in range(200):
+        batcher._widen(1e9)
+    np.testing.assert_allclose(batcher._spread_s, 2 * WINDOW_LIMIT * timeout, rtol=1e-6)
+    assert batcher.window_s == timeout

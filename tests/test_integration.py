@@ -42,6 +42,7 @@ REQUIRED_KEYS = {
     "time", "env_steps", "policy_version", "sps", "episodes",
     "episode_return_mean", "episode_length_mean", "staleness_mean", "sample_reuse", "rfps", "cfps",
     "inference_batch_mean", "inference_latency_ms_p50", "inference_latency_ms_p99",
+    "inference_window_ms",
     "loss/total", "loss/policy", "loss/value", "loss/entropy",
 }  # fmt: skip
 

@@ -143,6 +143,7 @@ class CentralLink:
         self._levels: tuple[int, list] = (0, [])
         self._stopped: bool | None = None  # `finished` once the learner process said STOP
         self.done = threading.Event()  # set when this front end should stop serving
+        self._cpu_at_step = time.process_time()
 
     def start(self) -> None:
         self._loop.add_reader(self._sock.fileno(), self._on_readable)
@@ -193,7 +194,13 @@ class CentralLink:
                 written[write] = True
                 segment.wrote_at[:n][write] = flat
         session.pending = (future, n)
-        message = shm.encode(shm.STEP, session_id, n, arena, start, time.perf_counter(), decode_s)
+        # This process's CPU time since its previous step (receiving, parsing, checking and
+        # answering every stream it serves): its work per step, which spaces out a burst of
+        # steps on their way to the batcher (seedlike.server.batcher, SPREAD).
+        cpu = time.process_time()
+        spread_s, self._cpu_at_step = cpu - self._cpu_at_step, cpu
+        now = time.perf_counter()
+        message = shm.encode(shm.STEP, session_id, n, arena, start, now, decode_s, spread_s)
         self._send(message)
         return future
 

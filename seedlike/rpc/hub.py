@@ -251,7 +251,7 @@ class FrontEnds:
     def _handle(self, fe: _FrontEnd, message: bytes, fds: list[int]) -> None:
         kind, fields, extra = shm.decode(message)
         if kind == shm.STEP:
-            session_id, n, index, start, arrived, decode_s = fields
+            session_id, n, index, start, arrived, decode_s, spread_s = fields
             segment, arena = fe.sessions[session_id], fe.arenas[index]
             if not 0 < n <= segment.layout.rows or start + n > arena.rows:
                 raise ValueError(f"a step of {n} rows at {start} of arena {index}")
@@ -263,7 +263,7 @@ class FrontEnds:
             written = (segment.written[:n], segment.wrote_at[:n]) if self._pool else None
             self.service.submit(
                 session_id, segment.rows(n, arena, start), _Reply(fe, session_id), arrived,
-                written, (arena, start),
+                written, (arena, start), spread_s,
             )  # fmt: skip
         elif kind == shm.ARENA:
             index, rows = fields

@@ -159,7 +159,8 @@ class LocalBackend:
             raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, why)
         self._service.stats.add_busy("decode", decode_s)
         future = asyncio.get_running_loop().create_future()
-        return self._service.submit(session_id, rows, future)
+        # The event loop decodes one step after another, spreading a burst by as much.
+        return self._service.submit(session_id, rows, future, spread_s=decode_s)
 
     def answered(self, session_id: int) -> None:
         self._gate.touch(session_id, waiting=False)

@@ -11,7 +11,7 @@ batch of requests lie side by side. Then, in lockstep with the actor:
 
   front end: writes a checked step's n rows: small fields into the session's segment,
              observations into the arena at [start, start + n); sends STEP(session, n, arena,
-             start)
+             start, its CPU seconds since its previous STEP: a batch waits that long for more)
   learner:   reads the rows in place, batches them with other requests' rows, runs the policy on
              the arena's rows themselves where a batch's rows lie side by side (JAX reads them
              without a copy on the CPU), writes the n actions into the segment, sends
@@ -244,7 +244,8 @@ class Segment:
 # Messages ---------------------------------------------------------------------------------------
 # front end -> learner process
 OPEN = 1  # token, actor_id, num_envs, peer (utf-8); the segment's fd passed alongside
-STEP = 2  # session, rows, arena, start row there, arrived (perf_counter), decode seconds
+STEP = 2  # session, rows, arena, start row there, arrived (perf_counter), decode seconds,
+#   the front end's CPU seconds since its previous STEP
 CLOSE = 3  # session
 READY = 4  # port: the front end listens
 ARENA = 5  # index, rows: a new arena of the front end's, its fd passed alongside
@@ -259,7 +260,7 @@ EVICT = 17  # session, why (utf-8): its slot went to another actor; end its stre
 
 _HEADERS = {
     OPEN: struct.Struct("<BQii"),
-    STEP: struct.Struct("<BQIIQdd"),
+    STEP: struct.Struct("<BQIIQddd"),
     CLOSE: struct.Struct("<BQ"),
     READY: struct.Struct("<BI"),
     ARENA: struct.Struct("<BIQ"),

@@ -18,6 +18,16 @@ previous one. A batch should therefore hold every request that can still come so
   then ran as a group of its own for good, since a batch never waits for sessions in flight
   (4 x 64 rows: 89 rows per batch against 164, 12.4 against 9.4 us of the learner process's
   Python CPU per served env step; RESULTS.md).
+* That spread is the time a sender spends per request, which each request reports
+  (`Request.spread_s`: a front end's CPU time since its previous request). The window after the
+  latest arrival is SPREAD times its running mean, but never below `timeout_s` nor above
+  WINDOW_LIMIT x `timeout_s` (and `timeout_s` where the mean itself is above that: no window
+  allowed would hold such a burst together, and waiting would only add latency; 2 x 256 Atari
+  rows, 14 ms a request), and the batch closes at the latest WINDOW_LIMIT windows after
+  gathering started: on a busy 2-core machine a front end spent 3-4 ms of CPU per 64-row Atari
+  request, more than configs/atari_ppo.py's 2 ms timeout, and bursts of four split into batches
+  of 85-107 rows; with the window following the front end (~6 ms) all 256 (RESULTS.md). Small
+  requests (CartPole: a fraction of a millisecond) leave the window at `timeout_s`.
 * A session that could have sent but missed such a batch is late, and later batches do not wait
   for it until it sends again: a stalled actor costs the others one timeout, not one per batch
   (with a 5 ms timeout, waiting for it every batch cut a CartPole run from 10.8k to 2.4k env
@@ -33,6 +43,7 @@ the requests; the batch reports them beside its requests (alone, if no request i
 from __future__ import annotations
 
 import dataclasses
+import math
 import queue
 import threading
 import time
@@ -55,6 +66,9 @@ class Request:
     # `arena.obs` / `arena.extras` (seedlike.rpc.shm.Arena), whose neighbours may be other
     # requests' rows; None: they are only where `rows` says.
     span: Any = None
+    # Seconds the sender spent per request (a front end: its CPU time since its previous one),
+    # about how far apart one sender's requests of a burst arrive.
+    spread_s: float = 0.0
 
     @property
     def num_rows(self) -> int:
@@ -88,7 +102,9 @@ class Batch:
 
 STOP = object()  # put into the inbox to end gathering
 BUSY_POLL_S = 0.0005  # how often a batch past its timeout checks whether the policy is free
-WINDOW_LIMIT = 4  # a batch gathers for at most this many timeouts, however requests trickle in
+WINDOW_LIMIT = 4  # a batch gathers for at most this many windows, however requests trickle in
+SPREAD = 2.0  # the window after the latest arrival, in senders' recent seconds per request
+SPREAD_MEMORY = 0.1  # weight of the newest request in the running mean of `spread_s`
 
 
 class Batcher:
@@ -101,6 +117,8 @@ class Batcher:
     def __init__(self, max_rows: int, timeout_s: float):
         self.max_rows = int(max_rows)
         self.timeout_s = float(timeout_s)
+        self.window_s = self.timeout_s  # how long a batch stays open after its latest arrival
+        self._spread_s = 0.0  # running mean of the requests' spread_s
         # C-level put and get (queue.Queue's Python Condition cost the interpreter per request).
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._held: Request | None = None  # the request that would have overflowed the last batch
@@ -173,15 +191,26 @@ class Batcher:
             now = time.perf_counter()
             if deadline is None:
                 started = now
-            # The window stays open timeout_s after the latest arrival, up to WINDOW_LIMIT times
-            # that after the first.
-            deadline = min(now + self.timeout_s, started + WINDOW_LIMIT * self.timeout_s)
+            window = self._widen(item.spread_s)
+            deadline = min(now + window, started + WINDOW_LIMIT * window)
             requests.append(item)
             present.add(item.session_id)
             self._late.discard(item.session_id)
             rows += item.num_rows
             if rows >= self.max_rows or not self._expected(present):
                 return self._close(requests, present, controls, started)
+
+    def _widen(self, spread_s: float) -> float:
+        """The window after an arrival that spent `spread_s` with its sender (module docstring)."""
+        limit = WINDOW_LIMIT * self.timeout_s
+        # Reports beyond twice the longest window all mean the same (below), and stay bounded.
+        spread_s = min(max(spread_s, 0.0), 2 * limit) if math.isfinite(spread_s) else 0.0
+        self._spread_s += SPREAD_MEMORY * (spread_s - self._spread_s)
+        if self._spread_s > limit:  # no window allowed would catch the sender's next request
+            self.window_s = self.timeout_s
+        else:
+            self.window_s = min(max(SPREAD * self._spread_s, self.timeout_s), limit)
+        return self.window_s
 
     def _close(self, requests, present, controls, started) -> Batch:
         with self._lock:

@@ -268,6 +268,7 @@ class InferenceService:
         arrived: float | None = None,
         written: tuple | None = None,
         span: tuple | None = None,
+        spread_s: float = 0.0,
     ):
         """Queues one step. The future resolves to (actions int32 [n], policy version), or fails
         with ServerStopping when the service stops first.
@@ -284,6 +285,8 @@ class InferenceService:
           span: (arena, start) where the rows' observations lie among other requests' rows
             (seedlike.rpc.shm.Arena): a batch of neighbouring requests is given to the policy
             without a copy.
+          spread_s: seconds the caller spends per request (a front end's CPU since its previous
+            one), about how far apart one caller's requests arrive (seedlike.server.batcher).
         """
         future = future if future is not None else concurrent.futures.Future()
         # Registered before the check, so that stop() either sees it or it sees stop().
@@ -293,7 +296,9 @@ class InferenceService:
         else:
             arrived = time.perf_counter() if arrived is None else arrived
             written, wrote_at = written or (None, None)
-            self.batcher.put(Request(session_id, rows, future, arrived, written, wrote_at, span))
+            self.batcher.put(
+                Request(session_id, rows, future, arrived, written, wrote_at, span, spread_s)
+            )
         return future
 
     def close_session(self, session_id: int) -> None:
