@@ -8,28 +8,28 @@ previous one. A batch should therefore hold every request that can still come so
 * The batch closes as soon as every session that can still send has a request in it: open
   sessions minus those whose previous request is still being answered (in flight). Nobody else
   can add to it, so waiting longer would only add latency.
-* Otherwise it closes `timeout_s` after the latest request joined it, and at the latest
-  WINDOW_LIMIT x `timeout_s` after gathering started (not after the first request arrived: a
-  request that waited in the inbox while the server was busy must not close the batch on the
-  spot, or under load every batch would be one request). Counting from the latest arrival keeps
-  a burst of requests together when something upstream spreads it out: stream front ends check
-  one request after another, 2.4 ms each for 64 Atari rows on a 2-core machine, and a window
-  counted from the first arrival (5 ms) split every burst of four such requests; its remainder
-  then ran as a group of its own for good, since a batch never waits for sessions in flight
-  (4 x 64 rows: 89 rows per batch against 164, 12.4 against 9.4 us of the learner process's
-  Python CPU per served env step; RESULTS.md).
-* That spread is the time a sender spends per request, which each request reports
-  (`Request.spread_s`: a front end's CPU time since its previous request). The window after the
-  latest arrival is SPREAD times its running mean, but never below `timeout_s` nor above
-  WINDOW_LIMIT x `timeout_s` (and `timeout_s` where the mean itself is above that: no window
-  allowed would hold such a burst together, and waiting would only add latency; 2 x 256 Atari
-  rows, 14 ms a request), and the batch closes at the latest WINDOW_LIMIT windows after
-  gathering started: on a busy 2-core machine a front end spent 3-4 ms of CPU per 64-row Atari
-  request, more than configs/atari_ppo.py's 2 ms timeout, and bursts of four split into batches
-  of 85-107 rows; with the window following the front end (~6 ms) all 256 (RESULTS.md). Small
-  requests (CartPole: a fraction of a millisecond) leave the window at `timeout_s`.
+* Otherwise it closes a window (`timeout_s`, or longer: below) after the latest request joined
+  it, and at the latest WINDOW_LIMIT windows after gathering started (not after the first
+  request arrived: a request that waited in the inbox while the server was busy must not close
+  the batch on the spot, or under load every batch would be one request). Counting from the
+  latest arrival keeps a burst of requests together when something upstream spreads it out:
+  stream front ends check one request after another, 2.4 ms each for 64 Atari rows on a 2-core
+  machine, and a window counted from the first arrival (5 ms) split every burst of four such
+  requests; its remainder then ran as a group of its own for good, since a batch never waits for
+  sessions in flight (4 x 64 rows: 89 rows per batch against 164, 12.4 against 9.4 us of the
+  learner process's Python CPU per served env step; RESULTS.md).
+* How far apart a burst arrives is the time its sender spends per request, which each request
+  reports (`Request.spread_s`: a front end's CPU time since its previous request). The window
+  after the latest arrival is SPREAD times the running mean of it, at least `timeout_s` and at
+  most WINDOW_LIMIT x `timeout_s`. Where the mean itself is over WINDOW_LIMIT x `timeout_s`
+  the window is `timeout_s` again: no window allowed would hold such a burst, so waiting would
+  only add latency (2 x 256 Atari rows: 14 ms a request). On a busy 2-core machine a front end
+  spent 3-4 ms per 64-row Atari request, more than configs/atari_ppo.py's 2 ms timeout, and
+  bursts of four split into batches of 85-107 rows; with a window of ~6 ms every batch held all
+  256 (RESULTS.md). Small requests (CartPole: a fraction of a millisecond) leave the window at
+  `timeout_s`.
 * A session that could have sent but missed such a batch is late, and later batches do not wait
-  for it until it sends again: a stalled actor costs the others one timeout, not one per batch
+  for it until it sends again: a stalled actor costs the others one window, not one per batch
   (with a 5 ms timeout, waiting for it every batch cut a CartPole run from 10.8k to 2.4k env
   steps/s until the server closed the stalled stream; benchmarks/faults.py stalled_actor).
 * ... unless the policy is still busy with earlier batches (`busy()`): a batch dispatched now would
