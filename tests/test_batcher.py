@@ -188,15 +188,17 @@ def test_the_window_follows_how_long_senders_take_per_request():
     # NaN) count as 0. The window is at most WINDOW_LIMIT timeouts; where the mean itself is
     # longer than that, no window would hold a burst and it falls back to the timeout.
     batcher = Batcher(max_rows=1024, timeout_s=timeout)
-    assert batcher._widen(0.5 * timeout) == timeout  # SPREAD x 0.005 is below the timeout
+    batcher._report(0.5 * timeout)
+    assert batcher.window_s == timeout  # SPREAD x 0.005 is below the timeout
     np.testing.assert_allclose(batcher._spread_s, SPREAD_MEMORY * 0.5 * timeout)
     for bad in (float("nan"), -1.0):
         before = batcher._spread_s
-        batcher._widen(bad)
+        batcher._report(bad)
         np.testing.assert_allclose(batcher._spread_s, (1 - SPREAD_MEMORY) * before)
     batcher._spread_s = 0.75 * WINDOW_LIMIT * timeout  # SPREAD x that is beyond the limit
-    assert batcher._widen(0.75 * WINDOW_LIMIT * timeout) == WINDOW_LIMIT * timeout
+    batcher._report(0.75 * WINDOW_LIMIT * timeout)
+    assert batcher.window_s == WINDOW_LIMIT * timeout
     for _ in range(200):
-        batcher._widen(1e9)
+        batcher._report(1e9)
     np.testing.assert_allclose(batcher._spread_s, 2 * WINDOW_LIMIT * timeout, rtol=1e-6)
     assert batcher.window_s == timeout

@@ -117,7 +117,6 @@ class Batcher:
     def __init__(self, max_rows: int, timeout_s: float):
         self.max_rows = int(max_rows)
         self.timeout_s = float(timeout_s)
-        self.window_s = self.timeout_s  # how long a batch stays open after its latest arrival
         self._spread_s = 0.0  # running mean of the requests' spread_s
         # C-level put and get (queue.Queue's Python Condition cost the interpreter per request).
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -191,7 +190,8 @@ class Batcher:
             now = time.perf_counter()
             if deadline is None:
                 started = now
-            window = self._widen(item.spread_s)
+            self._report(item.spread_s)
+            window = self.window_s
             deadline = min(now + window, started + WINDOW_LIMIT * window)
             requests.append(item)
             present.add(item.session_id)
@@ -200,17 +200,20 @@ class Batcher:
             if rows >= self.max_rows or not self._expected(present):
                 return self._close(requests, present, controls, started)
 
-    def _widen(self, spread_s: float) -> float:
-        """The window after an arrival that spent `spread_s` with its sender (module docstring)."""
+    @property
+    def window_s(self) -> float:
+        """How long a batch stays open after its latest arrival (module docstring)."""
         limit = WINDOW_LIMIT * self.timeout_s
-        # Reports beyond twice the longest window all mean the same (below), and stay bounded.
-        spread_s = min(max(spread_s, 0.0), 2 * limit) if math.isfinite(spread_s) else 0.0
-        self._spread_s += SPREAD_MEMORY * (spread_s - self._spread_s)
         if self._spread_s > limit:  # no window allowed would catch the sender's next request
-            self.window_s = self.timeout_s
-        else:
-            self.window_s = min(max(SPREAD * self._spread_s, self.timeout_s), limit)
-        return self.window_s
+            return self.timeout_s
+        return min(max(SPREAD * self._spread_s, self.timeout_s), limit)
+
+    def _report(self, spread_s: float) -> None:
+        """Adds an arrival's `spread_s` to the running mean the window follows."""
+        # Reports beyond twice the longest window all mean the same (window_s), and stay bounded.
+        bound = 2 * WINDOW_LIMIT * self.timeout_s
+        spread_s = min(max(spread_s, 0.0), bound) if math.isfinite(spread_s) else 0.0
+        self._spread_s += SPREAD_MEMORY * (spread_s - self._spread_s)
 
     def _close(self, requests, present, controls, started) -> Batch:
         with self._lock:
