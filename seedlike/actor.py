@@ -7,18 +7,25 @@ state for a stream that broke, so a half-played episode could not be attributed 
 With several servers (a population: one independent learner per member, README "Teams and
 populations"), the actor holds one stream to each and sends each member the rows of its teams
 (seedlike.teams.Teams.member_of); a step's actions are all members' replies put together.
+
+Shared games (`league.shared_games`, seedlike.league.roles): an exploiter's actor plays the main
+agent's live policy. It is a population of two, the main agent's learner (its address read from
+the roles' directory at every connection) as member 0 and its own as member 1; each learner gets
+its side's rows numbered from player 0, so that it plays them as its learning side against a
+rival it does not see, and both learn from every game.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 
 import numpy as np
 
-from seedlike.config import ConfigError, env_spec
+from seedlike.config import ROLES, ConfigError, env_spec
 from seedlike.envs import make_env
 from seedlike.envs.spaces import EnvActions
 from seedlike.rpc import client, codec, security
@@ -27,6 +34,12 @@ from seedlike.types import take_rows
 
 # 2: rejected or misconfigured, which restarting cannot fix (scripts/train.sh stops the job).
 EXIT_OK, EXIT_GAVE_UP, EXIT_REJECTED = 0, 1, 2
+# Where the main agent's learner writes its address, under league.role_dir (seedlike.roles runs it
+# in <role_dir>/main; seedlike.training.ADDRESS_FILE).
+MAIN_ADDRESS = os.path.join("main", "server_address")
+# A shared-game actor's id at the main agent's learner: its role's index x this + its own id, an
+# identity of its own there beside the main agent's actors (seedlike.server.influence).
+SHARED_ID_STRIDE = 1000
 
 
 def env_seed(base_seed: int, actor_id: int, connection: int) -> int:
@@ -64,7 +77,22 @@ class Actor:
                 f"--server lists {len(self.addresses)} learner(s) and population.size is "
                 f"{members}: give one address per population member, member 0 first"
             )
-        self.member = teams.member_of(len(self.addresses))
+        self.shared = config.league.role in tuple(config.league.shared_games)
+        if self.shared:
+            if members != 1 or teams.num_teams != 2:
+                raise ConfigError(
+                    f"league.shared_games needs a two-team game and one learner per role; "
+                    f"{config.env.name} has {teams.num_teams} teams, population.size {members}"
+                )
+            members = 2  # the main agent's learner first
+            self._main_address = os.path.join(config.league.role_dir, MAIN_ADDRESS)
+            self._main_id = ROLES.index(config.league.role) * SHARED_ID_STRIDE + int(actor_id)
+        self.member = teams.member_of(members)
+        # Each member numbers its own players from 0 where games are shared (above).
+        self._player_in_member = np.zeros(self.spec.num_players, np.int32)
+        for k in range(members):
+            mine = np.flatnonzero(self.member == k)
+            self._player_in_member[mine] = np.arange(mine.size) if self.shared else mine
         self.credentials = security.load(config.transport.credentials, "client")
         self.num_envs = int(config.env.num_envs)
         self.num_levels = len(config.env.levels or ())
@@ -138,10 +166,25 @@ class Actor:
 
     def _connect(self, hello) -> list[client.Connection]:
         """One stream per server, all or none."""
+        targets = [(address, hello) for address in self.addresses]
+        if self.shared:
+            try:
+                with open(self._main_address) as f:
+                    main = f.read().strip()
+            except OSError:
+                main = ""
+            if not main:
+                raise client.Disconnected(
+                    f"the main agent's learner is not up ({self._main_address})"
+                )
+            main_hello = codec.make_hello(self.spec, self._main_id, self.num_envs)
+            targets.insert(0, (main, main_hello))
         connections = []
         try:
-            for address in self.addresses:
-                connections.append(client.Connection(address, hello, credentials=self.credentials))
+            for address, message in targets:
+                connections.append(
+                    client.Connection(address, message, credentials=self.credentials)
+                )
         except BaseException:
             for connection in connections:
                 connection.close()
@@ -171,6 +214,7 @@ class Actor:
                         idx = np.flatnonzero(member == k)
                         if idx.size:
                             part = take_rows(rows, idx)
+                            part = part._replace(player_id=self._player_in_member[part.player_id])
                             actions[idx] = self._step(connection, sequence, k, part, env)
                 env.send(self.env_actions(actions), rows)
                 session_steps += rows.reward.shape[0]

@@ -310,6 +310,12 @@ def base_config() -> ml_collections.ConfigDict:
     c.league.league_exploiter_reset_p = 0.25
     c.league.exploiter_reset = "initial"
     c.league.peer_refresh_s = 10.0
+    # Exploiter roles whose actors play the main agent's live policy in shared games: each side's
+    # rows go to its own learner (a population of two, the main agent as member 0), so the main
+    # agent learns from every game against them instead of only the exploiter (AlphaStar's main
+    # exploiters play the live main agents). Such an exploiter judges its exploits on those games,
+    # as games against the newest main snapshot it holds.
+    c.league.shared_games = ()
 
     # Bring an environment change in gradually after surgery (OpenAI Five App. B): the share of new
     # episodes with the change ramps from 0 to 1 over `updates` policy versions from start_version;
@@ -583,6 +589,11 @@ def _validate_roles(league, need) -> None:
         not league.role or bool(league.role_dir),
         "league.role needs league.role_dir, the directory the roles share "
         "(python -m seedlike.roles sets both)",
+    )
+    shared = tuple(league.shared_games)
+    need(
+        all(r in roles and r != "main" for r in shared) and len(set(shared)) == len(shared),
+        f"league.shared_games={shared} must name distinct exploiter roles of league.roles={roles}",
     )
     need(0 < league.exploit_win_rate <= 1, "league.exploit_win_rate must be in (0, 1]")
     need(league.exploit_min_games >= 0, "league.exploit_min_games must be >= 0")

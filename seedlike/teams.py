@@ -112,11 +112,15 @@ class GameTracker:
 
     A game starts with the first seat that starts an episode in an env and is over when every seat
     that started in it has ended (agents that die early end early; ones that appear late join).
-    Called from the recorder thread only.
+    A game where no seat of another team started was played against a policy this server does
+    not see (a shared game of league roles: the actor sends the other side's rows to another
+    learner); its opponent is `unseen` and its result team 0's return alone. Called from the
+    recorder thread only.
     """
 
-    def __init__(self, teams: Teams):
+    def __init__(self, teams: Teams, unseen: int):
         self.teams = teams
+        self.unseen = int(unseen)
         self._live = np.zeros(0, np.int64)  # per env slot: seats in an episode
         self._score = np.zeros((0, teams.num_teams))  # per env slot and team: summed return
         self._opponent = np.zeros(0, np.int64)  # per env slot: who played the other teams
@@ -138,6 +142,9 @@ class GameTracker:
         start_slot = started_seat // p
         end_slot = ended_seat // p
         self._grow(np.concatenate([start_slot, end_slot]))
+        self._opponent[start_slot[self._live[start_slot] == 0]] = (
+            self.unseen
+        )  # until a rival starts
         np.add.at(self._live, start_slot, 1)
         other = self.teams.team_of[started_seat % p] > 0
         self._opponent[start_slot[other]] = started_policy[other]
@@ -164,4 +171,4 @@ class GameTracker:
         extra = size - self._live.shape[0]
         self._live = np.concatenate([self._live, np.zeros(extra, np.int64)])
         self._score = np.concatenate([self._score, np.zeros((extra, self.teams.num_teams))])
-        self._opponent = np.concatenate([self._opponent, np.full(extra, -1, np.int64)])
+        self._opponent = np.concatenate([self._opponent, np.full(extra, self.unseen, np.int64)])

@@ -12,13 +12,15 @@ import numpy as np
 import pytest
 
 from seedlike import api, jobs
+from seedlike.actor import Actor
 from seedlike.config import ConfigError, base_config, load_config_file, validate
 from seedlike.league import players, roles
 from seedlike.league.league import League, PeerSnapshots, save_snapshot
 from seedlike.league.payoff import DRAW, LOSS, WIN
-from seedlike.league.players import BOTS, LEARNER
+from seedlike.league.players import BOTS, LEARNER, UNSEEN
 from seedlike.metrics import read_metrics
 from seedlike.roles import RoleLeague, role_runs
+from seedlike.rpc import client
 
 STRIDE = roles.STRIDE
 C4_LEAGUE = "configs/connect4_league.py"
@@ -139,6 +141,54 @@ def test_a_main_exploiter_that_beats_the_main_agent_joins_the_league_and_resets(
     assert league.after_update(7, 1200, lambda: params(7)) is False
     m = league.take_metrics()
     assert (m["league/joined"], m["league/resets"]) == (1, 1)
+
+
+def test_shared_games_count_for_the_main_exploiter_as_games_against_the_newest_main(tmp_path):
+    """league.shared_games: games against the main agent's live policy (UNSEEN here) are judged as
+    games against the newest main snapshot the exploiter holds; the main agent only counts them."""
+    exploiter = role_league(
+        tmp_path, "main_exploiter", exploit_win_rate=0.7, exploit_min_games=8.0,
+        payoff_prior_games=0.0, shared_games=("main_exploiter",),
+    )  # fmt: skip
+    play(exploiter, UNSEEN, [WIN])  # no main snapshot yet: nothing to judge it against
+    assert exploiter.payoff.games(LEARNER, 10) == 0.0
+    exploiter.add_peer_snapshot("main", 10, params(0))
+    exploiter.add_peer_snapshot("main", 20, params(1))
+    play(exploiter, UNSEEN, [WIN] * 7 + [LOSS])
+    assert exploiter.payoff.games(LEARNER, 20) == pytest.approx(8.0)
+    assert exploiter.payoff.games(LEARNER, 10) == 0.0
+    assert exploiter.after_update(3, 1000, lambda: params(3)) is True  # 7 / 8 > 0.7: an exploit
+    m = exploiter.take_metrics()
+    assert (m["league/games_shared"], m["league/win_rate_vs_shared"]) == (9, 8 / 9)
+
+    main = role_league(tmp_path, "main", shared_games=("main_exploiter",))
+    main.add_peer_snapshot("main_exploiter", 5, params(2))
+    play(main, UNSEEN, [LOSS, WIN, LOSS, LOSS])
+    assert main.payoff.games(LEARNER, roles.snapshot_id("main_exploiter", 5)) == 0.0
+    m = main.take_metrics()
+    assert (m["league/games_shared"], m["league/win_rate_vs_shared"]) == (4, 0.25)
+    assert "league/games_shared" not in role_league(tmp_path, "main").take_metrics()
+
+
+def test_a_shared_game_actor_sends_each_side_to_its_learner_as_player_0(tmp_path):
+    config = load_config_file("configs/tictactoe_selfplay.py")
+    with config.unlocked():
+        config.league.update(
+            roles=("main", "main_exploiter"), role="main_exploiter", role_dir=str(tmp_path),
+            shared_games=("main_exploiter",),
+        )  # fmt: skip
+    shared = Actor(config, "127.0.0.1:1", actor_id=3)
+    np.testing.assert_array_equal(shared.member, [0, 1])  # player 0 to the main agent
+    np.testing.assert_array_equal(shared._player_in_member, [0, 0])
+    assert shared._main_id == 1003  # an identity of its own among the main agent's actors
+    # Without the main agent's address the actor waits for it (reconnects), as for any server.
+    with pytest.raises(client.Disconnected, match="main agent's learner is not up"):
+        shared._connect(None)
+    with config.unlocked():
+        config.league.shared_games = ()
+    plain = Actor(config, "127.0.0.1:1", actor_id=3)
+    np.testing.assert_array_equal(plain.member, [0, 0])
+    np.testing.assert_array_equal(plain._player_in_member, [0, 1])
 
 
 def test_an_exploiter_without_success_joins_and_resets_at_its_time_limit(tmp_path):
@@ -295,6 +345,11 @@ def test_payoff_decay_and_prior_from_the_config_follow_a_hand_computed_sequence(
         ({"roles": ("main",), "role_actors": (1, 2)}, "one actor count per entry"),
         ({"payoff_decay": 0.99, "exploit_min_games": 100.0}, "is never reached"),
         ({"exploiter_reset": "best"}, "league.exploiter_reset='best' must be one of"),
+        ({"roles": ("main",), "shared_games": ("main",)}, "must name distinct exploiter roles"),
+        (
+            {"roles": ("main", "league_exploiter"), "shared_games": ("main_exploiter",)},
+            "must name distinct exploiter roles",
+        ),
     ],
 )
 def test_role_settings_that_cannot_work_are_one_line_errors(overrides, message):
@@ -353,6 +408,7 @@ def test_a_league_of_roles_runs_from_the_command_line_and_shares_its_snapshots(t
         "--config.total_env_steps=60000", "--config.league.reset_env_steps=1000",
         "--config.league.snapshot_every=2", "--config.league.peer_refresh_s=1",
         "--config.league.eval_interval_s=0", "--config.log.interval_s=2",
+        "--config.league.shared_games=('main_exploiter',)",
     ]  # fmt: skip
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600)
@@ -360,7 +416,12 @@ def test_a_league_of_roles_runs_from_the_command_line_and_shares_its_snapshots(t
     assert "roles: main done, main_exploiter stopped, league_exploiter stopped" in done.stdout
     main = read_metrics(str(logdir / "main"))
     exploiter = read_metrics(str(logdir / "main_exploiter"))
+    hunter = read_metrics(str(logdir / "league_exploiter"))
     assert main[-1]["env_steps"] >= 60000
+    # The main exploiter's actors played shared games: both learners recorded their sides.
+    for run in (main, exploiter):
+        assert sum(r.get("league/games_shared") or 0 for r in run) > 0
+        assert any(r.get("league/win_rate_vs_shared") is not None for r in run)
     # The exploiters joined the league on their time limit, and the main agent played them.
     assert max(r.get("league/resets") or 0 for r in exploiter) >= 1
     assert versions_on_disk(logdir, "main_exploiter") and versions_on_disk(logdir, "main")
@@ -371,7 +432,7 @@ def test_a_league_of_roles_runs_from_the_command_line_and_shares_its_snapshots(t
         for r in main
         for role in ("main_exploiter", "league_exploiter")
     )
-    assert any(r.get("league/win_rate_vs_main") is not None for r in exploiter)
+    assert any(r.get("league/win_rate_vs_main") is not None for r in hunter)
 
 
 def versions_on_disk(logdir, role) -> list[int]:

@@ -6,7 +6,7 @@ import pytest
 
 from seedlike.algos.shaping import team_rewards, time_decay
 from seedlike.config import section
-from seedlike.league.players import LEARNER
+from seedlike.league.players import LEARNER, UNSEEN
 from seedlike.policy import PolicyOutput
 from seedlike.server.episodes import Episodes
 from seedlike.server.matchmaking import Matchmaker
@@ -77,7 +77,7 @@ def test_shape_uses_seats_of_several_envs_and_each_rows_time():
 
 def test_game_tracker_waits_for_every_seat_and_counts_survivors():
     teams = Teams(np.array([0, 0, 1, 1]), result="survivors")
-    tracker = GameTracker(teams)
+    tracker = GameTracker(teams, UNSEEN)
     seats = np.arange(4) + 8  # env slot 2
     none = np.zeros(0, np.int64)
     assert tracker.update(seats, np.array([LEARNER, LEARNER, 5, 5]), none, none) == []
@@ -90,7 +90,7 @@ def test_game_tracker_waits_for_every_seat_and_counts_survivors():
     results = tracker.update(none, none, np.array([8, 9, 11]), np.array([0.0, 0.0, 0.0]))
     assert results == [(5, 1, 8)]  # against snapshot 5, a win (the game of seats 8-11)
 
-    by_return = GameTracker(Teams(np.array([0, 0, 1, 1]), result="return"))
+    by_return = GameTracker(Teams(np.array([0, 0, 1, 1]), result="return"), UNSEEN)
     by_return.update(seats, np.array([LEARNER, LEARNER, -2, -2]), none, none)
     # Team 1 has the larger summed return (5 > -1) although team 0 has more survivors.
     assert by_return.update(none, none, np.array([10]), np.array([5.0])) == []
@@ -99,13 +99,29 @@ def test_game_tracker_waits_for_every_seat_and_counts_survivors():
 
 
 def test_game_tracker_forgets_games_of_closed_sessions():
-    tracker = GameTracker(Teams(np.array([0, 1])))
+    tracker = GameTracker(Teams(np.array([0, 1])), UNSEEN)
     none = np.zeros(0, np.int64)
     tracker.update(np.array([0, 1]), np.array([LEARNER, 3]), none, none)
     tracker.forget(np.array([0, 1]))
     # A new session's game on the reused slot starts afresh and ends when its own seats end.
     tracker.update(np.array([0, 1]), np.array([LEARNER, 4]), none, none)
     assert tracker.update(none, none, np.array([0, 1]), np.array([1.0, -1.0])) == [(4, 1, 0)]
+
+
+def test_a_game_without_a_rival_seat_is_against_an_unseen_policy():
+    """A shared game (league.shared_games): the actor sends only team 0's seat here, so the game
+    ends with that seat, against UNSEEN, and its result is that seat's return alone; a slot that
+    held a normal game before does not keep its old opponent."""
+    tracker = GameTracker(Teams(np.array([0, 1])), UNSEEN)
+    none = np.zeros(0, np.int64)
+    tracker.update(np.array([2, 3]), np.array([LEARNER, 7]), none, none)
+    assert tracker.update(none, none, np.array([2, 3]), np.array([-1.0, 1.0])) == [(7, -1, 2)]
+    for ret, outcome in ((1.0, 1), (-1.0, -1), (0.0, 0)):
+        assert tracker.update(np.array([2]), np.array([LEARNER]), none, none) == []
+        assert tracker.update(none, none, np.array([2]), np.array([ret])) == [(UNSEEN, outcome, 2)]
+    # A rival that starts in the same batch makes it an ordinary game again.
+    tracker.update(np.array([2, 3]), np.array([LEARNER, 9]), none, none)
+    assert tracker.update(none, none, np.array([2, 3]), np.array([0.0, 0.0])) == [(9, 0, 2)]
 
 
 class _League:

@@ -7,6 +7,12 @@ gets an opponent from the configured sampler: the learning policy itself (self-p
 snapshot; with `league.bots`, sometimes a built-in bot. Steps played by snapshots and bots are
 recorded (snapshots keep recurrent state) but never trained on.
 
+Shared games (`league.shared_games`, league roles): an exploiter's actors play the main agent's
+live policy, sending each side's rows to its own learner, so both learn from every such game.
+Here they end as games against `UNSEEN`: the main exploiter counts them as games against the
+newest main snapshot it holds (the main agent as it knows it; what its reset rule judges), every
+other role only in its metrics (`league/win_rate_vs_shared`).
+
 Thread safety: the inference thread asks for opponents and snapshot params and reports results; the
 learner thread adds snapshots and saves the state; `PeerSnapshots`'s thread adds the other roles'.
 One lock guards everything.
@@ -22,7 +28,7 @@ import numpy as np
 
 from seedlike.league import players, roles
 from seedlike.league.payoff import PayoffMatrix
-from seedlike.league.players import LEARNER, ROLES
+from seedlike.league.players import LEARNER, ROLES, UNSEEN
 from seedlike.league.pool import OpponentPool
 from seedlike.league.roles import MainExploiterSampler, ResetRule
 from seedlike.league.samplers import PFSPSampler, make_sampler, sample
@@ -121,6 +127,10 @@ class League:
         """The learning policy's result (+1/0/-1) against `opponent` in one game."""
         with self._lock:
             self._results.append((int(opponent), int(outcome)))
+            if opponent == UNSEEN and self.role == "main_exploiter":
+                opponent = roles.newest(self.pool, "main")  # the live main agent, as known here
+                if opponent is None:
+                    return
             if opponent >= 0:  # a snapshot in the pool
                 self.payoff.record(LEARNER, int(opponent), int(outcome))
                 self.sampler.update(int(opponent), int(outcome))
@@ -273,6 +283,9 @@ class League:
         out["league/score_vs_pool"] = float(np.mean(score)) if snapshot.any() else None
         for bot in self.bots:
             out[f"league/win_rate_vs_{players.bot_name(bot)}"] = win_rate(opponent == bot)
+        if self.config.shared_games:
+            out["league/games_shared"] = int((opponent == UNSEEN).sum())
+            out["league/win_rate_vs_shared"] = win_rate(opponent == UNSEEN)
         if self.role:
             of = np.array([roles.role_of(p) if p >= 0 else "" for p in opponent.tolist()], object)
             for role in roles.OPPONENT_ROLES[self.role]:

@@ -5,7 +5,9 @@ Policy ids (int), used in the server's seat arrays, league results and the payof
   v >= 0         the frozen snapshot taken at learner policy version v; in a league of roles
                  (seedlike.league.roles), k * STRIDE + v is role ROLES[k]'s, so the main agent's
                  ids are its versions;
-  <= -2          a built-in bot, `BOTS[name].id`.
+  <= -2          a built-in bot, `BOTS[name].id`;
+  UNSEEN         a learning policy of another process that this server does not see: the other
+                 side of a shared game (league.shared_games, seedlike.league.roles).
 `describe` names them for people and metrics ("learner", "random", "v200",
 "main_exploiter/v40"); `policy_id` reads ids back from those names or from numpy integers and
 JSON.
@@ -23,6 +25,7 @@ from seedlike.config import ROLES
 from seedlike.league import connect_four
 
 LEARNER = -1
+UNSEEN = -(2**62)
 STRIDE = 1_000_000_000  # policy ids of role k's snapshots: k * STRIDE + version
 MINE_PLANE, THEIRS_PLANE = connect_four.MINE, connect_four.THEIRS
 
@@ -210,6 +213,8 @@ def describe(policy: int) -> str:
     policy = int(policy)
     if policy == LEARNER:
         return "learner"
+    if policy == UNSEEN:
+        return "shared"
     if is_bot(policy):
         return bot_name(policy)
     role, version = divmod(policy, STRIDE)

@@ -56,7 +56,7 @@ class Matchmaker:
         self.bot_rng = np.random.default_rng(seed + 3)
         names = league.bot_names if league is not None else ()
         self.bots = {players.bot_id(name): players.make_bot(name, spec) for name in names}
-        self._games = GameTracker(self.teams) if league is not None else None
+        self._games = GameTracker(self.teams, players.UNSEEN) if league is not None else None
         self.result_quota = ResultQuota()
 
     def start(self, seat: np.ndarray, version: int) -> tuple[np.ndarray, np.ndarray]:
