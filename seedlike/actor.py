@@ -6,7 +6,8 @@ state for a stream that broke, so a half-played episode could not be attributed 
 
 With several servers (a population: one independent learner per member, README "Teams and
 populations"), the actor holds one stream to each and sends each member the rows of its teams
-(seedlike.teams.Teams.member_of); a step's actions are all members' replies put together.
+(seedlike.teams.Teams.member_of), to all members before it waits for any (client.step_all); a
+step's actions are all members' replies put together.
 
 Shared games (`league.shared_games`, seedlike.league.roles): an exploiter's actor plays the main
 agent's live policy. It is a population of two, the main agent's learner (its address read from
@@ -204,18 +205,9 @@ class Actor:
             while not self.stop.is_set():
                 rows = env.recv()
                 if len(connections) == 1:
-                    actions = self._step(connections[0], sequence, 0, rows, env)
+                    actions = self._step(connections[0], sequence, rows, env)
                 else:
-                    # Each member gets its own agents' rows (none: no message this step).
-                    act = self.spec.action_spec
-                    actions = np.zeros((rows.reward.shape[0], *act.shape), act.dtype)
-                    member = self.member[rows.player_id]
-                    for k, connection in enumerate(connections):
-                        idx = np.flatnonzero(member == k)
-                        if idx.size:
-                            part = take_rows(rows, idx)
-                            part = part._replace(player_id=self._player_in_member[part.player_id])
-                            actions[idx] = self._step(connection, sequence, k, part, env)
+                    actions = self._step_members(connections, sequence, rows, env)
                 env.send(self.env_actions(actions), rows)
                 session_steps += rows.reward.shape[0]
                 if time.monotonic() - last_log > 30.0:
@@ -245,11 +237,33 @@ class Actor:
                 json.dumps({"member": k, "episodes": len(episodes), **means}),
             )
 
-    def _step(self, connection, sequence: list[int], k: int, rows, env) -> np.ndarray:
-        reply = connection.step(codec.encode_step(sequence[k], rows))
-        sequence[k] += 1
-        if k == 0:  # a population's curriculum is member 0's
-            self._levels(env, reply)
+    def _step_members(self, connections, sequence: list[int], rows, env) -> np.ndarray:
+        """A population's step: each member gets its own agents' rows (none: no message this
+        step), all members at once (client.step_all)."""
+        act = self.spec.action_spec
+        actions = np.zeros((rows.reward.shape[0], *act.shape), act.dtype)
+        member = self.member[rows.player_id]
+        parts = []
+        for k in range(len(connections)):
+            idx = np.flatnonzero(member == k)
+            if idx.size:
+                part = take_rows(rows, idx)
+                parts.append(
+                    (k, idx, part._replace(player_id=self._player_in_member[part.player_id]))
+                )
+        messages = [codec.encode_step(sequence[k], part) for k, _, part in parts]
+        replies = client.step_all([connections[k] for k, _, _ in parts], messages)
+        for (k, idx, _), reply in zip(parts, replies):
+            sequence[k] += 1
+            if k == 0:  # a population's curriculum is member 0's
+                self._levels(env, reply)
+            actions[idx] = client.decode_actions(reply, idx.size, self.spec)
+        return actions
+
+    def _step(self, connection, sequence: list[int], rows, env) -> np.ndarray:
+        reply = connection.step(codec.encode_step(sequence[0], rows))
+        sequence[0] += 1
+        self._levels(env, reply)
         return client.decode_actions(reply, rows.reward.shape[0], self.spec)
 
     def _levels(self, env, message) -> None:

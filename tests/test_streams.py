@@ -274,3 +274,42 @@ def test_front_ends_come_from_the_core_count():
 
     assert [front_ends(-1, cores) for cores in (1, 2, 3, 4, 16, 64)] == [0, 0, 0, 1, 4, 16]
     assert front_ends(0, 64) == 0 and front_ends(3, 2) == 3
+
+
+def test_a_population_step_writes_to_every_learner_before_it_waits_for_any():
+    """client.step_all: with member 0's learner holding its policy calls, member 1's learner
+    already has its request and answers it; stepping them one after the other would leave member 1
+    without a request until member 0 answered. Then both replies come back, in member order."""
+    servers = []
+    try:
+        for _ in range(2):
+            gate = Gate()
+            service = service_of(None, gate)
+            rpc, port = serve(service, "127.0.0.1", 0, base_config().server)
+            servers.append((service, rpc, gate, f"127.0.0.1:{port}"))
+        hello = codec.make_hello(SPEC, 0, 2)
+        connections = [client.Connection(address, hello) for *_, address in servers]
+        (first, _, held, _), (second, *_) = servers
+        held.open.clear()
+        seen = {}
+
+        def watch():
+            deadline = time.monotonic() + 20
+            while second.env_steps < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            seen.update(second=second.env_steps, first=first.env_steps)
+            held.open.set()
+
+        threading.Thread(target=watch, daemon=True).start()
+        messages = [codec.encode_step(0, rows(2)), codec.encode_step(0, rows(1))]
+        replies = client.step_all(connections, messages)
+        assert seen == {"second": 1, "first": 0}
+        shapes = [client.decode_actions(r, n, SPEC).shape for r, n in zip(replies, (2, 1))]
+        assert shapes == [(2,), (1,)]
+        for connection in connections:
+            connection.close()
+    finally:
+        for service, rpc, gate, _ in servers:
+            gate.open.set()
+            rpc.stop()
+            service.stop(finished=True)

@@ -148,16 +148,37 @@ class Connection:
         return reply
 
     def step(self, message: pb.ActorMessage | bytes) -> pb.ActionBatch:
-        data = message if isinstance(message, bytes) else message.SerializeToString()
-        reply = self._loop.run_until_complete(self._exchange(data))
-        if reply.WhichOneof("kind") != "actions":
-            raise Disconnected("server answered a StepBatch without actions")
-        return reply.actions
+        return step_all([self], [message])[0]
 
     def close(self) -> None:
         if self._channel is not None:
             channel, self._channel = self._channel, None
             self._loop.run_until_complete(channel.close())
+
+
+def step_all(connections: list[Connection], messages: list) -> list[pb.ActionBatch]:
+    """One step on each of several streams (a population's actor, one stream per learner): every
+    request is written before any reply is awaited, so the learners work on them together and the
+    step lasts the slowest round trip rather than their sum. The first failure, if any, is raised
+    once every stream has answered or failed."""
+    data = [m if isinstance(m, bytes) else m.SerializeToString() for m in messages]
+    exchanges = [c._exchange(d) for c, d in zip(connections, data)]
+
+    async def together():
+        return await asyncio.gather(*exchanges, return_exceptions=True)
+
+    # Every connection of a thread runs on the thread's one event loop.
+    loop = connections[0]._loop
+    if len(exchanges) == 1:
+        replies = [loop.run_until_complete(exchanges[0])]
+    else:
+        replies = loop.run_until_complete(together())
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+        if reply.WhichOneof("kind") != "actions":
+            raise Disconnected("server answered a StepBatch without actions")
+    return [reply.actions for reply in replies]
 
 
 # A channel of its own per connection: gRPC would otherwise share one connection among the
