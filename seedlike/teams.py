@@ -142,9 +142,8 @@ class GameTracker:
         start_slot = started_seat // p
         end_slot = ended_seat // p
         self._grow(np.concatenate([start_slot, end_slot]))
-        self._opponent[start_slot[self._live[start_slot] == 0]] = (
-            self.unseen
-        )  # until a rival starts
+        # A game's opponent is unseen until a seat of another team starts in it.
+        self._opponent[start_slot[self._live[start_slot] == 0]] = self.unseen
         np.add.at(self._live, start_slot, 1)
         other = self.teams.team_of[started_seat % p] > 0
         self._opponent[start_slot[other]] = started_policy[other]
