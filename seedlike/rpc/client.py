@@ -163,22 +163,22 @@ def step_all(connections: list[Connection], messages: list) -> list[pb.ActionBat
     once every stream has answered or failed."""
     data = [m if isinstance(m, bytes) else m.SerializeToString() for m in messages]
     exchanges = [c._exchange(d) for c, d in zip(connections, data)]
-
-    async def together():
-        return await asyncio.gather(*exchanges, return_exceptions=True)
-
     # Every connection of a thread runs on the thread's one event loop.
     loop = connections[0]._loop
-    if len(exchanges) == 1:
+    if len(exchanges) == 1:  # every actor's step: no gather around it
         replies = [loop.run_until_complete(exchanges[0])]
     else:
-        replies = loop.run_until_complete(together())
+        replies = loop.run_until_complete(_gather(exchanges))
     for reply in replies:
         if isinstance(reply, BaseException):
             raise reply
         if reply.WhichOneof("kind") != "actions":
             raise Disconnected("server answered a StepBatch without actions")
     return [reply.actions for reply in replies]
+
+
+async def _gather(exchanges):
+    return await asyncio.gather(*exchanges, return_exceptions=True)
 
 
 # A channel of its own per connection: gRPC would otherwise share one connection among the
