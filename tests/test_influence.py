@@ -67,6 +67,22 @@ def _unrolls(reward: np.ndarray) -> Unroll:
     )  # fmt: skip
 
 
+def test_window_maxima_equal_a_scan_of_the_window_at_every_step():
+    rng = np.random.default_rng(0)
+    maxima, added, window_s = influence.WindowMaxima(), [], 5.0
+    for now in np.cumsum(rng.uniform(0.0, 1.0, 300)):
+        maxima.expire(now - window_s)
+        values = {int(who): float(rng.integers(0, 6)) for who in rng.choice(5, 2, replace=False)}
+        maxima.add(now, values)
+        added.append((now, values))
+        scanned: dict = {}
+        for when, seen in added:
+            if when >= now - window_s:
+                for who, value in seen.items():
+                    scanned[who] = max(scanned.get(who, value), value)
+        assert maxima.maxima() == scanned  # values are whole numbers: no rounding on either side
+
+
 def test_prepare_scales_an_identity_with_outsized_advantages_down_to_the_median():
     """Identity 2 (unrolls 4, 5) earns 100x the others' rewards: its advantages shrink to the
     median identity's RMS, its value targets do not; one identity is left alone."""

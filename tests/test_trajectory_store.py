@@ -328,6 +328,26 @@ def test_an_actor_filling_whole_batches_counts_for_the_median_and_rewards_are_bo
     np.testing.assert_array_equal(batch.reward[:2], [[1.0, 1.0], [1.0, 1.0]])
 
 
+def test_a_batch_one_actor_filled_alone_is_bounded_by_the_others_rewards_in_the_window():
+    """Sessions 1-3 pay 1 per step and fill a batch together; then session 3 alone pays 1e6 and
+    fills the next: its rewards are clipped to 2 x the median session's largest over the window
+    (1.0), not over its own batch (1e6)."""
+    store, batches = store_of(2, batch_unrolls=3, reward_scale=2.0, reward_floor=1.0)
+    server = Server(store)
+    for session in (1, 2, 3):
+        server.open(session, num_envs=1)
+    for t in range(3):
+        for session in (1, 2, 3):
+            server.feed(session, rows([float(session)], [1.0]), action=t)
+    first = batches.get(timeout=1).unroll()
+    np.testing.assert_array_equal(first.reward, np.ones((3, 2)))
+    for t in range(3, 9):
+        server.feed(3, rows([3.0], [1e6]), action=t)
+    second = batches.get(timeout=1).unroll()
+    np.testing.assert_array_equal(second.obs["obs"][:, 0, 0], [3.0, 3.0, 3.0])
+    np.testing.assert_allclose(second.reward, np.full((3, 2), 2.0))
+
+
 def test_acting_waits_as_soon_as_a_batch_is_full_and_the_learner_has_not_taken_the_last():
     """Lockstep seats complete their unrolls together: if the store waited for the next batch's
     first unroll before blocking, a whole extra round would be acted on the old policy."""

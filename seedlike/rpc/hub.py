@@ -228,7 +228,8 @@ class FrontEnds:
 
     def _serve(self) -> None:
         while not self._stopping:
-            self._restart_due()
+            if self._restarts:
+                self._restart_due()
             for key, _ in self._selector.select(timeout=0.2):
                 fe = key.data
                 try:

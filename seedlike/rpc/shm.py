@@ -341,17 +341,22 @@ def send(sock: socket.socket, message: bytes, fd: int | None = None) -> None:
         socket.send_fds(sock, [message], [fd])
 
 
+# socket's flags as plain ints: its MsgFlag enum computes `|` and `&` in Python, a few us a call
+# on every message.
+_DONTWAIT = int(socket.MSG_DONTWAIT)
+_TRUNCATED = int(socket.MSG_TRUNC) | int(socket.MSG_CTRUNC)
+_ANCILLARY = socket.CMSG_LEN(_array.array("i").itemsize)  # room for one file descriptor
+
+
 def receive(sock: socket.socket, wait: bool = True) -> tuple[bytes, list[int]]:
     """One message and the file descriptors passed with it (b"" when the peer has gone);
     without `wait`, BlockingIOError when none is there. (socket.recv_fds ignores its flags.)"""
     fds = _array.array("i")
-    message, ancillary, flags, _ = sock.recvmsg(
-        MAX_MESSAGE, socket.CMSG_LEN(fds.itemsize), 0 if wait else socket.MSG_DONTWAIT
-    )
+    message, ancillary, flags, _ = sock.recvmsg(MAX_MESSAGE, _ANCILLARY, 0 if wait else _DONTWAIT)
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+    if flags & _TRUNCATED:
         for fd in fds:
             os.close(fd)
         raise MessageError(f"a message longer than {MAX_MESSAGE} bytes")

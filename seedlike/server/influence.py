@@ -86,6 +86,41 @@ def largest_rewards(reward: np.ndarray, owner: np.ndarray) -> dict:
     return {int(i): float(per_unroll[owner == i].max()) for i in np.unique(owner)}
 
 
+class WindowMaxima:
+    """Each identity's largest value among those added in a sliding window of time.
+
+    Per identity a deque of (time, value) with values falling from oldest to newest: a value
+    that a later, larger one outlives can never be the maximum again and is dropped when that
+    one is added. Adding and expiring cost O(1) per value over a run, where scanning every
+    batch of the window cost O(window) per batch (a fast run's 30 s window holds hundreds)."""
+
+    def __init__(self):
+        self._values: dict = {}
+
+    def add(self, now: float, values: dict) -> None:
+        """{identity: value} seen at time `now` (not earlier than the previous add)."""
+        for who, value in values.items():
+            q = self._values.get(who)
+            if q is None:
+                q = self._values[who] = collections.deque()
+            while q and q[-1][1] <= value:
+                q.pop()
+            q.append((now, value))
+
+    def expire(self, before: float) -> None:
+        """Forgets the values added before time `before`."""
+        for who in list(self._values):
+            q = self._values[who]
+            while q and q[0][0] < before:
+                q.popleft()
+            if not q:
+                del self._values[who]
+
+    def maxima(self) -> dict:
+        """{identity: its largest value in the window}."""
+        return {who: q[0][1] for who, q in self._values.items()}
+
+
 def reward_bound(largest: dict, scale: float, floor: float = 1.0) -> float:
     """The largest |reward| a batch keeps: max(floor, scale x the median over identities of each
     one's largest |reward| (`largest`, over a recent window, so that batches one identity filled

@@ -192,14 +192,21 @@ class BatchQueue:
     """
 
     def __init__(self, slots: int = 1):
-        self._ready: queue.Queue = queue.Queue()
-        self._slots = threading.Semaphore(max(int(slots), 1))
+        # SimpleQueues, whose put and get are C calls (seedlike.server.handoff): the free slots
+        # are tokens in `_slots`.
+        self._ready: queue.SimpleQueue = queue.SimpleQueue()
+        self._slots: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(max(int(slots), 1)):
+            self._slots.put(None)
         self._closed = threading.Event()
 
     def reserve(self) -> None:
-        while not self._slots.acquire(timeout=0.1):
-            if self._closed.is_set():
-                raise Stopped()
+        while True:
+            try:
+                return self._slots.get(timeout=0.1)
+            except queue.Empty:
+                if self._closed.is_set():
+                    raise Stopped() from None
 
     def put(self, batch: LearnerBatch) -> None:
         self._ready.put(batch)
@@ -210,7 +217,7 @@ class BatchQueue:
             batch = self._ready.get(timeout=timeout)
         except queue.Empty:
             return None
-        self._slots.release()
+        self._slots.put(None)
         return batch
 
     def qsize(self) -> int:
@@ -262,8 +269,9 @@ class TrajectoryStore:
         self._window_s = float(fair_window_s)
         self._max_lag = int(max_policy_lag)
         self._version = 0  # the newest policy version the recorded steps were acted on
-        # Per recent batch: time, unrolls offered and counted per owner, largest |reward| per owner.
+        # Per recent batch: time, unrolls offered and counted per owner.
         self._window: collections.deque = collections.deque()
+        self._largest = influence.WindowMaxima()  # each owner's largest |reward| in the window
         self._offered: collections.Counter = collections.Counter()  # the window's totals
         self._counted: collections.Counter = collections.Counter()
         self._reward_scale = float(reward_scale)
@@ -423,15 +431,12 @@ class TrajectoryStore:
         none of its unrolls count."""
         now = time.monotonic()
         while self._window and self._window[0][0] < now - self._window_s:
-            _, o, c, _ = self._window.popleft()
+            _, o, c = self._window.popleft()
             self._offered.subtract(o)
             self._counted.subtract(c)
         self._offered = +self._offered  # drops the identities with nothing left in the window
         self._counted = +self._counted
-        largest: dict = {}
-        for _, _, _, seen in self._window:
-            for who, value in seen.items():
-                largest[who] = max(largest.get(who, 0.0), value)
+        self._largest.expire(now - self._window_s)
         mine = collections.Counter(batch.owner.tolist())
         offered = self._offered + mine
         before = self._counted
@@ -454,7 +459,8 @@ class TrajectoryStore:
         reward = batch.small["reward"]
         here = influence.largest_rewards(reward[counted], batch.owner[counted])
         kept = collections.Counter(batch.owner[counted].tolist())
-        self._window.append((now, mine, kept, here))
+        self._window.append((now, mine, kept))
+        self._largest.add(now, here)
         self._offered.update(mine)
         self._counted.update(kept)
         if not counted.any():
@@ -462,8 +468,7 @@ class TrajectoryStore:
         shares = np.unique(batch.owner[counted], return_counts=True)[1]
         self.last_batch_max_share = float(shares.max() / counted.sum())
         # Over the window, not this batch alone: a batch one identity filled is bounded too.
-        for who, value in here.items():
-            largest[who] = max(largest.get(who, 0.0), value)
+        largest = self._largest.maxima()
         bound = influence.reward_bound(largest, self._reward_scale, self._reward_floor)
         if np.isfinite(bound):
             over = np.abs(reward) > bound
