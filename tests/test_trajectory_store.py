@@ -340,7 +340,7 @@ def test_a_batch_one_actor_filled_alone_is_bounded_by_the_others_rewards_in_the_
         for session in (1, 2, 3):
             server.feed(session, rows([float(session)], [1.0]), action=t)
     first = batches.get(timeout=1).unroll()
-    np.testing.assert_array_equal(first.reward, np.ones((3, 2)))
+    np.testing.assert_allclose(first.reward, np.ones((3, 2)))
     for t in range(3, 9):
         server.feed(3, rows([3.0], [1e6]), action=t)
     second = batches.get(timeout=1).unroll()

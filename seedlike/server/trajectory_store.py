@@ -203,7 +203,8 @@ class BatchQueue:
     def reserve(self) -> None:
         while True:
             try:
-                return self._slots.get(timeout=0.1)
+                self._slots.get(timeout=0.1)
+                return
             except queue.Empty:
                 if self._closed.is_set():
                     raise Stopped() from None
