@@ -72,3 +72,11 @@ def test_a_counter_is_positive_while_ups_outnumber_downs_and_down_waits_for_an_u
     c.up()
     assert done.wait(5)
     waiter.join()
+
+
+def test_a_counter_starts_at_its_count_and_down_gives_up_after_its_timeout():
+    c = Counter(2)
+    assert c.down(timeout=0) and c.down(timeout=0)
+    assert c.down(timeout=0.01) is False and not c.positive()  # nothing taken by the failed down
+    c.up()
+    assert c.down(timeout=0.01) is True

@@ -58,18 +58,25 @@ class Handoff:
 
 class Counter:
     """A count that one thread raises and another lowers, and anyone reads without waiting (the
-    batches dispatched to the policy and not yet fetched); threading.Semaphore without its
-    Condition."""
+    batches dispatched to the policy and not yet fetched; a learner batch queue's free slots);
+    threading.Semaphore without its Condition."""
 
-    def __init__(self):
+    def __init__(self, count: int = 0):
         self._tokens: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(count):
+            self._tokens.put(None)
 
     def up(self) -> None:
         self._tokens.put(None)
 
-    def down(self) -> None:
-        """Waits until the count is positive, then lowers it."""
-        self._tokens.get()
+    def down(self, timeout: float | None = None) -> bool:
+        """Waits until the count is positive, then lowers it; False if `timeout` seconds passed
+        first (the count is left as it was)."""
+        try:
+            self._tokens.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        return True
 
     def positive(self) -> bool:
         return not self._tokens.empty()

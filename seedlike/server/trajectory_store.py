@@ -32,6 +32,7 @@ import numpy as np
 
 from seedlike.league.players import LEARNER
 from seedlike.server import influence
+from seedlike.server.handoff import Counter
 from seedlike.server.unrolls import Placement, UnrollPool, aligned_empty
 from seedlike.types import Rows, Unroll
 
@@ -192,22 +193,16 @@ class BatchQueue:
     """
 
     def __init__(self, slots: int = 1):
-        # SimpleQueues, whose put and get are C calls (seedlike.server.handoff): the free slots
-        # are tokens in `_slots`.
+        # C-level put and get (seedlike.server.handoff): queue.Queue and Semaphore wake through
+        # a Python Condition.
         self._ready: queue.SimpleQueue = queue.SimpleQueue()
-        self._slots: queue.SimpleQueue = queue.SimpleQueue()
-        for _ in range(max(int(slots), 1)):
-            self._slots.put(None)
+        self._slots = Counter(max(int(slots), 1))  # free slots
         self._closed = threading.Event()
 
     def reserve(self) -> None:
-        while True:
-            try:
-                self._slots.get(timeout=0.1)
-                return
-            except queue.Empty:
-                if self._closed.is_set():
-                    raise Stopped() from None
+        while not self._slots.down(timeout=0.1):
+            if self._closed.is_set():
+                raise Stopped()
 
     def put(self, batch: LearnerBatch) -> None:
         self._ready.put(batch)
@@ -218,7 +213,7 @@ class BatchQueue:
             batch = self._ready.get(timeout=timeout)
         except queue.Empty:
             return None
-        self._slots.put(None)
+        self._slots.up()
         return batch
 
     def qsize(self) -> int:
