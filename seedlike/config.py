@@ -202,7 +202,12 @@ def base_config() -> ml_collections.ConfigDict:
     # An inference batch takes every request waiting, up to max_batch_rows rows, and closes when
     # every actor that can still send is in it, or batch_timeout_ms after the latest request
     # joined it (longer where front ends spend longer per request: seedlike/server/batcher.py).
-    c.server.max_batch_rows = 1024
+    # A batch of every row in flight serializes the server: actors wait while it is gathered,
+    # computed and answered, and the server waits while they step. Capped below that, one batch
+    # computes while the next is gathered (Atari rows, lockstep actors, 256 against 1,024: 79k
+    # against 39k env steps/s with 1,024 rows in flight on a 16-core host, 5.4-6.8k against
+    # 3.3-4.2k with 512 on 2 cores; RESULTS.md). A bigger request is a batch of its own.
+    c.server.max_batch_rows = 256
     c.server.batch_timeout_ms = 5.0
     # Unrolls that may wait for the learner, in whole batches (0 = one batch): with one, acting
     # fills the next batch while the learner trains and then waits (backpressure). More raise
