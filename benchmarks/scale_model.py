@@ -27,7 +27,8 @@ measured per-stage costs and checked against real runs on this machine.
    p: CPU per env step of the learner process's Python threads (they share one interpreter lock:
    one core at most), f: CPU per env step of the stream front ends (processes, as many as cores
    allow; two cores are left to the learner process), both from a server_capacity.py cell
-   (--capacity, --capacity_cell) or the flags' defaults (measured here; RESULTS.md). It learns at
+   (--capacity, --capacity_cell) or the flags' defaults (measured on a 16-core H200 host;
+   RESULTS.md). It learns at
    a measured --learn_sps (the default, benchmarks/learner_update.py on an H100 host), or with
    --learn_sps=0 at most update = --accel_tflops / F env steps/s, F the accelerator FLOPs per env
    step (PPO's epochs x (forward + backward) over the batch plus the acting forward pass, from
@@ -84,11 +85,14 @@ _CAPACITY_CELL = flags.DEFINE_string(
 )
 _PYTHON_US = flags.DEFINE_float(
     "python_us",
-    8.0,
-    "p: learner-process Python-thread CPU us per served env step (RESULTS.md, 'One learner host, "
-    "many actor hosts': the median of six pairs at 4 x 64 rows with one front end, 2026-11-26).",
+    12.8,
+    "p: learner-process Python-thread CPU us per served env step (RESULTS.md, 'One learner host "
+    "with cores to spare': a 16-core H200 host serving 16 x 64 Atari rows through 8 front ends in "
+    "256-row batches, 79,053 env steps/s measured, 2026-11-27).",
 )
-_FRONT_END_US = flags.DEFINE_float("front_end_us", 37.0, "f: front-end CPU us per env step.")
+_FRONT_END_US = flags.DEFINE_float(
+    "front_end_us", 52.5, "f: front-end CPU us per env step (the same measurement)."
+)
 _ACCEL_TFLOPS = flags.DEFINE_float(
     "accel_tflops", 30.0, "Sustained accelerator TFLOP/s on the update (assumed: H100, TF32)."
 )
