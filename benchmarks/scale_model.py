@@ -28,15 +28,14 @@ measured per-stage costs and checked against real runs on this machine.
    one core at most), f: CPU per env step of the stream front ends (processes, as many as cores
    allow; two cores are left to the learner process), both from a server_capacity.py cell
    (--capacity, --capacity_cell) or the flags' defaults (measured on a 16-core H200 host;
-   RESULTS.md). It learns at
-   a measured --learn_sps (the default, benchmarks/learner_update.py on an H100 host), or with
-   --learn_sps=0 at most update = --accel_tflops / F env steps/s, F the accelerator FLOPs per env
-   step (PPO's epochs x (forward + backward) over the batch plus the acting forward pass, from
-   XLA's cost analysis of the network), and every update all-reduces the
-   gradients of each sgd step across learner hosts (ring: 2 (L-1)/L x parameter bytes per host)
-   over a --nic_gbps link, adding to the update's time; each host learns from --host_batch_steps
-   env steps per update. The table gives the fewest learner hosts that keep up with 1, 10 and 100
-   actor hosts, and prints every assumption beside it.
+   RESULTS.md). It learns at a measured --learn_sps (the default, benchmarks/learner_update.py
+   on an H100 host), or with --learn_sps=0 at most update = --accel_tflops / F env steps/s, F
+   the accelerator FLOPs per env step (PPO's epochs x (forward + backward) over the batch plus
+   the acting forward pass, from XLA's cost analysis of the network), and every update
+   all-reduces the gradients of each sgd step across learner hosts (ring: 2 (L-1)/L x parameter
+   bytes per host) over a --nic_gbps link, adding to the update's time; each host learns from
+   --host_batch_steps env steps per update. The table gives the fewest learner hosts that keep
+   up with 1, 10 and 100 actor hosts, and prints every assumption beside it.
 
 Writes JSON (benchmarks/results/ or --out) and prints Markdown tables. Takes about 3 minutes
 (--noruns: the model beyond one host alone, seconds).
