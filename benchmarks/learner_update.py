@@ -18,7 +18,7 @@ observations in the pool's buffers, random frames), then times, each --repeats t
 
 `learn_sps` = env steps per update / (gather + update): what one learner host learns at most, the
 `--learn_sps` of scale_model.py. The parts call the learner's own compiled functions (its private
-`_replicate`, `_prepare`, `_sgd_step`): a diagnostic of this tree, not an API.
+`_replicate`, `_prepare`, `_sgd_epoch`): a diagnostic of this tree, not an API.
 Writes JSON (benchmarks/results_io.py) and prints one line.
 """
 
@@ -136,13 +136,12 @@ def measure(config) -> dict:
         num_items = unrolls.reward.size
     size = num_items // learner.num_minibatches
     idx = np.random.default_rng(0).permutation(num_items).astype(np.int32)
-    order = [idx[m * size : (m + 1) * size][None] for m in range(learner.num_minibatches)]
+    order = idx[: size * learner.num_minibatches].reshape(1, learner.num_minibatches, size)
 
     def sgd_steps():
         s = state
         for _ in range(learner.epochs):
-            for i in order:
-                s, metrics = learner._sgd_step(s, items, i)
+            s, metrics = learner._sgd_epoch(s, items, order)
         return jax.block_until_ready((s, metrics))
 
     times["sgd_steps"] = _median(sgd_steps, repeats, warmup)

@@ -382,7 +382,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.checkpoint.interval_s = 60.0
     c.checkpoint.max_to_keep = 3
     # A stop request (SIGTERM, Ctrl-C) ends the learner within stop_grace_s: an update in
-    # progress is abandoned between sgd steps (one learner process; several finish it together),
+    # progress is abandoned between epochs (one learner process; several finish it together),
     # the last complete version is saved, and if that has not happened by then the learner exits
     # without it (the previous checkpoint stands). A second signal, 2 s or more later, exits.
     c.checkpoint.stop_grace_s = 60.0

@@ -352,7 +352,7 @@ def test_sigterm_checkpoints_and_restart_resumes_with_identical_params(tmp_path,
 
 def test_a_stop_request_during_a_long_update_is_honoured_within_the_grace(tmp_path, procs):
     """Issue 33: a CPU learner inside a long update ignored SIGTERM for over 10 minutes. Updates
-    here take seconds (400 epochs): SIGTERM in the second abandons it at the next sgd step and
+    here take seconds (400 epochs): SIGTERM in the second abandons it at the next epoch and
     saves version 1. Restarted with checkpoint.stop_grace_s far shorter than a save, a stop
     request ends the learner at the grace with one line, the saved checkpoint intact."""
     logdir = str(tmp_path / "run")

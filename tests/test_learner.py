@@ -204,7 +204,7 @@ def test_indivisible_batch_is_a_clear_error():
 
 
 def test_a_stop_request_abandons_the_update_and_keeps_the_last_complete_version():
-    """checkpoint.stop_grace_s: a set `interrupt` ends an update at its next sgd step with the
+    """checkpoint.stop_grace_s: a set `interrupt` ends an update at its next epoch with the
     state of the version before it; cleared, the same batch updates as usual."""
     import threading
 
