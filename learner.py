@@ -8,6 +8,7 @@ second signal 2 s or more later exits at once); actors keep retrying and rejoin 
 learner. When training completes, every actor stream ends normally and the actors exit.
 """
 
+import faulthandler
 import os
 import signal
 import sys
@@ -62,15 +63,7 @@ def main(argv):
         first_signal.append(time.monotonic())
         logging.info("signal %d: saving a checkpoint and stopping", signum)
         stop.set()
-        deadline = threading.Timer(
-            grace_s,
-            _exit_now,
-            (
-                f"the learner did not stop within {grace_s:g} s of the stop request (an update, "
-                "compile or save still running); exiting without a final checkpoint, the "
-                "previous one stands (checkpoint.stop_grace_s)",
-            ),
-        )
+        deadline = threading.Timer(grace_s, _stop_overdue, (grace_s, _LOGDIR.value))
         deadline.daemon = True
         deadline.start()
 
@@ -98,6 +91,23 @@ def main(argv):
         print(f"error: {e}", file=sys.stderr, flush=True)
         logging.flush()
         os._exit(1)
+
+
+def _stop_overdue(grace_s: float, logdir: str) -> None:
+    """The stop grace ran out: what every thread was doing goes to a file, since the one line
+    cannot say which update, compile or save held the learner."""
+    stacks = os.path.join(logdir, "stop_stacks.txt")
+    try:
+        with open(stacks, "w") as f:
+            faulthandler.dump_traceback(file=f, all_threads=True)
+        where = f"; thread stacks in {stacks}"
+    except OSError:
+        where = ""
+    _exit_now(
+        f"the learner did not stop within {grace_s:g} s of the stop request (an update, compile "
+        "or save still running); exiting without a final checkpoint, the previous one stands "
+        f"(checkpoint.stop_grace_s){where}"
+    )
 
 
 def _exit_now(message: str) -> None:

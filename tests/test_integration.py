@@ -95,7 +95,10 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     more.process.log_path = os.path.join(logdir, "console.log")  # for wait_for's messages
     wait_for(lambda: version(logdir) > done_version, 300, more.process, "the resumed job")
     assert more.stop() == 130, more.log()  # train.sh's status after Ctrl-C
-    assert Checkpointer(str(logdir / "checkpoints")).steps()[-1] > done_version
+    stacks = logdir / "stop_stacks.txt"  # written only when the learner missed its stop grace
+    assert Checkpointer(str(logdir / "checkpoints")).steps()[-1] > done_version, more.log()[
+        -3000:
+    ] + (stacks.read_text() if stacks.exists() else "")
     address = open(logdir / "server_address").read().strip()
     assert not pids_matching(f"--server={address}"), "Run.stop left actor processes behind"
     assert not pids_matching(f"--logdir={logdir}"), "Run.stop left the learner behind"
@@ -354,7 +357,8 @@ def test_a_stop_request_during_a_long_update_is_honoured_within_the_grace(tmp_pa
     """Issue 33: a CPU learner inside a long update ignored SIGTERM for over 10 minutes. Updates
     here take seconds (400 epochs): SIGTERM in the second abandons it at the next epoch and
     saves version 1. Restarted with checkpoint.stop_grace_s far shorter than a save, a stop
-    request ends the learner at the grace with one line, the saved checkpoint intact."""
+    request ends the learner at the grace with one line that names a file of every thread's
+    stack, the saved checkpoint intact."""
     logdir = str(tmp_path / "run")
     slow = [*FAST, "--config.ppo.epochs=400"]
     learner, address = procs.learner(logdir, *slow)
@@ -375,6 +379,10 @@ def test_a_stop_request_during_a_long_update_is_honoured_within_the_grace(tmp_pa
     assert learner.wait(timeout=60) == 1
     last_line = log_text(learner).strip().splitlines()[-1]
     assert last_line.startswith("error: the learner did not stop within 0.001 s"), last_line
+    stacks = os.path.join(logdir, "stop_stacks.txt")
+    assert last_line.endswith(f"thread stacks in {stacks}"), last_line
+    with open(stacks) as f:  # what held the learner: its main thread's stack among them
+        assert "most recent call first" in f.read()
     names = os.listdir(os.path.join(logdir, "checkpoints"))
     assert saved[-1] in names
 
