@@ -1,12 +1,12 @@
 """The learner service: holds the replicated TrainState and turns batches of unrolls into updates.
 
 One call of `update` is one policy version: prepare (advantages, normalizer statistics) on every
-device, then `epochs` passes of `num_minibatches` pmapped sgd_steps over the whole batch. The batch
-crosses to the devices once per update (every local device holds its host's whole batch; with one
-accelerator the observations arrive already stacked on it, see `batch_device`) and each
-sgd step gathers its minibatch there, from sample indices shuffled on the host within each
-learner host's block of the batch; with one host that is the whole batch, so N devices compute
-the same update as one device. With several hosts
+device, then `epochs` passes of `num_minibatches` sgd_steps over the whole batch, each pass one
+pmapped call (a scan over its minibatches). The batch crosses to the devices once per update (every
+local device holds its host's whole batch; with one accelerator the observations arrive already
+stacked on it, see `batch_device`) and each sgd step gathers its minibatch there, from sample
+indices shuffled on the host within each learner host's block of the batch; with one host that is
+the whole batch, so N devices compute the same update as one device. With several hosts
 (seedlike.distributed) each learns from its own actors' unrolls, and the pmap's gradient average
 spans every device of every host: 2 hosts x 1 device compute the same update as 1 host x 2 devices
 given shuffle_blocks=2 (tests/test_multihost.py).
@@ -245,15 +245,10 @@ class Learner:
         metrics = []
         for _ in range(self.epochs):
             orders = [r.permutation(per_block) + b * per_block for b, r in enumerate(rngs)]
-            # [n, num_minibatches, size]: block b's samples go to block b's devices.
-            idx = np.stack(
-                [
-                    np.concatenate([o[m * size : (m + 1) * size] for o in orders])
-                    for m in range(self.num_minibatches)
-                ],
-                axis=0,
-            )
-            idx = idx.astype(np.int32).reshape(self.num_minibatches, n, -1).swapaxes(0, 1)
+            # [minibatch, block, size] -> [device, minibatch, its part]: each minibatch takes
+            # `size` samples of every block, and block b's go to block b's devices.
+            idx = np.stack([o.reshape(self.num_minibatches, size) for o in orders], axis=1)
+            idx = idx.reshape(self.num_minibatches, n, -1).swapaxes(0, 1).astype(np.int32)
             if self._alone and self.interrupt is not None and self.interrupt.is_set():
                 raise Interrupted(f"update {self.policy_version} abandoned at a stop request")
             self._state, epoch_metrics = self.guard(self._sgd_epoch, self._state, items, idx)
