@@ -101,8 +101,9 @@ def _stop_overdue(grace_s: float, logdir: str) -> None:
         with open(stacks, "w") as f:
             faulthandler.dump_traceback(file=f, all_threads=True)
         where = f"; thread stacks in {stacks}"
-    except OSError:
-        where = ""
+    except OSError as e:  # the stacks still say why: on the console, above this line
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        where = f"; thread stacks above ({stacks}: {e.strerror})"
     _exit_now(
         f"the learner did not stop within {grace_s:g} s of the stop request (an update, compile "
         "or save still running); exiting without a final checkpoint, the previous one stands "

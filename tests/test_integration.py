@@ -96,9 +96,8 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     wait_for(lambda: version(logdir) > done_version, 300, more.process, "the resumed job")
     assert more.stop() == 130, more.log()  # train.sh's status after Ctrl-C
     stacks = logdir / "stop_stacks.txt"  # written only when the learner missed its stop grace
-    assert Checkpointer(str(logdir / "checkpoints")).steps()[-1] > done_version, more.log()[
-        -3000:
-    ] + (stacks.read_text() if stacks.exists() else "")
+    why = more.log(3000) + (stacks.read_text() if stacks.exists() else "")
+    assert Checkpointer(str(logdir / "checkpoints")).steps()[-1] > done_version, why
     address = open(logdir / "server_address").read().strip()
     assert not pids_matching(f"--server={address}"), "Run.stop left actor processes behind"
     assert not pids_matching(f"--logdir={logdir}"), "Run.stop left the learner behind"
