@@ -70,6 +70,10 @@ VARIANTS = {
 
 def variant_config(name):
     c = small_config()
+    # The observation moments cover the batches of the last fair_window_s seconds: on a slow or
+    # busy machine the first update's batch could leave one run's window and not the other's
+    # (a 2-process vtrace_lstm run on one core did), so the runs compared here keep them all.
+    c.server.fair_window_s = 1e9
     c.ppo.num_minibatches = 2 if name == "ppo_lstm" else c.ppo.num_minibatches
     for key, value in VARIANTS[name].items():
         section, _, field = key.rpartition(".")
