@@ -61,8 +61,10 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     rows = metrics(logdir)
     assert REQUIRED_KEYS <= set(rows[-1]), REQUIRED_KEYS - set(rows[-1])
     returns = [r["episode_return_mean"] for r in rows if r["episode_return_mean"] is not None]
-    assert returns[0] < 60  # a random CartPole policy averages ~22
-    assert max(returns) >= 200, returns
+    # A random CartPole policy averages ~22, but the first reported mean may already follow ten
+    # updates (it waits until more than half of the connected actors have each finished an
+    # episode, and one update takes tens of milliseconds), so only its rise is asserted.
+    assert max(returns) >= 200 and returns[0] < 0.75 * max(returns), returns
     assert rows[-1]["env_steps"] >= 70_000
     # The final row may cover a moment without an update (its learner values are null).
     learned = [r for r in rows if r["staleness_mean"] is not None]
