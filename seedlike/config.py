@@ -206,7 +206,9 @@ def base_config() -> ml_collections.ConfigDict:
     # computed and answered, and the server waits while they step. Capped below that, one batch
     # computes while the next is gathered (Atari rows, lockstep actors, 256 against 1,024: 79k
     # against 39k env steps/s with 1,024 rows in flight on a 16-core host, 5.4-6.8k against
-    # 3.3-4.2k with 512 on 2 cores; RESULTS.md). A bigger request is a batch of its own.
+    # 3.3-4.2k with 512 on 2 cores; RESULTS.md). A bigger request is a batch of its own. With
+    # front ends and a few big requests (4 actors x 64 Atari rows, 16 cores), 64 served 1.3x what
+    # 128 did: each batch one front end's rows, read in place.
     c.server.max_batch_rows = 256
     c.server.batch_timeout_ms = 5.0
     # Unrolls that may wait for the learner, in whole batches (0 = one batch): with one, acting

@@ -526,3 +526,21 @@ def test_a_batch_stacked_on_the_device_is_the_batch_gathered_on_the_host(monkeyp
         assert on_device.obs["obs"].devices() == {device}
         jax.tree.map(np.testing.assert_array_equal, on_host, on_device)
     assert len(spans) == 2 and max(spans) == 2
+
+
+def test_pool_writes_steps_spread_over_chunks_in_any_order(monkeypatch):
+    # Chunks of the smallest size (8 buffers of 3 steps: 24 steps each), three of them.
+    monkeypatch.setattr(unrolls_lib, "CHUNK_BYTES", 1)
+    spec = EnvSpec("test", {"obs": ArraySpec(np.uint8, (2, 3))}, num_actions=3)
+    pool = UnrollPool(spec, horizon=2)
+    pool.take(24)
+    assert pool.k == 8 and len(pool.chunks) == 3
+    flat = np.array([50, 3, 4, 30, 31, 0, 71, 70, 25, 2])  # runs within a chunk and across
+    values = np.arange(flat.size * 6, dtype=np.uint8).reshape(flat.size, 2, 3)
+    pool.write("obs/obs", flat, values)
+    for step, value in zip(flat, values):
+        chunk, local = divmod(int(step), 24)
+        np.testing.assert_array_equal(pool.chunks[chunk].steps["obs/obs"][local], value)
+    np.testing.assert_array_equal(pool.read("obs/obs", flat), values)
+    pool.write("obs/obs", flat[:4], values[:4][::-1])  # a view that is not contiguous
+    np.testing.assert_array_equal(pool.read("obs/obs", flat[:4]), values[:4][::-1])

@@ -33,7 +33,10 @@ import numpy as np
 from seedlike.types import EnvSpec
 
 ALIGN = 64
-CHUNK_BYTES = 64 << 20  # aim for chunks of about this many bytes of observations
+# Aim for chunks of about this many bytes of observations. A chunk costs address space, not
+# memory, until its buffers are written (the lowest free ids are taken first), and the fewer the
+# chunks, the more often a step's rows all go to one of them: one copy (PoolView.write).
+CHUNK_BYTES = 1 << 30
 
 
 class Chunk(NamedTuple):
@@ -152,14 +155,15 @@ class PoolView:
 
     def write(self, name: str, flat: np.ndarray, values: np.ndarray) -> None:
         """Writes steps `values` [m, ...] of array `name` at flat step indices [m]."""
-        per_chunk = self.k * self.steps
-        chunk, local = np.divmod(flat, per_chunk)
+        chunk, local = np.divmod(flat, self.k * self.steps)
         if chunk.size and chunk[0] == chunk[-1] and (chunk == chunk[0]).all():
             self.chunks[int(chunk[0])].steps[name][local] = values
             return
-        for c in np.unique(chunk):
-            mine = chunk == c
-            self.chunks[int(c)].steps[name][local[mine]] = values[mine]
+        # Runs of consecutive steps in one chunk, each written from a view of `values`: a step
+        # is copied once (values[mask] would copy it first).
+        cuts = (np.flatnonzero(chunk[1:] != chunk[:-1]) + 1).tolist()
+        for a, b in zip([0, *cuts], [*cuts, chunk.size]):
+            self.chunks[int(chunk[a])].steps[name][local[a:b]] = values[a:b]
 
     def copy_step(self, src: np.ndarray, dst: np.ndarray) -> None:
         """Copies whole steps (every observation and extras array) from flat [k] to flat [k]."""
