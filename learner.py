@@ -83,14 +83,10 @@ def main(argv):
         raise SystemExit(f"error: {e}") from None
     except StorageError as e:
         # orbax leaves threads behind that wait forever for the failed save: exit without them.
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        logging.flush()
-        os._exit(1)
+        _exit_now(str(e))
     except PeerLost as e:
         # Its checkpoint is saved (process 0); JAX's exit handler would wait for the lost process.
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        logging.flush()
-        os._exit(1)
+        _exit_now(str(e))
 
 
 def _stop_overdue(grace_s: float, logdir: str) -> None:
@@ -112,6 +108,8 @@ def _stop_overdue(grace_s: float, logdir: str) -> None:
 
 
 def _exit_now(message: str) -> None:
+    """Prints the one-line error and exits at once: no exit handlers (threads that would never
+    finish may be left behind), the log flushed first."""
     logging.flush()
     print(f"error: {message}", file=sys.stderr, flush=True)
     os._exit(1)
