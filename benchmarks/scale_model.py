@@ -34,8 +34,13 @@ measured per-stage costs and checked against real runs on this machine.
    the acting forward pass, from XLA's cost analysis of the network), and every update
    all-reduces the gradients of each sgd step across learner hosts (ring: 2 (L-1)/L x parameter
    bytes per host) over a --nic_gbps link, adding to the update's time; each host learns from
-   --host_batch_steps env steps per update. The table gives the fewest learner hosts that keep
-   up with 1, 10 and 100 actor hosts, and prints every assumption beside it.
+   --host_batch_steps env steps per update. The same link brings each learner host its actors'
+   steps (--step_bytes each), so it receives at most
+
+     network = nic / (step_bytes + all-reduce bytes per env step)
+
+   env steps/s. The table gives the fewest learner hosts that keep up with 1, 10 and 100 actor
+   hosts, and prints every assumption beside it.
 
 Writes JSON (benchmarks/results/ or --out) and prints Markdown tables. Takes about 3 minutes
 (--noruns: the model beyond one host alone, seconds).
@@ -105,7 +110,15 @@ _LEARN_SPS = flags.DEFINE_float(
 _HOST_BATCH_STEPS = flags.DEFINE_integer(
     "host_batch_steps", 8192, "Env steps each learner host learns from per update."
 )
-_NIC_GBPS = flags.DEFINE_float("nic_gbps", 25.0, "Network between learner hosts, Gbit/s.")
+_NIC_GBPS = flags.DEFINE_float(
+    "nic_gbps", 25.0, "Each learner host's network link (actors' steps in, all-reduce), Gbit/s."
+)
+_STEP_BYTES = flags.DEFINE_integer(
+    "step_bytes",
+    28_241,
+    "Bytes an actor sends per env step: server_capacity.py's 64-row Breakout message (4 x 84 x 84 "
+    "uint8 frames, 28,224 bytes, plus the row's fields and the message's framing) over 64.",
+)
 
 CONFIG = os.path.join(ROOT, "configs", "cartpole_ppo.py")
 
@@ -264,21 +277,27 @@ def beyond_one_host(actor_hosts: int, learner_hosts: int, shape: dict, host: dic
 
     Each learner host fills its own batch of --host_batch_steps env steps per update and, within
     the update, all-reduces the gradients of every sgd step (ring: 2 (L-1)/L x parameter bytes
-    sent per host); the transfer adds to the update's compute time (no overlap assumed)."""
+    sent per host); the transfer adds to the update's compute time (no overlap assumed). The
+    host's link carries its actors' steps in as well as the all-reduce: their bytes per env step
+    together bound the steps it can receive."""
     L = learner_hosts
     bytes_per_update = shape["sgd_steps_per_update"] * 2 * (L - 1) / L * shape["param_bytes"]
-    allreduce_s = bytes_per_update * 8 / (_NIC_GBPS.value * 1e9)
+    nic_bytes_per_s = _NIC_GBPS.value * 1e9 / 8
+    allreduce_s = bytes_per_update / nic_bytes_per_s
     update_s = _HOST_BATCH_STEPS.value / host["update_sps"] + allreduce_s
+    in_bytes_per_step = _STEP_BYTES.value + bytes_per_update / _HOST_BATCH_STEPS.value
     bounds = {
         "acting": actor_hosts * _ACTOR_CORES.value * _ENV_SPS_PER_CORE.value,
         "serving": L * host["serve_sps"],
         "learning": L * _HOST_BATCH_STEPS.value / update_s,
+        "network": L * nic_bytes_per_s / in_bytes_per_step,
     }
     name = min(bounds, key=bounds.get)
     return {
         "sps": bounds[name],
         "bound": name,
         "allreduce_ms_per_update": allreduce_s * 1e3,
+        "in_bytes_per_step": in_bytes_per_step,
         **{f"{k}_sps": v for k, v in bounds.items()},
     }
 
@@ -350,6 +369,7 @@ def main(argv):
         "learn_sps": _LEARN_SPS.value,
         "host_batch_steps": _HOST_BATCH_STEPS.value,
         "nic_gbps": _NIC_GBPS.value,
+        "step_bytes": _STEP_BYTES.value,
     }
     result["atari"] = {**shape, **host, "inputs": inputs, "hosts": hosts}
     results_io.write("scale_model", result, _OUT.value, echo={})
@@ -371,17 +391,22 @@ def main(argv):
           f"{_HOST_BATCH_STEPS.value:,} env steps per host per update, "
           f"{shape['sgd_steps_per_update']} sgd steps each all-reducing "
           f"{shape['param_bytes'] / 1e6:.2f} MB over {_NIC_GBPS.value:g} Gbit/s")  # fmt: skip
+    print(f"- network: each learner host's {_NIC_GBPS.value:g} Gbit/s link brings in "
+          f"{_STEP_BYTES.value:,} bytes per env step from the actors (--step_bytes) and the "
+          "all-reduce's bytes (column: both, per env step)")  # fmt: skip
     print(
         "\n| actor hosts | learner hosts needed | learner hosts per actor host | env steps/s | "
-        "bound | acting | serving | learning | all-reduce ms per update |"
+        "bound | acting | serving | learning | network | all-reduce ms per update | "
+        "bytes in per env step |"
     )
-    print("| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
+    print("| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for h in hosts:
         print(
             f"| {h['actor_hosts']} | {h['learner_hosts']} | "
             f"{h['learner_hosts_per_actor_host']:.2f} | {h['sps']:,.0f} | {h['bound']} | "
             f"{h['acting_sps']:,.0f} | {h['serving_sps']:,.0f} | {h['learning_sps']:,.0f} | "
-            f"{h['allreduce_ms_per_update']:.0f} |"
+            f"{h['network_sps']:,.0f} | {h['allreduce_ms_per_update']:.0f} | "
+            f"{h['in_bytes_per_step']:,.0f} |"
         )
 
 
