@@ -11,9 +11,9 @@ site-packages this script puts on the path of every process it starts):
 2. Each setup of --setups (SETUPS below): learner.py and its actors as scripts/train.sh starts them
    (Breakout-v5, configs/atari_ppo.py, learning on). Once env steps flow (the first compilation
    takes a minute on a GPU), --warmup_s pass, then --window_s are measured: env steps/s from the
-   learner's metrics rows, inference batch and latency, staleness, policy versions/s, and the CPU
-   cores each group of processes used over the window (learner process, its stream front ends,
-   actors; from /proc).
+   learner's metrics rows, inference batch and latency (and where the latency goes: batching,
+   prepare, policy, reply), staleness, policy versions/s, and the CPU cores each group of
+   processes used over the window (learner process, its stream front ends, actors; from /proc).
 
 Every run in one command shares one JAX compilation cache, so only the first compiles in full.
 Writes JSON (benchmarks/results_io.py) and prints one line per row.
@@ -234,6 +234,10 @@ def run_setup(name: str, logroot: str) -> dict:
         "latency_ms_p99": median("inference_latency_ms_p99"),
         "staleness_mean": median("staleness_mean"),
         "busy": {k[5:]: median(k) for k in sorted(b) if k.startswith("busy/")},
+        # Where a request's time in the learner process goes (batching, prepare, policy, reply).
+        "latency_segments_ms": {
+            k[len("latency_ms/") :]: median(k) for k in sorted(b) if k.startswith("latency_ms/")
+        },
         "cores": cores,
         "gpu_utilization_pct": gpu,
     }
