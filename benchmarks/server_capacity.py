@@ -74,6 +74,13 @@ _LEARN = flags.DEFINE_bool(
 _WARMUP_ROWS = flags.DEFINE_integer("warmup_rows", 3, "Metrics rows with traffic before measuring.")
 _WARMUP_TIMEOUT = flags.DEFINE_float("warmup_timeout", 300.0, "Give up warming up after this.")
 _EPISODE = flags.DEFINE_integer("episode", 200, "Messages per episode of the synthetic actors.")
+_STACK_ONCE = flags.DEFINE_bool(
+    "stack_once",
+    False,
+    "The actors send each stacked frame once (actor.stack_once, seedlike/rpc/frames.py): a "
+    "stream's first step and the step after each episode end carry whole stacks, the others "
+    "only the newest frame of each row (a learner_root without it refuses the Hello).",
+)
 _CONFIG = flags.DEFINE_string("config", "configs/atari_ppo.py", "Learner config (Atari).")
 _LEARNER_FLAGS = flags.DEFINE_list("learner_flags", [], "Extra learner.py flags for every cell.")
 _OUT = flags.DEFINE_string("out", None, "Output JSON path.")
@@ -105,11 +112,14 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _messages(rows: int, seed: int):
-    """(hello bytes, body of a normal StepBatch, body of a terminal one) without the sequence.
+def _messages(rows: int, seed: int, stack_once: bool):
+    """(hello bytes, body of a normal StepBatch, body of a terminal one, body of a whole one)
+    without the sequence. With `stack_once` normal and terminal steps carry only the newest
+    frame of every row (all rows continued), and a whole step follows each terminal one;
+    without it, all three carry whole stacks.
 
-    The StepBatch is serialized once; each request only prepends its sequence number (field 1),
-    so the actors spend their time waiting for the server, not encoding.
+    The StepBatches are serialized once; each request only prepends its sequence number (field
+    1), so the actors spend their time waiting for the server, not encoding.
     """
     from seedlike.rpc import seedlike_pb2 as pb
 
@@ -126,9 +136,10 @@ def _messages(rows: int, seed: int):
         num_actions=4,
         num_envs=rows,
         num_players=1,
+        stacked_observation=["obs"] if stack_once else [],
     )
     bodies = []
-    for done in (False, True):
+    for done, whole in ((False, not stack_once), (True, not stack_once), (False, True)):
         flag = np.full(rows, done)
         step = pb.StepBatch(
             reward=tensor(rng.random(rows).astype(np.float32)),
@@ -138,9 +149,13 @@ def _messages(rows: int, seed: int):
             player_id=tensor(np.zeros(rows, np.int32)),
             acting=tensor(~flag),
         )
-        step.observation["obs"].CopyFrom(tensor(frames))
+        step.observation["obs"].CopyFrom(tensor(frames if whole else frames[:0]))
+        if stack_once:
+            step.newest["obs"].CopyFrom(tensor(frames[: 0 if whole else rows, 0]))
+        if stack_once:
+            step.continued.CopyFrom(tensor(np.full(rows, not whole)))
         bodies.append(step.SerializeToString())
-    return pb.ActorMessage(hello=hello).SerializeToString(), bodies[0], bodies[1]
+    return pb.ActorMessage(hello=hello).SerializeToString(), *bodies
 
 
 def _request(sequence: int, body: bytes) -> bytes:
@@ -211,7 +226,16 @@ def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> 
             actors = [
                 ctx.Process(
                     target=_actor,
-                    args=(address, i, rows, _EPISODE.value, start_at, stop_at, results),
+                    args=(
+                        address,
+                        i,
+                        rows,
+                        _EPISODE.value,
+                        _STACK_ONCE.value,
+                        start_at,
+                        stop_at,
+                        results,
+                    ),  # fmt: skip
                 )
                 for i in range(num_actors)
             ]
@@ -223,6 +247,8 @@ def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> 
                 learned = not _LEARN.value or (busy and busy[-1]["policy_version"] >= 2)
                 if len(busy) >= _WARMUP_ROWS.value and learned:
                     break
+                if not any(p.is_alive() for p in actors):  # each says why (results)
+                    raise RuntimeError(f"every actor ended: {results.get(timeout=5)}")
                 if learner.poll() is not None or time.time() > deadline:
                     raise RuntimeError(f"no warm-up: {open(log.name).read()[-3000:]}")
                 time.sleep(0.5)
@@ -293,7 +319,7 @@ def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> 
     }
 
 
-def _actor(address, actor_id, rows, episode, start_at, stop_at, results):
+def _actor(address, actor_id, rows, episode, stack_once, start_at, stop_at, results):
     """Plays until stop_at (a shared value, set once the learner has warmed up); counts the replies
     that arrive after start_at. A grpc.aio stream on one event loop: one write and one read per
     step, and nothing else, so that the actors cost the shared CPU as little as possible."""
@@ -301,7 +327,7 @@ def _actor(address, actor_id, rows, episode, start_at, stop_at, results):
 
     import grpc
 
-    hello, normal, terminal = _messages(rows, actor_id)
+    hello, normal, terminal, whole = _messages(rows, actor_id, stack_once)
     options = [
         ("grpc.max_receive_message_length", 256 << 20),
         ("grpc.max_send_message_length", 256 << 20),
@@ -315,6 +341,8 @@ def _actor(address, actor_id, rows, episode, start_at, stop_at, results):
             await call.read()  # Welcome
             while time.time() < stop_at.value:
                 body = terminal if sequence % episode == episode - 1 else normal
+                if sequence % episode == 0:  # a stream's first step, or after an episode's end
+                    body = whole
                 sent = time.perf_counter()
                 await call.write(_request(sequence, body))
                 await call.read()
@@ -388,6 +416,7 @@ def main(argv):
         "config": _CONFIG.value,
         "learner_root": _LEARNER_ROOT.value,
         "seconds": _SECONDS.value,
+        "stack_once": _STACK_ONCE.value,
         "cores": os.cpu_count(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "cells": cells,

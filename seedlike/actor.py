@@ -29,7 +29,7 @@ import numpy as np
 from seedlike.config import ROLES, ConfigError, env_spec
 from seedlike.envs import make_env
 from seedlike.envs.spaces import EnvActions
-from seedlike.rpc import client, codec, security
+from seedlike.rpc import client, codec, frames, security
 from seedlike.teams import Teams
 from seedlike.types import take_rows
 
@@ -70,6 +70,8 @@ class Actor:
                 config.env.action_bounds,
                 config.network.action_squash,
             )
+            # Stacked observations sent as newest frames where they continue (seedlike.rpc.frames)
+            self.stacked = frames.keys_from_config(config.actor.stack_once, self.spec)
         except ValueError as e:
             raise ConfigError(f"invalid config: {e}") from None
         members = int(config.population.size)
@@ -110,7 +112,7 @@ class Actor:
 
     def run(self) -> int:
         """Plays until the server ends training (0), rejects us (2) or stays away too long (1)."""
-        hello = codec.make_hello(self.spec, self.actor_id, self.num_envs)
+        hello = codec.make_hello(self.spec, self.actor_id, self.num_envs, self.stacked)
         attempts = 0
         while not self.stop.is_set():
             try:
@@ -178,7 +180,7 @@ class Actor:
                 raise client.Disconnected(
                     f"the main agent's learner is not up ({self._main_address})"
                 )
-            main_hello = codec.make_hello(self.spec, self._main_id, self.num_envs)
+            main_hello = codec.make_hello(self.spec, self._main_id, self.num_envs, self.stacked)
             targets.insert(0, (main, main_hello))
         connections = []
         try:
@@ -201,13 +203,18 @@ class Actor:
             self._levels(env, connections[0].welcome)
             env.reset()
             sequence, session_steps = [0] * len(connections), 0
+            # Each stream remembers the stacks it sent (a new stream starts with whole ones).
+            deltas = [
+                frames.Deltas(self.spec, self.stacked, self.num_envs) if self.stacked else None
+                for _ in connections
+            ]
             started = last_log = time.monotonic()
             while not self.stop.is_set():
                 rows = env.recv()
                 if len(connections) == 1:
-                    actions = self._step(connections[0], sequence, rows, env)
+                    actions = self._step(connections[0], sequence, rows, env, deltas[0])
                 else:
-                    actions = self._step_members(connections, sequence, rows, env)
+                    actions = self._step_members(connections, sequence, rows, env, deltas)
                 env.send(self.env_actions(actions), rows)
                 session_steps += rows.reward.shape[0]
                 if time.monotonic() - last_log > 30.0:
@@ -237,7 +244,7 @@ class Actor:
                 json.dumps({"member": k, "episodes": len(episodes), **means}),
             )
 
-    def _step_members(self, connections, sequence: list[int], rows, env) -> np.ndarray:
+    def _step_members(self, connections, sequence: list[int], rows, env, deltas) -> np.ndarray:
         """A population's step: each member gets its own agents' rows (none: no message this
         step), all members at once (client.step_all)."""
         act = self.spec.action_spec
@@ -251,7 +258,7 @@ class Actor:
                 parts.append(
                     (k, idx, part._replace(player_id=self._player_in_member[part.player_id]))
                 )
-        messages = [codec.encode_step(sequence[k], part) for k, _, part in parts]
+        messages = [codec.encode_step(sequence[k], part, deltas[k]) for k, _, part in parts]
         replies = client.step_all([connections[k] for k, _, _ in parts], messages)
         for (k, idx, _), reply in zip(parts, replies):
             sequence[k] += 1
@@ -260,8 +267,8 @@ class Actor:
             actions[idx] = client.decode_actions(reply, idx.size, self.spec)
         return actions
 
-    def _step(self, connection, sequence: list[int], rows, env) -> np.ndarray:
-        reply = connection.step(codec.encode_step(sequence[0], rows))
+    def _step(self, connection, sequence: list[int], rows, env, deltas) -> np.ndarray:
+        reply = connection.step(codec.encode_step(sequence[0], rows, deltas))
         sequence[0] += 1
         self._levels(env, reply)
         return client.decode_actions(reply, rows.reward.shape[0], self.spec)

@@ -343,6 +343,11 @@ def base_config() -> ml_collections.ConfigDict:
     # had reached waits give_up_s for it to come back (a restart, a preemption).
     c.actor.first_connect_s = 60.0
     c.actor.give_up_s = 300.0
+    # Stacked observations (Atari's four frames) sent once: a row whose stack continues its
+    # seat's previous one carries only its newest frame, a quarter of an Atari row's bytes, and
+    # the server rebuilds the stack (seedlike/rpc/frames.py). "auto": uint8 [S, H, W] keys with
+    # 2 <= S <= 16 and H, W >= 32; "": every row whole; or comma-separated observation keys.
+    c.actor.stack_once = "auto"
 
     c.log = ml_collections.ConfigDict()
     c.log.interval_s = 10.0  # one metrics row per interval

@@ -15,15 +15,15 @@ from seedlike.types import ArraySpec, EnvSpec, Rows
 SPEC = EnvSpec("t", {"obs": ArraySpec(np.float32, (2,))}, num_actions=3)
 
 
-def service_of(store, guard=None, **server):
+def service_of(store, guard=None, spec=SPEC, **server):
     config = base_config()
     config.network.hidden_sizes = (4,)
     config.server.update(server)
-    network = make_network(config.network, SPEC)
+    network = make_network(config.network, spec)
     registry = PolicyRegistry()
     params = {"params": network.init(jax.random.key(0)), "obs_norm": network.init_obs_norm()}
     registry.publish(3, params)
-    service = InferenceService(SPEC, network, registry, store, config.server, guard=guard)
+    service = InferenceService(spec, network, registry, store, config.server, guard=guard)
     service.start()
     return service
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from google.protobuf import message as pb_message
 
-from seedlike.rpc import codec, wire
+from seedlike.rpc import codec, frames, wire
 from seedlike.rpc import seedlike_pb2 as pb
 from seedlike.types import ArraySpec, EnvSpec, Rows
 
@@ -38,12 +38,12 @@ def rows(n=4, game_over=True, seed=0):
 
 def tensors(step):
     """Every tensor of a step (protobuf's or the reader's) as comparable values."""
-    out = {"sequence": step.sequence, "game_over?": step.HasField("game_over")}
-    names = ["reward", "terminated", "truncated", "env_id", "player_id", "acting"]
-    for name in names + ["game_over"] * step.HasField("game_over"):
+    out = {"sequence": step.sequence}
+    for name in wire.STEP_TENSORS.values():
+        out[f"{name}?"] = step.HasField(name)
         t = getattr(step, name)
         out[name] = (t.dtype, tuple(t.shape), bytes(t.data))
-    for name in ("observation", "extras"):
+    for name in wire.STEP_MAPS:
         table = getattr(step, name)
         out[name] = {k: (t.dtype, tuple(t.shape), bytes(t.data)) for k, t in table.items()}
     return out
@@ -157,7 +157,7 @@ def test_corrupted_messages_are_read_as_protobuf_reads_them_or_not_at_all():
     originals = [
         codec.encode_step(s, rows(n=n, game_over=g, seed=s)).SerializeToString()
         for s, n, g in ((0, 2, True), (300, 4, False), (7, 1, True))
-    ]
+    ] + [stacked_steps()[1]]
     read = 0
     for trial in range(3000):
         raw = bytearray(originals[trial % len(originals)])
@@ -184,6 +184,25 @@ def test_corrupted_messages_are_read_as_protobuf_reads_them_or_not_at_all():
         assert parsed.WhichOneof("kind") == "step"
         assert tensors(step) == tensors(parsed.step), raw
     assert read > 100  # the corruptions that keep a message well-formed were read, not skipped
+
+
+def stacked_steps(n: int = 4) -> list[bytes]:
+    """Two steps of a stream that sends `obs` as newest frames: whole, then every row continued."""
+    deltas = frames.Deltas(SPEC, ("obs",), n // 2)
+    first = rows(n, seed=5)
+    new = np.full((n, 1, 50), 7, np.uint8)
+    second = first._replace(
+        obs={**first.obs, "obs": np.concatenate([first.obs["obs"][:, 1:], new], axis=1)}
+    )
+    steps = enumerate((first, second))
+    return [codec.encode_step(s, r, deltas).SerializeToString() for s, r in steps]
+
+
+def test_a_stacked_step_reads_as_protobuf_reads_it():
+    for raw in stacked_steps():
+        assert tensors(wire.read_step(raw)) == tensors(codec.parse_actor_message(raw).step)
+    step = wire.read_step(raw)
+    assert step.HasField("continued") and step.newest["obs"].shape == (4, 50)
 
 
 def test_a_stream_reader_reads_later_steps_through_the_skeleton_of_the_last():

@@ -14,8 +14,8 @@ import numpy as np
 from google.protobuf import message as pb_message
 from google.protobuf import unknown_fields
 
+from seedlike.rpc import frames, wire
 from seedlike.rpc import seedlike_pb2 as pb
-from seedlike.rpc import wire
 from seedlike.types import ArraySpec, EnvSpec, Rows
 
 # Bump when a message changes meaning; the handshake refuses other versions.
@@ -159,7 +159,10 @@ def _reject_unknown_fields(msg: pb_message.Message, path: str) -> None:
             _reject_unknown_fields(value, name)
 
 
-def make_hello(spec: EnvSpec, actor_id: int, num_envs: int) -> pb.Hello:
+def make_hello(
+    spec: EnvSpec, actor_id: int, num_envs: int, stacked: tuple[str, ...] = ()
+) -> pb.Hello:
+    """`stacked`: observation keys this stream may send as newest frames (seedlike.rpc.frames)."""
     return pb.Hello(
         protocol_version=PROTOCOL_VERSION,
         actor_id=actor_id,
@@ -172,6 +175,7 @@ def make_hello(spec: EnvSpec, actor_id: int, num_envs: int) -> pb.Hello:
         action_heads=spec.action_heads,
         action_low=spec.action_low,
         action_high=spec.action_high,
+        stacked_observation=stacked,
     )
 
 
@@ -215,6 +219,22 @@ def check_hello(hello: pb.Hello, spec: EnvSpec, max_envs: int) -> None:
             "hello.num_envs",
             f"{hello.num_envs} is outside [1, {max_envs}]; raise server.max_envs_per_actor",
         )
+    stacked = list(hello.stacked_observation)
+    for key in stacked:
+        if key not in spec.observation or not frames.stackable(spec.observation[key]):
+            raise ProtocolError(
+                "hello.stacked_observation",
+                f"{key!r} is not an observation key with a stack dimension first "
+                f"(keys: {sorted(spec.observation)}); set actor.stack_once to 'auto' or ''",
+            )
+    if len(set(stacked)) != len(stacked):
+        raise ProtocolError("hello.stacked_observation", f"a key appears twice in {stacked}")
+
+
+def stacks_for(hello: pb.Hello, spec: EnvSpec) -> frames.Stacks | None:
+    """The stream's frame stacks if its (checked) Hello listed stacked keys."""
+    keys = tuple(hello.stacked_observation)
+    return frames.Stacks(spec, keys, hello.num_envs) if keys else None
 
 
 def _check_specs(field: str, got, expected: dict[str, ArraySpec], hint: str) -> None:
@@ -247,9 +267,14 @@ class Limits:
 
 
 def decode_step(
-    step: pb.StepBatch, spec: EnvSpec, num_envs: int, limits: Limits = Limits()
+    step: pb.StepBatch,
+    spec: EnvSpec,
+    num_envs: int,
+    limits: Limits = Limits(),
+    stacks: frames.Stacks | None = None,
 ) -> Rows:
-    """Decodes and validates a StepBatch for a session that announced `num_envs` envs."""
+    """Decodes and validates a StepBatch for a session that announced `num_envs` envs; with
+    `stacks` (the stream's, codec.stacks_for), rebuilds the whole stacks of its stacked keys."""
     env_id = _decode_as(step.env_id, "step.env_id", _INT32, None)
     n = env_id.shape[0]
     player_id = _decode_as(step.player_id, "step.player_id", _INT32, n)
@@ -279,7 +304,14 @@ def decode_step(
             f"contains NaN or infinity, or |value| > {limits.reward:g} (server.max_abs_reward); "
             "fix or scale the environment's reward",
         )
-    obs = _decode_dict(step.observation, "step.observation", spec.observation, n, limits.obs)
+    if stacks is None:
+        if step.HasField("continued") or len(step.newest):
+            raise ProtocolError(
+                "step.continued", "sent on a stream whose Hello listed no stacked_observation"
+            )
+        obs = _decode_dict(step.observation, "step.observation", spec.observation, n, limits.obs)
+    else:
+        obs = _decode_stacked(step, spec, stacks, env_id, player_id, n, limits.obs)
     extras = _decode_dict(step.extras, "step.extras", spec.extras, n)
     return Rows(obs, extras, reward, terminated, truncated, env_id, player_id, acting, game_over)
 
@@ -315,21 +347,42 @@ def _decode_as(tensor: pb.Tensor, field: str, dtype: np.dtype, rows: int | None)
     raise ProtocolError(field, f"shape {list(array.shape)}, expected {want}")
 
 
+def _decode_stacked(step, spec, stacks, env_id, player_id, n: int, bound: float) -> dict:
+    continued = _decode_as(step.continued, "step.continued", _BOOL, n)
+    k = int(np.count_nonzero(continued))
+    rows = {key: n - k if key in stacks.specs else n for key in spec.observation}
+    obs = _decode_dict(step.observation, "step.observation", spec.observation, rows, bound)
+    newest = _decode_dict(step.newest, "step.newest", stacks.frame_specs, k, bound)
+    whole, problem = stacks.rebuild(
+        env_id, player_id, continued, {key: (obs[key], newest[key]) for key in stacks.specs}
+    )
+    if whole is None:
+        raise ProtocolError("step.continued", problem)
+    obs.update(whole)
+    return obs
+
+
 def _decode_dict(
-    tensors, field: str, specs: dict[str, ArraySpec], rows: int, bound: float | None = None
+    tensors,
+    field: str,
+    specs: dict[str, ArraySpec],
+    rows: int | dict[str, int],
+    bound: float | None = None,
 ) -> dict:
-    """Float arrays must be finite; with `bound` (server.max_abs_obs), at most that in |value|."""
+    """Float arrays must be finite; with `bound` (server.max_abs_obs), at most that in |value|.
+    `rows`: each array's leading dimension, or per key."""
     if len(tensors) != len(specs) or any(key not in tensors for key in specs):
         raise ProtocolError(field, f"keys {sorted(tensors.keys())}, expected {sorted(specs)}")
     out = {}
     for key, spec in specs.items():
         name = f"{field}[{key!r}]"
-        array = _exactly(tensors[key], spec.dtype, (rows, *spec.shape))
+        n = rows[key] if isinstance(rows, dict) else rows
+        array = _exactly(tensors[key], spec.dtype, (n, *spec.shape))
         if array is None:
             array = decode(tensors[key], name)
             if array.dtype != spec.dtype:
                 raise ProtocolError(name, f"dtype {array.dtype.name}, expected {spec.dtype.name}")
-            raise ProtocolError(name, f"shape {list(array.shape)}, expected {[rows, *spec.shape]}")
+            raise ProtocolError(name, f"shape {list(array.shape)}, expected {[n, *spec.shape]}")
         if array.dtype.kind == "f" and array.size:
             # One pass: the comparison is False for NaN, and for infinity below a finite limit.
             limit = np.finfo(array.dtype).max if bound is None else bound
@@ -342,8 +395,9 @@ def _decode_dict(
     return out
 
 
-def encode_step(sequence: int, rows: Rows) -> pb.ActorMessage:
-    """The StepBatch message of one batch of rows."""
+def encode_step(sequence: int, rows: Rows, deltas: frames.Deltas | None = None) -> pb.ActorMessage:
+    """The StepBatch message of one batch of rows; with `deltas` (the stream's, for the keys its
+    Hello listed), continued rows carry only their newest frame."""
     step = pb.StepBatch(
         sequence=sequence,
         reward=encode(np.asarray(rows.reward, np.float32)),
@@ -355,7 +409,13 @@ def encode_step(sequence: int, rows: Rows) -> pb.ActorMessage:
     )
     if rows.game_over is not None:
         step.game_over.CopyFrom(encode(np.asarray(rows.game_over, np.bool_)))
-    for key, value in rows.obs.items():
+    observation = rows.obs
+    if deltas is not None:
+        continued, observation, newest = deltas.split(rows)
+        step.continued.CopyFrom(encode(continued))
+        for key, value in newest.items():
+            step.newest[key].CopyFrom(encode(value))
+    for key, value in observation.items():
         step.observation[key].CopyFrom(encode(value))
     for key, value in rows.extras.items():
         step.extras[key].CopyFrom(encode(value))

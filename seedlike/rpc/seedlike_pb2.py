@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0eseedlike.proto\x12\x08seedlike\"4\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"8\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"\x91\x02\n\x05Hello\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x10\n\x08\x61\x63tor_id\x18\x02 \x01(\x05\x12\x10\n\x08\x65nv_name\x18\x03 \x01(\t\x12)\n\x0bobservation\x18\x04 \x03(\x0b\x32\x14.seedlike.TensorSpec\x12\x13\n\x0bnum_actions\x18\x05 \x01(\x05\x12\x10\n\x08num_envs\x18\x06 \x01(\x05\x12\x13\n\x0bnum_players\x18\x07 \x01(\x05\x12$\n\x06\x65xtras\x18\x08 \x03(\x0b\x32\x14.seedlike.TensorSpec\x12\x14\n\x0c\x61\x63tion_heads\x18\t \x03(\x05\x12\x12\n\naction_low\x18\n \x03(\x02\x12\x13\n\x0b\x61\x63tion_high\x18\x0b \x03(\x02\"d\n\x07Welcome\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x12\n\nsession_id\x18\x02 \x01(\x04\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x13\n\x0blevel_probs\x18\x04 \x03(\x02\"\x8b\x04\n\tStepBatch\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x39\n\x0bobservation\x18\x02 \x03(\x0b\x32$.seedlike.StepBatch.ObservationEntry\x12 \n\x06reward\x18\x03 \x01(\x0b\x32\x10.seedlike.Tensor\x12$\n\nterminated\x18\x04 \x01(\x0b\x32\x10.seedlike.Tensor\x12#\n\ttruncated\x18\x05 \x01(\x0b\x32\x10.seedlike.Tensor\x12 \n\x06\x65nv_id\x18\x06 \x01(\x0b\x32\x10.seedlike.Tensor\x12#\n\tplayer_id\x18\x07 \x01(\x0b\x32\x10.seedlike.Tensor\x12/\n\x06\x65xtras\x18\x08 \x03(\x0b\x32\x1f.seedlike.StepBatch.ExtrasEntry\x12 \n\x06\x61\x63ting\x18\t \x01(\x0b\x32\x10.seedlike.Tensor\x12#\n\tgame_over\x18\n \x01(\x0b\x32\x10.seedlike.Tensor\x1a\x44\n\x10ObservationEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.seedlike.Tensor:\x02\x38\x01\x1a?\n\x0b\x45xtrasEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.seedlike.Tensor:\x02\x38\x01\"n\n\x0b\x41\x63tionBatch\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12 \n\x06\x61\x63tion\x18\x02 \x01(\x0b\x32\x10.seedlike.Tensor\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x13\n\x0blevel_probs\x18\x04 \x03(\x02\"]\n\x0c\x41\x63torMessage\x12 \n\x05hello\x18\x01 \x01(\x0b\x32\x0f.seedlike.HelloH\x00\x12#\n\x04step\x18\x02 \x01(\x0b\x32\x13.seedlike.StepBatchH\x00\x42\x06\n\x04kind\"g\n\rServerMessage\x12$\n\x07welcome\x18\x01 \x01(\x0b\x32\x11.seedlike.WelcomeH\x00\x12(\n\x07\x61\x63tions\x18\x02 \x01(\x0b\x32\x15.seedlike.ActionBatchH\x00\x42\x06\n\x04kind2J\n\tInference\x12=\n\x06Stream\x12\x16.seedlike.ActorMessage\x1a\x17.seedlike.ServerMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0eseedlike.proto\x12\x08seedlike\"4\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"8\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"\xae\x02\n\x05Hello\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x10\n\x08\x61\x63tor_id\x18\x02 \x01(\x05\x12\x10\n\x08\x65nv_name\x18\x03 \x01(\t\x12)\n\x0bobservation\x18\x04 \x03(\x0b\x32\x14.seedlike.TensorSpec\x12\x13\n\x0bnum_actions\x18\x05 \x01(\x05\x12\x10\n\x08num_envs\x18\x06 \x01(\x05\x12\x13\n\x0bnum_players\x18\x07 \x01(\x05\x12$\n\x06\x65xtras\x18\x08 \x03(\x0b\x32\x14.seedlike.TensorSpec\x12\x14\n\x0c\x61\x63tion_heads\x18\t \x03(\x05\x12\x12\n\naction_low\x18\n \x03(\x02\x12\x13\n\x0b\x61\x63tion_high\x18\x0b \x03(\x02\x12\x1b\n\x13stacked_observation\x18\x0c \x03(\t\"d\n\x07Welcome\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x12\n\nsession_id\x18\x02 \x01(\x04\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x13\n\x0blevel_probs\x18\x04 \x03(\x02\"\xa2\x05\n\tStepBatch\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x39\n\x0bobservation\x18\x02 \x03(\x0b\x32$.seedlike.StepBatch.ObservationEntry\x12 \n\x06reward\x18\x03 \x01(\x0b\x32\x10.seedlike.Tensor\x12$\n\nterminated\x18\x04 \x01(\x0b\x32\x10.seedlike.Tensor\x12#\n\ttruncated\x18\x05 \x01(\x0b\x32\x10.seedlike.Tensor\x12 \n\x06\x65nv_id\x18\x06 \x01(\x0b\x32\x10.seedlike.Tensor\x12#\n\tplayer_id\x18\x07 \x01(\x0b\x32\x10.seedlike.Tensor\x12/\n\x06\x65xtras\x18\x08 \x03(\x0b\x32\x1f.seedlike.StepBatch.ExtrasEntry\x12 \n\x06\x61\x63ting\x18\t \x01(\x0b\x32\x10.seedlike.Tensor\x12#\n\tgame_over\x18\n \x01(\x0b\x32\x10.seedlike.Tensor\x12#\n\tcontinued\x18\x0b \x01(\x0b\x32\x10.seedlike.Tensor\x12/\n\x06newest\x18\x0c \x03(\x0b\x32\x1f.seedlike.StepBatch.NewestEntry\x1a\x44\n\x10ObservationEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.seedlike.Tensor:\x02\x38\x01\x1a?\n\x0b\x45xtrasEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.seedlike.Tensor:\x02\x38\x01\x1a?\n\x0bNewestEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.seedlike.Tensor:\x02\x38\x01\"n\n\x0b\x41\x63tionBatch\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12 \n\x06\x61\x63tion\x18\x02 \x01(\x0b\x32\x10.seedlike.Tensor\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x13\n\x0blevel_probs\x18\x04 \x03(\x02\"]\n\x0c\x41\x63torMessage\x12 \n\x05hello\x18\x01 \x01(\x0b\x32\x0f.seedlike.HelloH\x00\x12#\n\x04step\x18\x02 \x01(\x0b\x32\x13.seedlike.StepBatchH\x00\x42\x06\n\x04kind\"g\n\rServerMessage\x12$\n\x07welcome\x18\x01 \x01(\x0b\x32\x11.seedlike.WelcomeH\x00\x12(\n\x07\x61\x63tions\x18\x02 \x01(\x0b\x32\x15.seedlike.ActionBatchH\x00\x42\x06\n\x04kind2J\n\tInference\x12=\n\x06Stream\x12\x16.seedlike.ActorMessage\x1a\x17.seedlike.ServerMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,26 +35,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STEPBATCH_OBSERVATIONENTRY']._serialized_options = b'8\001'
   _globals['_STEPBATCH_EXTRASENTRY']._loaded_options = None
   _globals['_STEPBATCH_EXTRASENTRY']._serialized_options = b'8\001'
+  _globals['_STEPBATCH_NEWESTENTRY']._loaded_options = None
+  _globals['_STEPBATCH_NEWESTENTRY']._serialized_options = b'8\001'
   _globals['_TENSOR']._serialized_start=28
   _globals['_TENSOR']._serialized_end=80
   _globals['_TENSORSPEC']._serialized_start=82
   _globals['_TENSORSPEC']._serialized_end=138
   _globals['_HELLO']._serialized_start=141
-  _globals['_HELLO']._serialized_end=414
-  _globals['_WELCOME']._serialized_start=416
-  _globals['_WELCOME']._serialized_end=516
-  _globals['_STEPBATCH']._serialized_start=519
-  _globals['_STEPBATCH']._serialized_end=1042
-  _globals['_STEPBATCH_OBSERVATIONENTRY']._serialized_start=909
-  _globals['_STEPBATCH_OBSERVATIONENTRY']._serialized_end=977
-  _globals['_STEPBATCH_EXTRASENTRY']._serialized_start=979
-  _globals['_STEPBATCH_EXTRASENTRY']._serialized_end=1042
-  _globals['_ACTIONBATCH']._serialized_start=1044
-  _globals['_ACTIONBATCH']._serialized_end=1154
-  _globals['_ACTORMESSAGE']._serialized_start=1156
-  _globals['_ACTORMESSAGE']._serialized_end=1249
-  _globals['_SERVERMESSAGE']._serialized_start=1251
-  _globals['_SERVERMESSAGE']._serialized_end=1354
-  _globals['_INFERENCE']._serialized_start=1356
-  _globals['_INFERENCE']._serialized_end=1430
+  _globals['_HELLO']._serialized_end=443
+  _globals['_WELCOME']._serialized_start=445
+  _globals['_WELCOME']._serialized_end=545
+  _globals['_STEPBATCH']._serialized_start=548
+  _globals['_STEPBATCH']._serialized_end=1222
+  _globals['_STEPBATCH_OBSERVATIONENTRY']._serialized_start=1024
+  _globals['_STEPBATCH_OBSERVATIONENTRY']._serialized_end=1092
+  _globals['_STEPBATCH_EXTRASENTRY']._serialized_start=1094
+  _globals['_STEPBATCH_EXTRASENTRY']._serialized_end=1157
+  _globals['_STEPBATCH_NEWESTENTRY']._serialized_start=1159
+  _globals['_STEPBATCH_NEWESTENTRY']._serialized_end=1222
+  _globals['_ACTIONBATCH']._serialized_start=1224
+  _globals['_ACTIONBATCH']._serialized_end=1334
+  _globals['_ACTORMESSAGE']._serialized_start=1336
+  _globals['_ACTORMESSAGE']._serialized_end=1429
+  _globals['_SERVERMESSAGE']._serialized_start=1431
+  _globals['_SERVERMESSAGE']._serialized_end=1534
+  _globals['_INFERENCE']._serialized_start=1536
+  _globals['_INFERENCE']._serialized_end=1610
 # @@protoc_insertion_point(module_scope)

@@ -27,7 +27,7 @@ class TensorSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "actor_id", "env_name", "observation", "num_actions", "num_envs", "num_players", "extras", "action_heads", "action_low", "action_high")
+    __slots__ = ("protocol_version", "actor_id", "env_name", "observation", "num_actions", "num_envs", "num_players", "extras", "action_heads", "action_low", "action_high", "stacked_observation")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
     ENV_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +39,7 @@ class Hello(_message.Message):
     ACTION_HEADS_FIELD_NUMBER: _ClassVar[int]
     ACTION_LOW_FIELD_NUMBER: _ClassVar[int]
     ACTION_HIGH_FIELD_NUMBER: _ClassVar[int]
+    STACKED_OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     actor_id: int
     env_name: str
@@ -50,7 +51,8 @@ class Hello(_message.Message):
     action_heads: _containers.RepeatedScalarFieldContainer[int]
     action_low: _containers.RepeatedScalarFieldContainer[float]
     action_high: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, protocol_version: _Optional[int] = ..., actor_id: _Optional[int] = ..., env_name: _Optional[str] = ..., observation: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., num_actions: _Optional[int] = ..., num_envs: _Optional[int] = ..., num_players: _Optional[int] = ..., extras: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., action_heads: _Optional[_Iterable[int]] = ..., action_low: _Optional[_Iterable[float]] = ..., action_high: _Optional[_Iterable[float]] = ...) -> None: ...
+    stacked_observation: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, protocol_version: _Optional[int] = ..., actor_id: _Optional[int] = ..., env_name: _Optional[str] = ..., observation: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., num_actions: _Optional[int] = ..., num_envs: _Optional[int] = ..., num_players: _Optional[int] = ..., extras: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., action_heads: _Optional[_Iterable[int]] = ..., action_low: _Optional[_Iterable[float]] = ..., action_high: _Optional[_Iterable[float]] = ..., stacked_observation: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("protocol_version", "session_id", "policy_version", "level_probs")
@@ -65,7 +67,7 @@ class Welcome(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., session_id: _Optional[int] = ..., policy_version: _Optional[int] = ..., level_probs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class StepBatch(_message.Message):
-    __slots__ = ("sequence", "observation", "reward", "terminated", "truncated", "env_id", "player_id", "extras", "acting", "game_over")
+    __slots__ = ("sequence", "observation", "reward", "terminated", "truncated", "env_id", "player_id", "extras", "acting", "game_over", "continued", "newest")
     class ObservationEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +76,13 @@ class StepBatch(_message.Message):
         value: Tensor
         def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
     class ExtrasEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Tensor
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    class NewestEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +99,8 @@ class StepBatch(_message.Message):
     EXTRAS_FIELD_NUMBER: _ClassVar[int]
     ACTING_FIELD_NUMBER: _ClassVar[int]
     GAME_OVER_FIELD_NUMBER: _ClassVar[int]
+    CONTINUED_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     observation: _containers.MessageMap[str, Tensor]
     reward: Tensor
@@ -100,7 +111,9 @@ class StepBatch(_message.Message):
     extras: _containers.MessageMap[str, Tensor]
     acting: Tensor
     game_over: Tensor
-    def __init__(self, sequence: _Optional[int] = ..., observation: _Optional[_Mapping[str, Tensor]] = ..., reward: _Optional[_Union[Tensor, _Mapping]] = ..., terminated: _Optional[_Union[Tensor, _Mapping]] = ..., truncated: _Optional[_Union[Tensor, _Mapping]] = ..., env_id: _Optional[_Union[Tensor, _Mapping]] = ..., player_id: _Optional[_Union[Tensor, _Mapping]] = ..., extras: _Optional[_Mapping[str, Tensor]] = ..., acting: _Optional[_Union[Tensor, _Mapping]] = ..., game_over: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    continued: Tensor
+    newest: _containers.MessageMap[str, Tensor]
+    def __init__(self, sequence: _Optional[int] = ..., observation: _Optional[_Mapping[str, Tensor]] = ..., reward: _Optional[_Union[Tensor, _Mapping]] = ..., terminated: _Optional[_Union[Tensor, _Mapping]] = ..., truncated: _Optional[_Union[Tensor, _Mapping]] = ..., env_id: _Optional[_Union[Tensor, _Mapping]] = ..., player_id: _Optional[_Union[Tensor, _Mapping]] = ..., extras: _Optional[_Mapping[str, Tensor]] = ..., acting: _Optional[_Union[Tensor, _Mapping]] = ..., game_over: _Optional[_Union[Tensor, _Mapping]] = ..., continued: _Optional[_Union[Tensor, _Mapping]] = ..., newest: _Optional[_Mapping[str, Tensor]] = ...) -> None: ...
 
 class ActionBatch(_message.Message):
     __slots__ = ("sequence", "action", "policy_version", "level_probs")

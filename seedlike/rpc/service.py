@@ -266,6 +266,7 @@ class InferenceServicer:
                 )
             codec.check_hello(hello.hello, backend.spec, backend.max_envs_per_actor)
             num_envs = hello.hello.num_envs
+            stacks = codec.stacks_for(hello.hello, backend.spec)
             try:
                 opened = await backend.open_session(
                     hello.hello.actor_id, num_envs, peer_host(context.peer())
@@ -296,7 +297,7 @@ class InferenceServicer:
                     raise codec.ProtocolError(
                         "step.sequence", f"got {step.sequence}, expected {sequence}"
                     )
-                rows = codec.decode_step(step, backend.spec, num_envs, self._limits)
+                rows = codec.decode_step(step, backend.spec, num_envs, self._limits, stacks)
                 try:
                     actions, version = await backend.submit(
                         session_id, rows, time.perf_counter() - start

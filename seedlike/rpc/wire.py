@@ -34,13 +34,14 @@ def _numbers(message) -> dict[str, int]:
 # Field numbers, from the descriptors so that they follow the .proto file.
 ACTOR_STEP = _numbers(pb.ActorMessage)["step"]
 _STEP = _numbers(pb.StepBatch)
-SEQUENCE, OBSERVATION, EXTRAS = _STEP["sequence"], _STEP["observation"], _STEP["extras"]
+SEQUENCE = _STEP["sequence"]
 STEP_TENSORS = {  # number -> name of StepBatch's Tensor fields
     f.number: f.name
     for f in pb.StepBatch.DESCRIPTOR.fields
     if f.message_type is pb.Tensor.DESCRIPTOR
 }
-STEP_MAPS = ("observation", "extras")  # its map<string, Tensor> fields
+STEP_MAPS = ("observation", "extras", "newest")  # its map<string, Tensor> fields
+MAP_FIELDS = {_STEP[name]: name for name in STEP_MAPS}
 # (Every message field of a StepBatch is one of those: tests/test_wire.py checks it against the
 # descriptor, since a field this reader does not know would send every step through protobuf.)
 ENTRY_KEY, ENTRY_VALUE = 1, 2  # every protobuf map entry
@@ -60,12 +61,13 @@ class Step:
     """The fields of a StepBatch that codec.decode_step reads; an absent tensor is empty, as in
     protobuf, and `HasField` says whether it was sent."""
 
-    __slots__ = ("sequence", "observation", "extras", "_present", *STEP_TENSORS.values())
+    __slots__ = ("sequence", *STEP_MAPS, "_present", *STEP_TENSORS.values())
 
     def __init__(self):
         self.sequence = 0
         self.observation: dict[str, Tensor] = {}
         self.extras: dict[str, Tensor] = {}
+        self.newest: dict[str, Tensor] = {}
         self._present: set[str] = set()
         for name in STEP_TENSORS.values():
             setattr(self, name, Tensor())
@@ -183,15 +185,15 @@ def _template(raw: bytes, start: int, end: int, spans: list) -> _Template | None
 
 def _step(buf: bytes, start: int, end: int, spans: list) -> Step:
     """Appends (table, name, tensor, data span) of every tensor to `spans` (table None for
-    StepBatch's own Tensor fields, else "observation" or "extras")."""
+    StepBatch's own Tensor fields, else the name of its map: one of STEP_MAPS)."""
     step = Step()
     seen = set()
     for number, wire, a, b in _fields(buf, start, end):
-        if number in (OBSERVATION, EXTRAS):
+        if number in MAP_FIELDS:
             if wire != LENGTH:
                 raise _Unusual
             key, tensor, span = _entry(buf, a, b)
-            name = "observation" if number == OBSERVATION else "extras"
+            name = MAP_FIELDS[number]
             table = getattr(step, name)
             if key in table:
                 raise _Unusual
