@@ -73,8 +73,8 @@ def keys_from_config(setting: str, spec: EnvSpec) -> tuple[str, ...]:
     return keys
 
 
-def _seats(rows: Rows, num_players: int) -> np.ndarray:
-    return rows.env_id.astype(np.int64) * num_players + rows.player_id
+def _seats(env_id: np.ndarray, player_id: np.ndarray, num_players: int) -> np.ndarray:
+    return env_id.astype(np.int64) * num_players + player_id
 
 
 class Deltas:
@@ -90,7 +90,7 @@ class Deltas:
 
     def split(self, rows: Rows) -> tuple[np.ndarray, dict, dict]:
         """(continued bool [n], observation for the wire, newest frames), remembering the rows."""
-        seats = _seats(rows, self.num_players)
+        seats = _seats(rows.env_id, rows.player_id, self.num_players)
         continued = self._seen[seats]
         for key in self.keys:
             if not continued.any():
@@ -129,7 +129,7 @@ class Stacks:
     ) -> tuple[dict | None, str]:
         """{key: whole stacks [n, *shape]} from {key: (observation, newest)} of checked shapes,
         or (None, why) when a continued row's seat has no stack yet."""
-        seats = env_id.astype(np.int64) * self.num_players + player_id
+        seats = _seats(env_id, player_id, self.num_players)
         on, fresh = seats[continued], seats[~continued]
         if not self._seen[on].all():
             return None, "a continued row of a seat that has sent no whole stack on this stream"
