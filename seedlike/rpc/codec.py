@@ -311,7 +311,7 @@ def decode_step(
             )
         obs = _decode_dict(step.observation, "step.observation", spec.observation, n, limits.obs)
     else:
-        obs = _decode_stacked(step, spec, stacks, env_id, player_id, n, limits.obs)
+        obs = _decode_stacked(step, spec, stacks, seats, n, limits.obs)
     extras = _decode_dict(step.extras, "step.extras", spec.extras, n)
     return Rows(obs, extras, reward, terminated, truncated, env_id, player_id, acting, game_over)
 
@@ -347,18 +347,17 @@ def _decode_as(tensor: pb.Tensor, field: str, dtype: np.dtype, rows: int | None)
     raise ProtocolError(field, f"shape {list(array.shape)}, expected {want}")
 
 
-def _decode_stacked(step, spec, stacks, env_id, player_id, n: int, bound: float) -> dict:
+def _decode_stacked(step, spec, stacks, seats, n: int, bound: float) -> dict:
     continued = _decode_as(step.continued, "step.continued", _BOOL, n)
     k = int(np.count_nonzero(continued))
     rows = {key: n - k if key in stacks.specs else n for key in spec.observation}
     obs = _decode_dict(step.observation, "step.observation", spec.observation, rows, bound)
     newest = _decode_dict(step.newest, "step.newest", stacks.frame_specs, k, bound)
-    whole, problem = stacks.rebuild(
-        env_id, player_id, continued, {key: (obs[key], newest[key]) for key in stacks.specs}
-    )
-    if whole is None:
-        raise ProtocolError("step.continued", problem)
-    obs.update(whole)
+    parts = {key: (obs[key], newest[key]) for key in stacks.specs}
+    try:
+        obs.update(stacks.rebuild(seats, continued, parts))
+    except ValueError as e:
+        raise ProtocolError("step.continued", str(e)) from None
     return obs
 
 

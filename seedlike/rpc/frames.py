@@ -73,10 +73,6 @@ def keys_from_config(setting: str, spec: EnvSpec) -> tuple[str, ...]:
     return keys
 
 
-def _seats(env_id: np.ndarray, player_id: np.ndarray, num_players: int) -> np.ndarray:
-    return env_id.astype(np.int64) * num_players + player_id
-
-
 class Deltas:
     """The actor's side, one per stream: which rows continue, and the message's arrays."""
 
@@ -90,7 +86,7 @@ class Deltas:
 
     def split(self, rows: Rows) -> tuple[np.ndarray, dict, dict]:
         """(continued bool [n], observation for the wire, newest frames), remembering the rows."""
-        seats = _seats(rows.env_id, rows.player_id, self.num_players)
+        seats = rows.env_id.astype(np.int64) * self.num_players + rows.player_id
         continued = self._seen[seats]
         for key in self.keys:
             if not continued.any():
@@ -116,7 +112,6 @@ class Stacks:
     that a continued row writes one frame, and a step's whole stacks are one gather."""
 
     def __init__(self, spec: EnvSpec, keys: tuple[str, ...], num_envs: int):
-        self.num_players = spec.num_players
         self.specs = {k: spec.observation[k] for k in keys}
         self.frame_specs = {k: ArraySpec(s.dtype, s.shape[1:]) for k, s in self.specs.items()}
         seats = num_envs * spec.num_players
@@ -124,15 +119,15 @@ class Stacks:
         self._heads = {k: np.zeros(seats, np.int64) for k in keys}
         self._seen = np.zeros(seats, bool)
 
-    def rebuild(
-        self, env_id: np.ndarray, player_id: np.ndarray, continued: np.ndarray, parts: dict
-    ) -> tuple[dict | None, str]:
-        """{key: whole stacks [n, *shape]} from {key: (observation, newest)} of checked shapes,
-        or (None, why) when a continued row's seat has no stack yet."""
-        seats = _seats(env_id, player_id, self.num_players)
+    def rebuild(self, seats: np.ndarray, continued: np.ndarray, parts: dict) -> dict:
+        """{key: whole stacks [n, *shape]} from the rows' seats (env_id x num_players +
+        player_id, distinct) and {key: (observation, newest)} of checked shapes. ValueError if a
+        continued row's seat has no stack yet."""
         on, fresh = seats[continued], seats[~continued]
         if not self._seen[on].all():
-            return None, "a continued row of a seat that has sent no whole stack on this stream"
+            raise ValueError(
+                "a continued row of a seat that has sent no whole stack on this stream"
+            )
         out = {}
         for key, (sent, newest) in parts.items():
             ring, head, depth = self._rings[key], self._heads[key], self.specs[key].shape[0]
@@ -143,4 +138,4 @@ class Stacks:
             # Frame j of a row (oldest first) lies at (head + 1 + j) % depth of its seat's ring.
             out[key] = ring[seats[:, None], (head[seats, None] + 1 + np.arange(depth)) % depth]
         self._seen[seats] = True
-        return out, ""
+        return out
