@@ -321,10 +321,8 @@ def load_checkpoint(path: str):
         step, meta = _latest_meta(checkpointer, directory, step)
         config = from_dict(meta["config"])
         network = make_network(config.network, make_env_spec(config.env))
-        target = ts.init_train_state(
-            network, ts.make_optimizer(config.optimizer), jax.random.key(0)
-        )
-        state, meta = checkpointer.restore(target, step)
+        state, meta = checkpointer.restore(ts.abstract_train_state(network, config.optimizer), step)
+        state = jax.device_put(state)  # restored as host arrays; callers compute with it
     finally:
         checkpointer.close()
     return config, network, state, meta

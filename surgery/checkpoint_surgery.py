@@ -171,14 +171,6 @@ class PolicySurgery:
             )
 
 
-def abstract_train_state(network, optimizer_config) -> ts.TrainState:
-    """The TrainState structure (ShapeDtypeStructs) of a network, without computing anything."""
-    optimizer = ts.make_optimizer(optimizer_config)
-    return jax.eval_shape(
-        lambda key: ts.init_train_state(network, optimizer, key), jax.random.key(0)
-    )
-
-
 def abstract_policy(network) -> dict:
     """The {"params", "obs_norm"} structure of a network's league snapshot."""
     return jax.eval_shape(
@@ -324,7 +316,7 @@ def run_surgery(
             )
         old_network = make_network(old_config.network, spec_fn(old_config.env))
         state, meta = checkpointer.restore(
-            abstract_train_state(old_network, old_config.optimizer), step
+            ts.abstract_train_state(old_network, old_config.optimizer), step
         )
     finally:
         checkpointer.close()
@@ -348,7 +340,7 @@ def run_surgery(
         lr_zero_sgd_steps=int(lr_zero_updates) * sgd_per_update,
     )
     try:
-        surgery.check_fits(new_state, abstract_train_state(new_network, new_config.optimizer))
+        surgery.check_fits(new_state, ts.abstract_train_state(new_network, new_config.optimizer))
     except ops.SurgeryError as e:
         if not inferred:
             raise

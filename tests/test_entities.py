@@ -22,9 +22,9 @@ from seedlike.envs import make_env, make_env_spec
 from seedlike.envs.spaces import spec_from_spaces
 from seedlike.envs.targets import KINDS, Targets
 from seedlike.league.players import RandomAgent
+from seedlike.learner import train_state as ts
 from seedlike.rpc import codec
 from seedlike.types import LEGAL_ACTION_MASK, ArraySpec, EnvSpec
-from surgery import checkpoint_surgery
 from surgery.plan import Context, layout_of
 from tests.procs import ROOT, returns, train
 from tests.test_surgery import (
@@ -441,7 +441,7 @@ def test_entity_surgery_on_a_whole_checkpoint_with_a_league_snapshot(tmp_path):
     assert actions == [[11], [8, 9]]  # legal-mask columns to anneal in (anneal.new_actions)
     assert_exact(outcome.snapshot_reports["league/snapshots/3"])
     new_net = make_network(new_config.network, spec_fn(new_config.env))
-    target = checkpoint_surgery.abstract_train_state(new_net, new_config.optimizer)
+    target = ts.abstract_train_state(new_net, new_config.optimizer)
     restored, _ = Checkpointer(os.path.join(out, "checkpoints")).restore(target)
     nu = _adam(restored.opt_state).nu["params"]["entity_encoder"]["embed"]["kernel"]
     assert nu.shape == (8, 24) and np.all(nu[:, 16:] == 0) and np.all(nu[:5, :16] > 0)

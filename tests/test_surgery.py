@@ -23,7 +23,7 @@ from seedlike.checkpoint import Checkpointer
 from seedlike.config import base_config, load_config_file
 from seedlike.learner import train_state as ts
 from seedlike.types import ArraySpec, EnvSpec
-from surgery import checkpoint_surgery, ops
+from surgery import ops
 from surgery.plan import Context, layout_of
 
 TOL = 1e-5
@@ -666,7 +666,7 @@ def test_checkpoint_round_trip_restores_into_the_new_config(tmp_path):
 
     new_net = make_network(new_config.network, spec_fn(new_config.env))
     # What the learner does on resume: restore into the new config's TrainState structure.
-    target = checkpoint_surgery.abstract_train_state(new_net, new_config.optimizer)
+    target = ts.abstract_train_state(new_net, new_config.optimizer)
     restored, meta = Checkpointer(os.path.join(out, "checkpoints")).restore(target)
     assert int(restored.sgd_steps) == 80 and int(restored.updates) == 5
     assert int(restored.lr_zero_until) == outcome.lr_zero_until

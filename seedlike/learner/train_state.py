@@ -62,6 +62,14 @@ def init_train_state(network, optimizer, rng) -> TrainState:
     )
 
 
+def abstract_train_state(network, optimizer_config) -> TrainState:
+    """The TrainState structure (ShapeDtypeStructs) of a network, without computing anything: what
+    a checkpoint is restored into. Run op by op, a network's init dispatches about a hundred
+    small compilations (5.6 s for Connect Four's network, 0.3 s to trace it here)."""
+    optimizer = make_optimizer(optimizer_config)
+    return jax.eval_shape(lambda key: init_train_state(network, optimizer, key), jax.random.key(0))
+
+
 def make_sgd_step(loss_fn, optimizer, learning_rate_fn, axis_name: str = AXIS):
     """Returns the pure sgd_step(state, batch) -> (state, metrics), to be pmapped over axis_name."""
 
