@@ -202,3 +202,45 @@ def test_the_window_follows_how_long_senders_take_per_request():
         batcher._report(1e9)
     np.testing.assert_allclose(batcher._spread_s, 2 * WINDOW_LIMIT * timeout, rtol=1e-6)
     assert batcher.window_s == timeout
+
+
+def test_the_cap_follows_a_share_of_the_rows_in_circulation():
+    """4 x 64 rows close at 64 (a quarter), 16 x 64 at max_rows (256), 8 x 8 at min_rows (all
+    64); a session counts its latest request's rows, and a closed one none."""
+    batcher = Batcher(max_rows=256, timeout_s=10.0, share=0.25, min_rows=64)
+    opened(batcher, range(4))  # num_envs=8 each until they send
+    assert batcher.cap == 64
+    for s in range(4):
+        batcher.put(request(s, rows=64))
+    # Everything is waiting, yet each batch is one request: it reached the cap.
+    assert [[r.session_id for r in batcher.gather().requests] for _ in range(4)] == [
+        [0], [1], [2], [3]
+    ]  # fmt: skip
+    batcher.replied(range(4))
+    opened(batcher, range(4, 16))
+    for s in range(4, 16):
+        batcher.put(request(s, rows=64))
+    taken = []
+    while len(taken) < 12:  # the cap rises as the new sessions' requests are seen
+        taken += [r.session_id for r in batcher.gather().requests]
+    batcher.replied(range(16))
+    assert batcher.cap == 256
+    for s in range(16):
+        batcher.put(request(s, rows=64))
+    assert [r.session_id for r in batcher.gather().requests] == [0, 1, 2, 3]
+    for s in range(16):
+        batcher.put(Control(s))  # all closed
+    while not batcher.gather().controls:  # the requests still waiting come first
+        pass
+    assert batcher.cap == 64  # min_rows, with nobody open
+    small = Batcher(max_rows=256, timeout_s=10.0, share=0.25, min_rows=64)
+    opened(small, range(8))
+    for s in range(8):
+        small.put(request(s, rows=8))
+    assert [r.session_id for r in small.gather().requests] == list(range(8))
+    # A request bigger than the cap is a batch of its own.
+    solo = Batcher(max_rows=256, timeout_s=10.0, share=0.25, min_rows=64)
+    opened(solo, [0, 1])
+    solo.put(request(0, rows=300))
+    solo.put(request(1, rows=300))
+    assert [len(solo.gather().requests) for _ in range(2)] == [1, 1]

@@ -28,6 +28,14 @@ previous one. A batch should therefore hold every request that can still come so
   bursts of four split into batches of 85-107 rows; with a window of ~6 ms every batch held all
   256 (RESULTS.md). Small requests (CartPole: a fraction of a millisecond) leave the window at
   `timeout_s`.
+* The batch's size cap follows the rows in circulation: `share` of the rows the open sessions
+  send per request, together, within [`min_rows`, `max_rows`]. A batch of every row in flight
+  makes the actors wait for all of its stages and the server for all of their steps; with a
+  quarter, a batch computes while the next is gathered and the one before is answered. 4 actors x
+  64 Atari rows then close at 64 (each batch one front end's rows, read in place: 1.02-1.38x the
+  rows served at 256 on 2 cores with one front end, 1.3x on a 16-core H100 host with four),
+  16 x 64 at 256 (the best measured there), and 8 x 8 CartPole at 64, all of it as before
+  (RESULTS.md). A session counts the rows of its latest request (at first its env count).
 * A session that could have sent but missed such a batch is late, and later batches do not wait
   for it until it sends again: a stalled actor costs the others one window, not one per batch
   (with a 5 ms timeout, waiting for it every batch cut a CartPole run from 10.8k to 2.4k env
@@ -114,9 +122,14 @@ class Batcher:
     a batch reports `replied(session_ids)` for its requests, so the rule knows who is in flight.
     """
 
-    def __init__(self, max_rows: int, timeout_s: float):
+    def __init__(self, max_rows: int, timeout_s: float, share: float = 1.0, min_rows: int = 1):
         self.max_rows = int(max_rows)
         self.timeout_s = float(timeout_s)
+        self.share = float(share)
+        self.min_rows = min(int(min_rows), self.max_rows)
+        # Rows per request of each open session, and their sum (the cap above).
+        self._session_rows: dict[int, int] = {}
+        self._open_rows = 0
         self._spread_s = 0.0  # running mean of the requests' spread_s
         # C-level put and get (queue.Queue's Python Condition cost the interpreter per request).
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -179,12 +192,17 @@ class Batcher:
             if isinstance(item, Control):
                 if item.opens:
                     self._open.add(item.session_id)
+                    self._count_rows(item.session_id, item.num_envs)
                 else:
                     self._open.discard(item.session_id)
                     self._late.discard(item.session_id)
+                    self._count_rows(item.session_id, 0)
                 controls.append(item)
                 continue
-            if requests and rows + item.num_rows > self.max_rows:
+            if self._session_rows.get(item.session_id, 0) != item.num_rows:
+                self._count_rows(item.session_id, item.num_rows)
+            cap = self.cap
+            if requests and rows + item.num_rows > cap:
                 self._held = item
                 return self._close(requests, present, controls, started)
             now = time.perf_counter()
@@ -197,8 +215,21 @@ class Batcher:
             present.add(item.session_id)
             self._late.discard(item.session_id)
             rows += item.num_rows
-            if rows >= self.max_rows or not self._expected(present):
+            if rows >= cap or not self._expected(present):
                 return self._close(requests, present, controls, started)
+
+    @property
+    def cap(self) -> int:
+        """Rows at which a batch closes (module docstring)."""
+        return min(self.max_rows, max(self.min_rows, int(self.share * self._open_rows)))
+
+    def _count_rows(self, session_id: int, rows: int) -> None:
+        """Sets a session's rows per request (0: closed; only open sessions count)."""
+        if session_id not in self._open:
+            rows = 0
+        self._open_rows += rows - self._session_rows.pop(session_id, 0)
+        if rows:
+            self._session_rows[session_id] = rows
 
     @property
     def window_s(self) -> float:

@@ -208,7 +208,12 @@ class InferenceService:
         self.stats = InferenceStats()
         self.runner = PolicyRunner(network, greedy=greedy, seed=seed, guard=guard)
         self.seats = SeatTable(spec.num_players, network.initial_carry)
-        self.batcher = Batcher(server_config.max_batch_rows, server_config.batch_timeout_ms / 1e3)
+        self.batcher = Batcher(
+            server_config.max_batch_rows,
+            server_config.batch_timeout_ms / 1e3,
+            server_config.batch_share,
+            server_config.min_batch_rows,
+        )
         # Two batches may be in flight between gather and reply: one computing, one being fetched.
         self._jobs = Handoff(maxsize=2)
         self._computing = Counter()  # batches dispatched and not yet fetched
