@@ -329,6 +329,10 @@ def base_config() -> ml_collections.ConfigDict:
     # exploiters play the live main agents). Such an exploiter judges its exploits on those games,
     # as games against the newest main snapshot it holds.
     c.league.shared_games = ()
+    # Config values for the exploiters' runs only, as "KEY=VALUE" texts (the --config flag
+    # syntax), e.g. ("ppo.epochs=1",): exploiters that learn more cheaply leave the main agent
+    # more of a shared machine.
+    c.league.exploiter_overrides = ()
 
     # Bring an environment change in gradually after surgery (OpenAI Five App. B): the share of new
     # episodes with the change ramps from 0 to 1 over `updates` policy versions from start_version;
@@ -615,6 +619,14 @@ def _validate_roles(league, need) -> None:
     need(
         all(r in roles and r != "main" for r in shared) and len(set(shared)) == len(shared),
         f"league.shared_games={shared} must name distinct exploiter roles of league.roles={roles}",
+    )
+    bad = [o for o in league.exploiter_overrides if "=" not in str(o) or str(o).startswith("=")]
+    need(
+        not bad,
+        f"league.exploiter_overrides={tuple(league.exploiter_overrides)}: {bad[0]!r} is not "
+        "KEY=VALUE (e.g. 'ppo.epochs=1')"
+        if bad
+        else "",
     )
     need(0 < league.exploit_win_rate <= 1, "league.exploit_win_rate must be in (0, 1]")
     need(league.exploit_min_games >= 0, "league.exploit_min_games must be >= 0")

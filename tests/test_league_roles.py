@@ -375,6 +375,16 @@ def test_the_launcher_gives_each_role_its_directory_seed_actors_and_niceness(tmp
     assert nice == {"main": 0, "main_exploiter": 5, "league_exploiter": 5}
     with pytest.raises(jobs.SpecError, match="has no league.roles"):
         role_runs("configs/connect4_selfplay.py", str(tmp_path), {}, 0)
+    # Exploiters only, on top of everything else.
+    cheap = {"league.exploiter_overrides": "('ppo.epochs=1', 'config.ppo.num_minibatches = 2')"}
+    runs, _, _ = role_runs(C4_LEAGUE, str(tmp_path), cheap, 0)
+    assert "ppo.epochs" not in runs["main"][0]
+    for role in ("main_exploiter", "league_exploiter"):
+        assert runs[role][0]["ppo.epochs"] == "1" and runs[role][0]["ppo.num_minibatches"] == "2"
+    with pytest.raises(jobs.SpecError, match="unknown config key 'ppo.epoch'"):
+        role_runs(C4_LEAGUE, str(tmp_path), {"league.exploiter_overrides": "('ppo.epoch=1',)"}, 0)
+    with pytest.raises(jobs.SpecError, match="'ppo.epochs' is not KEY=VALUE"):
+        role_runs(C4_LEAGUE, str(tmp_path), {"league.exploiter_overrides": "('ppo.epochs',)"}, 0)
 
 
 def test_the_exploiters_stop_when_the_main_agents_run_ends(tmp_path, monkeypatch):

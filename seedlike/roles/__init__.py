@@ -6,7 +6,8 @@ seedlike.league.roles says what each role plays and when exploiters reset):
 starts one `scripts/train.sh` run per entry of the config's `league.roles`, all at once, in
 <logdir>/<role>/ with `league.role` and `league.role_dir` set, seed config.seed + k for role k,
 `league.role_actors[k]` actors (else --num_actors) and scheduling niceness `league.role_nice[k]`
-(roles that share one machine's cores: the main agent first). Exploiters run without TrueSkill
+(roles that share one machine's cores: the main agent first); exploiters with
+`league.exploiter_overrides` on top. Exploiters run without TrueSkill
 evaluation (the main agent's skill is the league's result) and without a step budget of their
 own: when the main agent's run ends (total_env_steps), they stop with it. A run that fails starts
 again from its checkpoint (--retries); Ctrl-C stops every role with a checkpoint, and the same
@@ -39,6 +40,9 @@ def role_runs(config_path: str, logdir: str, passed: dict[str, str], seed: int):
         if role != "main":
             cell["league.eval_interval_s"] = "0"
             cell["total_env_steps"] = str(EXPLOITER_STEPS)
+            for override in config.league.exploiter_overrides:
+                key, value = str(override).split("=", 1)
+                cell[key.strip().removeprefix("config.")] = value.strip()
         jobs.check_cell(config_path, {**passed, **cell})
         runs[role] = (cell, seed + k)
         if config.league.role_actors:
