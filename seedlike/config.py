@@ -620,14 +620,11 @@ def _validate_roles(league, need) -> None:
         all(r in roles and r != "main" for r in shared) and len(set(shared)) == len(shared),
         f"league.shared_games={shared} must name distinct exploiter roles of league.roles={roles}",
     )
-    bad = [o for o in league.exploiter_overrides if "=" not in str(o) or str(o).startswith("=")]
-    need(
-        not bad,
-        f"league.exploiter_overrides={tuple(league.exploiter_overrides)}: {bad[0]!r} is not "
-        "KEY=VALUE (e.g. 'ppo.epochs=1')"
-        if bad
-        else "",
-    )
+    for override in map(str, league.exploiter_overrides):
+        need(
+            "=" in override and not override.startswith("="),
+            f"league.exploiter_overrides: {override!r} is not KEY=VALUE (e.g. 'ppo.epochs=1')",
+        )
     need(0 < league.exploit_win_rate <= 1, "league.exploit_win_rate must be in (0, 1]")
     need(league.exploit_min_games >= 0, "league.exploit_min_games must be >= 0")
     most = 1.0 / (1.0 - league.payoff_decay) if league.payoff_decay < 1 else float("inf")

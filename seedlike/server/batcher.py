@@ -32,10 +32,11 @@ previous one. A batch should therefore hold every request that can still come so
   send per request, together, within [`min_rows`, `max_rows`]. A batch of every row in flight
   makes the actors wait for all of its stages and the server for all of their steps; with a
   quarter, a batch computes while the next is gathered and the one before is answered. 4 actors x
-  64 Atari rows then close at 64 (each batch one front end's rows, read in place: 1.02-1.38x the
-  rows served at 256 on 2 cores with one front end, 1.3x on a 16-core H100 host with four),
-  16 x 64 at 256 (the best measured there), and 8 x 8 CartPole at 64, all of it as before
-  (RESULTS.md). A session counts the rows of its latest request (at first its env count).
+  64 Atari rows then close at 64, each batch one front end's rows, read in place: 1.02-1.38x the
+  rows served at 256 on 2 cores with one front end, 1.3x those at 128 on a 16-core H100 host
+  with four. 16 x 64 close at 256 (the best measured on a 16-core host), and 8 x 8 CartPole at
+  all 64, as before (RESULTS.md). A session counts the rows of its latest request (at first its
+  env count).
 * A session that could have sent but missed such a batch is late, and later batches do not wait
   for it until it sends again: a stalled actor costs the others one window, not one per batch
   (with a 5 ms timeout, waiting for it every batch cut a CartPole run from 10.8k to 2.4k env
