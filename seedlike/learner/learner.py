@@ -18,6 +18,7 @@ current values along the unroll).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -139,7 +140,13 @@ class Learner:
     # State ------------------------------------------------------------------------------------
 
     def init_state(self, rng) -> ts.TrainState:
-        return ts.init_train_state(self.network, self.optimizer, rng)
+        """A fresh state as host arrays, like a restored checkpoint's; set_state puts it on the
+        devices under the guard. Compiled as one program (kept in the compilation cache): run op
+        by op, a network's init is about a hundred small compilations, 1.9 s for CartPole's and
+        5.6 s for Connect Four's. The host copy is taken before anything else runs: a
+        computation still running outside the guard could stall a collective (devices.py)."""
+        init = jax.jit(functools.partial(ts.init_train_state, self.network, self.optimizer))
+        return jax.device_get(init(rng))
 
     def set_state(self, state: ts.TrainState) -> None:
         """Installs an unreplicated state on this process's devices (leading axis = device)."""
