@@ -7,6 +7,7 @@ import pytest
 
 from networks import make_network
 from seedlike.config import base_config
+from seedlike.learner import train_state as ts
 from seedlike.learner.learner import Learner
 from seedlike.types import ArraySpec, EnvSpec, Unroll
 
@@ -167,6 +168,22 @@ def test_first_sgd_step_is_on_policy(variant):
         assert metrics[0]["loss/clip_fraction"] == 0.0
     else:
         assert metrics[0]["loss/rho_mean"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_fresh_state_is_the_networks_init_as_host_arrays():
+    """init_state runs the init as one compiled program: the values of running it op by op, on
+    the host (nothing of it left running on a device outside the learner's guard)."""
+    config = small_config()
+    network = make_network(config.network, SPEC)
+    learner = Learner(config, network, devices=jax.local_devices()[:1])
+    state = learner.init_state(jax.random.key(3))
+    eager = ts.init_train_state(network, learner.optimizer, jax.random.key(3))
+    leaves = jax.tree.leaves(state)
+    assert leaves and all(type(x) is np.ndarray for x in leaves), {type(x) for x in leaves}
+    assert jax.tree.structure(state) == jax.tree.structure(eager)
+    for got, want in zip(leaves, jax.tree.leaves(eager)):
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-6, atol=1e-7)
+    assert np.std(np.asarray(state.params["params"]["policy_torso"]["dense_0"]["kernel"])) > 0.1
 
 
 def _update_with(corrupt):
