@@ -42,6 +42,7 @@ flags.mark_flag_as_required("checkpoint")
 def main(argv):
     del argv
     xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
+    xla_flags.cache_compilations()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -47,6 +47,7 @@ REPEAT_S = 2.0  # a stop signal this long after the first exits at once
 def main(argv):
     del argv
     xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
+    xla_flags.cache_compilations()
     stop = threading.Event()
     grace_s = float(_CONFIG.value.checkpoint.stop_grace_s)
 

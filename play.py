@@ -45,6 +45,7 @@ flags.mark_flag_as_required("a")
 def main(argv):
     del argv
     xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
+    xla_flags.cache_compilations()
     try:
         a, b = (
             games.make_agent(x, greedy=_GREEDY.value, search_depth=_SEARCH.value)
