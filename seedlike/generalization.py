@@ -19,7 +19,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from seedlike.envs import make_env, make_env_spec
+from seedlike.envs import in_env_order, make_env, make_env_spec
 from seedlike.policy import PolicyRunner
 
 # Levels played at once (their envs step together, one policy call for all of them).
@@ -107,8 +107,8 @@ def _play_group(network, runner, policy_params, env_config, levels, episodes, rn
         for env in envs:
             env.reset()
         while not finished.all():
-            parts = [env.recv() for env in envs]
-            # Row i of level k is env k * episodes + env_id (envpool may return envs in any order).
+            parts = [in_env_order(env.recv()) for env in envs]
+            # Row i of level k is env k * episodes + env_id.
             index = np.concatenate([k * episodes + p.env_id for k, p in enumerate(parts)])
             reward = np.concatenate([p.reward for p in parts])
             done = np.concatenate([p.terminated | p.truncated for p in parts])

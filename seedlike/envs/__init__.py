@@ -17,9 +17,10 @@ from __future__ import annotations
 import dataclasses
 
 import ml_collections
+import numpy as np
 
 from seedlike.envs import levels, teammates
-from seedlike.types import LEVEL
+from seedlike.types import LEVEL, Rows
 
 BACKENDS = ("envpool", "pettingzoo", "gymnasium")
 
@@ -113,3 +114,14 @@ def make_env(env_config, spec, seed: int):
     own = {k: spec.observation[k] for k in teammates.own_keys(spec.observation)}
     env = adapter(env_config, dataclasses.replace(spec, observation=own), seed)
     return teammates.TeammatesAdapter(env, spec, team_size)
+
+
+def in_env_order(rows: Rows) -> Rows:
+    """The rows sorted by (env, player). envpool hands them back in the order its threads
+    finished, which changes from run to run; evaluations sort them, so that their random draws
+    and the episodes that count are the same for the same seed. Actors do not: the learner does
+    not depend on the order, and sorting would copy every observation."""
+    order = np.lexsort((rows.player_id, rows.env_id))
+    return Rows(
+        *({k: v[order] for k, v in f.items()} if isinstance(f, dict) else f[order] for f in rows)
+    )

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from seedlike.config import section
+from seedlike.envs import in_env_order
 from seedlike.envs.envpool_env import EnvpoolAdapter, make_env_spec
 from seedlike.league import players, search
 from seedlike.policy import PolicyRunner
@@ -174,7 +175,7 @@ def play_match(
         if stop is not None and stop.is_set():
             env.close()
             raise Interrupted()
-        rows = env.recv()
+        rows = in_env_order(env.recv())
         done = rows.terminated | rows.truncated
         actions = np.zeros(rows.reward.shape[0], np.int32)
         for i in np.flatnonzero(done & (rows.player_id == 0)):
