@@ -43,7 +43,7 @@ def cache_compilations() -> None:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     folder = os.path.join(base, "seedlike", "jax", _cpu_key())
     jax.config.update("jax_compilation_cache_dir", folder)
-    # JAX's default (1 s) leaves out the policy and init programs, which compile in 0.2-1 s.
+    # JAX's default (1 s) would leave out most policy and init programs, which compile faster.
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
 
