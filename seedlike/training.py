@@ -23,7 +23,7 @@ import numpy as np
 from networks import make_network
 from seedlike import checkpoint as ckpt_lib
 from seedlike import config as config_lib
-from seedlike import distributed
+from seedlike import distributed, procstats
 from seedlike.league import roles
 from seedlike.league.evaluation import Evaluation, EvaluationThread
 from seedlike.league.league import League, PeerSnapshots
@@ -101,6 +101,7 @@ class Interval:
     staleness: list = dataclasses.field(default_factory=list)
     consumed: int = 0  # learning steps consumed by gradient steps, every epoch counted
     learn_s: float = 0.0
+    cpu_s: float = dataclasses.field(default_factory=lambda: procstats.usage().cpu_s)
 
 
 @dataclasses.dataclass
@@ -599,6 +600,15 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         "unrolls_stale": p.store.unrolls_stale,
         "actor_share_max": p.store.last_batch_max_share,
     }
+    own = procstats.usage()
+    row.update(
+        {
+            "process/rss_mb": own.rss_mb,
+            "process/cpu": (own.cpu_s - interval.cpu_s) / dt,
+            "process/threads": own.threads,
+            "process/open_files": own.open_files,
+        }
+    )
     busy = {**stats["busy_s"], "learn": interval.learn_s}
     row.update({f"busy/{stage}": s / dt for stage, s in busy.items()})
     row.update({f"latency_ms/{k}": v for k, v in stats["segments_ms"].items()})

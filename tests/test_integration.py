@@ -44,6 +44,7 @@ REQUIRED_KEYS = {
     "inference_batch_mean", "inference_latency_ms_p50", "inference_latency_ms_p99",
     "inference_window_ms",
     "loss/total", "loss/policy", "loss/value", "loss/entropy",
+    "process/rss_mb", "process/cpu", "process/threads", "process/open_files",
 }  # fmt: skip
 
 
@@ -69,6 +70,10 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     # The final row may cover a moment without an update (its learner values are null).
     learned = [r for r in rows if r["staleness_mean"] is not None]
     assert 0 <= learned[-1]["staleness_mean"] < 5 and learned[-1]["sample_reuse"] > 1
+    # The learner's own usage: a JAX runtime, gRPC's pools and the run's files, a busy core.
+    own = rows[-2]
+    assert 100 < own["process/rss_mb"] < 8192 and own["process/threads"] >= 4, own
+    assert own["process/open_files"] >= 5 and 0.1 < own["process/cpu"] <= os.cpu_count(), own
     address = open(logdir / "server_address").read().strip()
     assert not pids_matching(f"--server={address}"), "train.sh left actor processes behind"
 

@@ -1,0 +1,63 @@
+"""seedlike/procstats.py against what the process itself knows: its allocations, threads, open
+files and the CPU time Python measures."""
+
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+from seedlike import procstats
+
+MIB = 2**20
+
+
+def test_resident_memory_follows_an_allocation_that_is_touched_and_freed():
+    before = procstats.usage().rss_mb
+    block = np.ones(256 * MIB, dtype=np.uint8)  # ones: every page written, so resident
+    held = procstats.usage().rss_mb
+    del block  # an allocation this large is its own mapping: freeing it returns the pages
+    after = procstats.usage().rss_mb
+    assert 256 * 0.95 <= held - before <= 256 * 1.2, (before, held)
+    assert abs(after - before) <= 32, (before, after)
+
+
+def test_threads_and_open_files_count_the_ones_opened_and_closed(tmp_path):
+    start = procstats.usage()
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait)
+    worker.start()
+    f = open(tmp_path / "x", "w")  # noqa: SIM115 - held open on purpose
+    during = procstats.usage()
+    release.set()
+    worker.join()
+    f.close()
+    end = procstats.usage()
+    assert during.threads == start.threads + 1 and end.threads == start.threads
+    assert during.open_files == start.open_files + 1 and end.open_files == start.open_files
+
+
+def test_cpu_seconds_are_the_ones_python_measures_for_the_process():
+    own, ref = procstats.usage().cpu_s, time.process_time()
+    while time.process_time() - ref < 0.3:
+        pass
+    spent = procstats.usage().cpu_s - own
+    # /proc counts in clock ticks (10 ms): the two clocks agree to a few ticks.
+    assert abs(spent - (time.process_time() - ref)) < 0.05, spent
+
+
+def test_another_process_is_read_until_it_is_gone():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        seen = None
+        for _ in range(100):  # until the interpreter has loaded
+            seen = procstats.usage(child.pid)
+            if seen is not None and seen.rss_mb > 1:
+                break
+            time.sleep(0.05)
+        assert seen is not None and seen.threads == 1 and seen.rss_mb > 1
+    finally:
+        child.kill()
+        child.wait()
+    assert procstats.usage(child.pid) is None
