@@ -295,7 +295,12 @@ def base_config() -> ml_collections.ConfigDict:
     c.league.eval_opponents = 2  # references of nearest skill played per evaluation
     c.league.eval_greedy = False  # evaluate the most likely legal move instead of sampling
     c.league.reference_every = 200  # policy versions between snapshots promoted to references
-    c.league.reference_games = 200  # round-robin games rating each new reference
+    c.league.reference_games = 200  # games against each reference rating a new one
+    # A new reference plays the references nearest the learning policy's skill, at most this
+    # many (0: all of them, a cost that grows with every reference), and at most max_references
+    # snapshot references are kept, the weakest leaving first (0: all; bots always stay).
+    c.league.reference_opponents = 4
+    c.league.max_references = 24
     # Built-in opponents (AlphaStar and TLeague mix fixed bots into the pool): with probability
     # p_bots a new episode's opponent is one of `bots` ("random"; "scripted" for Connect Four).
     c.league.bots = ()

@@ -213,6 +213,53 @@ def test_evaluation_reports_win_rates_only_for_the_references_it_just_played():
     }
 
 
+def test_a_reference_plays_the_nearest_references_and_the_weakest_leave_beyond_the_limit(
+    tmp_path,
+):
+    """Rating a new reference against every one already there cost more with each reference
+    (the evaluation thread fell behind in long runs) and each kept its params in memory."""
+    config = base_config()
+    config.env.name = "ConnectFour-v1"
+    config.network.hidden_sizes = (16,)
+    config.network.normalize_obs = False
+    network = make_network(config.network, make_env_spec(config.env))
+    params = {"params": network.init(jax.random.key(0)), "obs_norm": {}}
+    league = league_config(reference_games=6, reference_opponents=2, max_references=3)
+    evaluation = Evaluation(league, "ConnectFour-v1", network, snapshot_dir=str(tmp_path))
+    evaluation.setup()
+    played = []
+    games = evaluation._games
+
+    def spy(agent, opponent, n):  # the real games, recorded
+        played.append(({id(a): r for r, a in evaluation.agents.items()}[id(opponent)], n))
+        return games(agent, opponent, n)
+
+    evaluation._games = spy
+    random, scripted = BOTS["random"].id, BOTS["scripted"].id
+    for version in (1, 2, 3):
+        played.clear()
+        evaluation.add_reference(version, params)
+        assert len(played) == 2 and all(n == 6 for _, n in played), played
+    assert set(evaluation.evaluator.references) == {random, scripted, 1, 2, 3}
+
+    # Known skills; the learning policy sits at 22: 20 and 30 are nearest, 5 the weakest snapshot.
+    skills = {random: 0.0, scripted: 10.0, 1: 5.0, 2: 20.0, 3: 30.0}
+    evaluation._replace_references({r: trueskill.Rating(mu, 1.0) for r, mu in skills.items()})
+    evaluation.evaluator.rating = trueskill.Rating(mu=22.0, sigma=1.0)
+    played.clear()
+    evaluation.add_reference(4, params)
+    assert sorted(r for r, _ in played) == [2, 3]
+    # Four snapshot references, three kept: the weakest snapshot (1) left, the bots stayed.
+    references = evaluation.evaluator.references
+    assert set(references) == {random, scripted, 2, 3, 4}
+    assert set(evaluation.agents) == set(references)
+
+    # A resumed run holds only the references kept.
+    resumed = Evaluation(league, "ConnectFour-v1", network, snapshot_dir=str(tmp_path))
+    resumed.load_state_dict(json.loads(json.dumps(evaluation.state_dict())), params)
+    assert set(resumed.agents) == set(references)
+
+
 def test_the_payoff_matrix_weighs_results_as_the_config_says(tmp_path):
     _, network = tiny_network()
     params = forced_params(network, 1)

@@ -2,9 +2,12 @@
 
 References: the random agent (anchored at mu = 0), the scripted agent where the game has one, and
 frozen snapshots of the learning policy promoted every `league.reference_every` policy versions.
-References are rated once, by round-robin games against the references already there, and their
-ratings never change afterwards. Each evaluation starts a new agent version at the previous mu
-(with the prior sigma) and plays it only against the references of nearest skill.
+The base references are rated once by a round-robin among them; a snapshot reference once, by
+games against the references nearest the learning policy's skill (`reference_opponents`), and
+at most `max_references` snapshots stay, the weakest leaving first: a long run's evaluation
+costs the same in its tenth hour as in its first. Ratings never change after that. Each
+evaluation starts a new agent version at the previous mu (with the prior sigma) and plays it
+only against the references of nearest skill.
 
 Runs in its own thread of the learner process and plays games locally with envpool.
 """
@@ -77,18 +80,37 @@ class Evaluation:
         )
 
     def add_reference(self, version: int, policy_params) -> None:
-        """Freezes the policy of `version` as a reference, rated once against the others."""
+        """Freezes the policy of `version` as a reference, rated once by `reference_games`
+        games against each of the `reference_opponents` references nearest the learning
+        policy's rating (0: all of them), starting from that rating. Beyond `max_references`
+        snapshot references (0: no limit), the one of lowest skill leaves (bots stay).
+
+        Bounded both ways: rating against every reference cost reference_games games per
+        reference already there, so the evaluation thread, which shares the learner's
+        interpreter, fell further behind with every reference, and each one held its params.
+        """
         agent = self._network_agent(policy_params, players.describe(version))
-        rater = TrueSkillEvaluator(self.evaluator.references)
+        rater = TrueSkillEvaluator(self.evaluator.references, mu=self.evaluator.mu)
+        k = int(self.config.reference_opponents) or len(self.evaluator.references)
         n = int(self.config.reference_games)
-        for reference in list(self.evaluator.references):
+        for reference in self.evaluator.pick_opponents(k):
             for outcome in self._games(agent, self.agents[reference], n).outcomes:
                 rater.update(reference, outcome)
         if self.snapshot_dir is not None:
             save_snapshot(self.snapshot_dir, version, policy_params)
         references = {**self.evaluator.references, version: rater.rating}
+        limit = int(self.config.max_references)
+        if limit:
+            snapshots = sorted(
+                (r for r in references if not players.is_bot(r)), key=lambda r: references[r].mu
+            )
+            for weakest in snapshots[: max(0, len(snapshots) - limit)]:
+                del references[weakest]
+                self.agents.pop(weakest, None)
+                logging.info("TrueSkill reference %s left", players.describe(weakest))
         self._replace_references(references)
-        self.agents[version] = agent
+        if version in references:
+            self.agents[version] = agent
         logging.info("TrueSkill reference v%d rated mu=%.2f", version, rater.rating.mu)
 
     def _replace_references(self, references) -> None:
