@@ -22,6 +22,7 @@ import json
 import os
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -38,6 +39,9 @@ _INTERVAL = flags.DEFINE_float("interval_s", 15.0, "Seconds between samples.")
 _WARMUP = flags.DEFINE_float("warmup", 0.25, "Fraction of the minutes before the baseline.")
 _LOGDIR = flags.DEFINE_string("logdir", None, "The run's directory (added as --logdir=).")
 _STOP_S = flags.DEFINE_float("stop_s", 180.0, "Seconds the run may take to stop.")
+_FROM = flags.DEFINE_string(
+    "from_json", None, "Summarize the samples of an earlier soak's JSON again (no run)."
+)
 _OUT = flags.DEFINE_string("out", None, "JSON path (default benchmarks/results/soak-<time>.json).")
 
 
@@ -170,6 +174,13 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float | None:
     return 3600 * sum((t - mt) * (v - mv) for t, v in points) / var
 
 
+def quarter_medians(values: list[float]) -> list[float]:
+    """Medians of the four consecutive quarters of `values` (fewer with under 4 values)."""
+    k = min(4, len(values))
+    bounds = [round(i * len(values) / k) for i in range(k + 1)] if k else []
+    return [float(statistics.median(values[a:b])) for a, b in zip(bounds, bounds[1:])]
+
+
 def summarize(samples: list[dict], warmup_s: float) -> dict:
     """Per process and per directory entry: the value at the warm-up's end, at the end, and the
     slope after the warm-up."""
@@ -187,6 +198,8 @@ def summarize(samples: list[dict], warmup_s: float) -> dict:
             "rss_mb_end": seen[-1][1]["rss_mb"],
             "rss_mb_max": max(u["rss_mb"] for _, u in seen),
             "rss_mb_per_hour": slope_per_hour([(t, u["rss_mb"]) for t, u in seen]),
+            # Robust to the allocator's swings of tens of MiB: a leak rises quarter by quarter.
+            "rss_mb_quarter_medians": quarter_medians([u["rss_mb"] for _, u in seen]),
             "threads": [min(u["threads"] for _, u in seen), max(u["threads"] for _, u in seen)],
             "open_files": [
                 min(u["open_files"] for _, u in seen),
@@ -222,14 +235,16 @@ def table(summary: dict) -> str:
         return "-" if v is None else fmt.format(v)
 
     lines = [
-        "| process | RSS after warm-up (MiB) | RSS end | MiB/hour after warm-up | threads | "
-        "open files | cores |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| process | RSS after warm-up (MiB) | RSS end | MiB/hour after warm-up | medians by "
+        "quarter after warm-up | threads | open files | cores |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, p in summary["processes"].items():
         lines.append(
             f"| {name} | {num(p['rss_mb_after_warmup'])} | {num(p['rss_mb_end'])} | "
-            f"{num(p['rss_mb_per_hour'], '{:+.1f}')} | {p['threads'][0]}-{p['threads'][1]} | "
+            f"{num(p['rss_mb_per_hour'], '{:+.1f}')} | "
+            f"{', '.join(f'{m:.0f}' for m in p['rss_mb_quarter_medians'])} | "
+            f"{p['threads'][0]}-{p['threads'][1]} | "
             f"{p['open_files'][0]}-{p['open_files'][1]} | {num(p['cores'], '{:.2f}')} |"
         )
     lines += [
@@ -246,6 +261,16 @@ def table(summary: dict) -> str:
 
 
 def main(argv):
+    if _FROM.value:
+        with open(_FROM.value) as f:
+            earlier = json.load(f)
+        warmup = _WARMUP.value if _WARMUP.present else earlier["warmup"]
+        summary = summarize(earlier["samples"], warmup * 60 * earlier["minutes"])
+        earlier.update({**summary, "warmup": warmup})
+        with open(_FROM.value, "w") as f:
+            json.dump(earlier, f, indent=2)
+        print(table(summary))
+        return
     command = argv[1:]
     if not command or _LOGDIR.value is None:
         raise app.UsageError("give --logdir=DIR and the run's command after --")
