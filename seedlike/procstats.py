@@ -5,7 +5,7 @@ reconnecting actor, a file left open per snapshot. The learner writes its own us
 metrics row (README, "Metrics") and benchmarks/soak.py follows every process of a run this way.
 
 Linux reads /proc/<pid>; elsewhere only the calling process is known, and only what `resource`
-and `threading` say of it (peak memory, Python threads); values not known are NaN.
+(POSIX) and `threading` say of it (peak memory, Python threads); values not known are NaN.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import resource
 import sys
 import threading
 
@@ -59,6 +58,10 @@ def usage(pid: int | None = None) -> Usage | None:
 
 
 def _usage_without_proc() -> Usage:
+    try:
+        import resource  # POSIX only
+    except ImportError:
+        return Usage(math.nan, threading.active_count(), math.nan, math.nan)
     own = resource.getrusage(resource.RUSAGE_SELF)
     # ru_maxrss is the peak, in bytes on macOS and KiB elsewhere: an upper bound of the present.
     peak = own.ru_maxrss / (1024 * 1024 if sys.platform == "darwin" else 1024)
