@@ -1,41 +1,64 @@
-"""seedlike/procstats.py against what the process itself knows: its allocations, threads, open
-files and the CPU time Python measures."""
+"""seedlike/procstats.py against what a process itself knows: its allocations, threads, open
+files and the CPU time Python measures.
 
+The counts are taken in a fresh interpreter: a test worker may still hold threads and memory of
+earlier tests that end or free while these are measured."""
+
+import os
 import subprocess
 import sys
-import threading
+import textwrap
 import time
-
-import numpy as np
 
 from seedlike import procstats
 
-MIB = 2**20
+
+def run_fresh(code: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # the checkout
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_resident_memory_follows_an_allocation_that_is_touched_and_freed():
-    before = procstats.usage().rss_mb
-    block = np.ones(256 * MIB, dtype=np.uint8)  # ones: every page written, so resident
-    held = procstats.usage().rss_mb
-    del block  # an allocation this large is its own mapping: freeing it returns the pages
-    after = procstats.usage().rss_mb
-    assert 256 * 0.95 <= held - before <= 256 * 1.2, (before, held)
-    assert abs(after - before) <= 32, (before, after)
+    run_fresh("""
+        import numpy as np
+        from seedlike import procstats
+
+        before = procstats.usage().rss_mb
+        block = np.ones(256 * 2**20, dtype=np.uint8)  # every page written, so resident
+        held = procstats.usage().rss_mb
+        del block  # an allocation this large is its own mapping: freeing it returns the pages
+        after = procstats.usage().rss_mb
+        assert 256 * 0.95 <= held - before <= 256 * 1.2, (before, held)
+        assert abs(after - before) <= 32, (before, after)
+    """)
 
 
-def test_threads_and_open_files_count_the_ones_opened_and_closed(tmp_path):
-    start = procstats.usage()
-    release = threading.Event()
-    worker = threading.Thread(target=release.wait)
-    worker.start()
-    f = open(tmp_path / "x", "w")  # noqa: SIM115 - held open on purpose
-    during = procstats.usage()
-    release.set()
-    worker.join()
-    f.close()
-    end = procstats.usage()
-    assert during.threads == start.threads + 1 and end.threads == start.threads
-    assert during.open_files == start.open_files + 1 and end.open_files == start.open_files
+def test_threads_and_open_files_count_the_ones_opened_and_closed():
+    run_fresh("""
+        import tempfile, threading
+        from seedlike import procstats
+
+        start = procstats.usage()
+        release = threading.Event()
+        worker = threading.Thread(target=release.wait)
+        worker.start()
+        f = tempfile.TemporaryFile()
+        during = procstats.usage()
+        release.set()
+        worker.join()
+        f.close()
+        end = procstats.usage()
+        assert during.threads == start.threads + 1 and end.threads == start.threads, (
+            start, during, end)
+        assert during.open_files == start.open_files + 1 and end.open_files == start.open_files, (
+            start, during, end)
+    """)
 
 
 def test_cpu_seconds_are_the_ones_python_measures_for_the_process():
