@@ -47,25 +47,36 @@ def threads_cpu(pid: int, python: set[int] | None = None, by_thread: dict | None
     return total, interpreter
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds of a process (every thread); 0 once it is gone."""
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, ...: field 3
+    of proc(5) is index 0); None once the process is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
+            # The command name in parentheses may hold spaces: fields count after its ')'.
+            return f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def processes() -> dict[int, list[str]]:
+    """Every live process's stat fields (`stat_fields`), by process id."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = stat_fields(int(entry))
+            if fields is not None:
+                table[int(entry)] = fields
+    return table
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds of a process (every thread); 0 once it is gone."""
+    fields = stat_fields(pid)
+    if fields is None:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def children(pid: int) -> list[int]:
     """The process ids whose parent is `pid`."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(entry))
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-    return out
+    return [child for child, fields in processes().items() if int(fields[1]) == pid]

@@ -31,7 +31,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import results_io  # noqa: E402
+from benchmarks import proc_cpu, results_io  # noqa: E402
 from seedlike import procstats  # noqa: E402
 
 _MINUTES = flags.DEFINE_float("minutes", 30.0, "How long the run lasts before Ctrl-C.")
@@ -51,14 +51,7 @@ _TRANSIENT = ("sleep",)
 
 def descendants(root: int) -> dict[int, int]:
     """`root` and every process below it, each with its parent (parents first), from /proc."""
-    parent = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (FileNotFoundError, ProcessLookupError, IndexError):
-                continue
+    parent = {pid: int(fields[1]) for pid, fields in proc_cpu.processes().items()}
     found, frontier = {root: 0}, {root}
     while frontier:
         frontier = {pid for pid, ppid in parent.items() if ppid in frontier}
@@ -67,18 +60,12 @@ def descendants(root: int) -> dict[int, int]:
 
 
 def group(pgid: int) -> list[int]:
-    """The live processes of process group `pgid`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                found.append(int(entry))
-    return found
+    """The live processes of process group `pgid` (zombies left out)."""
+    return [
+        pid
+        for pid, fields in proc_cpu.processes().items()
+        if int(fields[2]) == pgid and fields[0] != "Z"
+    ]
 
 
 def label(pid: int) -> str | None:

@@ -45,6 +45,16 @@ def tiny_network():
     return c, make_network(c.network, SPEC)
 
 
+def tiny_connect_four():
+    """A Connect Four network of 16 hidden units and its initial policy."""
+    config = base_config()
+    config.env.name = "ConnectFour-v1"
+    config.network.hidden_sizes = (16,)
+    config.network.normalize_obs = False
+    network = make_network(config.network, make_env_spec(config.env))
+    return network, {"params": network.init(jax.random.key(0)), "obs_norm": {}}
+
+
 def forced_params(network, action):
     """Params whose policy plays `action` (logit bias +50) whatever the board."""
     params = network.init(jax.random.key(0))
@@ -187,12 +197,7 @@ def test_league_state_survives_a_checkpoint_round_trip(tmp_path):
 def test_evaluation_reports_win_rates_only_for_the_references_it_just_played():
     """A reference left behind by the rating (here random, once the agent sits at the scripted
     agent's level) must not keep reporting the win rate of an old version."""
-    config = base_config()
-    config.env.name = "ConnectFour-v1"
-    config.network.hidden_sizes = (16,)
-    config.network.normalize_obs = False
-    network = make_network(config.network, make_env_spec(config.env))
-    params = {"params": network.init(jax.random.key(0)), "obs_norm": {}}
+    network, params = tiny_connect_four()
     evaluation = Evaluation(
         league_config(eval_games=4, eval_opponents=1, reference_every=0, reference_games=20),
         "ConnectFour-v1",
@@ -218,12 +223,7 @@ def test_a_reference_plays_the_nearest_references_and_the_weakest_leave_beyond_t
 ):
     """Rating a new reference against every one already there cost more with each reference
     (the evaluation thread fell behind in long runs) and each kept its params in memory."""
-    config = base_config()
-    config.env.name = "ConnectFour-v1"
-    config.network.hidden_sizes = (16,)
-    config.network.normalize_obs = False
-    network = make_network(config.network, make_env_spec(config.env))
-    params = {"params": network.init(jax.random.key(0)), "obs_norm": {}}
+    network, params = tiny_connect_four()
     league = league_config(reference_games=6, reference_opponents=2, max_references=3)
     evaluation = Evaluation(league, "ConnectFour-v1", network, snapshot_dir=str(tmp_path))
     evaluation.setup()
