@@ -29,10 +29,16 @@ MISSION_VOCAB_SIZE = len(MISSION_WORDS) + 2
 
 @dataclasses.dataclass(frozen=True)
 class ArraySpec:
-    """Dtype and per-row shape of one named array (no batch dimension)."""
+    """Dtype and per-row shape of one named array (no batch dimension).
+
+    `high` > 0: the values are ids in [0, high), e.g. word ids that index an embedding table,
+    where an id out of range reads NaN. The server's codec checks it on every step; it is not
+    part of what actor and server compare (both derive it from the config), so it is not sent.
+    """
 
     dtype: np.dtype
     shape: tuple[int, ...]
+    high: int = dataclasses.field(default=0, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", np.dtype(self.dtype))

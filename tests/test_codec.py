@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from seedlike.rpc import codec
+from seedlike.rpc import codec, wire
 from seedlike.rpc import seedlike_pb2 as pb
 from seedlike.types import ArraySpec, EnvSpec, Rows
 
@@ -183,3 +183,67 @@ def test_float_extras_must_be_finite_but_are_not_bounded_by_max_abs_obs():
     with pytest.raises(codec.ProtocolError, match=r"NaN or infinity$") as info:
         codec._decode_dict(tensors, "step.extras", spec, 2)
     assert info.value.field == "step.extras['weight']"
+
+
+def test_ids_outside_their_range_are_refused_naming_the_field():
+    # Word ids index an embedding table, where an id out of range reads NaN (jnp.take's fill).
+    spec = EnvSpec("BabyAI", {"mission": ArraySpec(np.int32, (3,), high=5)}, num_actions=2)
+    actor_side = EnvSpec("BabyAI", {"mission": ArraySpec(np.int32, (3,))}, num_actions=2)
+    codec.check_hello(codec.make_hello(actor_side, 0, 2), spec, 64)  # the range is not sent
+
+    def step(ids):
+        ids = np.asarray(ids, np.int32)
+        msg = good_step(n=2, obs={"mission": ids})
+        return codec.parse_actor_message(msg.SerializeToString()).step
+
+    rows = codec.decode_step(step([[0, 1, 4], [4, 4, 0]]), spec, num_envs=2)
+    assert rows.obs["mission"].tolist() == [[0, 1, 4], [4, 4, 0]]
+    for bad in (5, -1, 2**31 - 1, -(2**31)):
+        with pytest.raises(codec.ProtocolError, match=r"ids must lie in \[0, 5\)") as info:
+            codec.decode_step(step([[0, 1, 4], [4, bad, 0]]), spec, num_envs=2)
+        assert info.value.field == "step.observation['mission']"
+
+
+def test_the_babyai_mission_carries_its_vocabulary_as_its_range():
+    from seedlike.config import load_config_file
+    from seedlike.envs import make_env_spec
+    from seedlike.types import MISSION_VOCAB_SIZE
+
+    config = load_config_file("configs/babyai_gotolocal.py")
+    assert make_env_spec(config.env).observation["mission"].high == MISSION_VOCAB_SIZE
+
+
+@pytest.mark.parametrize("dtype", ["i4,(-1)u1", "(99999999999)u1", "O", "", "float128"])
+def test_a_hello_with_an_unknown_dtype_names_it(dtype):
+    hello = codec.make_hello(SPEC, actor_id=0, num_envs=1)
+    hello.observation[0].dtype = dtype
+    with pytest.raises(codec.ProtocolError, match="unknown dtype") as info:
+        codec.check_hello(hello, SPEC, 64)
+    assert info.value.field == "hello.observation['obs'].dtype"
+
+
+def test_short_and_damaged_steps_are_refused_with_a_protocol_error_only():
+    """Every byte string of up to two bytes, and every truncation and one-byte change of a valid
+    step, read as a stream reads it (a reader that has seen a valid step, and a new one): either
+    the step decodes or a ProtocolError says why; nothing else escapes."""
+    valid = good_step(sequence=7).SerializeToString()
+    candidates = [bytes([a]) for a in range(256)]
+    candidates += [bytes([a, b]) for a in range(256) for b in range(256)]
+    candidates += [b"\x12\x01" + bytes([b]) for b in range(256)]
+    candidates += [valid[:k] for k in range(len(valid))]
+    rng = np.random.default_rng(0)
+    for at in range(len(valid)):
+        raw = bytearray(valid)
+        raw[at] = (raw[at] + int(rng.integers(1, 256))) % 256
+        candidates.append(bytes(raw))
+    primed = wire.StepReader()
+    primed.read(good_step(sequence=6).SerializeToString())
+    decoded = 0
+    for raw in candidates:
+        for reader in (primed, wire.StepReader(), None):
+            try:
+                codec.decode_step(codec.parse_step(raw, reader), SPEC, num_envs=3)
+                decoded += 1
+            except codec.ProtocolError:
+                pass
+    assert decoded > 0  # the changed values inside tensors still decode

@@ -19,7 +19,7 @@ import numpy as np
 
 from seedlike.envs import text
 from seedlike.envs.spaces import spec_from_spaces
-from seedlike.types import LEGAL_ACTION_MASK, ArraySpec, EnvSpec, Rows
+from seedlike.types import LEGAL_ACTION_MASK, MISSION_VOCAB_SIZE, ArraySpec, EnvSpec, Rows
 
 # envpool declares float64 bounds for float32 boxes, and gymnasium warns about it twice in every
 # process that makes a task's spaces: nothing a user can act on.
@@ -106,7 +106,7 @@ def make_env_spec(env_config) -> EnvSpec:
                 f"env.mission_tokens={length}: {env_config.name} has no observation {MISSION!r} "
                 f"(it has {sorted(spec.observation)}); set env.mission_tokens=0"
             )
-        spec.observation[MISSION] = ArraySpec(np.int32, (length,))
+        spec.observation[MISSION] = ArraySpec(np.int32, (length,), high=MISSION_VOCAB_SIZE)
     indices = tuple(env_config.obs_indices or ())
     if indices:
         obs = spec.observation.get("obs")

@@ -47,7 +47,7 @@ def with_teammates(spec: EnvSpec, team_size: int) -> EnvSpec:
     k = team_size - 1
     observation = dict(spec.observation)
     for key, s in spec.observation.items():
-        observation[PREFIX + key] = ArraySpec(s.dtype, (k, *s.shape))
+        observation[PREFIX + key] = dataclasses.replace(s, shape=(k, *s.shape))
     observation[PRESENT] = ArraySpec(np.bool_, (k,))
     return dataclasses.replace(spec, observation=observation)
 

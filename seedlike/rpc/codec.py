@@ -240,12 +240,13 @@ def stacks_for(hello: pb.Hello, spec: EnvSpec) -> frames.Stacks | None:
 def _check_specs(field: str, got, expected: dict[str, ArraySpec], hint: str) -> None:
     got_specs = {}
     for s in got:
-        try:
-            got_specs[s.name] = ArraySpec(s.dtype, tuple(s.shape))
-        except TypeError:
+        # Looked up, not parsed: numpy reads any string as a dtype, and some raise ValueError.
+        if s.dtype not in _DTYPES:
             raise ProtocolError(
-                f"{field}[{s.name!r}].dtype", f"unknown dtype {s.dtype!r}"
-            ) from None
+                f"{field}[{s.name!r}].dtype",
+                f"unknown dtype {s.dtype!r}, expected one of {sorted(ALLOWED_DTYPES)}",
+            )
+        got_specs[s.name] = ArraySpec(_DTYPES[s.dtype], tuple(s.shape))
     if got_specs != expected:
         fmt = lambda d: {k: str(v) for k, v in sorted(d.items())}  # noqa: E731
         raise ProtocolError(
@@ -369,7 +370,8 @@ def _decode_dict(
     bound: float | None = None,
 ) -> dict:
     """Float arrays must be finite; with `bound` (server.max_abs_obs), at most that in |value|.
-    `rows`: each array's leading dimension, or per key."""
+    Ids (ArraySpec.high) must lie in [0, high). `rows`: each array's leading dimension, or per
+    key."""
     if len(tensors) != len(specs) or any(key not in tensors for key in specs):
         raise ProtocolError(field, f"keys {sorted(tensors.keys())}, expected {sorted(specs)}")
     out = {}
@@ -390,6 +392,9 @@ def _decode_dict(
                 if bound is not None:
                     problem += f", or |value| > {bound:g} (server.max_abs_obs)"
                 raise ProtocolError(name, problem)
+        # As unsigned, a negative id is huge: one comparison checks both ends of the range.
+        if spec.high and array.size and not array.view(f"u{array.itemsize}").max() < spec.high:
+            raise ProtocolError(name, f"ids must lie in [0, {spec.high})")
         out[key] = array
     return out
 

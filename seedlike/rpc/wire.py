@@ -171,7 +171,7 @@ def _read(raw: bytes) -> tuple[Step | None, _Template | None]:
 
 
 def _template(raw: bytes, start: int, end: int, spans: list) -> _Template | None:
-    if raw[start] != _SEQUENCE_KEY:
+    if start == end or raw[start] != _SEQUENCE_KEY:  # an empty step has nothing to template
         return None
     _, base = _varint(raw, start + 1, end)
     gaps, tensors, at = [], [], base
