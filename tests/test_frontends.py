@@ -2,6 +2,8 @@
 shared memory, each step's observations written once, by the front end, where the learner batch
 reads them; the unrolls are the same as when the learner process serves the streams itself."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -77,3 +79,116 @@ def test_front_ends_write_each_step_once_and_the_unrolls_are_the_same(front_ends
     assert written_local == in_place_local == 0
     assert written == STEPS * sum(ENVS) - sum(ENVS)  # minus each seat's first step
     assert in_place > 0  # batches of neighbouring requests were read from the arena
+
+
+def test_an_evicted_session_keeps_its_unroll_buffers_until_its_front_end_lets_go():
+    """The gate gives a silent session's slot to a newcomer. Its front end wrote steps into the
+    session's unroll buffers and would write the next one there, before the learner process
+    sees it: the buffers must not be the newcomer's by then. The evicted actor's next step is
+    refused (naming the setting), and every unroll the newcomer fills holds its steps only."""
+    config = base_config().server
+    config.update(front_ends=1, max_actors=1, evict_idle_s=0.3)
+    batches = BatchQueue(slots=1000)
+    pool = UnrollPool(SPEC, HORIZON, shared=True)
+    store = TrajectoryStore(pool, 1, batches)
+    service = service_of(store, batch_timeout_ms=20.0)
+    server, port = serve(service, "127.0.0.1", 0, config)
+    address = f"127.0.0.1:{port}"
+    silent = client.Connection(address, codec.make_hello(SPEC, 0, 2))
+    newcomer = None
+    try:
+        for t in range(2):  # mid-unroll: the front end knows where its next step goes
+            silent.step(codec.encode_step(t, actor_rows(0, t, 2)))
+        time.sleep(0.6)  # idle past evict_idle_s
+        newcomer = client.Connection(address, codec.make_hello(SPEC, 1, 2))
+        # The newcomer's seats opened while the recorder still held the evicted session's
+        # buffers: they take those for their second unrolls (steps 3-6), the next buffers
+        # released. Step 5 lies where the evicted session's step 2 would: its front end's write,
+        # had it gone there, would overwrite it before the unroll is complete.
+        for t in range(6):
+            newcomer.step(codec.encode_step(t, actor_rows(1, t, 2)))
+        with pytest.raises(client.Disconnected, match="server.evict_idle_s"):
+            silent.step(codec.encode_step(2, actor_rows(0, 2, 2)))
+        for t in range(6, 11):
+            newcomer.step(codec.encode_step(t, actor_rows(1, t, 2)))
+        service.flush()
+    finally:
+        silent.close()
+        if newcomer is not None:
+            newcomer.close()
+        service.stop(finished=True)
+        server.stop()
+    sources = []
+    for batch in iter(lambda: batches.get(timeout=0), None):
+        u = batch.unroll()
+        batch.release()
+        sources.append((u.obs["obs"][0, :, 0].tolist(), u.obs["obs"][0, :, 1].tolist()))
+    newcomers = [s for s in sources if s[0][0] >= 1000]
+    assert len(newcomers) == 2 * 3  # steps 0-3, 3-6, 6-9 of both envs
+    for actor_env, ts in newcomers:
+        assert len(set(actor_env)) == 1 and ts == list(range(int(ts[0]), int(ts[0]) + 4)), (
+            actor_env,
+            ts,
+        )
+
+
+def test_the_learner_process_checks_the_seat_ids_a_front_end_hands_it():
+    """Ids index the service's arrays: a front end that names a seat outside its session (or one
+    twice) loses its streams; the run goes on. The ids are copied: the front end's later writes
+    to its segment cannot change them."""
+    from types import SimpleNamespace
+
+    from seedlike.rpc.hub import FrontEnds
+
+    hub = SimpleNamespace(service=SimpleNamespace(spec=SimpleNamespace(num_players=2)))
+    step = actor_rows(0, 0, 3)._replace(player_id=np.array([1, 0, 1], np.int32))
+    rows, seats = FrontEnds._checked_seats(hub, step, 6)  # 3 envs x 2 players
+    assert seats.tolist() == [1, 2, 5]
+    step.env_id[:] = 7
+    assert rows.env_id.tolist() == [0, 1, 2]
+    for env_id, player_id in (([0, 3, 1], [0, 0, 0]), ([0, -1, 1], [0, 0, 0]),
+                              ([0, 1, 2], [0, 2, 0]), ([0, 1, 0], [1, 1, 1])):  # fmt: skip
+        bad = step._replace(
+            env_id=np.array(env_id, np.int32), player_id=np.array(player_id, np.int32)
+        )
+        with pytest.raises(ValueError, match="outside its session|one seat twice"):
+            FrontEnds._checked_seats(hub, bad, 6)
+
+
+def test_a_front_end_that_dies_loses_its_streams_and_is_started_again():
+    """Its sessions close once the process is gone (it wrote into their unroll buffers), the
+    actor's stream breaks, and a new front end serves the actor that reconnects."""
+    import os
+    import signal
+
+    config = base_config().server
+    config.front_ends = 1
+    pool = UnrollPool(SPEC, HORIZON, shared=True)
+    service = service_of(TrajectoryStore(pool, 1, BatchQueue(slots=1000)), batch_timeout_ms=20.0)
+    server, port = serve(service, "127.0.0.1", 0, config)
+    address = f"127.0.0.1:{port}"
+    try:
+        actor = client.Connection(address, codec.make_hello(SPEC, 0, 2))
+        actor.step(codec.encode_step(0, actor_rows(0, 0, 2)))
+        (dead,) = server.pids
+        os.kill(dead, signal.SIGKILL)
+        with pytest.raises(client.Disconnected):
+            actor.step(codec.encode_step(1, actor_rows(0, 1, 2)))
+        actor.close()
+        deadline = time.monotonic() + 30
+        while (service.num_sessions or server.pids == [dead]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert service.num_sessions == 0 and server.pids != [dead]
+        while True:  # the new front end listens within seconds
+            try:
+                again = client.Connection(address, codec.make_hello(SPEC, 0, 2))
+                break
+            except client.Disconnected:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        for t in range(3):
+            assert again.step(codec.encode_step(t, actor_rows(0, t, 2))).sequence == t
+        again.close()
+    finally:
+        service.stop(finished=True)
+        server.stop()

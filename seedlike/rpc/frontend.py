@@ -56,6 +56,7 @@ class Setup:
 class _Session:
     segment: shm.Segment
     pending: tuple | None = None  # (future, rows) of the step waiting for actions
+    evicted: str | None = None  # why, once the learner process gave the session's slot away
 
 
 MIN_ARENA_ROWS = 64
@@ -168,6 +169,9 @@ class CentralLink:
         session = self._sessions.get(session_id)
         if self._stopped is not None or session is None:
             future.set_exception(ServerStopping(bool(self._stopped)))
+            return future
+        if session.evicted is not None:  # its unroll buffers are not its own for long
+            future.set_exception(Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, session.evicted))
             return future
         segment = session.segment
         n = segment.write(rows)
@@ -284,6 +288,8 @@ class CentralLink:
         elif kind == shm.EVICT:
             (session_id,) = fields
             session = self._sessions.get(session_id)
+            if session is not None:
+                session.evicted = extra["text"]
             if session is not None and session.pending is not None:
                 (future, _), session.pending = session.pending, None
                 self._arenas.done(session_id)

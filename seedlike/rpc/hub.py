@@ -7,8 +7,8 @@ process claimed (SO_REUSEPORT: the kernel spreads connections among them), and o
   OPEN  -> SessionGate.open (max_actors and max_streams_per_peer, counted over every front end),
            the session's segment mapped; WELCOME or REFUSE back
   STEP  -> InferenceService.submit with the segment's rows (views: no copy here; the gather
-           thread copies them into its policy batch); EVICT back if the gate gave the
-           session's slot away
+           thread copies them into its policy batch), their seat ids copied and checked first;
+           EVICT back if the gate gave the session's slot away
   CLOSE -> the session closed
 
 The reply thread of the inference service writes each batch's actions into the segments and
@@ -16,6 +16,11 @@ sends one ACTIONS message per front end (`_FrontEnd.deliver`). What this process
 segment: its rows from STEP until the actions are written, and the actions until then; the front
 end writes nothing in between. A front end that dies (or sends what it should not) loses its
 streams, whose actors reconnect, and is started again; the run goes on.
+
+A front end writes each step into the session's unroll buffers before it sends STEP, so a
+session's buffers are released only once its front end can write no more: at its CLOSE, or once
+the process has exited. A session the gate evicts (to give its slot to a newcomer) is told so at
+once (EVICT) and closed at its CLOSE.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import threading
 import time
 
 import grpc
+import numpy as np
 
 from seedlike.rpc import codec, shm
 from seedlike.rpc.frontend import Setup
@@ -64,6 +70,7 @@ class _FrontEnd:
         self.index = index
         self.hub = hub
         self.sessions: dict[int, shm.Segment] = {}
+        self.seats: dict[int, np.ndarray] = {}  # per session: its pending step's rows' seats
         self.arenas: list[shm.Arena] = []
         self.ready = False
         self.levels_sent = -1
@@ -111,15 +118,14 @@ class _FrontEnd:
                 finished = outcome.finished
                 continue
             segment = self.sessions.get(reply.session_id)
-            if segment is None:  # the stream ended while its step was answered
+            seats = self.seats.get(reply.session_id)
+            if segment is None or seats is None:  # the stream ended while its step was answered
                 continue
             actions, version = outcome.actions, outcome.policy_version
             n = actions.shape[0]
             segment.action[:n] = actions
             if outcome.next is not None:
-                segment.where[segment.local_seats(n, self.hub.service.spec.num_players)] = (
-                    outcome.next
-                )
+                segment.where[seats] = outcome.next
             src_dst = outcome.moves
             segment.move_count[0] = 0 if src_dst is None else src_dst[0].size
             if src_dst is not None:
@@ -153,7 +159,7 @@ class FrontEnds:
         self.service = service
         self.port = claim.port
         self._claim = claim
-        self.gate = transport.gate()
+        self.gate = transport.gate(defer_close=True)
         receive = codec.max_step_bytes(service.spec, service.max_envs_per_actor)
         pool = service.pool if service.pool is not None and service.pool.shared else None
         self._pool = pool
@@ -260,11 +266,13 @@ class FrontEnds:
             if why is not None:
                 fe.send(shm.encode(shm.EVICT, session_id, text=why))
                 return
+            rows = segment.rows(n, arena, start)
+            rows, fe.seats[session_id] = self._checked_seats(rows, segment.layout.rows)
             self.service.stats.add_busy("decode", decode_s)
             written = (segment.written[:n], segment.wrote_at[:n]) if self._pool else None
             self.service.submit(
-                session_id, segment.rows(n, arena, start), _Reply(fe, session_id), arrived,
-                written, (arena, start), spread_s,
+                session_id, rows, _Reply(fe, session_id), arrived, written, (arena, start),
+                spread_s,
             )  # fmt: skip
         elif kind == shm.ARENA:
             index, rows = fields
@@ -275,12 +283,30 @@ class FrontEnds:
             self._open(fe, fields, extra["text"], fds)
         elif kind == shm.CLOSE:
             (session_id,) = fields
+            fe.seats.pop(session_id, None)
             if fe.sessions.pop(session_id, None) is not None:
                 self.gate.close(self.service, session_id)
         elif kind == shm.READY:
             fe.ready = True
         else:
             raise shm.MessageError(f"message kind {kind} is not for the learner process")
+
+    def _checked_seats(self, rows, seats: int) -> tuple:
+        """The rows with their env and player ids copied out of the segment, and their seats in
+        the session int64 [n]. The front end has checked every value already; these index the
+        service's arrays, where a wrong one would end the run, not the stream: checked again."""
+        players = self.service.spec.num_players
+        env_id, player_id = rows.env_id.copy(), rows.player_id.copy()
+        # As unsigned, a negative id is huge: one comparison checks both ends of the range.
+        if not (
+            (env_id.view(np.uint32) < seats // players).all()
+            and (player_id.view(np.uint32) < players).all()
+        ):
+            raise ValueError("a step's env_id or player_id is outside its session")
+        local = env_id.astype(np.int64) * players + player_id
+        if np.bincount(local, minlength=seats).max() > 1:
+            raise ValueError("a step names one seat twice")
+        return rows._replace(env_id=env_id, player_id=player_id), local
 
     def _open(self, fe: _FrontEnd, fields: tuple, peer: str, fds: list[int]) -> None:
         token, actor_id, num_envs = fields
@@ -300,6 +326,8 @@ class FrontEnds:
             code = grpc.StatusCode.OK if e.finished else grpc.StatusCode.UNAVAILABLE
             fe.send(shm.encode(shm.REFUSE, token, code.value[0], text=str(e)))
             return
+        finally:
+            self._tell_evicted()
         fe.sessions[opened.session_id] = segment
         fe.send(
             shm.encode(
@@ -308,20 +336,30 @@ class FrontEnds:
             )
         )  # fmt: skip
 
+    def _tell_evicted(self) -> None:
+        """The front ends of sessions the gate evicted end their streams now, writing nothing
+        more; each session closes at its front end's CLOSE."""
+        for session_id, why in self.gate.take_evicted():
+            for fe in list(self._front_ends):
+                if session_id in fe.sessions:
+                    fe.send(shm.encode(shm.EVICT, session_id, text=why))
+
     def _lost(self, fe: _FrontEnd) -> None:
-        """A front end ended: its sessions close (their actors reconnect); it starts again."""
+        """A front end ended: once it has exited (it wrote into its sessions' unroll buffers),
+        its sessions close (their actors reconnect); it starts again."""
         self._selector.unregister(fe.sock)
         fe.sock.close()
-        for session_id in list(fe.sessions):
-            fe.sessions.pop(session_id, None)
-            self.gate.close(self.service, session_id)
-        if self._stopping:
-            return
         try:
             code = fe.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             fe.process.kill()
             code = fe.process.wait()
+        fe.seats.clear()
+        for session_id in list(fe.sessions):
+            fe.sessions.pop(session_id, None)
+            self.gate.close(self.service, session_id)
+        if self._stopping:
+            return
         logging.error(
             "stream front end %d exited (status %s); its actors reconnect; starting it again",
             fe.index,

@@ -64,18 +64,31 @@ class SessionGate:
     `evict_idle_s` (time the server takes to answer does not count): silent sessions cannot lock
     honest actors out, and an evicted actor that was only slow reconnects. Thread-safe; `touch`
     is called for every step.
+
+    `defer_close`: an evicted session keeps its seats and unroll buffers in the service until
+    its stream ends (`close`), and `take_evicted` lists it for whoever must tell its stream. A
+    front end writes a step into the session's unroll buffers before the learner process sees
+    the step (seedlike.rpc.hub); released at eviction, they could already be another seat's.
     """
 
-    def __init__(self, max_actors: int, max_streams_per_peer: int, evict_idle_s: float = 5.0):
+    def __init__(
+        self,
+        max_actors: int,
+        max_streams_per_peer: int,
+        evict_idle_s: float = 5.0,
+        defer_close: bool = False,
+    ):
         self.max_actors = int(max_actors)
         self.max_per_peer = int(max_streams_per_peer)
         self.evict_idle_s = float(evict_idle_s)
+        self.defer_close = bool(defer_close)
         self._lock = threading.Lock()
         self._peers: collections.Counter = collections.Counter()
         self._sessions: dict[int, str] = {}
         # Per session: when the server last stopped waiting for it (inf while it waits for us).
         self._idle_since: dict[int, float] = {}
         self._evicted: dict[int, float] = {}  # session -> how long it had been idle
+        self._untold: list[int] = []  # evicted sessions not yet listed by take_evicted
         self.evictions = 0
 
     def open(self, service, actor_id: int, num_envs: int, peer: str) -> Opened:
@@ -112,8 +125,19 @@ class SessionGate:
         self._forget(victim)
         self._evicted[victim] = idle
         self.evictions += 1
-        service.close_session(victim)
+        if self.defer_close:
+            self._untold.append(victim)
+        else:
+            service.close_session(victim)
         return True
+
+    def take_evicted(self) -> list[tuple[int, str]]:
+        """(session, why) of the sessions evicted since the last call (with defer_close)."""
+        with self._lock:
+            untold, self._untold = self._untold, []
+            return [
+                (s, EVICTED.format(idle=self._evicted[s])) for s in untold if s in self._evicted
+            ]
 
     def touch(self, session_id: int, waiting: bool) -> str | None:
         """A step arrived (waiting: the server now owes the actor an answer) or was answered.
@@ -135,7 +159,7 @@ class SessionGate:
 
     def close(self, service, session_id: int) -> None:
         with self._lock:
-            if self._evicted.pop(session_id, None) is not None:
+            if self._evicted.pop(session_id, None) is not None and not self.defer_close:
                 return  # closed when it was evicted
             self._forget(session_id)
         service.close_session(session_id)
@@ -394,8 +418,10 @@ class Transport:
             self.max_pending_streams,
         )  # fmt: skip
 
-    def gate(self) -> SessionGate:
-        return SessionGate(self.max_actors, self.max_streams_per_peer, self.evict_idle_s)
+    def gate(self, defer_close: bool = False) -> SessionGate:
+        return SessionGate(
+            self.max_actors, self.max_streams_per_peer, self.evict_idle_s, defer_close
+        )
 
 
 def front_ends(setting: int, cores: int | None = None) -> int:
