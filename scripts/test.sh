@@ -4,8 +4,8 @@
 # (learning runs, multi-process jobs): the inner loop, a few minutes.
 #
 # Two pytest workers (pytest-xdist), each taking whole files: the process tests leave a core
-# idle much of the time (waiting for learners to start, for actors' steps), so two workers took the
-# suite from 12.5 to 7.7 minutes on 2 cores. SEEDLIKE_TEST_WORKERS=0 runs it in one process.
+# idle much of the time (waiting for learners to start, for actors' steps): two workers took the
+# suite from 12.5 to 7.7 minutes on 2 cores when it was smaller (README: how long it takes now). SEEDLIKE_TEST_WORKERS=0 runs it in one process.
 #
 # `scripts/test.sh --cpu=MODEL [pytest arguments]` runs the tests on an emulated CPU of another
 # feature set (qemu-x86_64 -cpu MODEL, e.g. EPYC-Rome: AVX2 without AVX-512; installed with

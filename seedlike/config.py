@@ -53,7 +53,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.env.backend = "envpool"
     # envpool: a task id. pettingzoo: the module with parallel_env(), or module:function, e.g.
     # "magent2.environments.battle_v4" (pip install -e .[magent]) or "seedlike.envs.coins".
-    # gymnasium: a registered id ("Taxi-v3") or an entry point ("examples.corridor:Corridor").
+    # gymnasium: a registered id ("Taxi-v4") or an entry point ("examples.corridor:Corridor").
     c.env.name = "CartPole-v1"
     c.env.num_envs = 16  # envs per actor
     # envpool batch per recv; 0 = num_envs (sync). Less runs envpool asynchronously: the actor sends
