@@ -61,13 +61,19 @@ def cores(cpu: str) -> int:
 
 
 def sizing(config, overrides: list[str], learner_cpu: str, actor_cpu: str) -> list[str]:
-    """Settings that follow the pods' cores unless given: one stream front end per four learner
-    cores (a pod sees its node's cores, not its own), and each actor's envs and envpool threads
-    from its cores (seedlike.config.actor_sizing: bigger, asynchronous messages serve faster)."""
+    """Settings that follow the pods unless given: one stream front end per four learner cores
+    (a pod sees its node's cores, not its own), each actor's envs and envpool threads from its
+    cores (seedlike.config.actor_sizing: bigger, asynchronous messages serve faster), and two
+    streams per actor pod."""
     given = {a.split("=", 1)[0] for a in overrides}
     out = []
     if "--config.server.front_ends" not in given:
         out.append(f"--config.server.front_ends={cores(learner_cpu) // 4}")
+    # An actor pod opens one stream to its learner; two leave room for a reconnect while the old
+    # stream is reaped. The influence bounds count actor identities (host and declared
+    # actor_id), so a compromised pod can declare at most two of them (README "Security").
+    if "--config.server.max_streams_per_peer" not in given:
+        out.append("--config.server.max_streams_per_peer=2")
     env_given = {k.removeprefix("--config.env.") for k in given}
     sized = actor_sizing(config.env, cores(actor_cpu), env_given)
     return out + [f"--config.env.{k}={v}" for k, v in sized.items()]

@@ -70,6 +70,8 @@ def test_learner_and_actors_share_config_and_credentials(manifests):
     # Sized from the pods' cores: learner_cpu 4 -> one front end; actor_cpu 1 -> one envpool
     # thread stepping 8x the config's envs in two halves.
     assert "--config.server.front_ends=1" in learner_c["args"]
+    # One stream per actor pod, and one reconnecting: a pod can declare two identities at most.
+    assert "--config.server.max_streams_per_peer=2" in learner_c["args"]
     assert "--config.env.num_threads=1" in actor_c["args"]
     assert "--config.env.num_envs=32" in actor_c["args"]
     assert "--config.env.batch_size=16" in actor_c["args"]

@@ -4,7 +4,8 @@ full batch (host side, numpy) before the learner sees it.
 The threat: an actor that passed authentication (or a buggy one) sends legal data, any value
 inside the codec's bounds (seedlike.rpc.codec.Limits), from any number of envs and streams. Its
 unit is the *identity*: the peer host and the actor_id it declares (every stream sharing both is
-one identity, seedlike.server.inference). With fewer than three identities in a batch no
+one identity, seedlike.server.inference). The actor_id is not authenticated: one host can be as
+many identities as it may open streams (server.max_streams_per_peer, which bounds it). With fewer than three identities in a batch no
 statistic can tell the bad one from the good, so the bounds below hold when the bad identities
 are a minority of at least three.
 
