@@ -50,7 +50,8 @@ the maximum is 500), injects its fault and reports:
   stop_in_update  SIGTERM while the learner is inside a long update (ppo.epochs=4000): seconds
                   until it has exited with its checkpoint (finding 8).
 
-Writes JSON (benchmarks/results/ or --out) and prints a Markdown table. All 14 take about 18 minutes.
+Writes JSON (benchmarks/results/ or --out) and prints a Markdown table. All 14 take about 18
+minutes.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ The threat: an actor that passed authentication (or a buggy one) sends legal dat
 inside the codec's bounds (seedlike.rpc.codec.Limits), from any number of envs and streams. Its
 unit is the *identity*: the peer host and the actor_id it declares (every stream sharing both is
 one identity, seedlike.server.inference). The actor_id is not authenticated: one host can be as
-many identities as it may open streams (server.max_streams_per_peer, which bounds it). With fewer than three identities in a batch no
-statistic can tell the bad one from the good, so the bounds below hold when the bad identities
-are a minority of at least three.
+many identities as it may open streams (server.max_streams_per_peer, which bounds it). With fewer
+than three identities in a batch no statistic can tell the bad one from the good, so the bounds
+below hold when the bad identities are a minority of at least three.
 
 * `loss_mask`: over a recent window (server.fair_window_s), an identity's unrolls count in the
   loss up to `factor` x what the median identity delivered in it (and up to `max_share` x B of
