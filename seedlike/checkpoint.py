@@ -12,6 +12,8 @@ that do not match.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import shutil
@@ -84,6 +86,7 @@ def shapes_by_name(tree) -> dict[str, tuple[tuple[int, ...], str]]:
 # renames it when complete; a process killed mid-save leaves that directory behind, and orbax never
 # removes it.
 _ORBAX_TMP = ".orbax-checkpoint-tmp"
+_META_FILE = "metadata"  # orbax JsonCheckpointHandler's file: plain JSON
 
 
 class Checkpointer:
@@ -132,9 +135,14 @@ class Checkpointer:
         meta = {**meta, DIGEST_KEY: tree_digest(state)}
         try:
             if int(step) in self._manager.all_steps():
-                # Same policy version saved again (a resume stopped before its first update):
-                # the counters in meta may have moved on, so replace it.
-                self._manager.delete(int(step))
+                # Same policy version saved again (an interval without an update, or a resume
+                # stopped before its first): the state is the one on disk, the counters in meta
+                # may have moved on. Deleting the step to write it again would leave no step N
+                # until the new write commits, so its meta is replaced in place instead.
+                if self._replace_meta(int(step), meta):
+                    self._pending = None
+                    return
+                self._manager.delete(int(step))  # written before digests were saved with it
             self._manager.save(
                 int(step),
                 args=ocp.args.Composite(
@@ -142,9 +150,35 @@ class Checkpointer:
                 ),
                 force=True,
             )
+        except StorageError:
+            raise
         except Exception as e:  # noqa: BLE001 - whatever orbax wraps the OSError in
             raise self._storage_error(step, e) from None
         self._pending = int(step)
+
+    def _replace_meta(self, step: int, meta: dict) -> bool:
+        """Writes `meta` over step's, atomically (a new file renamed over the old), if the state
+        saved there is the one `meta` describes (same digest); False, writing nothing, if not."""
+        path = os.path.join(self.directory, str(step), "meta", _META_FILE)
+        try:
+            with open(path) as f:
+                saved = json.load(f)
+        except (OSError, ValueError):
+            return False
+        if saved.get(DIGEST_KEY) != meta[DIGEST_KEY]:
+            return False
+        partial = f"{path}.partial"
+        try:
+            with open(partial, "w") as f:
+                f.write(json.dumps(meta))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(partial, path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.remove(partial)
+            raise self._storage_error(step, e, kept=True) from None
+        return True
 
     def wait(self) -> None:
         """Returns once the last save is committed; raises StorageError if it failed."""
@@ -153,9 +187,10 @@ class Checkpointer:
         except Exception as e:  # noqa: BLE001 - orbax re-raises its threads' errors
             raise self._storage_error(self._pending, e) from None
 
-    def _storage_error(self, step, error: BaseException) -> StorageError:
+    def _storage_error(self, step, error: BaseException, kept: bool = False) -> StorageError:
+        """`kept`: the failed write left step's earlier copy complete."""
         try:
-            done = [s for s in self._manager.all_steps() if s != step]
+            done = [s for s in self._manager.all_steps() if kept or s != step]
         except Exception:  # noqa: BLE001 - the directory itself may be what failed
             done = []
         last = f"{self.directory}/{max(done)}" if done else "none"

@@ -77,6 +77,7 @@ class MetricsWriter:
     ):
         os.makedirs(logdir, exist_ok=True)
         self.path = os.path.join(logdir, "metrics.jsonl")
+        _drop_partial_row(self.path)
         self._file = open(self.path, "a", buffering=1)
         self._write_failed = False
         self._start = time.time()
@@ -263,16 +264,46 @@ def _duration(seconds: float, precise: bool = False) -> str:
 
 def read_metrics(logdir: str) -> list[dict]:
     """All rows of <logdir>/metrics.jsonl (None for missing values). A live run's last line may
-    be half written; it is left out."""
+    be half written; it is left out, as is any other line that is not a row (a run stopped
+    while writing it and resumed by an older seedlike, which appended after it), with a warning."""
     path = os.path.join(logdir, "metrics.jsonl")
     if not os.path.exists(path):
         return []
     with open(path) as f:
         lines = [line for line in f if line.strip()]
-    rows = [json.loads(line) for line in lines[:-1]]
-    if lines:
+    rows, bad = [], []
+    for number, line in enumerate(lines, 1):
         try:
-            rows.append(json.loads(lines[-1]))
+            rows.append(json.loads(line))
         except json.JSONDecodeError:
-            pass
+            if number < len(lines):
+                bad.append(number)
+    if bad:
+        logging.warning("%s: lines %s are not metrics rows; left out", path, bad[:5])
     return rows
+
+
+def _drop_partial_row(path: str) -> None:
+    """Cuts the row a run was writing when it stopped (the file does not end in a newline), so
+    that the rows a resumed run appends start on lines of their own."""
+    try:
+        f = open(path, "rb+")
+    except FileNotFoundError:
+        return
+    with f:
+        end = f.seek(0, os.SEEK_END)
+        if not end:
+            return
+        f.seek(end - 1)
+        if f.read(1) == b"\n":
+            return
+        at = end
+        while at > 0:  # back to the last newline, 64 KiB at a time
+            start = max(0, at - (1 << 16))
+            f.seek(start)
+            newline = f.read(at - start).rfind(b"\n")
+            at = start if newline < 0 else start + newline + 1
+            if newline >= 0:
+                break
+        f.truncate(at)
+    logging.warning("%s ended in a half-written row (the run stopped while writing it); cut", path)

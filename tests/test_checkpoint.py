@@ -161,3 +161,47 @@ def test_incompatible_network_names_the_layer_and_shapes(tmp_path):
         "float32[4, 16] in the config" in message
     )
     assert "surgery" in message
+
+
+def test_saving_a_step_again_replaces_its_counters_and_never_leaves_it_missing(
+    tmp_path, monkeypatch
+):
+    """An interval with no update (or a resume stopped before its first) saves the same policy
+    version again: the step stays on disk throughout, with the new counters once written; a
+    write that fails leaves the earlier copy, and the error says it is complete."""
+    from seedlike.storage import StorageError
+
+    state = make_state(seed=1)
+    ckpt = Checkpointer(str(tmp_path), max_to_keep=1)  # the only copy: nothing to fall back on
+    ckpt.save(5, state, {"env_steps": 100})
+    ckpt.wait()
+    ckpt.save(5, state, {"env_steps": 180})
+    assert sorted(os.listdir(tmp_path)) == ["5"]  # no moment without it
+    _, meta = Checkpointer(str(tmp_path)).restore(make_state(seed=2))
+    assert meta == {"env_steps": 180}
+
+    def full(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(StorageError, match=f"The last complete checkpoint is {tmp_path}/5;"):
+        ckpt.save(5, state, {"env_steps": 260})
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path)) == ["5"] and sorted(
+        os.listdir(tmp_path / "5" / "meta")
+    ) == [
+        "commit_success.txt",
+        "metadata",
+    ]
+    restored, meta = Checkpointer(str(tmp_path)).restore(make_state(seed=2))
+    assert meta == {"env_steps": 180}
+    jax.tree.map(np.testing.assert_array_equal, restored, state)
+
+    # A different state under the same version (not something training does) is written anew.
+    other = make_state(seed=3)
+    ckpt.save(5, other, {"env_steps": 300})
+    ckpt.wait()
+    restored, meta = Checkpointer(str(tmp_path)).restore(make_state(seed=2))
+    assert meta == {"env_steps": 300}
+    jax.tree.map(np.testing.assert_array_equal, restored.params, other.params)
+    ckpt.close()

@@ -15,7 +15,7 @@ from seedlike import api, jobs
 from seedlike.actor import Actor
 from seedlike.config import ConfigError, base_config, load_config_file, validate
 from seedlike.league import players, roles
-from seedlike.league.league import League, PeerSnapshots, save_snapshot
+from seedlike.league.league import League, PeerSnapshots, load_snapshot, save_snapshot
 from seedlike.league.payoff import DRAW, LOSS, WIN
 from seedlike.league.players import BOTS, LEARNER, UNSEEN
 from seedlike.metrics import read_metrics
@@ -452,3 +452,19 @@ def test_a_league_of_roles_runs_from_the_command_line_and_shares_its_snapshots(t
 def versions_on_disk(logdir, role) -> list[int]:
     directory = roles.snapshot_dir(str(logdir), role)
     return sorted(int(v) for v in os.listdir(directory) if v.isdigit())
+
+
+def test_a_snapshot_reached_again_after_a_crash_is_the_one_on_disk(tmp_path):
+    """The main agent wrote snapshot 20 and crashed before its next checkpoint; resumed, it
+    reaches version 20 again with other params. The other roles and a resume know the disk
+    copy, so the pool takes that one too: one policy per id, everywhere."""
+    league = role_league(tmp_path, "main", sampler="uniform_recent", p_latest=0.0)
+    save_snapshot(league.snapshot_dir, 20, params(7))  # the lost timeline's
+    league.add_snapshot(20, params(1))
+    np.testing.assert_array_equal(league.params(20)["params"]["w"], np.full((2, 3), 7.0))
+    on_disk = load_snapshot(league.snapshot_dir, 20, params(0))
+    np.testing.assert_array_equal(on_disk["params"]["w"], np.full((2, 3), 7.0))
+    league.add_snapshot(40, params(2))  # a new version is written as it is
+    np.testing.assert_array_equal(league.params(40)["params"]["w"], np.full((2, 3), 2.0))
+    on_disk = load_snapshot(league.snapshot_dir, 40, params(0))
+    np.testing.assert_array_equal(on_disk["params"]["w"], np.full((2, 3), 2.0))

@@ -224,3 +224,31 @@ def test_storage_reason_is_the_innermost_os_error():
     except RuntimeError as e:
         assert storage.reason(e) == "No space left on device: '/runs/x/7.tmp'"
     assert storage.reason(ValueError("bad")) == "ValueError: bad"
+
+
+@pytest.mark.parametrize("partial", ['{"env_steps": 3, "ti', '{"note": "' + "x" * 150_000])
+def test_a_resume_cuts_the_row_its_run_was_writing_when_it_stopped(tmp_path, partial, caplog):
+    """A run stopped in the middle of a row (a full disk, a kill); the resumed run's rows start
+    on lines of their own, and every reader sees whole rows only."""
+    writer = metrics.MetricsWriter(str(tmp_path), {}, use_wandb=False)
+    writer.write(_row(env_steps=1))
+    writer.write(_row(env_steps=2))
+    writer.close()
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write(partial)
+    resumed = metrics.MetricsWriter(str(tmp_path), {}, use_wandb=False)
+    resumed.write(_row(env_steps=3))
+    resumed.close()
+    assert "ended in a half-written row" in caplog.text
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["env_steps"] for line in lines] == [1, 2, 3]
+    assert [r["env_steps"] for r in metrics.read_metrics(str(tmp_path))] == [1, 2, 3]
+
+
+def test_reading_leaves_out_lines_that_are_not_rows(tmp_path, caplog):
+    """A file an older seedlike appended to after a half-written row: the row is left out with a
+    warning naming its line; a live run's half-written last line is left out silently."""
+    rows = ['{"env_steps": 1}', '{"env_steps": 2, "ti{"env_steps": 3}', '{"env_steps": 4}']
+    (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + '\n{"env_st')
+    assert [r["env_steps"] for r in metrics.read_metrics(str(tmp_path))] == [1, 4]
+    assert "lines [2] are not metrics rows" in caplog.text

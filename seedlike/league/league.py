@@ -149,9 +149,19 @@ class League:
     def add_snapshot(self, version: int, policy_params) -> None:
         """Freezes the learning policy of `version` into the pool (and onto disk, where the other
         roles pick it up). An exploiter's snapshot stays out of its own pool when it does not
-        play its own role (the main exploiter)."""
-        if self.snapshot_dir is not None:
-            save_snapshot(self.snapshot_dir, version, policy_params)
+        play its own role (the main exploiter).
+
+        A version already on disk was reached before, on a timeline lost to a crash (or to a
+        checkpoint that fell back): the other roles, evaluation and a resume know that one, so
+        the pool takes it too, and a policy id always means one policy."""
+        if self.snapshot_dir is not None and not save_snapshot(
+            self.snapshot_dir, version, policy_params
+        ):
+            logging.warning(
+                "league: snapshot %d is on disk from before the run resumed; the pool uses it",
+                version,
+            )
+            policy_params = load_snapshot(self.snapshot_dir, version, policy_params)
         own = self.role or "main"
         if own not in roles.OPPONENT_ROLES[own]:
             logging.info("league: %s snapshot %d saved for the other roles", own, version)
@@ -372,16 +382,18 @@ def _snapshot_path(directory: str, version: int) -> str:
     return os.path.join(os.path.abspath(directory), str(int(version)))
 
 
-def save_snapshot(directory: str, version: int, policy_params) -> None:
-    """Writes {"params", "obs_norm"} of a snapshot as an orbax checkpoint <directory>/<version>."""
+def save_snapshot(directory: str, version: int, policy_params) -> bool:
+    """Writes {"params", "obs_norm"} of a snapshot as an orbax checkpoint <directory>/<version>;
+    False (writing nothing) if that version is there already: snapshots are never replaced."""
     import jax
     import orbax.checkpoint as ocp
 
     path = _snapshot_path(directory, version)
     if os.path.exists(path):
-        return
+        return False
     with ocp.StandardCheckpointer() as checkpointer:
         checkpointer.save(path, jax.device_get(policy_params))
+    return True
 
 
 def load_snapshot(directory: str, version: int, target_params):
