@@ -1,6 +1,7 @@
 """League roles: who each role plays, when exploiters join the league and reset, the snapshots they
 exchange through their directories, and the launcher that starts one learner per role."""
 
+import json
 import os
 import subprocess
 import sys
@@ -315,7 +316,8 @@ def test_a_roles_league_state_survives_a_checkpoint_round_trip(tmp_path):
     restored = role_league(tmp_path, "main_exploiter", reset_env_steps=100)
     restored.load_state_dict(state, params(0))
     assert restored.pool.ids == [30] and restored.newest_version("main") == 30
-    assert restored.rule.state_dict() == league.rule.state_dict() == {
+    assert restored.rule.state_dict() == league.rule.state_dict()
+    assert {k: v for k, v in league.rule.state_dict().items() if k != "rng"} == {
         "since_env_steps": 100, "resets": 1, "successes": 0,
     }  # fmt: skip
     assert restored.payoff.counts(LEARNER, 30) == league.payoff.counts(LEARNER, 30)
@@ -468,3 +470,15 @@ def test_a_snapshot_reached_again_after_a_crash_is_the_one_on_disk(tmp_path):
     np.testing.assert_array_equal(league.params(40)["params"]["w"], np.full((2, 3), 2.0))
     on_disk = load_snapshot(league.snapshot_dir, 40, params(0))
     np.testing.assert_array_equal(on_disk["params"]["w"], np.full((2, 3), 2.0))
+
+
+def test_the_reset_draws_go_on_across_a_resume():
+    """A league exploiter's reset draws continue the saved stream: a restart used to replay the
+    first draw, so with seed 0 (0.129 < 0.25) it reset after every success."""
+    rule = roles.ResetRule("league_exploiter", 0.7, 100.0, 0, 0.25, seed=0)
+    for _ in range(5):
+        rule._rng.random()
+    state = json.loads(json.dumps(rule.state_dict()))
+    resumed = roles.ResetRule("league_exploiter", 0.7, 100.0, 0, 0.25, seed=0)
+    resumed.load_state_dict(state)
+    assert [resumed._rng.random() for _ in range(3)] == [rule._rng.random() for _ in range(3)]

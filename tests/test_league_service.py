@@ -194,6 +194,34 @@ def test_league_state_survives_a_checkpoint_round_trip(tmp_path):
     assert restored.params(10) is None
 
 
+def test_a_resumed_league_draws_on_where_it_was_and_takes_the_configs_pool_size(tmp_path):
+    """Opponent draws continue the saved stream (a restart replayed the first draws), and a
+    resume with a smaller league.max_snapshots drops the oldest snapshots and their results."""
+    c, network = tiny_network()
+    league = League(league_config(sampler="uniform_recent", max_snapshots=4, p_latest=0.0),
+                    seed=3, snapshot_dir=str(tmp_path))  # fmt: skip
+    for v in (10, 20, 30, 40):
+        league.add_snapshot(v, forced_params(network, v % 9))
+        league.record(v, 1)
+    league.opponents(50)
+    state = json.loads(json.dumps(league.state_dict()))
+    expected = league.opponents(200)
+
+    same = League(league_config(sampler="uniform_recent", max_snapshots=4, p_latest=0.0),
+                  seed=3, snapshot_dir=str(tmp_path))  # fmt: skip
+    same.load_state_dict(state, forced_params(network, 0))
+    np.testing.assert_array_equal(same.opponents(200), expected)
+
+    smaller = League(league_config(sampler="uniform_recent", max_snapshots=2, p_latest=0.0),
+                     seed=3, snapshot_dir=str(tmp_path))  # fmt: skip
+    smaller.load_state_dict(state, forced_params(network, 0))
+    assert smaller.pool.ids == [30, 40] and smaller.params(10) is None
+    assert smaller.payoff.counts(LEARNER, 10) == (0.0, 0.0, 0.0)
+    assert smaller.payoff.counts(LEARNER, 40) == (1.0, 0.0, 0.0)
+    smaller.add_snapshot(50, forced_params(network, 5))
+    assert smaller.pool.ids == [40, 50]
+
+
 def test_evaluation_reports_win_rates_only_for_the_references_it_just_played():
     """A reference left behind by the rating (here random, once the agent sits at the scripted
     agent's level) must not keep reporting the win rate of an old version."""

@@ -244,6 +244,8 @@ class League:
     def state_dict(self) -> dict:
         with self._lock:
             state = {"pool": self.pool.state_dict(), "payoff": self.payoff.state_dict()}
+            # The draws go on where they were (a restart would replay the first ones).
+            state["rng"] = self._rng.bit_generator.state
             if self.role:
                 state["roles"] = {"newest": dict(self._newest)}
                 if self.rule is not None:
@@ -261,8 +263,18 @@ class League:
         """Restores pool and payoff, and every snapshot's params from its role's directory."""
         pool = OpponentPool.from_state_dict(state["pool"])
         payoff = PayoffMatrix.from_state_dict(state["payoff"])
-        # The counts are the run's; how they are weighed is this config's (a resume may change it).
+        # The counts are the run's; how they are weighed is this config's (a resume may change it),
+        # and so is the pool's size.
         payoff.prior_games, payoff.decay = self.payoff.prior_games, self.payoff.decay
+        dropped = pool.resize(self.pool.max_size)
+        if dropped:
+            logging.warning(
+                "league: league.max_snapshots is %s now; the %d oldest snapshots leave the pool",
+                self.pool.max_size,
+                len(dropped),
+            )
+        for gone in dropped:
+            payoff.remove(gone)
         params = {
             i: load_snapshot(self.snapshot_dir_of(i), roles.version_of(i), target_params)
             for i in pool.ids
@@ -272,6 +284,8 @@ class League:
             self.pool, self.payoff, self._params = pool, payoff, params
             self.sampler = make_role_sampler(self.config, pool, payoff)
             self._newest.update({r: int(v) for r, v in saved.get("newest", {}).items()})
+            if "rng" in state:  # absent in checkpoints of older seedlike versions
+                self._rng.bit_generator.state = state["rng"]
             if self.rule is not None and "rule" in saved:
                 self.rule.load_state_dict(saved["rule"])
 

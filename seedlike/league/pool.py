@@ -54,9 +54,22 @@ class OpponentPool:
         quality = max((e.quality for e in self._entries.values()), default=0.0)
         entry = Snapshot(version, quality, time.time() if created is None else float(created))
         self._entries[version] = entry
-        while self.max_size is not None and len(self._entries) > self.max_size:
-            del self._entries[next(iter(self._entries))]
+        self._trim()
         return entry
+
+    def resize(self, max_size: int | None) -> list[int]:
+        """Keeps at most `max_size` snapshots from now on; returns the ids dropped (oldest)."""
+        if max_size is not None and max_size < 1:
+            raise ValueError(f"max_size must be >= 1 or None, got {max_size}")
+        self.max_size = max_size
+        return self._trim()
+
+    def _trim(self) -> list[int]:
+        dropped = []
+        while self.max_size is not None and len(self._entries) > self.max_size:
+            dropped.append(next(iter(self._entries)))
+            del self._entries[dropped[-1]]
+        return dropped
 
     def remove(self, version: int) -> None:
         del self._entries[int(version)]

@@ -178,9 +178,11 @@ class ResetRule:
 
     def state_dict(self) -> dict:
         return {"since_env_steps": self.since_env_steps, "resets": self.resets,
-                "successes": self.successes}  # fmt: skip
+                "successes": self.successes, "rng": self._rng.bit_generator.state}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
         self.since_env_steps = int(state.get("since_env_steps", 0))
         self.resets = int(state.get("resets", 0))
         self.successes = int(state.get("successes", 0))
+        if "rng" in state:  # a restart would otherwise replay the first reset draws
+            self._rng.bit_generator.state = state["rng"]
