@@ -46,7 +46,10 @@ previous one. A batch should therefore hold every request that can still come so
   grow; when the server keeps up, nobody waits longer than the timeout.
 
 Session openings and closings travel through the same inbox, so they keep their order relative to
-the requests; the batch reports them beside its requests (alone, if no request is waiting).
+the requests; the batch reports them beside its requests (alone, if no request is waiting). A
+session that closes while its last request is still being answered (its stream broke while it
+waited) is closed for the rule at once, but its closing is reported only after that reply
+(`replied`): its seats are not given to another session while that step is still recorded.
 """
 
 from __future__ import annotations
@@ -139,6 +142,7 @@ class Batcher:
         self._open: set[int] = set()
         self._late: set[int] = set()
         self._in_flight: set[int] = set()  # sessions with a request handed out and not replied
+        self._closing: dict[int, Control] = {}  # closings held until their session's reply
         self._lock = threading.Lock()
 
     def put(self, item) -> None:
@@ -147,6 +151,10 @@ class Batcher:
     def replied(self, session_ids) -> None:
         with self._lock:
             self._in_flight.difference_update(session_ids)
+            for session_id in session_ids:
+                closing = self._closing.pop(session_id, None)
+                if closing is not None:  # reported by the next batch
+                    self.inbox.put(closing)
 
     @property
     def in_flight(self) -> int:
@@ -198,6 +206,10 @@ class Batcher:
                     self._open.discard(item.session_id)
                     self._late.discard(item.session_id)
                     self._count_rows(item.session_id, 0)
+                    with self._lock:
+                        if item.session_id in self._in_flight or item.session_id in present:
+                            self._closing[item.session_id] = item
+                            continue
                 controls.append(item)
                 continue
             if self._session_rows.get(item.session_id, 0) != item.num_rows:

@@ -556,8 +556,9 @@ class InferenceService:
                 job.seat, job.rows, job.ran, job.obs, job.extras, job.first, job.policy,
                 job.carry, output, job.policy_version, job.placement, job.written,
             )  # fmt: skip
-            # Queued before the actions go out, so a session's close (which can only follow its
-            # last reply) always reaches the recorder after the session's last record.
+            # Queued before the actions go out, so a session's close (which the batcher reports
+            # only after its last reply, even if its stream broke while it waited) always reaches
+            # the recorder after the session's last record.
             if not self._put(self._records, record):
                 return
             act = self.spec.action_spec
