@@ -15,7 +15,7 @@ import threading
 from absl import app, flags
 from ml_collections import config_flags
 
-from seedlike.actor import Actor
+from seedlike.actor import EXIT_REJECTED, Actor
 from seedlike.config import (
     ConfigError,
     actor_sizing,
@@ -67,8 +67,14 @@ flags.register_validator(
 def main(argv):
     del argv
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def request_stop(*_):
+        if stop.is_set():  # the second request: do not wait for the step in flight
+            raise SystemExit(130)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
     add_env_kwargs(_CONFIG.value, _ENV_KWARGS)
     if _CORES.value > 0:
         given = {a.split("=", 1)[0].removeprefix("--config.env.") for a in sys.argv[1:]}
@@ -77,8 +83,9 @@ def main(argv):
     try:
         validate(_CONFIG.value)
         actor = Actor(_CONFIG.value, _SERVER.value.split(","), _ACTOR_ID.value, stop)
-    except (ConfigError, TransportError) as e:
-        raise SystemExit(f"error: {e}") from None
+    except (ConfigError, TransportError) as e:  # restarting the actor cannot fix these
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(EXIT_REJECTED)
     sys.exit(actor.run())
 
 

@@ -108,6 +108,7 @@ class Actor:
             max_s=float(actor_config.backoff_max_s),
             give_up_s=self._first_connect_s,
             seed=int(config.seed) * 100_003 + self.actor_id,
+            sleep=self.stop.wait,  # a stop request ends the wait
         )
 
     def run(self) -> int:
@@ -136,7 +137,6 @@ class Actor:
                 return EXIT_REJECTED
             except client.TrainingOver:
                 return EXIT_OK
-            self._backoff.reset()
             self._backoff.give_up_s = self._give_up_s  # a server seen once may come back later
             logging.info(
                 "actor %d: connected to %s (session %s)",
@@ -144,6 +144,7 @@ class Actor:
                 self.address,
                 ",".join(str(c.welcome.session_id) for c in connections),
             )
+            steps = self.steps
             try:
                 self._play(connections, env_seed(int(self.config.seed), self.actor_id, attempts))
             except client.TrainingOver:
@@ -159,6 +160,10 @@ class Actor:
                 return EXIT_REJECTED
             except client.Disconnected as e:
                 logging.warning("actor %d: connection lost (%s); reconnecting", self.actor_id, e)
+                # Only a stream that got steps answered starts the backoff afresh: a server that
+                # welcomes and then fails every first step is given up on after give_up_s.
+                if self.steps > steps:
+                    self._backoff.reset()
                 if not self._backoff.wait():
                     return EXIT_GAVE_UP
             finally:
@@ -197,12 +202,13 @@ class Actor:
     def _play(self, connections: list[client.Connection], seed: int) -> None:
         try:
             env = make_env(self.config.env, self.spec, seed)
-        except (ValueError, ImportError) as e:  # restarting cannot fix a missing package
+        except (ValueError, ImportError, TypeError) as e:  # restarting cannot fix these
             raise ConfigError(f"cannot make {self.config.env.name}: {e}") from None
+        session_steps = 0
         try:
             self._levels(env, connections[0].welcome)
             env.reset()
-            sequence, session_steps = [0] * len(connections), 0
+            sequence = [0] * len(connections)
             # Each stream remembers the stacks it sent (a new stream starts with whole ones).
             deltas = [
                 frames.Deltas(self.spec, self.stacked, self.num_envs) if self.stacked else None

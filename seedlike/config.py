@@ -684,7 +684,7 @@ def env_spec(config):
 
     try:
         return make_env_spec(config.env)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:  # TypeError: an env.kwargs key the env does not take
         raise ConfigError(f"invalid config: {e}") from None
 
 

@@ -168,10 +168,16 @@ def test_actors_refuse_level_probabilities_that_are_no_distribution():
     assert client.decode_level_probs(message, 2) is None
     message.level_probs.extend([1.0, 3.0])
     np.testing.assert_allclose(client.decode_level_probs(message, 2), [0.25, 0.75])
-    for bad in ([1.0], [0.5, -0.1], [0.0, 0.0], [float("nan"), 1.0]):
+    for bad in ([0.5, -0.1], [0.0, 0.0], [float("nan"), 1.0]):
         del message.level_probs[:]
         message.level_probs.extend(bad)
         with pytest.raises(client.Disconnected, match="not a distribution over this actor's 2"):
+            client.decode_level_probs(message, 2)
+    # Another number of levels: the learner's config is not the actor's; the actor stops (2).
+    for bad in ([1.0], [1.0, 1.0, 1.0]):
+        del message.level_probs[:]
+        message.level_probs.extend(bad)
+        with pytest.raises(client.Rejected, match=r"this actor has 2 env.levels; start the actor"):
             client.decode_level_probs(message, 2)
 
 

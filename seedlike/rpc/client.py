@@ -242,7 +242,12 @@ def decode_level_probs(message, num_levels: int):
     if not message.level_probs:
         return None
     p = np.asarray(message.level_probs, np.float64)
-    if p.shape != (num_levels,) or not np.all(np.isfinite(p)) or p.min() < 0 or p.sum() <= 0:
+    if p.shape != (num_levels,):  # the two sides' configs differ: reconnecting cannot help
+        raise Rejected(
+            f"server sent probabilities of {p.size} levels, this actor has {num_levels} "
+            "env.levels; start the actor with the same --config as the learner"
+        )
+    if not np.all(np.isfinite(p)) or p.min() < 0 or p.sum() <= 0:
         raise Disconnected(
             f"server sent level probabilities {p.tolist()}, not a distribution over this "
             f"actor's {num_levels} env.levels"
@@ -254,10 +259,18 @@ class Backoff:
     """Exponential backoff with full jitter; gives up after `give_up_s` without success."""
 
     def __init__(
-        self, initial_s: float = 0.1, max_s: float = 5.0, give_up_s: float = 300.0, seed=None
+        self,
+        initial_s: float = 0.1,
+        max_s: float = 5.0,
+        give_up_s: float = 300.0,
+        seed=None,
+        sleep=None,
     ):
+        """`sleep(seconds)`: how to wait (e.g. a stop event's wait, so that a stop ends it);
+        default time.sleep."""
         self.initial_s, self.max_s, self.give_up_s = initial_s, max_s, give_up_s
         self._rng = random.Random(seed)
+        self._sleep = sleep
         self.reset()
 
     def reset(self) -> None:
@@ -273,6 +286,6 @@ class Backoff:
         left = self._failing_since + self.give_up_s - now
         if left <= 0:
             return False
-        time.sleep(min(self._rng.uniform(0.5, 1.0) * self._delay, left))
+        (self._sleep or time.sleep)(min(self._rng.uniform(0.5, 1.0) * self._delay, left))
         self._delay = min(self._delay * 2.0, self.max_s)
         return True
