@@ -548,8 +548,9 @@ def _make_league(config, logdir, network, learner, meta, teams):
 
 
 def _staleness(version: int, unrolls) -> float:
-    """Mean policy versions between acting and learning, over the steps that count in the loss."""
-    behaviour = unrolls.policy_version[unrolls.valid]
+    """Mean policy versions between acting and learning, over the steps that count in the loss
+    (not step T: it only bootstraps, and is the next unroll's step 0)."""
+    behaviour = unrolls.policy_version[:, :-1][unrolls.valid[:, :-1]]
     return float(np.mean(version - behaviour)) if behaviour.size else 0.0
 
 
@@ -564,9 +565,7 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
     episodes = stats["episodes"]
     mine = episodes.policy == LEARNER
     board = p.episode_board
-    board.add(
-        p.store.owner[episodes.seat[mine]], episodes.episode_return[mine], episodes.length[mine]
-    )
+    board.add(episodes.owner[mine], episodes.episode_return[mine], episodes.length[mine])
     board.keep(p.store.connected_owners())
     threshold = p.config.log.success_threshold
     recent = board.summary(threshold)

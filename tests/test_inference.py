@@ -93,3 +93,34 @@ def test_sessions_of_many_sizes_are_batched_and_recorded_once():
     assert len(unrolls) == 27 and service.env_steps == 7 * 9 + 3
     firsts = sorted(float(u.obs["obs"][0, 0, 0]) for u in unrolls)
     assert firsts == [0.0] * 9 + [2.0] * 9 + [4.0] * 9
+
+
+def test_an_episode_is_credited_to_the_actor_that_played_it_even_after_its_seat_is_reused():
+    """Episodes are read at the next metrics row, up to log.interval_s later; by then the seat
+    may be another actor's. The identity is taken where the episode is recorded."""
+    store = TrajectoryStore(UnrollPool(SPEC, 2), 1, BatchQueue(slots=1000))
+    service = service_of(store, batch_timeout_ms=5.0)
+
+    def step(session, t, over):
+        done = np.array([over])
+        zero = np.zeros(1, np.int32)
+        obs = {"obs": np.full((1, 2), t, np.float32)}
+        row = Rows(obs, {}, np.ones(1, np.float32), done, ~done & False, zero, zero, ~done, done)
+        service.submit(session, row).result(timeout=10)
+
+    try:
+        first = service.open_session(0, 1, "host-a")
+        for t in range(3):
+            step(first, float(t), over=t == 2)  # an episode of two steps ends
+        service.flush()
+        owner_first = service._sessions[first][2]
+        service.close_session(first)
+        second = service.open_session(1, 1, "host-b")
+        step(second, 0.0, over=False)
+        service.flush()
+        owner_second = service._sessions[second][2]
+        episodes = service.stats.take()["episodes"]
+    finally:
+        service.stop(finished=True)
+    assert owner_first != owner_second
+    assert episodes.episode_return.tolist() == [2.0] and episodes.owner.tolist() == [owner_first]

@@ -252,3 +252,17 @@ def test_reading_leaves_out_lines_that_are_not_rows(tmp_path, caplog):
     (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + '\n{"env_st')
     assert [r["env_steps"] for r in metrics.read_metrics(str(tmp_path))] == [1, 4]
     assert "lines [2] are not metrics rows" in caplog.text
+
+
+def test_staleness_counts_the_steps_that_count_in_the_loss():
+    """Step T of an unroll only bootstraps (and is the next unroll's step 0): acted on version
+    2, 2 and 3 (step T), learned at 4: staleness 2, not 5/3."""
+    from types import SimpleNamespace
+
+    from seedlike.training import _staleness
+
+    unrolls = SimpleNamespace(
+        policy_version=np.array([[2, 2, 3], [0, 0, 0]]),
+        valid=np.array([[True, True, True], [False, False, True]]),  # an episode's last step
+    )
+    assert _staleness(4, unrolls) == 2.0

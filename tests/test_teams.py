@@ -158,7 +158,10 @@ def test_matchmaker_gives_each_env_one_opponent_for_its_whole_team():
         policy, (), _output(8), 3,
     )  # fmt: skip
     mm.report(step._replace(first=np.ones(8, bool)), Episodes.empty())
-    ended = Episodes(seats, np.array([1.0, 1, 0, 0, 0, 0, 1, 1]), np.ones(8, np.int64), policy)
+    ended = Episodes(
+        seats, np.array([1.0, 1, 0, 0, 0, 0, 1, 1]), np.ones(8, np.int64), policy,
+        np.zeros(8, np.int64),
+    )  # fmt: skip
     mm.report(step, ended)
     assert sorted(league.results) == sorted([(int(policy[2]), 1), (int(policy[6]), -1)])
 

@@ -505,7 +505,7 @@ def test_unrolls_acted_too_many_versions_ago_are_kept_out_of_the_loss():
     batch = batches.get(timeout=1).unroll()
     np.testing.assert_array_equal(batch.obs["obs"][:, 0, 0], [1.0, 2.0])
     np.testing.assert_array_equal(batch.valid.any(axis=1), [False, True])
-    assert store.unrolls_stale == 1
+    assert store.unrolls_stale == 1 and store.unrolls_capped == 0  # no share cap applied
 
 
 def test_a_batch_stacked_on_the_device_is_the_batch_gathered_on_the_host(monkeypatch):

@@ -21,10 +21,13 @@ class Episodes(NamedTuple):
     episode_return: np.ndarray  # float64: undiscounted
     length: np.ndarray  # int64: steps the seat acted
     policy: np.ndarray  # int64: who played the seat
+    # int64: the actor identity that held the seat (seedlike.server.influence), set where the
+    # episode is recorded: a seat may belong to another actor by the time episodes are read.
+    owner: np.ndarray
 
     @classmethod
     def empty(cls) -> Episodes:
-        return cls(*(np.zeros(0, d) for d in (np.int64, np.float64, np.int64, np.int64)))
+        return cls(*(np.zeros(0, d) for d in (np.int64, np.float64, np.int64, np.int64, np.int64)))
 
     @classmethod
     def concatenate(cls, parts: list[Episodes]) -> Episodes:
@@ -68,6 +71,7 @@ class EpisodeStats:
             self.episode_return[ended].copy(),
             self.episode_length[ended].copy(),
             self.episode_policy[ended].copy(),
+            np.zeros(ended.size, np.int64),
         )
         self.episode_return[seat[over]] = 0.0
         self.episode_length[seat[over]] = 0

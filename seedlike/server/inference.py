@@ -628,6 +628,8 @@ class InferenceService:
             if not isinstance(item, _Seats):
                 episodes = self.recorder.record(item)
                 owner = self.store.owner if self.store is not None else None
+                if owner is not None and episodes.seat.size:
+                    episodes = episodes._replace(owner=owner[episodes.seat])
                 self.matchmaker.report(item, episodes, owner)
                 self.stats.ended(episodes)
                 self.stats.add_busy("record", time.perf_counter() - start)

@@ -309,8 +309,11 @@ class TrajectoryStore:
         self._open[seats] = True
 
     def connected_owners(self) -> np.ndarray:
-        """The identities with open seats."""
-        return np.unique(self.owner[self._open])
+        """The identities with open seats (also read by the learner thread: `open` replaces the
+        two arrays, one after the other, when seats grow)."""
+        owner, is_open = self.owner, self._open
+        n = min(owner.size, is_open.size)
+        return np.unique(owner[:n][is_open[:n]])
 
     def close(self, seats: np.ndarray, buffers: np.ndarray, recorded: np.ndarray) -> int:
         """Forgets closed seats: their partial unrolls (`buffers`, `recorded` steps in each, from
@@ -444,6 +447,7 @@ class TrajectoryStore:
             offered,
             before,
         )
+        self.unrolls_capped += int(counted.size - counted.sum())  # the share caps' alone
         if self._max_lag > 0:
             # Unrolls acted on policies too far behind (a paced or slow actor's) teach nothing.
             versions = np.where(batch.small["valid"], batch.small["policy_version"], self._version)
@@ -451,7 +455,6 @@ class TrajectoryStore:
             self.unrolls_stale += int((stale & counted).sum())
             counted &= ~stale
         batch.small["valid"][~counted] = False
-        self.unrolls_capped += int(counted.size - counted.sum())
         reward = batch.small["reward"]
         here = influence.largest_rewards(reward[counted], batch.owner[counted])
         kept = collections.Counter(batch.owner[counted].tolist())
