@@ -148,9 +148,11 @@ class Batcher:
     def put(self, item) -> None:
         self.inbox.put(item)
 
-    def replied(self, session_ids) -> None:
+    def replied(self, session_ids: list[int]) -> None:
         with self._lock:
             self._in_flight.difference_update(session_ids)
+            if not self._closing:
+                return
             for session_id in session_ids:
                 closing = self._closing.pop(session_id, None)
                 if closing is not None:  # reported by the next batch
