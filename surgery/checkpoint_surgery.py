@@ -328,6 +328,9 @@ def run_surgery(
         )
         new_config = config_from_params(old_config, probe.params, probe.graph)
     new_network = make_network(new_config.network, spec_fn(new_config.env))
+    problems = _env_problems(old_config.env, new_config.env, new_network.spec, spec_fn)
+    if problems:
+        raise ops.SurgeryError("; ".join(problems))
     if plan is None:
         plan = derive_plan(old_network, new_network, mode=mode, lstm_noise=lstm_noise)
     surgery = PolicySurgery(plan, old_network, new_network, seed)
@@ -403,6 +406,33 @@ def run_surgery(
     }
     _write_run(out, step, new_state, meta, new_config, entry, snapshots)
     return outcome
+
+
+def _env_problems(old_env, new_env, new_spec, spec_fn) -> list[str]:
+    """Env settings whose change no surgery of the parameters can follow: they move what the
+    policy's inputs or outputs mean, and the verification (old and new network on the same
+    observations) cannot see it."""
+    problems = []
+    if new_spec.continuous and old_env.action_bounds != new_env.action_bounds:
+        problems.append(
+            f"env.action_bounds changes from {old_env.action_bounds!r} to "
+            f"{new_env.action_bounds!r}: the same outputs would move the env differently"
+        )
+    old_i, new_i = tuple(old_env.obs_indices or ()), tuple(new_env.obs_indices or ())
+    if old_env.name == new_env.name and old_i != new_i:
+        # Observations grow by new entries after the old ones (AddObservations): the old
+        # features must keep their places.
+        every = ml_collections.ConfigDict(new_env.to_dict())
+        every.obs_indices = ()
+        features = tuple(range(int(np.prod(spec_fn(every).observation["obs"].shape))))
+        old_r, new_r = old_i or features, new_i or features
+        if new_r[: len(old_r)] != old_r:
+            order = old_r + tuple(i for i in new_r if i not in old_r)
+            problems.append(
+                f"env.obs_indices changes from {old_i} to {new_i}: surgery keeps the old "
+                f"features in their places and adds new ones after them; use {order}"
+            )
+    return problems
 
 
 def _env_warnings(old_env, new_env) -> list[str]:

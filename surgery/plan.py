@@ -585,6 +585,7 @@ def derive_plan(
     same("network.autoregressive", om.autoregressive, nm.autoregressive)
     same("network.cnn_kernel", om.cnn_kernel, nm.cnn_kernel)
     same("network.cnn_padding", om.cnn_padding, nm.cnn_padding)
+    same("network.action_squash", old.action_squash, new.action_squash)
     same("network.normalize_obs", old.normalize_obs, new.normalize_obs)
     if old.normalize_obs:
         same("network.obs_clip", old.obs_clip, new.obs_clip)

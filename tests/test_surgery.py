@@ -882,3 +882,42 @@ def test_new_action_dimensions_keep_the_old_ones_exact_and_start_as_configured(s
 def verify_obs(spec, n):
     gen = np.random.default_rng(0)
     return {k: gen.standard_normal((n, *s.shape)).astype(F32) for k, s in spec.observation.items()}
+
+
+def test_env_changes_no_surgery_can_follow_are_refused_in_one_line(tmp_path):
+    """The old run read CartPole's features (0, 2); new ones come after the old (found in
+    review: all four features put x_dot where theta was, and the check, which feeds both
+    networks the same vector, saw no error). A change of action bounds or squash moves the env
+    differently for the same outputs."""
+    from seedlike.envs import make_env_spec
+
+    old = small_config("CartPole-v1")
+    old.env.obs_indices = (0, 2)
+    run = str(tmp_path / "run")
+    save_run(run, old, 3, env_spec_fn=make_env_spec)
+    for indices, fits in (((), False), ((0, 1, 2, 3), False), ((0, 2, 1, 3), True)):
+        new = small_config("CartPole-v1")
+        new.env.obs_indices = indices
+        out = str(tmp_path / f"out{len(os.listdir(tmp_path))}")
+        if fits:
+            assert surgery.run_surgery(run, out, new_config=new).written
+            continue
+        with pytest.raises(surgery.SurgeryError, match=r"use \(0, 2, 1, 3\)$"):
+            surgery.run_surgery(run, out, new_config=new)
+        assert not os.path.exists(out)
+
+    specs = {"Continuous-v0": dataclasses.replace(SPEC, num_actions=0, **GAUSS)}
+    continuous = small_config("Continuous-v0")
+    run = str(tmp_path / "continuous")
+    save_run(run, continuous, 4, env_spec_fn=lambda env: specs[env.name])
+    for key, value, message in (
+        ("env.action_bounds", "rescale", "env.action_bounds changes from 'clip' to 'rescale'"),
+        ("network.action_squash", True, "network.action_squash changes from False to True"),
+    ):
+        new = small_config("Continuous-v0")
+        section, name = key.split(".")
+        new[section][name] = value
+        with pytest.raises(surgery.SurgeryError, match=message):
+            surgery.run_surgery(
+                run, str(tmp_path / "c_out"), new_config=new, spec_fn=lambda env: specs[env.name]
+            )
