@@ -138,6 +138,23 @@ def _typed(current, text: str, key: str):
         ) from None
 
 
+def canonical(config_path: str, overrides: dict[str, str]) -> dict[str, str]:
+    """`overrides` (checked: check_cell) with integer settings written as integers ("2e4" ->
+    "20000", "4.0" -> "4"): --config flags read them with int(), which refuses the others."""
+    config = load_config_file(config_path)
+    out = {}
+    for key, text in overrides.items():
+        *parents, last = key.split(".")
+        node = config
+        for part in parents:
+            node = node.get(part) if hasattr(node, "get") else None
+        current = node.get(last) if hasattr(node, "get") else None
+        if isinstance(current, int) and not isinstance(current, bool):
+            text = str(_typed(current, text, key))
+        out[key] = text
+    return out
+
+
 def check_cell(config_path: str, overrides: dict[str, str]) -> None:
     """Raises SpecError unless `overrides` are known keys with values of their type that
     seedlike.config.validate accepts."""

@@ -63,6 +63,14 @@ def test_the_bottom_quantile_copies_the_top_and_nothing_else_changes():
     pairs = pbt.exploit_explore(members, [5.0, math.nan, 3.0, 1.0], 0.5, explore,
                                 np.random.default_rng(1))  # fmt: skip
     assert sorted(p[0] for p in pairs) == [1, 3] and {p[1] for p in pairs} <= {0, 2}
+    # Members without a fitness are never copied, even where they would fill the top quantile;
+    # with none measured nothing changes.
+    pairs = pbt.exploit_explore(members, [5.0, math.nan, math.nan, math.nan], 0.5, explore,
+                                np.random.default_rng(1))  # fmt: skip
+    assert {p[1] for p in pairs} == {0} and len(pairs) == 1
+    assert (
+        pbt.exploit_explore(members, [math.nan] * 4, 0.5, explore, np.random.default_rng(1)) == []
+    )
     # For a loss, lower is better.
     pairs = pbt.exploit_explore(members, [1.0, 4.0, 3.0, 2.0], 0.25, explore,
                                 np.random.default_rng(0), mode="min")  # fmt: skip
@@ -171,3 +179,27 @@ def test_a_network_key_cannot_evolve(tmp_path):
     )  # fmt: skip
     assert out.returncode == 1
     assert out.stderr.strip().startswith("error: --space network.activation: it changes what")
+
+
+def test_a_fitness_no_member_logs_stops_the_population_naming_what_they_log(tmp_path, monkeypatch):
+    """A misspelt --fitness read NaN for everyone, and member 3 was overwritten by member 0
+    every generation while the command reported success."""
+    monkeypatch.setattr(jobs, "POLL_S", 0.01)
+    explore = pbt.Explore(jobs.parse_space(["optimizer.learning_rate=log:1e-5:1e-1"]), (0.5, 2.0))
+    population = pbt.Population(
+        CARTPOLE, str(tmp_path), 4, 75_000, explore, 0.25, "episode_retrun_mean", "max", seed=3,
+        flags=[], train=fake_train,
+    )  # fmt: skip
+    with pytest.raises(jobs.SpecError, match="--fitness=episode_retrun_mean: no member logged it; "
+                       "the metrics rows hold env_steps, episode_return_mean, time"):  # fmt: skip
+        population.run()
+    assert pbt.read_records(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("key", ["seed", "pause_at_env_steps"])
+def test_pbts_own_keys_cannot_evolve(tmp_path, key):
+    out = subprocess.run(
+        [sys.executable, "-m", "seedlike.pbt", f"--logdir={tmp_path}", f"--space={key}=int:1:9"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 1 and out.stderr.strip().startswith(f"error: --space {key}: PBT sets")

@@ -82,6 +82,23 @@ def test_cells_are_checked_against_the_config_before_anything_runs():
             jobs.check_cell(CARTPOLE, cell)
 
 
+def test_integer_settings_reach_the_runs_as_integers_and_seed_is_not_a_grid_key(tmp_path):
+    """--config flags read integers with int(): "2e4" and "4.0" passed the check and then failed
+    every run; a grid over seed was overwritten by each run's own."""
+    assert jobs.canonical(
+        CARTPOLE,
+        {"total_env_steps": "2e4", "ppo.epochs": "4.0", "optimizer.learning_rate": "1e-3",
+         "network.normalize_obs": "true"},
+    ) == {"total_env_steps": "20000", "ppo.epochs": "4", "optimizer.learning_rate": "1e-3",
+          "network.normalize_obs": "true"}  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "seedlike.sweep", f"--config={CARTPOLE}", f"--logdir={tmp_path}",
+         "--grid=seed=1,2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 1 and "error: seed is not a grid key" in out.stderr
+
+
 def test_a_runs_final_and_best_values():
     rows = [
         {"env_steps": i, "r": v} for i, v in enumerate([None, 1, 2, None, 3, 4, 5, 6, 7, 8, 9, 10])
@@ -118,6 +135,8 @@ def test_the_table_ranks_cells_by_their_final_mean_and_names_failed_runs(tmp_pat
         ("a=2", 0): ([100, 200, 300], "done"),
         ("a=2", 1): ([1], "failed"),
         ("a=3", 0): ([], "failed"),
+        ("a=1", 2): ([10, 20, 900], "stopped"),  # not finished: no final value
+        ("a=2", 2): ([5], "running"),
     }
     for (name, seed), (values, status) in runs.items():
         run_id = f"{name}/seed_{seed}"
@@ -133,8 +152,8 @@ def test_the_table_ranks_cells_by_their_final_mean_and_names_failed_runs(tmp_pat
     # finals 30 and 50: standard deviation 14.14, standard error 10, t(0.975, 1 dof) = 12.7062.
     assert cells[1]["final_ci"] == pytest.approx(127.062, rel=1e-5)
     table = open(os.path.join(logdir, "sweep.md")).read().splitlines()
-    assert table[2].startswith("| 2 | 300 | 300 | 0: 300; failed: 1 |")
-    assert table[3].startswith("| 1 | 40 ± 127 | 40 ± 127 | 0: 30, 1: 50 |")
+    assert table[2].startswith("| 2 | 300 | 300 | 0: 300; failed: 1; incomplete: 2 |")
+    assert table[3].startswith("| 1 | 40 ± 127 | 40 ± 127 | 0: 30, 1: 50; incomplete: 2 |")
     assert table[4] == "| 3 | - | - | failed: 0 |"
     assert json.load(open(os.path.join(logdir, "sweep.json")))["cells"][0]["cell"] == "a=2"
     assert os.path.getsize(os.path.join(logdir, "sweep.png")) > 10_000

@@ -76,9 +76,10 @@ def exploit_explore(
 ) -> list[tuple[int, int]]:
     """Replaces the bottom `quantile` of `members` ({"values": {...}}) in place by explore()d
     copies of random top-quantile members; returns the (copier, copied) pairs. Members without
-    a fitness (nan) rank last."""
+    a fitness (nan) rank last and are never copied; with none measured, nothing changes."""
     n = len(members)
     cut = max(1, int(math.floor(quantile * n))) if n > 1 else 0
+    cut = min(cut, sum(not math.isnan(f) for f in fitness))
     sign = -1.0 if mode == "max" else 1.0
     keyed = [
         (math.isnan(f), sign * (0.0 if math.isnan(f) else f), m) for m, f in enumerate(fitness)
@@ -181,14 +182,18 @@ class Population:
         states = self.runner.run()["runs"]
         if self.stopping or any(states[r]["state"] != "done" for r in runs):
             return False
-        fitness = [
-            fitness_of(
-                read_metrics(os.path.join(self.logdir, member_dir(m))),
-                started[str(m)],
-                self.fitness,
-                self.mode,
-            )  # fmt: skip
+        rows = [
+            read_metrics(os.path.join(self.logdir, member_dir(m)))
             for m in range(len(self.state["members"]))
+        ]
+        if not any(self.fitness in r for member in rows for r in member):
+            logged = sorted({k for member in rows for r in member[-1:] for k in r})
+            raise jobs.SpecError(
+                f"--fitness={self.fitness}: no member logged it; the metrics rows hold "
+                f"{', '.join(logged[:12])}{', ...' if len(logged) > 12 else ''}"
+            )
+        fitness = [
+            fitness_of(rows[m], started[str(m)], self.fitness, self.mode) for m in range(len(rows))
         ]
         records = [
             {

@@ -45,6 +45,12 @@ def main(argv) -> int:
         space = jobs.parse_space(_SPACE.value)
         if not space:
             raise jobs.SpecError("give at least one --space: the hyperparameters that evolve")
+        ours = [k for k in space if k in ("seed", "pause_at_env_steps")]
+        if ours:
+            raise jobs.SpecError(
+                f"--space {ours[0]}: PBT sets it (members count seeds from --config.seed; "
+                "generations pause at --interval)"
+            )
         meaning = [k for k in space if any(k == p or k.startswith(p + ".") for p in MEANING_KEYS)]
         if meaning:
             raise jobs.SpecError(
@@ -59,6 +65,7 @@ def main(argv) -> int:
             for end in dist.args:
                 value = str(int(end)) if dist.kind == "int" else str(end)
                 jobs.check_cell(config, {**passed, key: value})
+        passed = jobs.canonical(config, passed)
         total = passed.get("total_env_steps")
         total = None if total is None else jobs.as_int(total, "total_env_steps")
         seed = jobs.base_seed(config, passed)
@@ -87,7 +94,11 @@ def main(argv) -> int:
     g = population.state["generation"]
     print(f"pbt: {_MEMBERS.value} members, {population.generations} generations of "
           f"{_INTERVAL.value} env steps (from generation {g}); {logdir}", flush=True)  # fmt: skip
-    if not population.run():
+    try:
+        finished = population.run()
+    except jobs.SpecError as e:
+        sys.exit(f"error: {e}")
+    if not finished:
         print("pbt: stopped; rerun the same command to resume", flush=True)
         return 130 if population.stopping else 1
     last = [r for r in read_records(logdir) if r["generation"] == population.generations - 1]

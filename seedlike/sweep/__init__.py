@@ -59,14 +59,17 @@ def summarize(state: dict, logdir: str, metric: str, mode: str, final_fraction: 
     for run_id, run in sorted(state["runs"].items()):
         cell = cells.setdefault(
             run["name"],
-            {"cell": run["name"], "overrides": run["cell"], "seeds": {}, "failed": []},
-        )
+            {"cell": run["name"], "overrides": run["cell"], "seeds": {}, "failed": [],
+             "incomplete": []},
+        )  # fmt: skip
         result = jobs.run_result(
             read_metrics(os.path.join(logdir, run_id)), metric, mode, final_fraction
         )
         if run["state"] == "failed":
             cell["failed"].append(run["seed"])
-        if result is not None and run["state"] != "failed":
+        elif run["state"] != "done":  # running, stopped or pending: no final value yet
+            cell["incomplete"].append(run["seed"])
+        elif result is not None:
             cell["seeds"][run["seed"]] = result
     out = []
     for cell in cells.values():
@@ -91,8 +94,9 @@ def markdown(cells: list[dict], metric: str, final_fraction: float) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for c in cells:
         seeds = ", ".join(f"{s}: {r['final']:.4g}" for s, r in sorted(c["seeds"].items()))
-        if c["failed"]:
-            seeds += ("; " if seeds else "") + "failed: " + ", ".join(map(str, c["failed"]))
+        for what in ("failed", "incomplete"):
+            if c[what]:
+                seeds += ("; " if seeds else "") + f"{what}: " + ", ".join(map(str, c[what]))
         values = [c["overrides"].get(k, "") for k in keys]
         final, best = _pm(c["final_mean"], c["final_ci"]), _pm(c["best_mean"], c["best_ci"])
         lines.append("| " + " | ".join([*values, final, best, seeds or "-"]) + " |")

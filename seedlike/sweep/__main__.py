@@ -46,8 +46,14 @@ def main(argv) -> int:
             _SWEEP_SEED.value,
         )
         base_seed = jobs.base_seed(config, passed)
+        if any("seed" in cell for cell in cells):
+            raise jobs.SpecError(
+                "seed is not a grid key: each cell runs --seeds seeds, counting from --config.seed"
+            )
         for cell in cells:
             jobs.check_cell(config, {**passed, **cell})
+        passed = jobs.canonical(config, passed)
+        cells = [jobs.canonical(config, cell) for cell in cells]
     except (jobs.SpecError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
     if _SEEDS.value < 1 or _PARALLEL.value < 1 or not 0 < _FINAL_FRACTION.value <= 1:
