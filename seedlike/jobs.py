@@ -138,6 +138,13 @@ def _typed(current, text: str, key: str):
         ) from None
 
 
+def check_not_set_per_run(keys, flag: str, why: str) -> None:
+    """SpecError if `keys` (of a --grid or --space) names a setting the command sets per run."""
+    ours = [k for k in keys if k in ("seed", "pause_at_env_steps")]
+    if ours:
+        raise SpecError(f"{flag} {ours[0]}: {why}")
+
+
 def canonical(config_path: str, overrides: dict[str, str]) -> dict[str, str]:
     """`overrides` (checked: check_cell) with integer settings written as integers ("2e4" ->
     "20000", "4.0" -> "4"): --config flags read them with int(), which refuses the others."""

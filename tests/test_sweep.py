@@ -84,7 +84,7 @@ def test_cells_are_checked_against_the_config_before_anything_runs():
 
 def test_integer_settings_reach_the_runs_as_integers_and_seed_is_not_a_grid_key(tmp_path):
     """--config flags read integers with int(): "2e4" and "4.0" passed the check and then failed
-    every run; a grid over seed was overwritten by each run's own."""
+    every run; a grid over seed was overwritten by each run's own (the command says so)."""
     assert jobs.canonical(
         CARTPOLE,
         {"total_env_steps": "2e4", "ppo.epochs": "4.0", "optimizer.learning_rate": "1e-3",
@@ -96,7 +96,7 @@ def test_integer_settings_reach_the_runs_as_integers_and_seed_is_not_a_grid_key(
          "--grid=seed=1,2"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert out.returncode == 1 and "error: seed is not a grid key" in out.stderr
+    assert out.returncode == 1 and "error: --grid seed: set per run" in out.stderr
 
 
 def test_a_runs_final_and_best_values():

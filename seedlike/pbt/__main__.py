@@ -45,12 +45,10 @@ def main(argv) -> int:
         space = jobs.parse_space(_SPACE.value)
         if not space:
             raise jobs.SpecError("give at least one --space: the hyperparameters that evolve")
-        ours = [k for k in space if k in ("seed", "pause_at_env_steps")]
-        if ours:
-            raise jobs.SpecError(
-                f"--space {ours[0]}: PBT sets it (members count seeds from --config.seed; "
-                "generations pause at --interval)"
-            )
+        jobs.check_not_set_per_run(
+            space, "--space",
+            "PBT sets it (members count seeds from --config.seed; generations pause at --interval)",
+        )  # fmt: skip
         meaning = [k for k in space if any(k == p or k.startswith(p + ".") for p in MEANING_KEYS)]
         if meaning:
             raise jobs.SpecError(

@@ -46,10 +46,10 @@ def main(argv) -> int:
             _SWEEP_SEED.value,
         )
         base_seed = jobs.base_seed(config, passed)
-        if any("seed" in cell for cell in cells):
-            raise jobs.SpecError(
-                "seed is not a grid key: each cell runs --seeds seeds, counting from --config.seed"
-            )
+        jobs.check_not_set_per_run(
+            {k for cell in cells for k in cell}, "--grid",
+            "set per run (--seeds seeds per cell, counting from --config.seed)",
+        )  # fmt: skip
         for cell in cells:
             jobs.check_cell(config, {**passed, **cell})
         passed = jobs.canonical(config, passed)
