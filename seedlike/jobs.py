@@ -138,6 +138,15 @@ def _typed(current, text: str, key: str):
         ) from None
 
 
+def _parent(config, key: str):
+    """(the section holding dotted `key`, or None if there is none; the key's last part)."""
+    *parents, last = key.split(".")
+    node = config
+    for part in parents:
+        node = node.get(part) if hasattr(node, "get") else None
+    return node, last
+
+
 def check_not_set_per_run(keys, flag: str, why: str) -> None:
     """SpecError if `keys` (of a --grid or --space) names a setting the command sets per run."""
     ours = [k for k in keys if k in ("seed", "pause_at_env_steps")]
@@ -151,10 +160,7 @@ def canonical(config_path: str, overrides: dict[str, str]) -> dict[str, str]:
     config = load_config_file(config_path)
     out = {}
     for key, text in overrides.items():
-        *parents, last = key.split(".")
-        node = config
-        for part in parents:
-            node = node.get(part) if hasattr(node, "get") else None
+        node, last = _parent(config, key)
         current = node.get(last) if hasattr(node, "get") else None
         if isinstance(current, int) and not isinstance(current, bool):
             text = str(_typed(current, text, key))
@@ -174,10 +180,7 @@ def configured(config_path: str, overrides: dict[str, str]):
     config = load_config_file(config_path)
     with config.unlocked():
         for key, text in overrides.items():
-            *parents, last = key.split(".")
-            node = config
-            for part in parents:
-                node = node.get(part) if hasattr(node, "get") else None
+            node, last = _parent(config, key)
             if not hasattr(node, "keys") or last not in node:
                 raise SpecError(f"unknown config key {key!r}: {config_path} has no such setting")
             node[last] = _typed(node[last], text, key)

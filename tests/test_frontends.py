@@ -29,19 +29,24 @@ def actor_rows(actor: int, t: int, envs: int) -> Rows:
     )  # fmt: skip
 
 
+def serving(front_ends: int, **server):
+    """(batches, store, service, server, address): a service of batches of one unroll, served on
+    loopback with `front_ends` and the other `server` settings given."""
+    config = base_config().server
+    config.update(front_ends=front_ends, **server)
+    batches = BatchQueue(slots=1000)
+    store = TrajectoryStore(UnrollPool(SPEC, HORIZON, shared=front_ends > 0), 1, batches)
+    service = service_of(store, batch_timeout_ms=20.0)
+    rpc, port = serve(service, "127.0.0.1", 0, config)
+    return batches, store, service, rpc, f"127.0.0.1:{port}"
+
+
 def run(front_ends: int):
     """Every unroll the learner gets from ACTORS actors stepping STEPS times, as (actor and env,
     the steps' t, rewards), and the stores' and service's in-place counts."""
-    config = base_config().server
-    config.front_ends = front_ends
-    batches = BatchQueue(slots=1000)
-    pool = UnrollPool(SPEC, HORIZON, shared=front_ends > 0)
-    store = TrajectoryStore(pool, 1, batches)
-    service = service_of(store, batch_timeout_ms=20.0)
-    server, port = serve(service, "127.0.0.1", 0, config)
+    batches, store, service, server, address = serving(front_ends)
     connections = [
-        client.Connection(f"127.0.0.1:{port}", codec.make_hello(SPEC, a, ENVS[a]))
-        for a in range(ACTORS)
+        client.Connection(address, codec.make_hello(SPEC, a, ENVS[a])) for a in range(ACTORS)
     ]
     try:
         for t in range(STEPS):
@@ -86,14 +91,7 @@ def test_an_evicted_session_keeps_its_unroll_buffers_until_its_front_end_lets_go
     session's unroll buffers and would write the next one there, before the learner process
     sees it: the buffers must not be the newcomer's by then. The evicted actor's next step is
     refused (naming the setting), and every unroll the newcomer fills holds its steps only."""
-    config = base_config().server
-    config.update(front_ends=1, max_actors=1, evict_idle_s=0.3)
-    batches = BatchQueue(slots=1000)
-    pool = UnrollPool(SPEC, HORIZON, shared=True)
-    store = TrajectoryStore(pool, 1, batches)
-    service = service_of(store, batch_timeout_ms=20.0)
-    server, port = serve(service, "127.0.0.1", 0, config)
-    address = f"127.0.0.1:{port}"
+    batches, _, service, server, address = serving(1, max_actors=1, evict_idle_s=0.3)
     silent = client.Connection(address, codec.make_hello(SPEC, 0, 2))
     newcomer = None
     try:
@@ -161,12 +159,7 @@ def test_a_front_end_that_dies_loses_its_streams_and_is_started_again():
     import os
     import signal
 
-    config = base_config().server
-    config.front_ends = 1
-    pool = UnrollPool(SPEC, HORIZON, shared=True)
-    service = service_of(TrajectoryStore(pool, 1, BatchQueue(slots=1000)), batch_timeout_ms=20.0)
-    server, port = serve(service, "127.0.0.1", 0, config)
-    address = f"127.0.0.1:{port}"
+    _, _, service, server, address = serving(1)
     try:
         actor = client.Connection(address, codec.make_hello(SPEC, 0, 2))
         actor.step(codec.encode_step(0, actor_rows(0, 0, 2)))

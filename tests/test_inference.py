@@ -123,4 +123,5 @@ def test_an_episode_is_credited_to_the_actor_that_played_it_even_after_its_seat_
     finally:
         service.stop(finished=True)
     assert owner_first != owner_second
-    assert episodes.episode_return.tolist() == [2.0] and episodes.owner.tolist() == [owner_first]
+    np.testing.assert_allclose(episodes.episode_return, [2.0])
+    assert episodes.owner.tolist() == [owner_first]

@@ -216,8 +216,8 @@ def test_a_resumed_league_draws_on_where_it_was_and_takes_the_configs_pool_size(
                      seed=3, snapshot_dir=str(tmp_path))  # fmt: skip
     smaller.load_state_dict(state, forced_params(network, 0))
     assert smaller.pool.ids == [30, 40] and smaller.params(10) is None
-    assert smaller.payoff.counts(LEARNER, 10) == (0.0, 0.0, 0.0)
-    assert smaller.payoff.counts(LEARNER, 40) == (1.0, 0.0, 0.0)
+    assert smaller.payoff.counts(LEARNER, 10) == pytest.approx((0.0, 0.0, 0.0))
+    assert smaller.payoff.counts(LEARNER, 40) == pytest.approx((1.0, 0.0, 0.0))
     smaller.add_snapshot(50, forced_params(network, 5))
     assert smaller.pool.ids == [40, 50]
 

@@ -265,4 +265,4 @@ def test_staleness_counts_the_steps_that_count_in_the_loss():
         policy_version=np.array([[2, 2, 3], [0, 0, 0]]),
         valid=np.array([[True, True, True], [False, False, True]]),  # an episode's last step
     )
-    assert _staleness(4, unrolls) == 2.0
+    assert _staleness(4, unrolls) == pytest.approx(2.0)
