@@ -1,4 +1,4 @@
-"""Renders Kubernetes manifests for a run (seedlike/deploy.py says what they hold).
+"""Renders Kubernetes manifests for a run (seedlike/launch/deploy.py says what they hold).
 
   scripts/make_credentials.sh creds breakout-learner        # the learner's in-cluster name
   python deploy.py --config=configs/atari_ppo.py --name=breakout --actors=16 \\
@@ -21,7 +21,7 @@ from seedlike.config import (
     check_override_flags,
     validate,
 )
-from seedlike.deploy import read_credentials, render, to_yaml
+from seedlike.launch.deploy import read_credentials, render, to_yaml
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CONFIG = os.path.join(ROOT, "configs", "cartpole_ppo.py")
@@ -33,7 +33,9 @@ _NAME = flags.DEFINE_string("name", None, "Run name: a DNS label (lowercase, dig
 _IMAGE = flags.DEFINE_string("image", None, "Container image with seedlike (see Dockerfile).")
 _ACTORS = flags.DEFINE_integer("actors", 2, "Actor pods.")
 _LEARNERS = flags.DEFINE_integer(
-    "learners", 1, "Learner pods forming one learner (seedlike/distributed.py); one GPU host each."
+    "learners",
+    1,
+    "Learner pods forming one learner (seedlike/runtime/distributed.py); one GPU host each.",
 )
 _CREDENTIALS = flags.DEFINE_string(
     "credentials", None, "Directory from scripts/make_credentials.sh DIR <name>-learner."

@@ -14,9 +14,9 @@ import threading
 
 from absl import app, flags, logging
 
-from seedlike import xla_flags
 from seedlike.checkpoint import CheckpointError
 from seedlike.rpc.security import TransportError
+from seedlike.runtime import xla_flags
 from seedlike.serving import serve_checkpoint
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Run dir, checkpoints dir or step dir.")

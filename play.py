@@ -18,9 +18,9 @@ import json
 
 from absl import app, flags
 
-from seedlike import xla_flags
 from seedlike.checkpoint import CheckpointError
 from seedlike.league import games
+from seedlike.runtime import xla_flags
 
 _A = flags.DEFINE_string(
     "a", None, "First agent: run, checkpoint or snapshot path, random, scripted or human."

@@ -24,7 +24,7 @@ INSTALL_REQUIRES = [
     "pillow==13.0.0",  # watch.py's GIFs
     "tensorboardX==2.6.5",  # config log.tensorboard
     "pyyaml==6.0.3",  # deploy.py's Kubernetes manifests
-    "scipy==1.17.1",  # python -m seedlike.sweep's Student-t intervals (jax needs it too)
+    "scipy==1.17.1",  # python -m seedlike.launch.sweep's Student-t intervals (jax needs it too)
 ]
 
 # What an actor process imports (seedlike.actor, seedlike.envs, seedlike.rpc, seedlike.config):

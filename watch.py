@@ -11,7 +11,7 @@ two-player games it is player 0; --opponent is `self` (the same policy), `random
 
 from absl import app, flags
 
-from seedlike import xla_flags
+from seedlike.runtime import xla_flags
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Run dir, checkpoints dir or step dir.")
 _OUT = flags.DEFINE_string("out", "episode.gif", "GIF to write.")

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import results_io  # noqa: E402
 from stages import breakdown  # noqa: E402
 
-from seedlike import xla_flags  # noqa: E402
+from seedlike.runtime import xla_flags  # noqa: E402
 
 _ENV = flags.DEFINE_string("env", "Breakout-v5", "envpool Atari task.")
 _ITERATIONS = flags.DEFINE_integer("baseline_iterations", 10, "Baseline iterations (2 warm up).")

@@ -265,7 +265,7 @@ def attack_streams(address: str, seconds: float, streams: int, **kwargs) -> tupl
 
 
 def evaluate(logdir: str) -> float:
-    from seedlike.api import evaluate as play
+    from seedlike.launch.api import evaluate as play
 
     return play(logdir, episodes=20, greedy=True)["return_mean"]
 

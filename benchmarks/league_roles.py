@@ -1,5 +1,5 @@
-"""What a league of roles did (python -m seedlike.roles): did the exploiters find weaknesses of the
-main agent, and did the main agent then lose them?
+"""What a league of roles did (python -m seedlike.launch.league): did the exploiters find
+weaknesses of the main agent, and did the main agent then lose them?
 
     python benchmarks/league_roles.py --logdir=runs/c4league --vs=runs/c4single
 
@@ -28,7 +28,9 @@ from seedlike.league import games  # noqa: E402
 from seedlike.league.roles import snapshot_dir  # noqa: E402
 from seedlike.metrics import read_metrics  # noqa: E402
 
-_LOGDIR = flags.DEFINE_string("logdir", None, "The league's directory (python -m seedlike.roles).")
+_LOGDIR = flags.DEFINE_string(
+    "logdir", None, "The league's directory (python -m seedlike.launch.league)."
+)
 _VS = flags.DEFINE_string("vs", None, "Another run that the main agent plays head to head.")
 _GAMES = flags.DEFINE_integer("games", 100, "Games per pair in the payoff over time.")
 _FINAL_GAMES = flags.DEFINE_integer("final_games", 400, "Games of each final match.")

@@ -5,7 +5,7 @@ end-to-end env steps/s against envpool stepping the same tasks alone in the same
     python benchmarks/mujoco.py --logdir=runs/mujoco                 # 3 tasks x 3 seeds
     python benchmarks/mujoco.py --logdir=runs/mujoco_extra --tasks=Ant-v4,CheetahRun-v1 --seeds=1
 
-The runs go through `python -m seedlike.sweep` (one after another; rerun the same command to
+The runs go through `python -m seedlike.launch.sweep` (one after another; rerun the same command to
 resume); this script measures the envpool ceiling first and writes <logdir>/mujoco.json,
 mujoco.md and mujoco.png (curves, every seed).
 """
@@ -23,7 +23,7 @@ from absl import app, flags
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from seedlike import jobs  # noqa: E402
+from seedlike.launch import jobs  # noqa: E402
 
 # CleanRL ppo_continuous_action, Gymnasium MuJoCo v4, 1M steps, 3 seeds (its docs' table).
 CLEANRL = {"HalfCheetah-v4": (1442, 46), "Hopper-v4": (2383, 272), "Walker2d-v4": (2288, 572)}
@@ -91,7 +91,7 @@ def main(argv):
     ceilings = {t: envpool_ceiling(t, _ENVS.value, _CEILING_S.value) for t in _TASKS.value}
     print("envpool alone:", {t: round(v) for t, v in ceilings.items()}, flush=True)
     command = [
-        sys.executable, "-m", "seedlike.sweep", f"--config={_CONFIG.value}",
+        sys.executable, "-m", "seedlike.launch.sweep", f"--config={_CONFIG.value}",
         f"--grid=env.name={','.join(_TASKS.value)}", f"--seeds={_SEEDS.value}",
         f"--logdir={logdir}", *_FLAGS.value,
     ]  # fmt: skip

@@ -22,8 +22,8 @@ def python_threads(pid: int) -> set[int] | None:
 def threads_cpu(pid: int, python: set[int] | None = None, by_thread: dict | None = None):
     """(all threads, Python threads) CPU seconds of a process; `by_thread` collects them by
     thread name. Python threads: those of `python` (py-spy's list); without it, those with the
-    process's name or seedlike's prefix (seedlike/threadnames.py), which also takes in the native
-    threads XLA leaves unnamed (its CPU executor's), so it overcounts."""
+    process's name or seedlike's prefix (seedlike/runtime/threadnames.py), which also takes in the
+    native threads XLA leaves unnamed (its CPU executor's), so it overcounts."""
     ticks = os.sysconf("SC_CLK_TCK")
     with open(f"/proc/{pid}/comm") as f:
         name = f.read().strip()

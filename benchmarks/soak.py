@@ -2,8 +2,8 @@
 
 Starts a training command in its own process group with `--logdir=DIR` added, samples every
 process it starts (learners, actors, launchers) every --interval_s from /proc
-(seedlike/procstats.py: resident memory, threads, open files, CPU) and the run directory's disk
-use, then stops the run with Ctrl-C (SIGINT to the group) as a user would and times the stop.
+(seedlike/runtime/procstats.py: resident memory, threads, open files, CPU) and the run directory's
+disk use, then stops the run with Ctrl-C (SIGINT to the group) as a user would and times the stop.
 
 The baseline is the same run after its warm-up (--warmup, a fraction of the minutes: compiled
 programs, buffer pools, a league's pool up to its cap): for each process, the resident memory at
@@ -32,7 +32,7 @@ from absl import app, flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import proc_cpu, results_io  # noqa: E402
-from seedlike import procstats  # noqa: E402
+from seedlike.runtime import procstats  # noqa: E402
 
 _MINUTES = flags.DEFINE_float("minutes", 30.0, "How long the run lasts before Ctrl-C.")
 _INTERVAL = flags.DEFINE_float("interval_s", 15.0, "Seconds between samples.")

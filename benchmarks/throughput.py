@@ -121,10 +121,10 @@ def trivial_server(config_path):
     from networks import make_network
     from seedlike.config import load_config_file
     from seedlike.envs.envpool_env import make_env_spec
+    from seedlike.learner import start_inference
     from seedlike.policy import PolicyRegistry
     from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
     from seedlike.server.unrolls import UnrollPool
-    from seedlike.training import start_inference
 
     config = load_config_file(config_path)
     spec = make_env_spec(config.env)

@@ -30,10 +30,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import results_io  # noqa: E402
 
 from networks import make_network  # noqa: E402
-from seedlike import xla_flags  # noqa: E402
 from seedlike.config import load_config_file  # noqa: E402
 from seedlike.envs import make_env_spec  # noqa: E402
-from seedlike.learner.learner import Learner  # noqa: E402
+from seedlike.learning.learner import Learner  # noqa: E402
+from seedlike.runtime import xla_flags  # noqa: E402
 from seedlike.types import Unroll  # noqa: E402
 
 _ROUNDS = flags.DEFINE_integer("rounds", 2, "Timed updates per torso (after one to compile).")

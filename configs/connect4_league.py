@@ -1,7 +1,7 @@
 """Connect Four with league roles (AlphaStar): a main agent, a main exploiter and a league
 exploiter, one learner each, started together by
 
-  python -m seedlike.roles --config=configs/connect4_league.py --logdir=runs/c4league
+  python -m seedlike.launch.league --config=configs/connect4_league.py --logdir=runs/c4league
 
 The main agent is configs/connect4_selfplay.py's (OpenAI Five sampling over every role's
 snapshots, the scripted bot in half of its games) with half of the actors and the first

@@ -6,7 +6,7 @@
 #                    [--population=1] [--actor_python=PATH] [any other learner.py flag]
 #
 # --config and --config.* flags go to the learner and every actor; other flags go to the learner.
-# --learners=L > 1 runs L learner processes that form one learner (seedlike/distributed.py, as
+# --learners=L > 1 runs L learner processes that form one learner (seedlike/runtime/distributed.py, as
 # on L hosts): process k logs to <logdir>/process_k (k > 0), actor i serves learner i mod L.
 # --population=N > 1 runs N independent learners in one world (README "Teams and populations"):
 # member k learns from the agents of teams k, k + N, ... and logs to <logdir>/member_k; every

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from seedlike.storage import StorageError, reason
+from seedlike.runtime.storage import StorageError, reason
 
 
 class CheckpointError(ValueError):
@@ -95,7 +95,7 @@ class Checkpointer:
         self._pending = None  # the step of the save in flight, for its error
         alone = ocp.options.MultiprocessingOptions()
         if jax.process_count() > 1:
-            # With several learner processes (seedlike.distributed) only process 0 has a
+            # With several learner processes (seedlike.runtime.distributed) only process 0 has a
             # Checkpointer; orbax would wait for the others at its barriers unless told it is
             # alone, and then it leaves creating the directory to us.
             me = jax.process_index()
@@ -348,7 +348,7 @@ def load_checkpoint(path: str):
     from networks import make_network
     from seedlike.config import from_dict
     from seedlike.envs import make_env_spec
-    from seedlike.learner import train_state as ts
+    from seedlike.learning import train_state as ts
 
     directory, step = existing_checkpoint_path(path)
     checkpointer = Checkpointer(directory)

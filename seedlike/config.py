@@ -29,7 +29,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.stop_at_return = ml_collections.config_dict.placeholder(float)
     # End the job at this many env steps as if finished, with a checkpoint, while schedules (the
     # learning rate's annealing, curricula) still run to total_env_steps: rerunning with a larger
-    # value continues (python -m seedlike.pbt trains in such generations). 0: no pause.
+    # value continues (python -m seedlike.launch.pbt trains in such generations). 0: no pause.
     c.pause_at_env_steps = 0
     # False: serve, record and build learner batches as usual, but drop them instead of learning
     # (the policy stays as initialized or restored). Measures what the serving path sustains
@@ -305,7 +305,7 @@ def base_config() -> ml_collections.ConfigDict:
     # p_bots a new episode's opponent is one of `bots` ("random"; "scripted" for Connect Four).
     c.league.bots = ()
     c.league.p_bots = 0.0
-    # League roles (AlphaStar; seedlike.league.roles): `python -m seedlike.roles` starts one
+    # League roles (AlphaStar; seedlike.league.roles): `python -m seedlike.launch.league` starts one
     # learner per entry of `roles` (main, main_exploiter, league_exploiter), with role_actors[k]
     # actors each, in <logdir>/<role>/, and sets `role` and `role_dir` for each; a plain run has
     # no role (a single-role league). Exploiters join the league (and reset; a league exploiter
@@ -374,7 +374,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.log.stop_hold_s = 10.0
     c.log.wandb_mode = "offline"  # offline | online | disabled (WANDB_MODE overrides)
     c.log.wandb_project = "seedlike"
-    # W&B group of the run ("": none); python -m seedlike.sweep sets the sweep's name, so a
+    # W&B group of the run ("": none); python -m seedlike.launch.sweep sets the sweep's name, so a
     # sweep's runs appear together.
     c.log.wandb_group = ""
     # Also write TensorBoard event files (<logdir>/tensorboard; `tensorboard --logdir runs`).
@@ -382,7 +382,7 @@ def base_config() -> ml_collections.ConfigDict:
     # When set, episode_success_rate = fraction of episodes whose return exceeds it (MiniGrid: 0).
     c.log.success_threshold = ml_collections.config_dict.placeholder(float)
 
-    # Several learner hosts as one learner (seedlike/distributed.py, README "Several learner
+    # Several learner hosts as one learner (seedlike/runtime/distributed.py, README "Several learner
     # hosts"): start learner.py on each host with the same coordinator (process 0's host and a free
     # port there) and its own process_id. Each host serves its own actors and learns from
     # batch_unrolls / num_processes of their unrolls per update; gradients are averaged over every
@@ -393,7 +393,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.distributed.process_id = 0
     c.distributed.timeout_s = 300  # how long a process waits for the others to join
     # A learner process silent this long is gone: the others save and stop with one line
-    # (seedlike.distributed.PeerWatch). Below JAX's own 100 s heartbeat, which would abort them.
+    # (seedlike.runtime.distributed.PeerWatch). Below JAX's own 100 s heartbeat, which would abort
+    # them.
     c.distributed.peer_timeout_s = 30.0
 
     c.checkpoint = ml_collections.ConfigDict()
@@ -618,7 +619,7 @@ def _validate_roles(league, need) -> None:
     need(
         not league.role or bool(league.role_dir),
         "league.role needs league.role_dir, the directory the roles share "
-        "(python -m seedlike.roles sets both)",
+        "(python -m seedlike.launch.league sets both)",
     )
     shared = tuple(league.shared_games)
     need(

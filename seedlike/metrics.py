@@ -11,8 +11,8 @@ import os
 import time
 import uuid
 
-from seedlike import storage
-from seedlike.storage import StorageError
+from seedlike.runtime import storage
+from seedlike.runtime.storage import StorageError
 
 # Shown on the one-line console summary after the progress, in this order: (key, label, format).
 CONSOLE_FIELDS = (

@@ -90,7 +90,7 @@ class PolicyRunner:
       greedy: play the most likely (legal) action instead of sampling.
       seed: seeds the sampling key, which stays on the device: each step splits it inside the
         jitted step and returns the next one, so no key or counter crosses from the host.
-      guard: runs the computation (seedlike.devices.ComputeGuard in the learner process).
+      guard: runs the computation (seedlike.runtime.devices.ComputeGuard in the learner process).
     """
 
     def __init__(self, network, greedy: bool = False, seed: int = 0, guard=None):

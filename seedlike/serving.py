@@ -9,10 +9,10 @@ import time
 import numpy as np
 
 from seedlike import checkpoint as ckpt_lib
+from seedlike.learner import start_inference
 from seedlike.metrics import MetricsWriter
 from seedlike.policy import PolicyRegistry
 from seedlike.server import inference
-from seedlike.training import start_inference
 
 
 def serve_checkpoint(

@@ -32,7 +32,7 @@ import orbax.checkpoint as ocp
 from networks import Network, make_network
 from seedlike import checkpoint as ckpt_lib
 from seedlike import config as config_lib
-from seedlike.learner import train_state as ts
+from seedlike.learning import train_state as ts
 from surgery import ops
 from surgery.optimizer import reset_opt_state, set_lr_zero, transform_opt_state
 from surgery.plan import AddActions, Context, Plan, PlanResult, config_from_params, derive_plan

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from seedlike import xla_flags
+from seedlike.runtime import xla_flags
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 # wandb's offline run costs every learner process about a second and a service process of its own;

@@ -11,8 +11,8 @@ import jax
 import numpy as np
 
 from networks import make_network
-from seedlike import distributed
-from seedlike.learner.learner import Learner
+from seedlike.learning.learner import Learner
+from seedlike.runtime import distributed
 from tests.test_learner import SPEC, random_unrolls, variant_config
 
 # Above 2**31: counters must survive the broadcast whole.

@@ -1,5 +1,5 @@
-"""The library API (seedlike/api.py) on untrained checkpoints; train() and Run are exercised by
-tests/test_integration.py's train.sh job, which runs through them."""
+"""The library API (seedlike/launch/api.py) on untrained checkpoints; train() and Run are exercised
+by tests/test_integration.py's train.sh job, which runs through them."""
 
 import os
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 import seedlike
-from seedlike import api
+from seedlike.launch import api
 from tests.test_watch import save_untrained_run
 
 

@@ -17,7 +17,7 @@ from seedlike.checkpoint import (
     params_fingerprint,
 )
 from seedlike.config import base_config
-from seedlike.learner import train_state as ts
+from seedlike.learning import train_state as ts
 from seedlike.types import ArraySpec, EnvSpec
 
 SPEC = EnvSpec("test", {"obs": ArraySpec(np.float32, (4,))}, num_actions=2)
@@ -169,7 +169,7 @@ def test_saving_a_step_again_replaces_its_counters_and_never_leaves_it_missing(
     """An interval with no update (or a resume stopped before its first) saves the same policy
     version again: the step stays on disk throughout, with the new counters once written; a
     write that fails leaves the earlier copy, and the error says it is complete."""
-    from seedlike.storage import StorageError
+    from seedlike.runtime.storage import StorageError
 
     state = make_state(seed=1)
     ckpt = Checkpointer(str(tmp_path), max_to_keep=1)  # the only copy: nothing to fall back on

@@ -20,8 +20,8 @@ from seedlike.config import (
     validate,
 )
 from seedlike.envs import make_env_spec
-from seedlike.learner import train_state as ts
-from seedlike.learner.learner import Learner
+from seedlike.learning import train_state as ts
+from seedlike.learning.learner import Learner
 from seedlike.teams import Teams
 from tests.procs import NEEDS_QT, ROOT, has_qt5
 
@@ -157,7 +157,7 @@ def test_of_run_is_the_config_a_run_was_trained_with(tmp_path):
     import json
 
     from seedlike.checkpoint import Checkpointer
-    from seedlike.learner import train_state as ts
+    from seedlike.learning import train_state as ts
 
     config = load_config_file(os.path.join(ROOT, "configs", "coins_teams.py"))
     network = make_network(config.network, make_env_spec(config.env))

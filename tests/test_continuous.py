@@ -232,7 +232,7 @@ def test_ppo_ratio_is_one_at_the_acting_params():
 
 def test_a_discrete_checkpoint_resumed_on_a_continuous_task_is_one_clear_line(tmp_path):
     from seedlike.checkpoint import Checkpointer, IncompatibleCheckpoint
-    from seedlike.learner import train_state as ts
+    from seedlike.learning import train_state as ts
 
     def state(spec):
         c = base_config()

@@ -22,7 +22,7 @@ from seedlike.envs import make_env, make_env_spec
 from seedlike.envs.spaces import spec_from_spaces
 from seedlike.envs.targets import KINDS, Targets
 from seedlike.league.players import RandomAgent
-from seedlike.learner import train_state as ts
+from seedlike.learning import train_state as ts
 from seedlike.rpc import codec
 from seedlike.types import LEGAL_ACTION_MASK, ArraySpec, EnvSpec
 from surgery.plan import Context, layout_of

@@ -16,8 +16,8 @@ from seedlike import generalization as gen
 from seedlike.checkpoint import Checkpointer, IncompatibleCheckpoint
 from seedlike.config import base_config, load_config_file
 from seedlike.envs import make_env_spec
-from seedlike.learner import train_state as ts
-from seedlike.training import _init_from
+from seedlike.learner import _init_from
+from seedlike.learning import train_state as ts
 from tests.procs import NEEDS_QT, ROOT, has_qt5
 
 needs_qt = pytest.mark.skipif(not has_qt5(), reason=NEEDS_QT)

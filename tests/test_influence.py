@@ -1,5 +1,5 @@
 """The bounds on one actor's influence over a learner batch (seedlike.server.influence) and the
-advantage bound of batch preparation (seedlike.learner.train_state.make_prepare)."""
+advantage bound of batch preparation (seedlike.learning.train_state.make_prepare)."""
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from seedlike.algos import ppo
-from seedlike.learner import train_state as ts
+from seedlike.learning import train_state as ts
 from seedlike.server import influence
 from seedlike.server.episodes import EpisodeBoard
 from seedlike.types import Unroll

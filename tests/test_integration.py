@@ -16,7 +16,7 @@ from networks import make_network
 from seedlike.checkpoint import Checkpointer, params_fingerprint
 from seedlike.config import load_config_file
 from seedlike.envs.envpool_env import make_env_spec
-from seedlike.learner import train_state as ts
+from seedlike.learning import train_state as ts
 from seedlike.rpc import codec
 from seedlike.rpc.codec import STREAM_METHOD
 from seedlike.types import ArraySpec, EnvSpec, Rows

@@ -9,19 +9,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # package -> packages it must never import (they call it, directly or through others).
 NEVER = {
     "seedlike.types": ["seedlike", "networks"],
-    "seedlike.envs": ["seedlike.rpc", "seedlike.server", "seedlike.league", "seedlike.learner"],
-    "seedlike.rpc.codec": ["seedlike.server", "seedlike.league", "seedlike.learner"],
+    "seedlike.envs": ["seedlike.rpc", "seedlike.server", "seedlike.league", "seedlike.learning"],
+    "seedlike.rpc.codec": ["seedlike.server", "seedlike.league", "seedlike.learning"],
     "seedlike.policy": ["seedlike.server", "seedlike.league", "seedlike.rpc"],
-    "seedlike.server": ["seedlike.rpc", "seedlike.learner", "seedlike.training"],
-    "seedlike.league": ["seedlike.server", "seedlike.rpc", "seedlike.training"],
-    "seedlike.learner": ["seedlike.server", "seedlike.rpc", "seedlike.league"],
-    "seedlike.algos": ["seedlike.server", "seedlike.rpc", "seedlike.league", "seedlike.learner"],
-    "networks": ["seedlike.server", "seedlike.rpc", "seedlike.league", "seedlike.learner"],
+    "seedlike.server": ["seedlike.rpc", "seedlike.learning", "seedlike.learner"],
+    "seedlike.league": ["seedlike.server", "seedlike.rpc", "seedlike.learner"],
+    "seedlike.learning": ["seedlike.server", "seedlike.rpc", "seedlike.league"],
+    "seedlike.algos": ["seedlike.server", "seedlike.rpc", "seedlike.league", "seedlike.learning"],
+    "networks": ["seedlike.server", "seedlike.rpc", "seedlike.league", "seedlike.learning"],
 }
+# The ground floor and the top: runtime helpers import nothing else of seedlike, and only the
+# package's lazy API (seedlike/__init__.py) and entrypoints import the launchers.
+GROUND = "seedlike.runtime"
+TOP = "seedlike.launch"
 
 
 def modules():
-    for top in ("seedlike", "networks"):
+    for top in ("seedlike", "networks", "surgery"):
         for dirpath, _, files in os.walk(os.path.join(ROOT, top)):
             for name in files:
                 if name.endswith(".py") and not name.endswith("_pb2.py"):
@@ -54,6 +58,18 @@ def test_no_package_imports_its_caller():
                 bad = [n for n in never if within(name, n) and not within(name, package)]
                 if bad and not (package == "seedlike.types" and name == "seedlike.types"):
                     found.append(f"{module} imports {name}")
+    assert not found, "\n".join(sorted(found))
+
+
+def test_runtime_helpers_are_the_ground_floor_and_launchers_the_top():
+    found = []
+    for module, path in modules():
+        for name in set(imports(path)):
+            ours = name.split(".")[0] in ("seedlike", "networks", "surgery") and name != "seedlike"
+            if within(module, GROUND) and ours and not within(name, GROUND):
+                found.append(f"{module} imports {name}")
+            if within(name, TOP) and not within(module, TOP) and module != "seedlike":
+                found.append(f"{module} imports {name}")
     assert not found, "\n".join(sorted(found))
 
 

@@ -12,15 +12,15 @@ import ml_collections
 import numpy as np
 import pytest
 
-from seedlike import api, jobs
 from seedlike.actor import Actor
 from seedlike.config import ConfigError, base_config, load_config_file, validate
+from seedlike.launch import api, jobs
+from seedlike.launch.league import RoleLeague, role_runs
 from seedlike.league import players, roles
 from seedlike.league.league import League, PeerSnapshots, load_snapshot, save_snapshot
 from seedlike.league.payoff import DRAW, LOSS, WIN
 from seedlike.league.players import BOTS, LEARNER, UNSEEN
 from seedlike.metrics import read_metrics
-from seedlike.roles import RoleLeague, role_runs
 from seedlike.rpc import client
 
 STRIDE = roles.STRIDE
@@ -232,7 +232,7 @@ def test_a_league_exploiter_joins_on_its_pfsp_weighted_win_rate_and_resets_by_ch
 def test_learner_reset_restores_the_initial_params_and_optimizer_as_a_new_version():
     from networks import make_network
     from seedlike import config as config_lib
-    from seedlike.learner.learner import Learner
+    from seedlike.learning.learner import Learner
 
     config = load_config_file("configs/cartpole_ppo.py")
     network = make_network(config.network, config_lib.env_spec(config))
@@ -255,7 +255,7 @@ def test_learner_reset_restores_the_initial_params_and_optimizer_as_a_new_versio
 def test_an_exploiter_resets_to_the_newest_main_snapshot_with_a_fresh_optimizer(tmp_path):
     from networks import make_network
     from seedlike import config as config_lib
-    from seedlike.learner.learner import Learner
+    from seedlike.learning.learner import Learner
 
     config = load_config_file("configs/cartpole_ppo.py")
     network = make_network(config.network, config_lib.env_spec(config))
@@ -419,7 +419,7 @@ def test_the_exploiters_stop_when_the_main_agents_run_ends(tmp_path, monkeypatch
 def test_a_league_of_roles_runs_from_the_command_line_and_shares_its_snapshots(tmp_path):
     logdir = tmp_path / "league"
     command = [
-        sys.executable, "-m", "seedlike.roles", "--config=configs/tictactoe_selfplay.py",
+        sys.executable, "-m", "seedlike.launch.league", "--config=configs/tictactoe_selfplay.py",
         f"--logdir={logdir}", "--config.league.roles=('main','main_exploiter','league_exploiter')",
         "--config.total_env_steps=60000", "--config.league.reset_env_steps=1000",
         "--config.league.snapshot_every=2", "--config.league.peer_refresh_s=1",

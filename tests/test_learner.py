@@ -7,8 +7,8 @@ import pytest
 
 from networks import make_network
 from seedlike.config import base_config
-from seedlike.learner import train_state as ts
-from seedlike.learner.learner import Learner
+from seedlike.learning import train_state as ts
+from seedlike.learning.learner import Learner
 from seedlike.types import ArraySpec, EnvSpec, Unroll
 
 SPEC = EnvSpec("test", {"obs": ArraySpec(np.float32, (4,))}, num_actions=3)
@@ -229,7 +229,7 @@ def test_a_stop_request_abandons_the_update_and_keeps_the_last_complete_version(
     state of the version before it; cleared, the same batch updates as usual."""
     import threading
 
-    from seedlike.learner.learner import Interrupted
+    from seedlike.learning.learner import Interrupted
 
     config = small_config()
     network = make_network(config.network, SPEC)

@@ -10,8 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-from seedlike import metrics, plot, storage
-from seedlike.storage import StorageError
+from seedlike import metrics, plot
+from seedlike.runtime import storage
+from seedlike.runtime.storage import StorageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -259,7 +260,7 @@ def test_staleness_counts_the_steps_that_count_in_the_loss():
     2, 2 and 3 (step T), learned at 4: staleness 2, not 5/3."""
     from types import SimpleNamespace
 
-    from seedlike.training import _staleness
+    from seedlike.learner import _staleness
 
     unrolls = SimpleNamespace(
         policy_version=np.array([[2, 2, 3], [0, 0, 0]]),

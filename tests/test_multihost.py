@@ -1,5 +1,5 @@
-"""Several learner processes act as one learner (seedlike.distributed): 2 processes x 1 CPU device,
-joined on loopback with gloo collectives, compute the update of 1 process x 2 devices."""
+"""Several learner processes act as one learner (seedlike.runtime.distributed): 2 processes x 1 CPU
+device, joined on loopback with gloo collectives, compute the update of 1 process x 2 devices."""
 
 import os
 import re
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from networks import make_network
-from seedlike.learner.learner import Learner
+from seedlike.learning.learner import Learner
 from tests.multihost_worker import BASE_ENV_STEPS
 from tests.procs import CONFIG, ROOT, Processes, free_port, last, log_text, metrics, wait_for
 from tests.test_learner import SPEC, random_unrolls, variant_config

@@ -1,5 +1,5 @@
-"""python -m seedlike.pbt: explore and exploit, a population resumed mid-way, and real checkpoints
-copied whole."""
+"""python -m seedlike.launch.pbt: explore and exploit, a population resumed mid-way, and real
+checkpoints copied whole."""
 
 import json
 import math
@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from seedlike import api, jobs, pbt
+from seedlike.launch import api, jobs, pbt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARTPOLE = os.path.join(ROOT, "configs", "cartpole_ppo.py")
@@ -173,7 +173,7 @@ def test_exploit_copies_parameters_and_optimizer_state_of_a_real_run(tmp_path):
 @pytest.mark.slow
 def test_a_network_key_cannot_evolve(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "seedlike.pbt", f"--logdir={tmp_path}",
+        [sys.executable, "-m", "seedlike.launch.pbt", f"--logdir={tmp_path}",
          "--space=network.activation=choice:relu,tanh"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""seedlike/procstats.py against what a process itself knows: its allocations, threads, open
+"""seedlike/runtime/procstats.py against what a process itself knows: its allocations, threads, open
 files and the CPU time Python measures.
 
 The counts are taken in a fresh interpreter: a test worker may still hold threads and memory of
@@ -10,7 +10,7 @@ import sys
 import textwrap
 import time
 
-from seedlike import procstats
+from seedlike.runtime import procstats
 
 
 def run_fresh(code: str) -> None:
@@ -27,7 +27,7 @@ def run_fresh(code: str) -> None:
 def test_resident_memory_follows_an_allocation_that_is_touched_and_freed():
     run_fresh("""
         import numpy as np
-        from seedlike import procstats
+        from seedlike.runtime import procstats
 
         before = procstats.usage().rss_mb
         block = np.ones(256 * 2**20, dtype=np.uint8)  # every page written, so resident
@@ -42,7 +42,7 @@ def test_resident_memory_follows_an_allocation_that_is_touched_and_freed():
 def test_threads_and_open_files_count_the_ones_opened_and_closed():
     run_fresh("""
         import tempfile, threading
-        from seedlike import procstats
+        from seedlike.runtime import procstats
 
         start = procstats.usage()
         release = threading.Event()

@@ -17,7 +17,7 @@ from seedlike.checkpoint import Checkpointer
 from seedlike.config import base_config
 from seedlike.league import connect_four, games, search
 from seedlike.league.league import save_snapshot
-from seedlike.learner import train_state as ts
+from seedlike.learning import train_state as ts
 from seedlike.types import ArraySpec, EnvSpec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

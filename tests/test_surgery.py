@@ -21,7 +21,7 @@ from networks import make_network
 from seedlike.algos.ppo import PPOBatch, make_ppo_loss
 from seedlike.checkpoint import Checkpointer
 from seedlike.config import base_config, load_config_file
-from seedlike.learner import train_state as ts
+from seedlike.learning import train_state as ts
 from seedlike.types import ArraySpec, EnvSpec
 from surgery import ops
 from surgery.plan import Context, layout_of

@@ -1,5 +1,5 @@
-"""python -m seedlike.sweep and the jobs it runs (seedlike.jobs): cells, checks, results, and a
-sweep that survives a killed run."""
+"""python -m seedlike.launch.sweep and the jobs it runs (seedlike.launch.jobs): cells, checks,
+results, and a sweep that survives a killed run."""
 
 import json
 import os
@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from seedlike import api, jobs, sweep
+from seedlike.launch import api, jobs, sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARTPOLE = os.path.join(ROOT, "configs", "cartpole_ppo.py")
@@ -92,8 +92,8 @@ def test_integer_settings_reach_the_runs_as_integers_and_seed_is_not_a_grid_key(
     ) == {"total_env_steps": "20000", "ppo.epochs": "4", "optimizer.learning_rate": "1e-3",
           "network.normalize_obs": "true"}  # fmt: skip
     out = subprocess.run(
-        [sys.executable, "-m", "seedlike.sweep", f"--config={CARTPOLE}", f"--logdir={tmp_path}",
-         "--grid=seed=1,2"],
+        [sys.executable, "-m", "seedlike.launch.sweep", f"--config={CARTPOLE}",
+         f"--logdir={tmp_path}", "--grid=seed=1,2"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 1 and "error: --grid seed: set per run" in out.stderr
@@ -162,7 +162,8 @@ def test_the_table_ranks_cells_by_their_final_mean_and_names_failed_runs(tmp_pat
 def _sweep(logdir, *extra):
     return subprocess.Popen(
         [
-            sys.executable, "-m", "seedlike.sweep", f"--config={CARTPOLE}", f"--logdir={logdir}",
+            sys.executable, "-m", "seedlike.launch.sweep", f"--config={CARTPOLE}",
+            f"--logdir={logdir}",
             "--grid=ppo.epochs=1,2", "--retries=0", "--config.total_env_steps=20000",
             "--config.log.interval_s=1", "--config.checkpoint.interval_s=2", *extra,
         ],
@@ -230,7 +231,7 @@ def test_a_sweep_survives_a_killed_run_and_resumes(tmp_path):
 @pytest.mark.slow
 def test_a_sweep_with_a_bad_value_says_so_in_one_line(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "seedlike.sweep", f"--config={CARTPOLE}",
+        [sys.executable, "-m", "seedlike.launch.sweep", f"--config={CARTPOLE}",
          f"--logdir={tmp_path}", "--grid=ppo.epochs=4,lots"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -15,7 +15,7 @@ from seedlike import watch
 from seedlike.checkpoint import Checkpointer
 from seedlike.envs.envpool_env import make_env_spec
 from seedlike.league.players import RandomAgent
-from seedlike.learner import train_state as ts
+from seedlike.learning import train_state as ts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,4 +1,5 @@
-"""The entrypoints' JAX settings (seedlike/xla_flags.py): the persistent compilation cache."""
+"""The entrypoints' JAX settings (seedlike/runtime/xla_flags.py): the persistent compilation
+cache."""
 
 import json
 import os
@@ -11,7 +12,7 @@ from tests.procs import ROOT
 # were read from it.
 SCRIPT = """
 import json, jax, jax.numpy as jnp
-from seedlike import xla_flags
+from seedlike.runtime import xla_flags
 xla_flags.cache_compilations()
 hits = []
 jax.monitoring.register_event_listener(

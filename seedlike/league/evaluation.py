@@ -38,7 +38,7 @@ class Evaluation:
     env_name: the two-player envpool task.
     network: the learning policy's networks.Network (snapshot references use it too).
     snapshot_dir: where reference snapshots are saved (and reloaded from on resume).
-    guard: runs JAX computations (seedlike.devices.ComputeGuard).
+    guard: runs JAX computations (seedlike.runtime.devices.ComputeGuard).
     """
 
     def __init__(self, league_config, env_name, network, snapshot_dir=None, seed=0, guard=None):

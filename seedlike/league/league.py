@@ -331,7 +331,8 @@ class PeerSnapshots:
       roles: the roles whose snapshots this role plays.
       template: policy params of the same network (shapes and dtypes of a restore).
       refresh_s: seconds between directory scans.
-      guard: runs each restore (seedlike.devices.ComputeGuard: on a CPU with several devices a
+      guard: runs each restore (seedlike.runtime.devices.ComputeGuard: on a CPU with several
+      devices a
         restore beside the learner's collectives could leave one waiting for good).
     """
 

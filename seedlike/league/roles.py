@@ -19,7 +19,7 @@ A reset gives the role its initial params (the run's start: `init_from`'s params
 with `league.exploiter_reset = "main"` those of the newest main snapshot it holds, and a fresh
 optimizer, as a new policy version, so snapshot ids stay unique.
 
-Layout. The roles' learner processes run in <league.role_dir>/<role>/ (seedlike.roles starts
+Layout. The roles' learner processes run in <league.role_dir>/<role>/ (seedlike.launch.league starts
 them), each with its snapshots in <role>/league/snapshots/<version>/ as a single-role league has.
 A role picks up the others' new snapshots from there (seedlike.league.league.PeerSnapshots, a
 thread of its own) and knows them by policy id `snapshot_id(role, version)`: main's ids are its

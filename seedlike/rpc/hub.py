@@ -41,8 +41,8 @@ import numpy as np
 from seedlike.rpc import codec, shm
 from seedlike.rpc.frontend import Setup
 from seedlike.rpc.service import Refused
+from seedlike.runtime.threadnames import named
 from seedlike.server.errors import ServerStopping
-from seedlike.threadnames import named
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 START_TIMEOUT_S = 60.0  # for a front end to listen (imports, TLS setup, bind)

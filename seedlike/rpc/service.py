@@ -25,8 +25,8 @@ import grpc
 from seedlike.rpc import codec, ports, wire
 from seedlike.rpc import seedlike_pb2 as pb
 from seedlike.rpc.security import Credentials
+from seedlike.runtime.threadnames import named
 from seedlike.server.errors import ServerStopping
-from seedlike.threadnames import named
 
 
 class Refused(Exception):

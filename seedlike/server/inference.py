@@ -35,6 +35,7 @@ import numpy as np
 
 from seedlike.league.players import LEARNER
 from seedlike.policy import PolicyOutput, PolicyRegistry, PolicyRunner, Ready, bucket_size
+from seedlike.runtime.threadnames import named
 from seedlike.server.batcher import STOP, Batch, Batcher, Control, Request
 from seedlike.server.episodes import Episodes
 from seedlike.server.errors import ServerStopping
@@ -45,12 +46,11 @@ from seedlike.server.recorder import Recorder
 from seedlike.server.seats import SeatTable
 from seedlike.server.trajectory_store import StepRecord, Stopped, TrajectoryStore
 from seedlike.server.unrolls import Placement, aligned_empty
-from seedlike.threadnames import named
 from seedlike.types import LEGAL_ACTION_MASK, EnvSpec, Rows
 
 # Wall time each stage's thread is busy, reported as a share of the interval (`busy/<stage>`): a
 # stage near 1.0 is the bottleneck. decode is the gRPC event-loop thread's parsing and checking of
-# requests (seedlike.rpc.service); learn is the training loop's (seedlike.training).
+# requests (seedlike.rpc.service); learn is the training loop's (seedlike.learner).
 STAGES = ("decode", "prepare", "policy", "reply", "record")
 # A request's latency, split where it changes hands (`latency_ms/<segment>`, interval means):
 # waiting for its batch to close, preparing the batch, the policy (queued, computed, fetched), and
@@ -179,7 +179,7 @@ class InferenceService:
     matchmaker: who plays each episode (league, bots, annealing); None: the learning policy in
       every seat, every change.
     seed: seeds action sampling.
-    guard: runs JAX computations (seedlike.devices.ComputeGuard).
+    guard: runs JAX computations (seedlike.runtime.devices.ComputeGuard).
     greedy: play the most likely legal action instead of sampling (evaluation; never while
       learning, whose behaviour log-probs assume sampling).
     return_scale: scales the rewards learned from (seedlike.server.return_scale); None: off.

@@ -23,7 +23,7 @@ below hold when the bad identities are a minority of at least three.
 Observation statistics are bounded the same way in the learner process
 (networks.normalization.IdentityWindow: per-identity moments over the window, merged by a
 median), and PPO's advantages on the devices (each identity's scaled down to the median
-identity's, seedlike.learner.train_state.make_prepare).
+identity's, seedlike.learning.train_state.make_prepare).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import statistics
 import threading
 import time
 
-from seedlike.threadnames import named
+from seedlike.runtime.threadnames import named
 
 # No reply waits longer (rates measured over few rows, at the start, would hold one for minutes).
 MAX_HOLD_S = 1.0

@@ -1,6 +1,6 @@
-"""Many training jobs from one command, for seedlike.sweep and seedlike.pbt: config values as
-grids and distributions, their check against a config before anything starts, a runner that keeps
-N `scripts/train.sh` jobs going and survives a failed one, and a run's final metric.
+"""Many training jobs from one command, for seedlike.launch.sweep and seedlike.launch.pbt: config
+values as grids and distributions, their check against a config before anything starts, a runner
+that keeps N `scripts/train.sh` jobs going and survives a failed one, and a run's final metric.
 
 A job's state lives in a JSON file of the directory the jobs share, written whole and renamed into
 place, so a command killed at any moment resumes from the last state it wrote.
@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
-from seedlike import api
 from seedlike.config import ConfigError, load_config_file, validate
+from seedlike.launch import api
 
 POLL_S = 1.0
 SPACE_KINDS = ("log", "uniform", "int", "choice")
@@ -249,7 +249,7 @@ class Runner:
 
     runs: {run id (its directory under logdir): (cell: config values, seed)}; `flags`: config
     flags every run gets; `on_change(state)` after each run ends; `train` starts a run
-    (seedlike.api.train's signature); `label` starts the lines it prints; `actors`: {run id:
+    (seedlike.launch.api.train's signature); `label` starts the lines it prints; `actors`: {run id:
     actor processes} where a run has other than `num_actors`; `nice`: {run id: niceness}.
     """
 

@@ -10,8 +10,8 @@ Rendered objects (TLeague's layout, SEED RL's roles):
   StatefulSet <name>-learner          L pods of learner.py on 0.0.0.0 with TLS and the run token;
                                       each logdir on a persistent volume, so a restarted pod
                                       resumes. With L > 1 they form one learner
-                                      (seedlike/distributed.py): pod k is process k, pod 0 the
-                                      coordinator on port + 1; all start at once (Parallel)
+                                      (seedlike/runtime/distributed.py): pod k is process k, pod 0
+                                      the coordinator on port + 1; all start at once (Parallel)
   StatefulSet <name>-actors           N pods of actor.py; each pod's index is its --actor_id
                                       (distinct env seeds; the pod-index label
                                       of Kubernetes 1.28+), which a Deployment could not give;

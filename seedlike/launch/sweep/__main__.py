@@ -1,4 +1,5 @@
-"""`python -m seedlike.sweep`, the command line; seedlike.sweep's docstring says what it does."""
+"""`python -m seedlike.launch.sweep`, the command line; seedlike.launch.sweep's docstring says what
+it does."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import sys
 
 from absl import app, flags
 
-from seedlike import jobs
-from seedlike.sweep import STATE_FILE, write_results
+from seedlike.launch import jobs
+from seedlike.launch.sweep import STATE_FILE, write_results
 
 _CONFIG = flags.DEFINE_string("config", "configs/cartpole_ppo.py", "Config of every run.")
 _LOGDIR = flags.DEFINE_string("logdir", None, "The sweep's directory (rerun with it to resume).")

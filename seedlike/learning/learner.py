@@ -7,9 +7,9 @@ local device holds its host's whole batch; with one accelerator the observations
 stacked on it, see `batch_device`) and each sgd step gathers its minibatch there, from sample
 indices shuffled on the host within each learner host's block of the batch; with one host that is
 the whole batch, so N devices compute the same update as one device. With several hosts
-(seedlike.distributed) each learns from its own actors' unrolls, and the pmap's gradient average
-spans every device of every host: 2 hosts x 1 device compute the same update as 1 host x 2 devices
-given shuffle_blocks=2 (tests/test_multihost.py).
+(seedlike.runtime.distributed) each learns from its own actors' unrolls, and the pmap's gradient
+average spans every device of every host: 2 hosts x 1 device compute the same update as 1 host x 2
+devices given shuffle_blocks=2 (tests/test_multihost.py).
 
 Minibatches hold independent steps for feed-forward PPO, and whole unrolls for recurrent networks
 (replayed from the carry stored at the unroll start) and for V-trace (whose targets need the
@@ -27,10 +27,10 @@ import jax
 import numpy as np
 
 from networks import normalization
-from seedlike import devices as devices_lib
 from seedlike.algos import ALGORITHMS, ppo
 from seedlike.algos.sequences import SequenceBatch
-from seedlike.learner import train_state as ts
+from seedlike.learning import train_state as ts
+from seedlike.runtime import devices as devices_lib
 from seedlike.types import Unroll
 
 
@@ -107,7 +107,7 @@ class Learner:
         self._state = None
         self._version = 0
         self.metric_keys = (*self.algorithm.metrics, "grad_norm", "learning_rate", "nonfinite")
-        # Shared with the inference service: see seedlike.devices.ComputeGuard.
+        # Shared with the inference service: see seedlike.runtime.devices.ComputeGuard.
         self.guard = devices_lib.ComputeGuard(self.local_devices)
         # Set: the update in progress stops at its next epoch (Interrupted), unless learner
         # processes share it (they must take part in every collective of it together).

@@ -1,4 +1,5 @@
-"""The learner process: its parts, wired together once (`build`), and the learner loop (`train`).
+"""The learner process (learner.py): its parts, wired together once (`build`), the learner loop
+(`train`), and the process around them (`main`: signals, the stop grace, one-line errors).
 
 A row flows one way: gRPC handlers (seedlike.rpc.service, one per actor stream) -> the inference
 pipeline (seedlike.server.inference: batching, policy, trajectory store) -> learner batches
@@ -10,10 +11,13 @@ checkpoints.
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import gc
 import json
 import logging
 import os
+import signal
+import sys
 import threading
 import time
 
@@ -23,17 +27,18 @@ import numpy as np
 from networks import make_network
 from seedlike import checkpoint as ckpt_lib
 from seedlike import config as config_lib
-from seedlike import distributed, procstats
 from seedlike.league import roles
 from seedlike.league.evaluation import Evaluation, EvaluationThread
 from seedlike.league.league import League, PeerSnapshots
 from seedlike.league.players import LEARNER
-from seedlike.learner.learner import Interrupted, Learner
+from seedlike.learning.learner import Interrupted, Learner
 from seedlike.metrics import MetricsWriter
 from seedlike.policy import PolicyRegistry
 from seedlike.rpc import security
 from seedlike.rpc.listen import serve
 from seedlike.rpc.service import Transport
+from seedlike.runtime import distributed, procstats, xla_flags
+from seedlike.runtime.storage import StorageError
 from seedlike.server import inference, influence
 from seedlike.server.anneal import Annealing
 from seedlike.server.curriculum import Curriculum
@@ -42,7 +47,6 @@ from seedlike.server.matchmaking import Matchmaker
 from seedlike.server.return_scale import ReturnScale
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
 from seedlike.server.unrolls import UnrollPool
-from seedlike.storage import StorageError
 from seedlike.teams import Teams
 from seedlike.types import LEGAL_ACTION_MASK
 
@@ -630,3 +634,72 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         keys = interval.updates[0].keys()
         row.update({k: float(np.mean([u[k] for u in interval.updates])) for k in keys})
     return row
+
+
+REPEAT_S = 2.0  # a stop signal this long after the first exits at once
+
+
+def main(config, logdir: str, bind: str, port: int) -> None:
+    """learner.py: trains until done, saving a checkpoint and stopping within
+    checkpoint.stop_grace_s on SIGTERM or SIGINT (a second signal REPEAT_S or more later exits at
+    once); errors a restart cannot fix end the process with one line, no traceback."""
+    xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
+    xla_flags.cache_compilations()
+    stop = threading.Event()
+    grace_s = float(config.checkpoint.stop_grace_s)
+    first_signal: list[float] = []
+
+    def on_signal(signum, frame):
+        del frame
+        if first_signal:
+            # Ctrl-C reaches the whole process group and train.sh passes it on too: only a
+            # signal well after the first is a second request.
+            if time.monotonic() - first_signal[0] > REPEAT_S:
+                _exit_now(f"signal {signum} again: exiting without a final checkpoint")
+            return
+        first_signal.append(time.monotonic())
+        logging.info("signal %d: saving a checkpoint and stopping", signum)
+        stop.set()
+        deadline = threading.Timer(grace_s, _stop_overdue, (grace_s, logdir))
+        deadline.daemon = True
+        deadline.start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        train(config, logdir, bind=bind, port=port, stop=stop, freeze_gc=True)
+    except (config_lib.ConfigError, ckpt_lib.CheckpointError, security.TransportError) as e:
+        raise SystemExit(f"error: {e}") from None
+    except StorageError as e:
+        # orbax leaves threads behind that wait forever for the failed save: exit without them.
+        _exit_now(str(e))
+    except distributed.PeerLost as e:
+        # Its checkpoint is saved (process 0); JAX's exit handler would wait for the lost process.
+        _exit_now(str(e))
+
+
+def _stop_overdue(grace_s: float, logdir: str) -> None:
+    """The stop grace ran out: what every thread was doing goes to a file, since the one line
+    cannot say which update, compile or save held the learner."""
+    stacks = os.path.join(logdir, "stop_stacks.txt")
+    try:
+        with open(stacks, "w") as f:
+            faulthandler.dump_traceback(file=f, all_threads=True)
+        where = f"; thread stacks in {stacks}"
+    except OSError as e:  # the stacks still say why: on the console, above this line
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        where = f"; thread stacks above ({stacks}: {e.strerror})"
+    _exit_now(
+        f"the learner did not stop within {grace_s:g} s of the stop request (an update, compile "
+        "or save still running); exiting without a final checkpoint, the previous one stands "
+        f"(checkpoint.stop_grace_s){where}"
+    )
+
+
+def _exit_now(message: str) -> None:
+    """Prints the one-line error and exits at once: no exit handlers (threads that would never
+    finish may be left behind), the log flushed first."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    os._exit(1)

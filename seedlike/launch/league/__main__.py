@@ -1,4 +1,5 @@
-"""`python -m seedlike.roles`, the command line; seedlike.roles's docstring says what it does."""
+"""`python -m seedlike.launch.league`, the command line; seedlike.launch.league's docstring says
+what it does."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import sys
 
 from absl import app, flags
 
-from seedlike import jobs
-from seedlike.roles import RoleLeague
+from seedlike.launch import jobs
+from seedlike.launch.league import RoleLeague
 
 _CONFIG = flags.DEFINE_string("config", "configs/connect4_league.py", "Config of every role.")
 _LOGDIR = flags.DEFINE_string("logdir", None, "The league's directory (rerun to resume).")

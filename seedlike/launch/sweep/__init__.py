@@ -1,13 +1,13 @@
 """Hyperparameter sweeps: a grid or a random search over config values, several seeds a cell, from
 one command.
 
-  python -m seedlike.sweep --config=configs/cartpole_ppo.py --logdir=runs/sweep \\
+  python -m seedlike.launch.sweep --config=configs/cartpole_ppo.py --logdir=runs/sweep \\
       --grid=optimizer.learning_rate=1e-4,3e-4,1e-3 --grid=ppo.epochs=4,10 --seeds=3
 
 A cell is one choice of the swept values; a run is a cell with a seed (config.seed = the config's
 seed + k for k < --seeds). Every other `--config.KEY=VALUE` flag applies to every run. Runs are
-`scripts/train.sh` jobs (seedlike.api.train) in <logdir>/<cell>/seed_<k>, --parallel at a time:
-each is a learner and --num_actors actors, so size --parallel to the cores.
+`scripts/train.sh` jobs (seedlike.launch.api.train) in <logdir>/<cell>/seed_<k>, --parallel at a
+time: each is a learner and --num_actors actors, so size --parallel to the cores.
 
 Random search: `--random=N` draws N cells from `--space` flags (KEY=log:LOW:HIGH, uniform:LOW:HIGH,
 int:LOW:HIGH inclusive, choice:A,B,...), reproducibly from --sweep_seed; with --grid as well, each
@@ -36,7 +36,7 @@ import os
 
 import numpy as np
 
-from seedlike import jobs
+from seedlike.launch import jobs
 from seedlike.metrics import read_metrics
 
 STATE_FILE = "sweep_state.json"

@@ -24,7 +24,7 @@ import sys
 
 from seedlike.metrics import read_metrics
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONSOLE_LOG = "console.log"
 
 

@@ -1,4 +1,5 @@
-"""`python -m seedlike.pbt`, the command line; seedlike.pbt's docstring says what it does."""
+"""`python -m seedlike.launch.pbt`, the command line; seedlike.launch.pbt's docstring says what it
+does."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import sys
 
 from absl import app, flags
 
-from seedlike import jobs
 from seedlike.config import MEANING_KEYS
-from seedlike.pbt import Explore, Population, read_records
+from seedlike.launch import jobs
+from seedlike.launch.pbt import Explore, Population, read_records
 
 _CONFIG = flags.DEFINE_string("config", "configs/cartpole_ppo.py", "Config of every member.")
 _LOGDIR = flags.DEFINE_string("logdir", None, "The population's directory (rerun to resume).")

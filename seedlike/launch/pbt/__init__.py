@@ -1,12 +1,12 @@
 """Population-based training (Jaderberg et al. 2017): a population of runs whose hyperparameters
 evolve with the training, in generations.
 
-  python -m seedlike.pbt --config=configs/cartpole_ppo.py --logdir=runs/pbt --members=4 \\
+  python -m seedlike.launch.pbt --config=configs/cartpole_ppo.py --logdir=runs/pbt --members=4 \\
       --interval=25000 --space=optimizer.learning_rate=log:1e-5:1e-2 \\
       --space=ppo.clip_eps=uniform:0.05:0.4
 
 Each member is a `scripts/train.sh` run in <logdir>/member_<m> with seed config.seed + m and its
-own values of the --space keys (drawn at the start, seedlike.jobs.parse_space).
+own values of the --space keys (drawn at the start, seedlike.launch.jobs.parse_space).
 A generation trains every member --interval more env steps (config.pause_at_env_steps: the job
 ends with a checkpoint; schedules still run to config.total_env_steps), --parallel at a time.
 Then each member's fitness is the mean of --fitness (a metrics key: episode_return_mean, a league
@@ -36,8 +36,8 @@ import time
 
 import numpy as np
 
-from seedlike import api, jobs
 from seedlike.config import load_config_file
+from seedlike.launch import api, jobs
 from seedlike.metrics import read_metrics
 
 STATE_FILE = "pbt_state.json"
@@ -119,7 +119,7 @@ class Population:
 
     `total_env_steps`, `base_seed`: the runs' (when flags override the config's); member m gets
     seed base_seed + m; `exploit` False keeps
-    every member's values (the control); `train` starts a member's job (seedlike.api.train's
+    every member's values (the control); `train` starts a member's job (seedlike.launch.api.train's
     signature; tests give a stand-in)."""
 
     def __init__(self, config: str, logdir: str, members: int, interval: int, explore: Explore,

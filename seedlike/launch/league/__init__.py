@@ -1,7 +1,7 @@
 """A league of roles from one command (AlphaStar's main agents and exploiters;
 seedlike.league.roles says what each role plays and when exploiters reset):
 
-  python -m seedlike.roles --config=configs/connect4_league.py --logdir=runs/c4league
+  python -m seedlike.launch.league --config=configs/connect4_league.py --logdir=runs/c4league
 
 starts one `scripts/train.sh` run per entry of the config's `league.roles`, all at once, in
 <logdir>/<role>/ with `league.role` and `league.role_dir` set, seed config.seed + k for role k,
@@ -17,7 +17,7 @@ command resumes the league.
 
 from __future__ import annotations
 
-from seedlike import api, jobs
+from seedlike.launch import api, jobs
 
 STATE_FILE = "roles_state.json"
 # An exploiter's total_env_steps: it runs as long as the main agent's run does.
@@ -53,7 +53,8 @@ def role_runs(config_path: str, logdir: str, passed: dict[str, str], seed: int):
 
 
 class RoleLeague:
-    """The roles' runs, kept going by a seedlike.jobs.Runner until the main agent's run ends."""
+    """The roles' runs, kept going by a seedlike.launch.jobs.Runner until the main agent's run
+    ends."""
 
     def __init__(self, config: str, logdir: str, passed: dict[str, str], num_actors: int,
                  retries: int, seed: int, train=api.train):  # fmt: skip
