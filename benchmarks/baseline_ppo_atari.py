@@ -45,7 +45,7 @@ sys.path.insert(0, ROOT)
 
 from networks import heads  # noqa: E402
 from networks.torsos import space_to_depth, space_to_depth_kernel  # noqa: E402
-from seedlike.algos import gae, ppo  # noqa: E402
+from seedlike.algos import batches, gae, ppo  # noqa: E402
 
 # How Conv computes a convolution; all are the same function (see Conv).
 CONV_IMPLS = ("conv", "space_to_depth", "matmul")
@@ -271,10 +271,11 @@ def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
 
 
 def make_sgd_step(module: nn.Module, config: PPOConfig, optimizer: optax.GradientTransformation):
-    """Returns sgd_step(state, batch: ppo.PPOBatch) -> (state, metrics), one PPO gradient step."""
+    """Returns sgd_step(state, batch: batches.SampleBatch) -> (state, metrics), one PPO gradient
+    step."""
     loss_fn = ppo.make_ppo_loss(_ObsAdapter(module), config)
 
-    def sgd_step(state: TrainState, batch: ppo.PPOBatch):
+    def sgd_step(state: TrainState, batch: batches.SampleBatch):
         (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, {}, batch)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
@@ -304,7 +305,7 @@ class Rollout(NamedTuple):
 
 
 def make_prepare(config: PPOConfig):
-    """Returns prepare(rollout) -> flat ppo.PPOBatch [T*B, ...] with GAE advantages."""
+    """Returns prepare(rollout) -> flat batches.SampleBatch [T*B, ...] with GAE advantages."""
 
     def single(reward, terminated, truncated, valid, value):
         discount_t, lambda_t = gae.episode_discounts(
@@ -312,7 +313,7 @@ def make_prepare(config: PPOConfig):
         )
         return gae.generalized_advantage_estimation(reward, discount_t, lambda_t, value)
 
-    def prepare(rollout: Rollout) -> ppo.PPOBatch:
+    def prepare(rollout: Rollout) -> batches.SampleBatch:
         # vmap over envs of the single-trajectory GAE: inputs are [T, B], so map axis 1.
         advantage = jax.vmap(single, in_axes=1, out_axes=1)(
             rollout.reward, rollout.terminated, rollout.truncated, rollout.valid, rollout.value
@@ -322,7 +323,7 @@ def make_prepare(config: PPOConfig):
         def flat(x):
             return x.reshape((-1,) + x.shape[2:])
 
-        return ppo.PPOBatch(
+        return batches.SampleBatch(
             obs={"obs": flat(rollout.obs)},
             extras={},
             action=flat(rollout.action),
@@ -336,7 +337,7 @@ def make_prepare(config: PPOConfig):
     return prepare
 
 
-def _take(batch: ppo.PPOBatch, idx: jax.Array) -> ppo.PPOBatch:
+def _take(batch: batches.SampleBatch, idx: jax.Array) -> batches.SampleBatch:
     return jax.tree.map(lambda x: x[idx], batch)
 
 

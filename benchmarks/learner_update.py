@@ -128,7 +128,7 @@ def measure(config) -> dict:
     times["prepare"] = _median(lambda: jax.block_until_ready(prepare()), repeats, warmup)
     advantage, value_target, _ = prepare()
     if learner.sequences:
-        from seedlike.algos.sequences import SequenceBatch
+        from seedlike.algos.batches import SequenceBatch
 
         items, num_items = SequenceBatch(resident, advantage, value_target), unrolls.action.shape[0]
     else:

@@ -13,7 +13,6 @@ import numpy as np
 
 from seedlike.algos import ALGORITHMS
 
-ALGOS = tuple(ALGORITHMS)
 ACTION_BOUNDS = ("clip", "rescale")  # env.action_bounds
 ROLES = ("main", "main_exploiter", "league_exploiter")  # league.roles (seedlike.league.roles)
 EXPLOITER_RESETS = ("initial", "main")  # league.exploiter_reset
@@ -21,7 +20,7 @@ EXPLOITER_RESETS = ("initial", "main")  # league.exploiter_reset
 
 def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
-    c.algo = "ppo"  # learning algorithm: one of ALGOS
+    c.algo = "ppo"  # learning algorithm: a key of seedlike.algos.ALGORITHMS
     c.seed = 0  # seeds params, sampling, shuffling and env seeds
     c.total_env_steps = 1_000_000  # stop after this many env steps (rows) received from actors
     # Stop earlier, as finished, once a metrics row's episode_return_mean reaches this (learning
@@ -434,7 +433,9 @@ def actor_sizing(env, cores: int, given=()) -> dict[str, int]:
     """
     cores = max(1, int(cores))
     out = {"num_threads": cores, "num_envs": int(env.num_envs) * ENVS_PER_CORE * cores}
-    if env.backend == "envpool":
+    from seedlike.envs import BACKENDS
+
+    if BACKENDS[env.backend].async_steps:
         out["batch_size"] = out["num_envs"] // 2
     return {k: v for k, v in out.items() if k not in given}
 
@@ -484,13 +485,13 @@ class ConfigError(ValueError):
 
 def validate(config) -> None:
     """Raises ConfigError naming the setting that cannot work."""
-    from seedlike.envs import UnknownEnv, check_env
+    from seedlike.envs import BACKENDS, UnknownEnv, check_env
 
     def need(ok: bool, message: str):
         if not ok:
             raise ConfigError(f"invalid config: {message}")
 
-    need(config.algo in ALGOS, f"algo={config.algo!r} is not one of {list(ALGOS)}")
+    need(config.algo in ALGORITHMS, f"algo={config.algo!r} is not one of {list(ALGORITHMS)}")
     try:
         check_env(config.env)
     except UnknownEnv as e:
@@ -522,9 +523,11 @@ def validate(config) -> None:
     need(config.population.size >= 1, "population.size must be >= 1")
     levels, cur = tuple(config.env.levels), config.curriculum
     if levels:
+        leveled = [b.name for b in BACKENDS.values() if b.levels]
         need(
-            config.env.backend == "envpool" and config.log.success_threshold is not None,
-            "env.levels needs the envpool backend and log.success_threshold (what a success is)",
+            BACKENDS[config.env.backend].levels and config.log.success_threshold is not None,
+            f"env.levels needs a backend that plays levels ({', '.join(leveled)}) and "
+            "log.success_threshold (what a success is)",
         )
         need(
             0.0 <= cur.lower <= cur.upper <= 1.0,

@@ -13,9 +13,7 @@ import dataclasses
 import numpy as np
 
 from seedlike.checkpoint import load_checkpoint
-from seedlike.envs import make_env
-from seedlike.envs.gymnasium_env import takes_render_mode as gymnasium_renders
-from seedlike.envs.pettingzoo_env import takes_render_mode
+from seedlike.envs import make_env, takes_render_mode
 from seedlike.envs.spaces import EnvActions
 from seedlike.league.games import NetworkAgent
 from seedlike.policy import PolicyRunner
@@ -49,9 +47,7 @@ def record_episodes(
     env_config = config.env.copy_and_resolve_references()
     env_config.num_envs, env_config.batch_size, env_config.num_threads = 1, 0, 1
     if render:
-        backend = env_config.backend
-        renders = {"pettingzoo": takes_render_mode, "gymnasium": gymnasium_renders}.get(backend)
-        if renders is not None and not renders(env_config.name):
+        if not takes_render_mode(env_config):
             raise ValueError(
                 f"{env_config.name}: its env factory takes no render_mode, so it cannot give "
                 "frames; score it without a GIF (python evaluate.py --checkpoint=...)"

@@ -15,7 +15,8 @@ from examples.dial import Dial
 from networks import heads
 from networks.actor_critic import make_network
 from seedlike.algos import ALGORITHMS
-from seedlike.algos.ppo import PPOBatch, make_ppo_loss
+from seedlike.algos.batches import SampleBatch
+from seedlike.algos.ppo import make_ppo_loss
 from seedlike.config import base_config
 from seedlike.envs.spaces import EnvActions, env_actions, spec_from_spaces
 from seedlike.rpc import client, codec
@@ -224,7 +225,7 @@ def test_ppo_ratio_is_one_at_the_acting_params():
             params, obs_norm, obs, {}, (), first, jax.random.key(1)
         )
         assert action.shape == (32, 3)
-        batch = PPOBatch(obs, {}, action, logp, value, jnp.ones(32), jnp.zeros(32), jnp.ones(32))
+        batch = SampleBatch(obs, {}, action, logp, value, jnp.ones(32), jnp.zeros(32), jnp.ones(32))
         _, metrics = make_ppo_loss(network, config.ppo)(params, obs_norm, batch)
         assert abs(float(metrics["loss/approx_kl"])) < 1e-6
         assert float(metrics["loss/clip_fraction"]) < 1e-6  # |ratio - 1| > 0.2 nowhere
@@ -251,7 +252,7 @@ def test_a_discrete_checkpoint_resumed_on_a_continuous_task_is_one_clear_line(tm
 
 
 def test_vtrace_importance_ratios_are_one_at_the_acting_params():
-    from seedlike.algos.sequences import SequenceBatch
+    from seedlike.algos.batches import SequenceBatch
     from seedlike.algos.vtrace import make_vtrace_loss
     from seedlike.types import Unroll
 

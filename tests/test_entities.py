@@ -528,8 +528,8 @@ def test_autoregressive_needs_a_factorized_action():
 def test_ppo_on_autoregressive_heads_reads_the_behaviour_logits_of_the_actions_taken():
     """The learner's logits condition on the actions the actors took, through both PPO paths
     (feed-forward samples and replayed sequences): at the acting params every ratio is 1."""
-    from seedlike.algos.ppo import PPOBatch, make_ppo_loss
-    from seedlike.algos.sequences import forward_sequence
+    from seedlike.algos.batches import SampleBatch, forward_sequence
+    from seedlike.algos.ppo import make_ppo_loss
     from seedlike.config import base_config
 
     net = ar_network()
@@ -539,7 +539,7 @@ def test_ppo_on_autoregressive_heads_reads_the_behaviour_logits_of_the_actions_t
     act = jax.jit(net.act, static_argnums=7)
     action, logp, value, _ = act(params, {}, obs, extras, (), first, jax.random.key(4), False)
     ones = np.ones(16, F32)
-    batch = PPOBatch(obs, extras, action, logp, value, ones, ones, ones)
+    batch = SampleBatch(obs, extras, action, logp, value, ones, ones, ones)
     _, metrics = jax.jit(make_ppo_loss(net, base_config().ppo))(params, {}, batch)
     assert (
         float(metrics["loss/clip_fraction"]) == 0 and abs(float(metrics["loss/approx_kl"])) < 1e-6

@@ -9,7 +9,8 @@ import pytest
 
 from networks import make_network
 from seedlike.algos import ALGORITHMS, gae
-from seedlike.algos.ppo import PPOBatch, make_ppo_loss
+from seedlike.algos.batches import SampleBatch
+from seedlike.algos.ppo import make_ppo_loss
 from seedlike.config import base_config
 from seedlike.types import ArraySpec, EnvSpec
 
@@ -110,7 +111,7 @@ def test_ppo_loss_matches_reference(clip_value, normalize):
     params = network.init(jax.random.key(1))
     obs_norm = network.init_obs_norm()
     n = 64
-    batch = PPOBatch(
+    batch = SampleBatch(
         obs={"obs": rng.normal(size=(n, 3)).astype(np.float32)},
         extras={},
         action=rng.integers(0, 4, n).astype(np.int32),

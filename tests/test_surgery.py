@@ -18,7 +18,8 @@ import pytest
 
 import surgery
 from networks import make_network
-from seedlike.algos.ppo import PPOBatch, make_ppo_loss
+from seedlike.algos.batches import SampleBatch
+from seedlike.algos.ppo import make_ppo_loss
 from seedlike.checkpoint import Checkpointer
 from seedlike.config import base_config, load_config_file
 from seedlike.learning import train_state as ts
@@ -506,7 +507,7 @@ def _sgd_step(network, config):
 def _ppo_batch(network, obs_norm, seed, n=64):
     gen = np.random.default_rng(seed)
     obs = surgery.sample_observations(network.spec, obs_norm, gen, (n,))
-    return PPOBatch(
+    return SampleBatch(
         obs=obs,
         extras={},
         action=gen.integers(0, network.spec.num_actions, n).astype(np.int32),

@@ -1,5 +1,6 @@
-"""The learning algorithms, one `Algorithm` record each: the only list of them. `config.ALGOS`,
-`base_config`'s sections, `config.validate` and the learner all read `ALGORITHMS`.
+"""The learning algorithms, one `Algorithm` record each: the only list of them. `base_config`'s
+sections, `config.validate` and the learner read `ALGORITHMS` when they run, so a record added
+from outside (`ALGORITHMS["mine"] = Algorithm(...)`, tests/test_extending.py) is one like these.
 
 A record holds no jax (configs are built and checked where jax is not installed: actors); its
 math lives in the module it names, which the learner imports:

@@ -2,38 +2,19 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 
 from networks import heads
 from seedlike.algos import gae
-from seedlike.algos.sequences import forward_sequence
+from seedlike.algos.batches import SampleBatch, forward_sequence
 
 
-class PPOBatch(NamedTuple):
-    """A minibatch of samples; every array has the same leading shape [*S] (any rank).
-
-    obs/extras: dict key -> [*S, *spec.shape]; action int32; behaviour_logp, behaviour_value,
-    advantage, value_target float32; mask float32 (1 for samples that count in the loss).
-    """
-
-    obs: dict
-    extras: dict
-    action: jax.Array
-    behaviour_logp: jax.Array
-    behaviour_value: jax.Array
-    advantage: jax.Array
-    value_target: jax.Array
-    mask: jax.Array
-
-
-def make_ppo_loss(network, config, axis_name: str | None = None, sequence: bool = False):
+def make_ppo_loss(network, config, axis_name: str | None = None, sequences: bool = False):
     """Returns loss_fn(params, obs_norm, batch) -> (loss, metrics: ALGORITHMS["ppo"].metrics).
 
-    With sequence=False the batch is a PPOBatch of independent samples; with sequence=True it is a
-    vtrace.SequenceBatch of whole unrolls (recurrent networks replay them from the stored carry).
+    With sequences=False the batch is a SampleBatch of independent samples; with sequences=True it
+    is a SequenceBatch of whole unrolls (recurrent networks replay them from the stored carry).
 
     Means are over the masked samples of the whole (possibly device-sharded) minibatch: each device
     divides its local sum by the mean sample count per device, so that `lax.pmean` of the
@@ -45,19 +26,19 @@ def make_ppo_loss(network, config, axis_name: str | None = None, sequence: bool 
       config: the `ppo` config section (clip_eps, vf_coef, ent_coef, normalize_advantages,
         clip_value, value_clip_eps).
       axis_name: the pmap axis the minibatch is sharded over, or None on one device.
-      sequence: whether batches are whole unrolls.
+      sequences: whether batches are whole unrolls.
     """
 
     def pmean(x):
         return x if axis_name is None else jax.lax.pmean(x, axis_name)
 
     def loss_fn(params, obs_norm, batch):
-        if sequence:
+        if sequences:
             u = batch.unroll
             horizon = u.reward.shape[1]
             logits, value = forward_sequence(network, params, obs_norm, u, horizon)
             step = lambda x: x[:, :horizon]  # noqa: E731
-            samples = PPOBatch(
+            samples = SampleBatch(
                 obs=None,
                 extras=None,
                 action=step(u.action),
@@ -75,7 +56,7 @@ def make_ppo_loss(network, config, axis_name: str | None = None, sequence: bool 
     return loss_fn
 
 
-def ppo_terms(logits, value, batch: PPOBatch, config, pmean, sizes=None):
+def ppo_terms(logits, value, batch: SampleBatch, config, pmean, sizes=None):
     """The PPO objective from the current logits [*S, A] and values [*S] of the batch's samples
     (`sizes`: a factorized action's argument sizes, networks.heads)."""
     mask = batch.mask.astype(jnp.float32)

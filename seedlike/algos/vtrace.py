@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from networks import heads
-from seedlike.algos.sequences import SequenceBatch, forward_sequence
+from seedlike.algos.batches import SequenceBatch, forward_sequence
 
 
 def vtrace(

@@ -57,6 +57,17 @@ def check_task_id(name: str) -> None:
         )
 
 
+def check_env(env_config) -> None:
+    """The backend contract (seedlike/envs/__init__.py): UnknownTask unless env.name is a task."""
+    check_task_id(env_config.name)
+
+
+def takes_render_mode(name: str) -> bool:
+    """Every envpool task renders (envpool.make's render_mode)."""
+    del name
+    return True
+
+
 def envpool_kwargs(env_config) -> dict:
     """The keyword arguments for envpool.make/make_spec from a config's `env` section."""
     kwargs = dict(env_config.kwargs or {})
@@ -269,3 +280,6 @@ class EnvpoolAdapter:
         close = getattr(self._env, "close", None)
         if close is not None:
             close()
+
+
+Adapter = EnvpoolAdapter  # the backend contract's name for it (seedlike/envs/__init__.py)

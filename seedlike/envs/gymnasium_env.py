@@ -110,6 +110,12 @@ def spec_of(name: str, env) -> EnvSpec:
     return spec
 
 
+def check_env(env_config) -> None:
+    """The backend contract (seedlike/envs/__init__.py): ValueError unless env.name makes an env
+    whose spaces seedlike reads (one env is made and closed)."""
+    make_env_spec(env_config)
+
+
 def make_env_spec(env_config) -> EnvSpec:
     env = make_one(env_config.name, dict(env_config.kwargs or {}))
     try:
@@ -183,3 +189,6 @@ class GymnasiumAdapter:
 
     def close(self) -> None:
         self._envs.close()
+
+
+Adapter = GymnasiumAdapter  # the backend contract's name for it (seedlike/envs/__init__.py)

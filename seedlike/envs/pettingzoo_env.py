@@ -70,6 +70,12 @@ def load_factory(name: str):
     return factory
 
 
+def check_env(env_config) -> None:
+    """The backend contract (seedlike/envs/__init__.py): ValueError unless env.name names a
+    module with a parallel env factory (nothing is made)."""
+    load_factory(env_config.name)
+
+
 def takes_render_mode(name: str) -> bool:
     """Whether the env's factory accepts render_mode (PettingZoo's way to ask for frames)."""
     try:
@@ -276,3 +282,6 @@ def _numbers(info: dict) -> dict:
             if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
                 out[f"{key}/{sub}" if sub else key] = float(v)
     return out
+
+
+Adapter = PettingZooAdapter  # the backend contract's name for it (seedlike/envs/__init__.py)

@@ -27,8 +27,7 @@ import jax
 import numpy as np
 
 from networks import normalization
-from seedlike.algos import ALGORITHMS, ppo
-from seedlike.algos.sequences import SequenceBatch
+from seedlike.algos import ALGORITHMS, batches
 from seedlike.learning import train_state as ts
 from seedlike.runtime import devices as devices_lib
 from seedlike.types import Unroll
@@ -233,7 +232,7 @@ class Learner:
         if self.sequences:
             if not self._advantages:
                 advantage = value_target = None
-            items = SequenceBatch(unrolls, advantage, value_target)
+            items = batches.SequenceBatch(unrolls, advantage, value_target)
             num_items = batch
         else:
             items = _step_source(unrolls, advantage, value_target)
@@ -323,10 +322,10 @@ def _first(tree):
     return jax.tree.map(lambda x: x[0], tree)
 
 
-def _step_source(unrolls: Unroll, advantage, value_target) -> ppo.PPOBatch:
+def _step_source(unrolls: Unroll, advantage, value_target) -> batches.SampleBatch:
     """What feed-forward PPO samples steps from: the unrolls' fields [B, T+1, ...] (step T only
     bootstraps, so it is never drawn) beside the advantages and value targets [B, T]."""
-    return ppo.PPOBatch(
+    return batches.SampleBatch(
         obs=unrolls.obs,
         extras=unrolls.extras,
         action=unrolls.action,
@@ -338,7 +337,7 @@ def _step_source(unrolls: Unroll, advantage, value_target) -> ppo.PPOBatch:
     )
 
 
-def _take_steps(source: ppo.PPOBatch, idx) -> ppo.PPOBatch:
+def _take_steps(source: batches.SampleBatch, idx) -> batches.SampleBatch:
     """The minibatch of steps idx [S] (step t of unroll b is b * T + t) from a _step_source."""
     horizon = source.advantage.shape[1]
     unroll, step = idx // horizon, idx % horizon
@@ -346,6 +345,6 @@ def _take_steps(source: ppo.PPOBatch, idx) -> ppo.PPOBatch:
     return batch._replace(mask=batch.mask.astype(np.float32))
 
 
-def _take_unrolls(items: SequenceBatch, idx) -> SequenceBatch:
+def _take_unrolls(items: batches.SequenceBatch, idx) -> batches.SequenceBatch:
     """The minibatch of whole unrolls idx [S]."""
     return jax.tree.map(lambda x: x[idx], items)

@@ -1,10 +1,30 @@
-"""Batches of whole unrolls, for losses that need sequences (recurrent networks, V-trace)."""
+"""What an algorithm's loss reads from the learner: minibatches of independent samples
+(`SampleBatch`: feed-forward PPO) or of whole unrolls (`SequenceBatch`: recurrent networks, and
+losses whose targets run along the unroll, like V-trace). `Algorithm.sequences` and the network
+say which (seedlike.learning.learner)."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import jax
+
+
+class SampleBatch(NamedTuple):
+    """A minibatch of samples; every array has the same leading shape [*S] (any rank).
+
+    obs/extras: dict key -> [*S, *spec.shape]; action int32; behaviour_logp, behaviour_value,
+    advantage, value_target float32; mask float32 (1 for samples that count in the loss).
+    """
+
+    obs: dict
+    extras: dict
+    action: jax.Array
+    behaviour_logp: jax.Array
+    behaviour_value: jax.Array
+    advantage: jax.Array
+    value_target: jax.Array
+    mask: jax.Array
 
 
 class SequenceBatch(NamedTuple):
