@@ -13,7 +13,7 @@ the maximum is 500), injects its fault and reports:
   attack          a well-formed malicious actor (64 envs, random CartPole-like observations)
                   pays +10 for action 0 and -10 for action 1 for `--attack_s`; afterwards the
                   learner checkpoints and the policy plays 20 real CartPole episodes greedily.
-  attack_capped   the same with server.max_actor_share = 0.34 (2 honest actors of 16 envs and
+  attack_capped   the same with server.max_identity_share = 0.34 (2 honest actors of 16 envs and
                   the attacker's 64: uncapped it would fill 2/3 of every batch).
   learner_kill    SIGKILL to the learner 25 s after it learned (checkpoint.interval_s 10), then
                   a new learner on the same port and logdir: env steps lost (last metrics row
@@ -42,7 +42,7 @@ the maximum is 500), injects its fault and reports:
                   the best return within 300k env steps (finding 2).
   fake_returns    stop_at_return=475 while an actor reports episodes of return 4,000 from the
                   start: when the run ends and the greedy return of what it learned (finding 3).
-  capped_throughput  server.max_actor_share=0.25 with honest actors of 16 and 1 envs: policy
+  capped_throughput  server.max_identity_share=0.25 with honest actors of 16 and 1 envs: policy
                   versions/s and honest steps lost, against no cap (finding 5).
   huge_actor      a third, honest actor with env.num_envs=4096 joins two of 16 envs for 60 s:
                   env steps/s, policy versions/s and staleness before and during, and the share
@@ -271,7 +271,7 @@ def evaluate(logdir: str) -> float:
 
 
 def attack(workdir: str, capped: bool) -> dict:
-    flags_ = ["--config.server.max_actor_share=0.34"] if capped else []
+    flags_ = ["--config.server.max_identity_share=0.34"] if capped else []
     run = Run(workdir, flags_)
     try:
         learned_s = run.wait_learned()
@@ -280,7 +280,7 @@ def attack(workdir: str, capped: bool) -> dict:
         for thread in threads:
             thread.join()
         capped_unrolls = run.latest("unrolls_capped")
-        share = run.latest("actor_share_max")
+        share = run.latest("identity_share_max")
         run.stop_learner()
         after = evaluate(workdir)
         return {
@@ -677,7 +677,10 @@ def fake_returns(workdir: str) -> dict:
 
 def capped_throughput(workdir: str) -> dict:
     out = {}
-    for label, flags_ in (("no_cap", []), ("cap_0.25", ["--config.server.max_actor_share=0.25"])):
+    for label, flags_ in (
+        ("no_cap", []),
+        ("cap_0.25", ["--config.server.max_identity_share=0.25"]),
+    ):
         sub = os.path.join(workdir, label)
         os.makedirs(sub)
         run = Run(sub, flags_, actors=0)

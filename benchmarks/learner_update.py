@@ -119,12 +119,12 @@ def measure(config) -> dict:
     }
     # The parts, on the tree this update uses (one device: the whole batch on it).
     state = learner._state
-    owner = np.zeros((1, unrolls.action.shape[0]), np.int32)
+    identity = np.zeros((1, unrolls.action.shape[0]), np.int32)
     times["transfer"] = _median(
         lambda: jax.block_until_ready(learner._replicate(unrolls)), repeats, warmup
     )
     resident = jax.block_until_ready(learner._replicate(unrolls))
-    prepare = lambda: learner._prepare(state, resident, owner, {})  # noqa: E731
+    prepare = lambda: learner._prepare(state, resident, identity, {})  # noqa: E731
     times["prepare"] = _median(lambda: jax.block_until_ready(prepare()), repeats, warmup)
     advantage, value_target, _ = prepare()
     if learner.sequences:

@@ -55,12 +55,12 @@ class IdentityWindow:
         self._batches: collections.deque = collections.deque()  # (time, {key: {id: sums}})
         self._totals: dict = {}  # key -> identity -> [rows, sum, sum of squares] in the window
 
-    def moments(self, obs: dict, mask, owner, stats: dict, now: float) -> dict:
+    def moments(self, obs: dict, mask, identity, stats: dict, now: float) -> dict:
         """{key: (count, mean, m2)} of a batch for each key of `stats` (RunningStats, host
         values). obs: key -> [B, T, ...] (the steps learned from), mask [B, T] the rows that
-        count, owner [B] each unroll's identity."""
+        count, identity [B] each unroll's identity."""
         mask = np.asarray(mask, bool)
-        owner = np.asarray(owner)
+        identity = np.asarray(identity)
         batch = {}
         for key, st in stats.items():
             x = np.asarray(obs[key], np.float64)
@@ -71,8 +71,9 @@ class IdentityWindow:
             w = mask.reshape(mask.shape + (1,) * (x.ndim - 2))
             rows, s1, s2 = mask.sum(axis=1), np.sum(w * x, axis=1), np.sum(w * x * x, axis=1)
             batch[key] = {
-                int(i): [rows[owner == i].sum(), s1[owner == i].sum(0), s2[owner == i].sum(0)]
-                for i in np.unique(owner)
+                int(i): [rows[mine].sum(), s1[mine].sum(0), s2[mine].sum(0)]
+                for i in np.unique(identity)
+                for mine in [identity == i]
             }
         self._add(batch, +1.0)
         self._batches.append((now, batch))

@@ -203,17 +203,20 @@ class Checkpointer:
     def steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
 
-    def restore(self, target, step: int | None = None):
+    def restore(self, target, step: int | None = None, older=None):
         """Restores (state, meta) into the structure of `target`; None if there is no checkpoint.
 
-        With step=None the newest readable step is used.
+        With step=None the newest readable step is used. `older(target) -> (older_target,
+        upgrade)` names the layout checkpoints of earlier versions hold the same state in
+        (seedlike.learning.train_state.older_layout): a step that fits it is restored into it and
+        upgraded.
         """
         steps = self.steps()
         if step is not None:
-            return self._restore_step(step, target)
+            return self._restore_step(step, target, older)
         for candidate in reversed(steps):
             try:
-                return self._restore_step(candidate, target)
+                return self._restore_step(candidate, target, older)
             except IncompatibleCheckpoint:
                 raise
             except Exception as e:  # noqa: BLE001 - any read failure or damage: an older step
@@ -230,8 +233,19 @@ class Checkpointer:
             )
         return None
 
-    def _restore_step(self, step: int, target):
-        self.check_compatible(step, target)
+    def _restore_step(self, step: int, target, older=None):
+        try:
+            self.check_compatible(step, target)
+        except IncompatibleCheckpoint as first:
+            if older is None:
+                raise
+            old_target, upgrade = older(target)
+            try:
+                self.check_compatible(step, old_target)
+            except IncompatibleCheckpoint:
+                raise first from None  # it names what differs from today's layout
+            state, meta = self._restore_step(step, old_target)
+            return upgrade(state), meta
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
         restored = self._manager.restore(
             step,
@@ -356,7 +370,8 @@ def load_checkpoint(path: str):
         step, meta = _latest_meta(checkpointer, directory, step)
         config = from_dict(meta["config"])
         network = make_network(config.network, make_env_spec(config.env))
-        state, meta = checkpointer.restore(ts.abstract_train_state(network, config.optimizer), step)
+        target = ts.abstract_train_state(network, config.optimizer)
+        state, meta = checkpointer.restore(target, step, ts.older_layout)
         state = jax.device_put(state)  # restored as host arrays; callers compute with it
     finally:
         checkpointer.close()

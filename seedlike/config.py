@@ -229,7 +229,7 @@ def base_config() -> ml_collections.ConfigDict:
     # valid = False (metric unrolls_capped): batches fill at full speed, nothing is refused, but
     # the excess teaches nothing. fair_share_factor: at most this many times the unrolls the
     # median identity delivered in the last fair_window_s seconds (with 3+ identities; 0: off);
-    # max_actor_share: at most this share of each batch (1.0: no such cap; never below an equal
+    # max_identity_share: at most this share of each batch (1.0: no such cap; never below an equal
     # split among the connected).
     c.server.fair_share_factor = 1.0
     c.server.fair_window_s = 30.0
@@ -240,7 +240,7 @@ def base_config() -> ml_collections.ConfigDict:
     # Unrolls with a step acted more than max_policy_lag policy versions before the newest are
     # kept out of the loss (metric unrolls_stale; 0: no limit): a paced or stalled actor's data.
     c.server.max_policy_lag = 50
-    c.server.max_actor_share = 1.0
+    c.server.max_identity_share = 1.0
     # Rewards are clipped to +-max(reward_floor, reward_scale x the median identity's largest
     # |reward| in the batch), so a minority of actors cannot outweigh the rest with large
     # rewards (0: off). Applied before the algorithm's own reward_clip.
@@ -562,7 +562,7 @@ def validate(config) -> None:
     need(config.server.max_streams_per_peer >= 1, "server.max_streams_per_peer must be >= 1")
     need(config.server.evict_idle_s > 0, "server.evict_idle_s must be > 0")
     need(config.server.max_pending_streams >= 1, "server.max_pending_streams must be >= 1")
-    need(0 < config.server.max_actor_share <= 1, "server.max_actor_share must lie in (0, 1]")
+    need(0 < config.server.max_identity_share <= 1, "server.max_identity_share must lie in (0, 1]")
     need(config.server.fair_share_factor >= 0, "server.fair_share_factor must be >= 0")
     need(config.server.fair_window_s > 0, "server.fair_window_s must be > 0")
     need(config.server.pace_factor >= 0, "server.pace_factor must be >= 0")
@@ -714,9 +714,33 @@ def section(key: str, /, **values) -> ml_collections.ConfigDict:
     return c
 
 
+# Settings renamed since an earlier release, old dotted key -> new: a config stored under the old
+# name is read under the new (from_dict), and a --config flag or sweep key of the old name is taken
+# with a warning (check_override_flags). The old names stop working in the next release.
+RENAMED_KEYS = {"server.max_actor_share": "server.max_identity_share"}
+
+
+def renamed(key: str) -> str:
+    """A dotted config key under its current name (RENAMED_KEYS)."""
+    return RENAMED_KEYS.get(key, key)
+
+
 def from_dict(values: dict) -> ml_collections.ConfigDict:
     """base_config() with `values` (a config as stored with a checkpoint) laid over it: fields keep
-    their types (tuples, typed placeholders), so --config.x overrides still work."""
+    their types (tuples, typed placeholders), so --config.x overrides still work; settings stored
+    under an older name (RENAMED_KEYS) take their new one."""
+    values = json.loads(json.dumps(values))  # a copy the renames may change
+    for old, new in RENAMED_KEYS.items():
+        (*path, last), (*new_path, new_last) = old.split("."), new.split(".")
+        node = values
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and last in node:
+            value = node.pop(last)
+            target = values
+            for part in new_path:
+                target = target.setdefault(part, {})
+            target.setdefault(new_last, value)
 
     def merge(node, values):
         for key, value in values.items():
@@ -739,7 +763,8 @@ def check_override_flags(argv: list[str], default_config: str) -> list[str]:
 
     Environment arguments are the exception: ml_collections cannot add keys, so each
     --config.env.kwargs.NAME=VALUE flag of a NAME the config does not declare is removed from
-    `argv` and returned; `add_env_kwargs` puts them into the parsed config.
+    `argv` and returned; `add_env_kwargs` puts them into the parsed config. A flag of a renamed
+    setting (RENAMED_KEYS) is rewritten in `argv` to the new name, with a warning.
     """
     import os
     import sys
@@ -758,6 +783,15 @@ def check_override_flags(argv: list[str], default_config: str) -> list[str]:
             f"error: cannot load config file {path!r}: {type(e).__name__}: {e}"
         ) from None
     kwargs = []
+    for i, arg in enumerate(list(argv)):
+        key = arg[len("--config.") :].split("=", 1)[0] if arg.startswith("--config.") else ""
+        if i and renamed(key) != key:
+            print(
+                f"warning: --config.{key} is now --config.{renamed(key)} (the old name goes in the "
+                "next release)",
+                file=sys.stderr,
+            )
+            argv[i] = arg = arg.replace(key, renamed(key), 1)
     for arg in list(argv[1:]):
         if not arg.startswith("--config."):
             continue

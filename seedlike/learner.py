@@ -31,6 +31,7 @@ from seedlike.league import roles
 from seedlike.league.evaluation import Evaluation, EvaluationThread
 from seedlike.league.league import League, PeerSnapshots
 from seedlike.league.players import LEARNER
+from seedlike.learning import train_state as ts
 from seedlike.learning.learner import Interrupted, Learner
 from seedlike.metrics import MetricsWriter
 from seedlike.policy import PolicyRegistry
@@ -148,7 +149,7 @@ class LearnerProcess:
         finally:
             batch.release()  # unroll() copied what the update reads
         interval.staleness.append(_staleness(learner.policy_version, unrolls))
-        interval.updates.append(learner.update(unrolls, influence.relabel(batch.owner)[0]))
+        interval.updates.append(learner.update(unrolls, influence.relabel(batch.identity)[0]))
         interval.consumed += unrolls.reward.size * learner.epochs
         self.registry.publish(learner.policy_version, learner.policy_params())
         if self.league is not None and self.league.after_update(
@@ -288,7 +289,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         learner.local_batch_unrolls,
         batches,
         network.initial_carry(1),
-        max_owner_share=float(config.server.max_actor_share),
+        max_identity_share=float(config.server.max_identity_share),
         fair_share_factor=float(config.server.fair_share_factor),
         fair_window_s=float(config.server.fair_window_s),
         max_policy_lag=int(config.server.max_policy_lag),
@@ -475,7 +476,7 @@ def _console_label(config, logdir: str) -> str:
 
 def _restore(checkpointer, initial):
     """The latest checkpoint's (state, metadata), or (initial, {}) without one."""
-    restored = checkpointer.restore(initial)
+    restored = checkpointer.restore(initial, older=ts.older_layout)
     if restored is None:
         return initial, {}
     state, meta = restored
@@ -483,7 +484,7 @@ def _restore(checkpointer, initial):
         "resumed from %s at env step %d, policy version %d (params %s)",
         checkpointer.directory,
         meta["env_steps"],
-        int(state.updates),
+        int(state.policy_version),
         ckpt_lib.params_fingerprint(state.params),
     )
     return state, meta
@@ -562,6 +563,10 @@ def _mean(values) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
 
+# Metrics renamed since an earlier release, old name -> new: rows carry both for one release.
+METRIC_ALIASES = {"actor_share_max": "identity_share_max"}
+
+
 def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
     """One metrics row (README, "Metrics") for the interval that ends `now`."""
     dt = max(now - interval.start, 1e-9)
@@ -569,8 +574,8 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
     episodes = stats["episodes"]
     mine = episodes.policy == LEARNER
     board = p.episode_board
-    board.add(episodes.owner[mine], episodes.episode_return[mine], episodes.length[mine])
-    board.keep(p.store.connected_owners())
+    board.add(episodes.identity[mine], episodes.episode_return[mine], episodes.length[mine])
+    board.keep(p.store.connected_identities())
     threshold = p.config.log.success_threshold
     recent = board.summary(threshold)
     p50, p99 = inference.latency_summary(stats["latency_ms"])
@@ -601,8 +606,9 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         "unrolls_capped": p.store.unrolls_capped,
         "rewards_clipped": p.store.rewards_clipped,
         "unrolls_stale": p.store.unrolls_stale,
-        "actor_share_max": p.store.last_batch_max_share,
+        "identity_share_max": p.store.last_batch_max_share,
     }
+    row.update({old: row[new] for old, new in METRIC_ALIASES.items()})
     own = procstats.usage()
     row.update(
         {

@@ -156,26 +156,27 @@ class PolicyRunner:
 
 
 class PolicyRegistry:
-    """The latest published policy params and their version; written by the learner thread."""
+    """The latest published policy params and their policy version; written by the learner
+    thread."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._version = -1
+        self._policy_version = -1
         self._params = None
         self._published = threading.Event()
 
-    def publish(self, version: int, policy_params) -> None:
+    def publish(self, policy_version: int, policy_params) -> None:
         with self._lock:
-            self._version, self._params = int(version), policy_params
+            self._policy_version, self._params = int(policy_version), policy_params
         self._published.set()
 
     def latest(self):
-        """(version, policy_params); blocks until the first publish."""
+        """(policy_version, policy_params); blocks until the first publish."""
         self._published.wait()
         with self._lock:
-            return self._version, self._params
+            return self._policy_version, self._params
 
     @property
     def policy_version(self) -> int:
         with self._lock:
-            return self._version
+            return self._policy_version

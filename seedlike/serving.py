@@ -35,7 +35,7 @@ def serve_checkpoint(
     """
     stop = stop or threading.Event()
     config, network, state, meta = ckpt_lib.load_checkpoint(checkpoint)
-    version = int(state.updates)
+    version = int(state.policy_version)
     logging.info(
         "serving %s (policy version %d, %s, params %s)",
         checkpoint,

@@ -59,7 +59,7 @@ def record_episodes(
         team_of = Teams.from_config(config.teams, spec).team_of
         out = _record_team_game(env_config, spec, network, params, team_of, episodes,
                                 greedy, seed, max_frames, render)  # fmt: skip
-        out.policy_version, out.env_steps = int(state.updates), meta.get("env_steps")
+        out.policy_version, out.env_steps = int(state.policy_version), meta.get("env_steps")
         out.num_players = spec.num_players
         return out
     agents = [NetworkAgent(PolicyRunner(network, greedy=greedy, seed=seed), params)]
@@ -71,7 +71,13 @@ def record_episodes(
     to_env = EnvActions(spec, env_config.action_bounds, network.action_squash)
     rng = np.random.default_rng(seed)
     out = Recording(
-        config.env.name, [], [], [], int(state.updates), meta.get("env_steps"), spec.num_players
+        config.env.name,
+        [],
+        [],
+        [],
+        int(state.policy_version),
+        meta.get("env_steps"),
+        spec.num_players,
     )
     first = np.ones(len(agents), bool)  # per player: the next move starts an episode
     episode_return, length, observed = 0.0, 0, 0

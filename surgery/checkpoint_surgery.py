@@ -315,9 +315,8 @@ def run_surgery(
                 "the config that wrote it (--old_config)"
             )
         old_network = make_network(old_config.network, spec_fn(old_config.env))
-        state, meta = checkpointer.restore(
-            ts.abstract_train_state(old_network, old_config.optimizer), step
-        )
+        target = ts.abstract_train_state(old_network, old_config.optimizer)
+        state, meta = checkpointer.restore(target, step, ts.older_layout)
     finally:
         checkpointer.close()
 

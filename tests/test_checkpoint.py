@@ -32,7 +32,7 @@ def make_state(hidden=(8, 8), seed=0):
 
 def test_round_trip_is_exact(tmp_path):
     state = make_state(seed=1)
-    state = state.replace(updates=state.updates + 7)
+    state = state.replace(policy_version=state.policy_version + 7)
     ckpt = Checkpointer(str(tmp_path))
     ckpt.save(7, state, {"env_steps": 1234})
     ckpt.wait()  # saves are written in the background

@@ -15,6 +15,7 @@ from seedlike.checkpoint import Checkpointer
 from seedlike.config import (
     ConfigError,
     actor_sizing,
+    base_config,
     load_config_file,
     meaning_changes,
     validate,
@@ -290,3 +291,20 @@ def test_a_config_sized_for_an_accelerator_names_its_cpu_variant_on_a_cpu_learne
         "--config=configs/procgen_coinrun.py:cpu"
     )
     assert advice(paper, spec, "gpu") == [] == advice(cpu, spec, "cpu")
+
+
+def test_a_renamed_setting_is_read_under_its_new_name_from_runs_and_flags(capsys):
+    from seedlike.config import RENAMED_KEYS, check_override_flags, from_dict
+
+    assert RENAMED_KEYS["server.max_actor_share"] == "server.max_identity_share"
+    stored = base_config().to_dict()
+    del stored["server"]["max_identity_share"]
+    stored["server"]["max_actor_share"] = 0.4  # as a run of an earlier release stored it
+    config = from_dict(stored)
+    assert config.server.max_identity_share == 0.4 and "max_actor_share" not in config.server
+    argv = ["learner.py", "--config.server.max_actor_share=0.3", "--config.seed=2"]
+    check_override_flags(argv, os.path.join(ROOT, "configs", "cartpole_ppo.py"))
+    assert argv == ["learner.py", "--config.server.max_identity_share=0.3", "--config.seed=2"]
+    assert "--config.server.max_actor_share is now --config.server.max_identity_share" in (
+        capsys.readouterr().err
+    )

@@ -32,6 +32,7 @@ def test_a_checkpoint_of_an_earlier_commit_loads_as_it_was_saved():
     assert params_fingerprint(state.params) == FINGERPRINT
     assert (meta["policy_version"], meta["env_steps"], meta["episodes"]) == (2, 3088, 136)
     assert int(state.sgd_steps) == 64  # 2 updates x 8 epochs x 4 minibatches
+    assert int(state.policy_version) == 2  # stored as `updates` then (TrainStateV1)
     assert network.is_recurrent and config.network.core_size == 16
 
 

@@ -88,7 +88,7 @@ def saved_run(tmp_path, name, hidden):
     network = make_network(c.network, make_env_spec(c.env))
     state = ts.init_train_state(network, ts.make_optimizer(c.optimizer), jax.random.key(len(name)))
     norm = jax.tree.map(lambda x: x + 1.5, state.obs_norm)
-    state = state.replace(obs_norm=norm, updates=state.updates + 7)
+    state = state.replace(obs_norm=norm, policy_version=state.policy_version + 7)
     checkpointer = Checkpointer(str(tmp_path / name / "checkpoints"))
     checkpointer.save(7, state, {"config": json.loads(c.to_json()), "env_steps": 900})
     checkpointer.close()
@@ -109,7 +109,7 @@ def test_init_from_takes_parameters_and_statistics_and_nothing_else(tmp_path):
         np.testing.assert_array_equal(got, want)
     for got, want in zip(jax.tree.leaves(state.obs_norm), jax.tree.leaves(source.obs_norm)):
         np.testing.assert_array_equal(got, want)
-    assert int(state.updates) == 0  # counters and optimizer stay the new run's
+    assert int(state.policy_version) == 0  # counters and optimizer stay the new run's
     for got, want in zip(jax.tree.leaves(state.opt_state), jax.tree.leaves(fresh.opt_state)):
         np.testing.assert_array_equal(got, want)
     with pytest.raises(IncompatibleCheckpoint, match="do not fit this config's network .*surgery"):

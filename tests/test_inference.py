@@ -113,15 +113,15 @@ def test_an_episode_is_credited_to_the_actor_that_played_it_even_after_its_seat_
         for t in range(3):
             step(first, float(t), over=t == 2)  # an episode of two steps ends
         service.flush()
-        owner_first = service._sessions[first][2]
+        identity_first = service._sessions[first][2]
         service.close_session(first)
         second = service.open_session(1, 1, "host-b")
         step(second, 0.0, over=False)
         service.flush()
-        owner_second = service._sessions[second][2]
+        identity_second = service._sessions[second][2]
         episodes = service.stats.take()["episodes"]
     finally:
         service.stop(finished=True)
-    assert owner_first != owner_second
+    assert identity_first != identity_second
     np.testing.assert_allclose(episodes.episode_return, [2.0])
-    assert episodes.owner.tolist() == [owner_first]
+    assert episodes.identity.tolist() == [identity_first]

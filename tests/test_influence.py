@@ -22,25 +22,25 @@ def test_relabel_is_dense_in_order_of_first_appearance():
 
 
 def test_loss_mask_holds_an_identity_to_what_the_median_one_delivered_in_the_window():
-    owner = np.array([5] * 10 + [1] * 3 + [2] * 3)  # 16 unrolls: counts 10, 3, 3
+    identity = np.array([5] * 10 + [1] * 3 + [2] * 3)  # 16 unrolls: counts 10, 3, 3
     offered = {5: 10, 1: 3, 2: 3}  # the window: this batch alone
-    keep = influence.loss_mask(owner, 3, factor=1.0, offered=offered, counted={})
+    keep = influence.loss_mask(identity, 3, factor=1.0, offered=offered, counted={})
     np.testing.assert_array_equal(keep, [True] * 3 + [False] * 7 + [True] * 6)
-    assert influence.loss_mask(owner, 3, 2.0, offered=offered, counted={}).sum() == 12
-    assert influence.loss_mask(owner, 3, 0.0, offered=offered, counted={}).all()  # off
+    assert influence.loss_mask(identity, 3, 2.0, offered=offered, counted={}).sum() == 12
+    assert influence.loss_mask(identity, 3, 0.0, offered=offered, counted={}).all()  # off
     # Earlier batches of the window: identity 5 delivered 40 more (2 counted), the others 3 each.
     offered = {5: 50, 1: 6, 2: 6}
     counted = {5: 2, 1: 3, 2: 3}
-    keep = influence.loss_mask(owner, 3, 1.0, offered=offered, counted=counted)
+    keep = influence.loss_mask(identity, 3, 1.0, offered=offered, counted=counted)
     np.testing.assert_array_equal(keep, [True] * 4 + [False] * 6 + [True] * 6)
     # An identity that fills a whole batch alone: the median of the window holds it.
     keep = influence.loss_mask(np.zeros(12, np.int64), 3, 1.0, offered={0: 60, 1: 4, 2: 4})
     assert keep.sum() == 4
     # Two identities cannot be told apart: no median rule, only max_share and the equal split.
     two = {5: 10, 1: 3}
-    assert influence.loss_mask(owner[:13], 2, 1.0, offered=two, counted={}).all()
+    assert influence.loss_mask(identity[:13], 2, 1.0, offered=two, counted={}).all()
     np.testing.assert_array_equal(
-        influence.loss_mask(owner[:13], 2, 1.0, max_share=0.25, offered=two, counted={}),
+        influence.loss_mask(identity[:13], 2, 1.0, max_share=0.25, offered=two, counted={}),
         [True] * 7 + [False] * 3 + [True] * 3,  # 0.25 x 13 -> 4, raised to the split 7
     )
 
@@ -93,11 +93,11 @@ def test_prepare_scales_an_identity_with_outsized_advantages_down_to_the_median(
     state = ts.TrainState({}, (), {}, *(jnp.zeros((), jnp.int32),) * 3)
     reward = np.random.default_rng(0).uniform(0.5, 1.5, (6, 4))
     reward[4:] *= 100.0
-    owner = np.array([0, 0, 1, 1, 2, 2], np.int32)
+    identity = np.array([0, 0, 1, 1, 2, 2], np.int32)
     one = jax.tree.map(lambda x: x[None], (state, _unrolls(reward)))
-    advantage, target, _ = prepare(*one, owner[None], {})
+    advantage, target, _ = prepare(*one, identity[None], {})
     advantage, target = np.asarray(advantage)[0], np.asarray(target)[0]
-    rms = [np.sqrt(np.mean(advantage[owner == g] ** 2)) for g in range(3)]
+    rms = [np.sqrt(np.mean(advantage[identity == g] ** 2)) for g in range(3)]
     np.testing.assert_allclose(rms[2], np.median(rms), rtol=1e-5)
     assert target[4:].mean() > 50 * target[:4].mean()
     alone = np.asarray(prepare(*one, np.zeros((1, 6), np.int32), {})[0])[0]
@@ -135,8 +135,8 @@ def test_result_quota_holds_an_identity_to_the_median_identitys_results():
     count, so the payoff moves by a third of the results at most; older results leave the
     window."""
     quota = influence.ResultQuota(seconds=30.0)
-    owner = np.array([1] * 5 + [9] * 100 + [2] * 5)
-    keep = quota.admit(owner, now=0.0)
+    identity = np.array([1] * 5 + [9] * 100 + [2] * 5)
+    keep = quota.admit(identity, now=0.0)
     assert keep[:5].all() and keep[5:105].sum() == 5 and keep[105:].all()
     assert quota.capped == 95
     assert not quota.admit(np.array([9]), now=10.0)[0]  # its share of the window is used

@@ -341,7 +341,7 @@ def test_sigterm_checkpoints_and_restart_resumes_with_identical_params(tmp_path,
     state, meta = checkpointer.restore(target)
     checkpointer.close()
     assert params_fingerprint(state.params) == saved_fingerprint
-    assert int(state.updates) == saved_step and meta["env_steps"] == saved_env_steps
+    assert int(state.policy_version) == saved_step and meta["env_steps"] == saved_env_steps
 
     # Actors outlive the learner: they keep retrying and rejoin the restarted one on the same port.
     assert all(a.poll() is None for a in actors)

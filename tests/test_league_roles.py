@@ -239,7 +239,9 @@ def test_learner_reset_restores_the_initial_params_and_optimizer_as_a_new_versio
     learner = Learner(config, network)
     initial = learner.init_state(jax.random.key(0))
     trained = learner.init_state(jax.random.key(1))
-    trained = trained.replace(updates=trained.updates + 7, sgd_steps=trained.sgd_steps + 56)
+    trained = trained.replace(
+        policy_version=trained.policy_version + 7, sgd_steps=trained.sgd_steps + 56
+    )
     learner.set_state(trained)
     learner.reset(initial)
     after = learner.state()
@@ -262,7 +264,7 @@ def test_an_exploiter_resets_to_the_newest_main_snapshot_with_a_fresh_optimizer(
     learner = Learner(config, network)
     initial = learner.init_state(jax.random.key(0))
     trained = learner.init_state(jax.random.key(1))
-    learner.set_state(trained.replace(updates=trained.updates + 3))
+    learner.set_state(trained.replace(policy_version=trained.policy_version + 3))
 
     def snapshot(seed):
         state = learner.init_state(jax.random.key(seed))

@@ -123,7 +123,7 @@ def test_one_and_two_devices_compute_the_same_update(variant):
         one.obs_norm,
         two.obs_norm,
     )
-    assert int(one.updates) == int(two.updates) == 2
+    assert int(one.policy_version) == int(two.policy_version) == 2
     algo = config[config.algo]
     assert int(one.sgd_steps) == 2 * algo.epochs * algo.num_minibatches
     for a, b in zip(metrics_one, metrics_two):
@@ -202,7 +202,7 @@ def test_non_finite_update_is_discarded():
     metrics, before, after = _update_with(lambda u: u.reward.__setitem__((0, 3), np.inf))
     assert metrics["nonfinite"] == 1.0
     jax.tree.map(np.testing.assert_array_equal, after.params, before.params)
-    assert int(after.updates) == 0
+    assert int(after.policy_version) == 0
 
 
 def test_observations_that_overflow_the_normalizer_are_discarded():
@@ -212,7 +212,7 @@ def test_observations_that_overflow_the_normalizer_are_discarded():
     assert metrics["nonfinite"] == 1.0
     jax.tree.map(np.testing.assert_array_equal, after.obs_norm, before.obs_norm)
     jax.tree.map(np.testing.assert_array_equal, after.params, before.params)
-    assert int(after.updates) == 0
+    assert int(after.policy_version) == 0
 
 
 def test_indivisible_batch_is_a_clear_error():

@@ -8,13 +8,13 @@ import numpy as np
 from networks import normalization
 
 
-def moments(x, owner=None, stats=None, window=None, now=0.0):
+def moments(x, identity=None, stats=None, window=None, now=0.0):
     """IdentityWindow moments of rows x [N, F] as one unroll each (every row counts)."""
     x = np.asarray(x, np.float32)
-    owner = np.zeros(len(x), np.int64) if owner is None else np.asarray(owner)
+    identity = np.zeros(len(x), np.int64) if identity is None else np.asarray(identity)
     stats = stats or normalization.init_stats(x.shape[1:])
     window = window or normalization.IdentityWindow(seconds=30.0)
-    got = window.moments({"x": x[:, None]}, np.ones((len(x), 1), bool), owner, {"x": stats}, now)
+    got = window.moments({"x": x[:, None]}, np.ones((len(x), 1), bool), identity, {"x": stats}, now)
     return got["x"]
 
 
@@ -64,10 +64,10 @@ def test_median_over_identities_against_numpy():
     """mean = median of identity means; var = median of (var_g + (mean_g - mean)^2)."""
     rng = np.random.default_rng(2)
     x = rng.normal(size=(30, 2)).astype(np.float32) + np.repeat([0.0, 1.0, 3.0], 10)[:, None]
-    owner = np.repeat([7, 1, 4], 10)
-    count, mean, m2 = moments(x, owner)
-    means = np.stack([x[owner == g].mean(0) for g in (7, 1, 4)])
-    vars_ = np.stack([x[owner == g].var(0) for g in (7, 1, 4)])
+    identity = np.repeat([7, 1, 4], 10)
+    count, mean, m2 = moments(x, identity)
+    means = np.stack([x[identity == g].mean(0) for g in (7, 1, 4)])
+    vars_ = np.stack([x[identity == g].var(0) for g in (7, 1, 4)])
     np.testing.assert_allclose(mean, np.median(means, 0), rtol=1e-5)
     np.testing.assert_allclose(
         m2 / 30, np.median(vars_ + (means - np.median(means, 0)) ** 2, 0), rtol=1e-4
@@ -83,8 +83,8 @@ def test_one_bad_identity_of_three_moves_nothing_beyond_the_honest_range():
     honest = rng.normal(0.0, 0.7, size=(40, 4)).astype(np.float32)
     bad = np.full((20, 4), 9.9e5, np.float32)
     window = normalization.IdentityWindow(seconds=30.0)
-    owner = np.repeat([0, 1, 2], 20)
-    count, mean, m2 = moments(np.concatenate([honest, bad]), owner, window=window, now=0.0)
+    identity = np.repeat([0, 1, 2], 20)
+    count, mean, m2 = moments(np.concatenate([honest, bad]), identity, window=window, now=0.0)
     means = np.stack([honest[:20].mean(0), honest[20:].mean(0)])
     assert np.all(mean >= means.min(0) - 1e-6) and np.all(mean <= means.max(0) + 1e-6)
     assert np.all(m2 / count < 1.0) and np.concatenate([honest, bad]).var(0).min() > 1e11

@@ -164,7 +164,7 @@ def test_exploit_copies_parameters_and_optimizer_state_of_a_real_run(tmp_path):
     same = jax.tree.map(np.array_equal, (copied.params, copied.opt_state),
                         (original.params, original.opt_state))  # fmt: skip
     assert all(jax.tree.leaves(same))
-    assert int(copied.updates) > 0
+    assert int(copied.policy_version) > 0
     values = population.state["members"][target]["values"]
     source_lr = float(population.state["members"][source]["values"]["optimizer.learning_rate"])
     assert values == {"optimizer.learning_rate": f"{max(source_lr * 0.8, 1e-5):.6g}"}

@@ -536,7 +536,7 @@ def test_lr_zero_update_keeps_params_and_gradients_reach_new_units():
         opt_state=jax.jit(optimizer.init)(random_params(old_net, 10)),
         obs_norm=random_obs_norm(old_net, 10),
         sgd_steps=np.asarray(40, np.int32),
-        updates=np.asarray(5, np.int32),
+        policy_version=np.asarray(5, np.int32),
         lr_zero_until=np.asarray(0, np.int32),
     )
     plan = surgery.derive_plan(old_net, new_net)
@@ -628,7 +628,7 @@ def save_run(run_dir, config, seed, env_spec_fn=spec_fn):
         opt_state=opt_state,
         obs_norm=random_obs_norm(network, seed),
         sgd_steps=np.asarray(80, np.int32),
-        updates=np.asarray(5, np.int32),
+        policy_version=np.asarray(5, np.int32),
         lr_zero_until=np.asarray(0, np.int32),
     )
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"))
@@ -669,7 +669,7 @@ def test_checkpoint_round_trip_restores_into_the_new_config(tmp_path):
     # What the learner does on resume: restore into the new config's TrainState structure.
     target = ts.abstract_train_state(new_net, new_config.optimizer)
     restored, meta = Checkpointer(os.path.join(out, "checkpoints")).restore(target)
-    assert int(restored.sgd_steps) == 80 and int(restored.updates) == 5
+    assert int(restored.sgd_steps) == 80 and int(restored.policy_version) == 5
     assert int(restored.lr_zero_until) == outcome.lr_zero_until
     assert int(_adam(restored.opt_state).count) == 80
     assert meta["env_steps"] == 5120 and meta["config"] == json.loads(new_config.to_json())

@@ -272,7 +272,7 @@ def test_one_actor_counts_for_at_most_its_share_of_a_batch(share):
     Nothing is dropped and batches fill at once; with a 0.5 cap session 1's unrolls beyond 2 of
     each 4-unroll batch stay in it with valid False. A 0.1 cap (0 unrolls) is raised to an equal
     split between the two sessions (2 each)."""
-    store, batches = store_of(2, batch_unrolls=4, slots=4, max_owner_share=share)
+    store, batches = store_of(2, batch_unrolls=4, slots=4, max_identity_share=share)
     server = Server(store)
     server.open(1, num_envs=4)
     server.open(2, num_envs=1)

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from seedlike.config import ConfigError, load_config_file, validate
+from seedlike.config import ConfigError, load_config_file, renamed, validate
 from seedlike.launch import api
 
 POLL_S = 1.0
@@ -139,8 +139,9 @@ def _typed(current, text: str, key: str):
 
 
 def _parent(config, key: str):
-    """(the section holding dotted `key`, or None if there is none; the key's last part)."""
-    *parents, last = key.split(".")
+    """(the section holding dotted `key`, or None if there is none; the key's last part). A key
+    of an older name is looked up under its new one (seedlike.config.RENAMED_KEYS)."""
+    *parents, last = renamed(key).split(".")
     node = config
     for part in parents:
         node = node.get(part) if hasattr(node, "get") else None

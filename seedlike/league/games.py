@@ -65,7 +65,7 @@ def load_policy(path: str):
         return network, load_snapshot(snapshots, int(version), target), f"{run}@v{version}"
     _, network, state, meta = load_checkpoint(path)
     params = {"params": state.params, "obs_norm": state.obs_norm}
-    return network, params, f"{path}@{meta.get('policy_version', int(state.updates))}"
+    return network, params, f"{path}@{meta.get('policy_version', int(state.policy_version))}"
 
 
 def checkpoint_agent(

@@ -93,7 +93,7 @@ class Learner:
             jax.sharding.PartitionSpec(ts.AXIS),
         )
         # Identities are labelled per process; each process's labels get a range of their own.
-        self._owner_offset = me * self.local_batch_unrolls
+        self._identity_offset = me * self.local_batch_unrolls
         prepare = ts.make_prepare(
             advantages, groups=int(config.batch_unrolls), parts=self.num_local
         )
@@ -150,7 +150,7 @@ class Learner:
     def set_state(self, state: ts.TrainState) -> None:
         """Installs an unreplicated state on this process's devices (leading axis = device)."""
         self._state = self.guard(self._replicate, state)
-        self._version = int(np.asarray(state.updates))
+        self._version = int(np.asarray(state.policy_version))
 
     def reset(self, initial: ts.TrainState) -> None:
         """Starts again from `initial`'s params, optimizer and observation statistics (a league
@@ -160,7 +160,7 @@ class Learner:
         self.set_state(
             initial.replace(
                 # On the host: a JAX op outside the guard could stall a collective (devices.py).
-                updates=np.asarray(state.updates) + np.int32(1),
+                policy_version=np.asarray(state.policy_version) + np.int32(1),
                 sgd_steps=state.sgd_steps,
                 lr_zero_until=state.lr_zero_until,
             )
@@ -180,10 +180,10 @@ class Learner:
 
     # Learning ---------------------------------------------------------------------------------
 
-    def update(self, unrolls: Unroll, owner: np.ndarray | None = None) -> dict[str, float]:
+    def update(self, unrolls: Unroll, identity: np.ndarray | None = None) -> dict[str, float]:
         """One policy version from stacked unrolls [B, T+1, ...]; returns averaged metrics.
 
-        B is local_batch_unrolls (this process's share); owner [B] the actor identity of each
+        B is local_batch_unrolls (this process's share); identity [B] the actor identity of each
         unroll as labels 0..k-1 (seedlike.server.influence.relabel; None: one identity, the same
         on every process).
         A non-finite loss or gradient leaves the state untouched and reports nonfinite=1 (on
@@ -192,31 +192,31 @@ class Learner:
         """
         old_state = self._state
         try:
-            return self._update(unrolls, owner, old_state)
+            return self._update(unrolls, identity, old_state)
         except BaseException:
             self._state = old_state
             raise
 
-    def _update(self, unrolls: Unroll, owner, old_state) -> dict[str, float]:
+    def _update(self, unrolls: Unroll, identity, old_state) -> dict[str, float]:
         n = self.num_local
         batch, horizon = unrolls.action.shape[0], unrolls.reward.shape[1]
-        if owner is None:  # one identity for the whole batch, across processes
-            owner = np.zeros(batch, np.int32)
+        if identity is None:  # one identity for the whole batch, across processes
+            identity = np.zeros(batch, np.int32)
         else:
-            owner = np.asarray(owner, np.int32) + np.int32(self._owner_offset)
-        moments = self._obs_moments(unrolls, owner)
+            identity = np.asarray(identity, np.int32) + np.int32(self._identity_offset)
+        moments = self._obs_moments(unrolls, identity)
 
         # The sgd steps gather their minibatches on the devices, from the whole batch that every
         # local device holds (a minibatch draws from anywhere in a host's block). With one device
         # its shard is the whole batch: one transfer serves prepare and the sgd steps.
         if n == 1:
             unrolls = sharded = self.guard(self._replicate, unrolls)  # [1, B, ...]
-            owner = owner[None]
+            identity = identity[None]
         else:
             sharded = jax.tree.map(lambda x: x.reshape((n, batch // n) + x.shape[1:]), unrolls)
-            owner = owner.reshape(n, batch // n)
+            identity = identity.reshape(n, batch // n)
         advantage, value_target, obs_norm = self.guard(
-            self._prepare, self._state, sharded, owner, moments
+            self._prepare, self._state, sharded, identity, moments
         )
         if not all(np.all(np.isfinite(x)) for x in jax.tree.leaves(obs_norm)):
             # Finite observations can still overflow the float32 sums (values near 1e19); the
@@ -269,12 +269,12 @@ class Learner:
             )
             self._state = old_state
             return {**metrics, "nonfinite": 1.0}
-        updates = self.guard(lambda u: u + 1, self._state.updates)
-        self._state = self._state.replace(obs_norm=obs_norm, updates=updates)
+        version = self.guard(lambda v: v + 1, self._state.policy_version)
+        self._state = self._state.replace(obs_norm=obs_norm, policy_version=version)
         self._version += 1
         return {**metrics, "nonfinite": 0.0}
 
-    def _obs_moments(self, unrolls: Unroll, owner: np.ndarray) -> dict:
+    def _obs_moments(self, unrolls: Unroll, identity: np.ndarray) -> dict:
         """This process's bounded observation moments (IdentityWindow) from the host batch: every
         step but the bootstrap one of the unrolls that count in the loss (those kept out by the
         influence caps add nothing). One copy per local device."""
@@ -286,7 +286,7 @@ class Learner:
         moments = self.obs_window.moments(
             {k: np.asarray(unrolls.obs[k])[:, :-1] for k in stats},  # maybe on the device
             counted,
-            owner,
+            identity,
             jax.tree.map(np.asarray, stats),
             time.monotonic(),
         )

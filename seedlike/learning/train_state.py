@@ -19,8 +19,36 @@ class TrainState:
     opt_state: optax.OptState
     obs_norm: dict  # key -> normalization.RunningStats (float observation keys only)
     sgd_steps: jax.Array  # int32 scalar: gradient steps taken
-    updates: jax.Array  # int32 scalar: learner batches consumed == published policy version
+    policy_version: jax.Array  # int32 scalar: learner updates made == the published version
     lr_zero_until: jax.Array  # int32 scalar: learning rate is 0 while sgd_steps < this (surgery)
+
+
+@flax.struct.dataclass
+class TrainStateV1:
+    """TrainState as checkpoints of commit d4cf845 and earlier hold it: the policy version was
+    called `updates` (tests/fixtures/d4cf845). Restored into this, then upgraded."""
+
+    params: dict
+    opt_state: optax.OptState
+    obs_norm: dict
+    sgd_steps: jax.Array
+    updates: jax.Array
+    lr_zero_until: jax.Array
+
+    def upgrade(self) -> TrainState:
+        return TrainState(
+            self.params, self.opt_state, self.obs_norm, self.sgd_steps, self.updates,
+            self.lr_zero_until,
+        )  # fmt: skip
+
+
+def older_layout(state: TrainState) -> tuple[TrainStateV1, object]:
+    """The layout older checkpoints hold `state` in, and its upgrade (Checkpointer.restore)."""
+    old = TrainStateV1(
+        state.params, state.opt_state, state.obs_norm, state.sgd_steps, state.policy_version,
+        state.lr_zero_until,
+    )  # fmt: skip
+    return old, TrainStateV1.upgrade
 
 
 def make_optimizer(optimizer_config) -> optax.GradientTransformation:
@@ -57,7 +85,7 @@ def init_train_state(network, optimizer, rng) -> TrainState:
         opt_state=optimizer.init(params),
         obs_norm=network.init_obs_norm(),
         sgd_steps=zero,
-        updates=zero,
+        policy_version=zero,
         lr_zero_until=zero,
     )
 
@@ -96,10 +124,10 @@ def make_sgd_step(loss_fn, optimizer, learning_rate_fn, axis_name: str = AXIS):
 
 
 def make_prepare(advantages=None, axis_name: str = AXIS, groups: int = 1, parts: int = 1):
-    """Returns prepare(state, unrolls, owner, moments) -> (advantage, value_target, obs_norm) for
+    """Returns prepare(state, unrolls, identity, moments) -> (advantage, value_target, obs_norm) for
     pmap.
 
-    unrolls is a device shard of stacked Unrolls [B/n, T+1, ...], owner [B/n] int32 the actor
+    unrolls is a device shard of stacked Unrolls [B/n, T+1, ...], identity [B/n] int32 the actor
     identity of each unroll in [0, groups) (seedlike.server.influence.relabel; groups: B).
     `advantages` is the algorithm's per-unroll fn(unroll) -> (advantage, value_target)
     (seedlike.algos; None: zeros, the loss computes its own); an identity whose advantages' RMS
@@ -114,20 +142,20 @@ def make_prepare(advantages=None, axis_name: str = AXIS, groups: int = 1, parts:
     def psum(x):
         return x if axis_name is None else jax.lax.psum(x, axis_name)
 
-    def bounded(advantage, valid, owner):
+    def bounded(advantage, valid, identity):
         """Each identity's advantages scaled down to at most the median identity's RMS."""
         mask = valid.astype(jnp.float32)
-        n = psum(jax.ops.segment_sum(jnp.sum(mask, 1), owner, num_segments=groups))
+        n = psum(jax.ops.segment_sum(jnp.sum(mask, 1), identity, num_segments=groups))
         squares = jnp.sum(mask * jnp.square(advantage), 1)
-        rms = jnp.sqrt(psum(jax.ops.segment_sum(squares, owner, num_segments=groups)) / n)
+        rms = jnp.sqrt(psum(jax.ops.segment_sum(squares, identity, num_segments=groups)) / n)
         median = jnp.nanmedian(jnp.where(n > 0, rms, jnp.nan))
         scale = jnp.where(rms > median, median / jnp.maximum(rms, 1e-12), 1.0)
-        return advantage * scale[owner][:, None]
+        return advantage * scale[identity][:, None]
 
-    def prepare(state: TrainState, unrolls, owner, moments):
+    def prepare(state: TrainState, unrolls, identity, moments):
         if advantages is not None:
             advantage, value_target = jax.vmap(advantages)(unrolls)
-            advantage = bounded(advantage, unrolls.valid[:, :-1], owner)
+            advantage = bounded(advantage, unrolls.valid[:, :-1], identity)
         else:
             advantage = value_target = jnp.zeros_like(unrolls.reward)
         obs_norm = {}

@@ -93,7 +93,7 @@ class Control:
 
     session_id: int
     num_envs: int = 0
-    owner: int = 0  # an opening session's actor identity (seedlike.server.influence)
+    identity: int = 0  # an opening session's actor identity (seedlike.server.influence)
 
     @property
     def opens(self) -> bool:

@@ -23,7 +23,7 @@ class Episodes(NamedTuple):
     policy: np.ndarray  # int64: who played the seat
     # int64: the actor identity that held the seat (seedlike.server.influence), set where the
     # episode is recorded: a seat may belong to another actor by the time episodes are read.
-    owner: np.ndarray
+    identity: np.ndarray
 
     @classmethod
     def empty(cls) -> Episodes:
@@ -111,13 +111,13 @@ class EpisodeBoard:
 
     def __init__(self, window: int = 20):
         self.window = int(window)
-        self._recent: dict[int, np.ndarray] = {}  # owner -> [<= window, 2] (return, length)
+        self._recent: dict[int, np.ndarray] = {}  # identity -> [<= window, 2] (return, length)
         self._connected = 0
 
-    def add(self, owner: np.ndarray, episode_return: np.ndarray, length: np.ndarray) -> None:
+    def add(self, identity: np.ndarray, episode_return: np.ndarray, length: np.ndarray) -> None:
         """Episodes that ended, [k] each: who played them (identity), return and length."""
-        for who in np.unique(owner).tolist():
-            mine = owner == who
+        for who in np.unique(identity).tolist():
+            mine = identity == who
             new = np.stack([episode_return[mine], length[mine]], axis=1).astype(np.float64)
             old = self._recent.get(who, np.zeros((0, 2)))
             self._recent[who] = np.concatenate([old, new])[-self.window :]

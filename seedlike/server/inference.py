@@ -163,7 +163,7 @@ class _Seats:
     seats: np.ndarray
     opens: bool
     session_id: int
-    owner: int = 0  # an opening session's identity
+    identity: int = 0  # an opening session's actor identity
     buffers: np.ndarray | None = None  # a closing session's partial unrolls ...
     recorded: np.ndarray | None = None  # ... and the steps recorded in each
 
@@ -219,12 +219,14 @@ class InferenceService:
         self._computing = Counter()  # batches dispatched and not yet fetched
         self._records = Handoff(maxsize=RECORD_QUEUE)
         self._session_ids = itertools.count(1)
-        # Session id -> (actor id, identity, owner); the reply thread reads owners (pacing).
+        # Session id -> (actor id, identity name, identity); the reply thread reads identities
+        # (pacing).
         self._sessions: dict[int, tuple[int, str, int]] = {}
-        # "host/actor_id" -> [owner, open sessions]; forgotten with its last session (owners are
-        # never reused, so a returning actor starts afresh in the influence windows).
-        self._identities: dict[str, list] = {}
-        self._owners = itertools.count()
+        # Identity name ("host/actor_id") -> [identity, open sessions]; forgotten with its last
+        # session (identities are never reused, so a returning actor starts afresh in the
+        # influence windows).
+        self._labels: dict[str, list] = {}
+        self._next_label = itertools.count()
         # Identities served far faster than the others get their replies later (pacing.py).
         pace = float(server_config.pace_factor)
         self._rates = RowRates(pace) if pace > 0 else None
@@ -255,13 +257,13 @@ class InferenceService:
         if self._stopping.is_set():
             raise ServerStopping(self._finished)
         session_id = next(self._session_ids)
-        identity = f"{host}/{actor_id}" if host is not None else f"session {session_id}"
+        name = f"{host}/{actor_id}" if host is not None else f"session {session_id}"
         with self._sessions_lock:
-            entry = self._identities.setdefault(identity, [next(self._owners), 0])
+            entry = self._labels.setdefault(name, [next(self._next_label), 0])
             entry[1] += 1
-            owner = entry[0]
-            self._sessions[session_id] = (actor_id, identity, owner)
-        self.batcher.put(Control(session_id, num_envs, owner))
+            identity = entry[0]
+            self._sessions[session_id] = (actor_id, name, identity)
+        self.batcher.put(Control(session_id, num_envs, identity))
         logging.info("actor %d connected (session %d, %d envs)", actor_id, session_id, num_envs)
         return session_id
 
@@ -310,10 +312,10 @@ class InferenceService:
         with self._sessions_lock:
             session = self._sessions.pop(session_id, None)
             if session is not None:
-                entry = self._identities[session[1]]
+                entry = self._labels[session[1]]
                 entry[1] -= 1
                 if not entry[1]:
-                    del self._identities[session[1]]
+                    del self._labels[session[1]]
         if session is not None:
             self.batcher.put(Control(session_id))
             logging.info("actor %d disconnected (session %d)", session[0], session_id)
@@ -438,7 +440,7 @@ class InferenceService:
                     seats = self.seats.open(control.session_id, control.num_envs)
                     if self.pool is not None:
                         self.pool.open(seats)
-                    opened = _Seats(seats, True, control.session_id, owner=control.owner)
+                    opened = _Seats(seats, True, control.session_id, identity=control.identity)
                     self._put(self._records, opened)
             if batch.requests:
                 start = time.perf_counter()
@@ -627,14 +629,14 @@ class InferenceService:
             start = time.perf_counter()
             if not isinstance(item, _Seats):
                 episodes = self.recorder.record(item)
-                owner = self.store.owner if self.store is not None else None
-                if owner is not None and episodes.seat.size:
-                    episodes = episodes._replace(owner=owner[episodes.seat])
-                self.matchmaker.report(item, episodes, owner)
+                identity = self.store.identity if self.store is not None else None
+                if identity is not None and episodes.seat.size:
+                    episodes = episodes._replace(identity=identity[episodes.seat])
+                self.matchmaker.report(item, episodes, identity)
                 self.stats.ended(episodes)
                 self.stats.add_busy("record", time.perf_counter() - start)
             elif item.opens:
-                self.recorder.open(item.seats, item.owner)
+                self.recorder.open(item.seats, item.identity)
                 self.matchmaker.opened(item.seats)
             else:
                 dropped = self.recorder.close(item.seats, item.buffers, item.recorded)

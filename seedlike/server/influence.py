@@ -33,24 +33,24 @@ import collections
 import numpy as np
 
 
-def relabel(owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Owners [B] as dense int32 labels 0..k-1 (in order of first appearance), and the k
+def relabel(identity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Identities [B] as dense int32 labels 0..k-1 (in order of first appearance), and the k
     identities in label order."""
-    ids, first, labels = np.unique(owner, return_index=True, return_inverse=True)
+    ids, first, labels = np.unique(identity, return_index=True, return_inverse=True)
     by_first = np.argsort(first)  # label by first appearance: deterministic per batch
     order = np.argsort(by_first)
     return order[labels].astype(np.int32), ids[by_first]
 
 
 def loss_mask(
-    owner: np.ndarray,
+    identity: np.ndarray,
     connected: int,
     factor: float,
     max_share: float = 1.0,
     offered: dict | None = None,
     counted: dict | None = None,
 ) -> np.ndarray:
-    """Which unrolls [B] count in the loss (bool), given each unroll's identity `owner` [B].
+    """Which unrolls [B] count in the loss (bool), given each unroll's actor identity [B].
 
     Two caps; each identity keeps its first unrolls in batch order up to the smaller:
     * max_share: at most max_share x B of this batch, never below an equal split among the
@@ -61,8 +61,8 @@ def loss_mask(
       identities or more in the window. An identity that fills whole batches alone is held to
       what the median one delivers, however many of its batches there are.
     """
-    batch = owner.shape[0]
-    labels, ids = relabel(owner)
+    batch = identity.shape[0]
+    labels, ids = relabel(identity)
     k = ids.size
     counts = np.bincount(labels, minlength=k)
     cap = np.full(k, batch, np.int64)
@@ -81,10 +81,10 @@ def loss_mask(
     return rank < cap[labels]
 
 
-def largest_rewards(reward: np.ndarray, owner: np.ndarray) -> dict:
-    """Each identity's largest |reward| in reward [B, T] (owner [B]): {identity: value}."""
+def largest_rewards(reward: np.ndarray, identity: np.ndarray) -> dict:
+    """Each identity's largest |reward| in reward [B, T] (identity [B]): {identity: value}."""
     per_unroll = np.abs(reward).max(axis=1, initial=0.0)
-    return {int(i): float(per_unroll[owner == i].max()) for i in np.unique(owner)}
+    return {int(i): float(per_unroll[identity == i].max()) for i in np.unique(identity)}
 
 
 class WindowMaxima:
@@ -141,23 +141,23 @@ class ResultQuota:
     def __init__(self, seconds: float = 30.0, factor: float = 1.0):
         self.seconds = float(seconds)
         self.factor = float(factor)
-        self._window: collections.deque = collections.deque()  # (time, owner, admitted)
+        self._window: collections.deque = collections.deque()  # (time, identity, admitted)
         self.capped = 0
 
-    def admit(self, owner: np.ndarray, now: float) -> np.ndarray:
-        """Which of these results (each of identity `owner`[i], in order) count."""
+    def admit(self, identity: np.ndarray, now: float) -> np.ndarray:
+        """Which of these results (each of identity `identity`[i], in order) count."""
         while self._window and self._window[0][0] < now - self.seconds:
             self._window.popleft()
         offered = collections.Counter(o for _, o, _ in self._window)
         counted = collections.Counter(o for _, o, ok in self._window if ok)
-        offered.update(owner.tolist())
-        keep = np.ones(owner.size, bool)
+        offered.update(identity.tolist())
+        keep = np.ones(identity.size, bool)
         if len(offered) >= 3:
             cap = self.factor * float(np.median(list(offered.values())))
-            for i, who in enumerate(owner.tolist()):
+            for i, who in enumerate(identity.tolist()):
                 keep[i] = counted[who] < cap
                 counted[who] += int(keep[i])
-        for who, ok in zip(owner.tolist(), keep.tolist()):
+        for who, ok in zip(identity.tolist(), keep.tolist()):
             self._window.append((now, who, ok))
         self.capped += int(keep.size - keep.sum())
         return keep

@@ -89,10 +89,10 @@ class Matchmaker:
         if self._games is not None and seats.size:
             self._games.forget(seats)
 
-    def report(self, step, episodes, owner: np.ndarray | None = None) -> None:
+    def report(self, step, episodes, identity: np.ndarray | None = None) -> None:
         """One recorded batch (seedlike.server.trajectory_store.StepRecord) and the episodes that
         ended with it: the result of every game it ends, from team 0's side, goes to the league
-        (with `owner`, each seat's actor identity, only as many per identity as
+        (with `identity`, each seat's actor identity, only as many per identity as
         seedlike.server.influence.ResultQuota admits), and every episode that ended, with its
         level, to the curriculum."""
         if self.curriculum is not None and episodes.seat.size:
@@ -108,9 +108,9 @@ class Matchmaker:
         results = self._games.update(
             ran[step.first], step.policy[step.first], episodes.seat, episodes.episode_return
         )
-        if owner is not None and results:
+        if identity is not None and results:
             seats = np.array([seat for _, _, seat in results], np.int64)
-            admitted = self.result_quota.admit(owner[seats], time.monotonic())
+            admitted = self.result_quota.admit(identity[seats], time.monotonic())
             results = [r for r, ok in zip(results, admitted) if ok]
         for opponent, outcome, _ in results:
             self.league.record(opponent, outcome)

@@ -33,15 +33,15 @@ class RowRates:
     def __init__(self, factor: float, window_s: float = 5.0):
         self.factor = float(factor)
         self.window_s = float(window_s)
-        self._served: collections.deque = collections.deque()  # (time, owner, rows)
+        self._served: collections.deque = collections.deque()  # (time, identity, rows)
         self._totals: collections.Counter = collections.Counter()
-        self._free_at: dict[int, float] = {}  # owner -> when its bucket is empty
+        self._free_at: dict[int, float] = {}  # identity -> when its bucket is empty
         self._allowed = (None, 0.0)  # (at, rows/s): one median per batch (the replies share now)
 
-    def hold_s(self, owner: int, rows: int, now: float) -> float:
-        """How long to hold a reply of `rows` rows to `owner` (0: send it now)."""
-        self._served.append((now, owner, rows))
-        self._totals[owner] += rows
+    def hold_s(self, identity: int, rows: int, now: float) -> float:
+        """How long to hold a reply of `rows` rows to `identity` (0: send it now)."""
+        self._served.append((now, identity, rows))
+        self._totals[identity] += rows
         while self._served[0][0] < now - self.window_s:
             _, old, n = self._served.popleft()
             self._totals[old] -= n
@@ -53,11 +53,11 @@ class RowRates:
             median = statistics.median(self._totals.values())  # a few identities: no numpy
             self._allowed = (now, self.factor * median / self.window_s)
         allowed = self._allowed[1]
-        if self._totals[owner] / self.window_s <= allowed:
-            self._free_at.pop(owner, None)
+        if self._totals[identity] / self.window_s <= allowed:
+            self._free_at.pop(identity, None)
             return 0.0
-        hold = min(max(self._free_at.get(owner, now) - now, 0.0), MAX_HOLD_S)
-        self._free_at[owner] = now + hold + rows / allowed
+        hold = min(max(self._free_at.get(identity, now) - now, 0.0), MAX_HOLD_S)
+        self._free_at[identity] = now + hold + rows / allowed
         return hold
 
 

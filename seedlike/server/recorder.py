@@ -25,10 +25,10 @@ class Recorder:
         self.episodes = EpisodeStats()
         self.env_steps = 0  # rows recorded
 
-    def open(self, seats: np.ndarray, owner: int) -> None:
+    def open(self, seats: np.ndarray, identity: int) -> None:
         self.episodes.open(seats)
         if self.store is not None:
-            self.store.open(seats, owner)
+            self.store.open(seats, identity)
 
     def close(self, seats: np.ndarray, buffers=None, recorded=None) -> int:
         """Forgets closed seats; returns the recorded steps of partial unrolls lost with them."""

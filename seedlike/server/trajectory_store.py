@@ -136,7 +136,7 @@ class LearnerBatch:
         }
         self.carry = jax.tree.map(lambda c: np.zeros((size, *c.shape[1:]), c.dtype), carry_template)
         self.filled = 0
-        self.owner = np.zeros(size, np.int64)  # per unroll: the identity that acted it
+        self.identity = np.zeros(size, np.int64)  # per unroll: the identity that acted it
 
     def unroll(self, device=None) -> Unroll:
         """The batch as stacked unrolls [B, T+1, ...]. Observations are gathered from the pool
@@ -232,8 +232,8 @@ class TrajectoryStore:
       batches: where full batches go.
       carry_template: the recurrent state of one seat (a pytree of arrays [1, ...]; () if
         feed-forward): the shape and dtype of the stored carries.
-      max_owner_share, fair_share_factor, fair_window_s: how many of a full batch's unrolls one
-        owner (an actor identity) may have counted in the loss (seedlike.server.influence
+      max_identity_share, fair_share_factor, fair_window_s: how many of a full batch's unrolls one
+        identity (an actor identity) may have counted in the loss (seedlike.server.influence
         .loss_mask, over the batches of the last fair_window_s seconds); the rest stay in the
         batch with valid = False, counted in `unrolls_capped`.
       max_policy_lag: unrolls with a step acted more than this many policy versions before the
@@ -248,7 +248,7 @@ class TrajectoryStore:
         batch_unrolls: int = 1,
         batches: BatchQueue | None = None,
         carry_template=(),
-        max_owner_share: float = 1.0,
+        max_identity_share: float = 1.0,
         fair_share_factor: float = 0.0,
         fair_window_s: float = 30.0,
         max_policy_lag: int = 0,
@@ -260,14 +260,14 @@ class TrajectoryStore:
         self.horizon = pool.horizon
         self.batch_unrolls = int(batch_unrolls)
         self.batches = batches
-        self._max_share = float(max_owner_share)
+        self._max_share = float(max_identity_share)
         self._fair_factor = float(fair_share_factor)
         self._window_s = float(fair_window_s)
         self._max_lag = int(max_policy_lag)
         self._version = 0  # the newest policy version the recorded steps were acted on
-        # Per recent batch: time, unrolls offered and counted per owner.
+        # Per recent batch: time, unrolls offered and counted per identity.
         self._window: collections.deque = collections.deque()
-        self._largest = influence.WindowMaxima()  # each owner's largest |reward| in the window
+        self._largest = influence.WindowMaxima()  # each identity's largest |reward| in the window
         self._offered: collections.Counter = collections.Counter()  # the window's totals
         self._counted: collections.Counter = collections.Counter()
         self._reward_scale = float(reward_scale)
@@ -286,7 +286,7 @@ class TrajectoryStore:
             if jax.tree.leaves(carry_template)
             else None
         )
-        self.owner = np.zeros(0, np.int64)  # per seat: who opened it
+        self.identity = np.zeros(0, np.int64)  # per seat: who opened it
         self._open = np.zeros(0, np.bool_)  # per seat: open now
         self.unrolls_emitted = 0
         self.steps_written_in_place = 0  # by front ends (rows written once)
@@ -294,26 +294,27 @@ class TrajectoryStore:
         self.unrolls_capped = 0  # kept out of the loss by the share caps (total)
         self.rewards_clipped = 0  # by the reward bound (total)
         self.unrolls_stale = 0  # kept out of the loss: acted more than max_policy_lag versions ago
-        self.last_batch_max_share = 0.0  # the largest owner's share of the last batch's loss
+        self.last_batch_max_share = 0.0  # the largest identity's share of the last batch's loss
 
     # Seats ------------------------------------------------------------------------------------
 
-    def open(self, seats: np.ndarray, owner: int = 0) -> None:
+    def open(self, seats: np.ndarray, identity: int = 0) -> None:
         """Starts recording `seats` (new ones, or released ones given to a new session) for
-        `owner` (the actor identity: the unit of the share caps)."""
-        if seats.size and seats.max() >= self.owner.shape[0]:
-            size = max(int(seats.max()) + 1, 2 * self.owner.shape[0])
-            self.owner = np.concatenate([self.owner, np.zeros(size - self.owner.size, np.int64)])
+        `identity` (the actor identity: the unit of the share caps)."""
+        if seats.size and seats.max() >= self.identity.shape[0]:
+            size = max(int(seats.max()) + 1, 2 * self.identity.shape[0])
+            grown = np.zeros(size - self.identity.size, np.int64)
+            self.identity = np.concatenate([self.identity, grown])
             self._open = np.concatenate([self._open, np.zeros(size - self._open.size, np.bool_)])
-        self.owner[seats] = owner
+        self.identity[seats] = identity
         self._open[seats] = True
 
-    def connected_owners(self) -> np.ndarray:
+    def connected_identities(self) -> np.ndarray:
         """The identities with open seats (also read by the learner thread: `open` replaces the
         two arrays, one after the other, when seats grow)."""
-        owner, is_open = self.owner, self._open
-        n = min(owner.size, is_open.size)
-        return np.unique(owner[:n][is_open[:n]])
+        identity, is_open = self.identity, self._open
+        n = min(identity.size, is_open.size)
+        return np.unique(identity[:n][is_open[:n]])
 
     def close(self, seats: np.ndarray, buffers: np.ndarray, recorded: np.ndarray) -> int:
         """Forgets closed seats: their partial unrolls (`buffers`, `recorded` steps in each, from
@@ -392,9 +393,9 @@ class TrajectoryStore:
             self.pool.copy_step(old[mine] * self.pool.steps + t, new[mine] * self.pool.steps)
         keep = f["valid"][old, :t].any(axis=1)
         self.pool.release(old[~keep])
-        self._emit(old[keep], self.owner[place.done_seat[keep]])
+        self._emit(old[keep], self.identity[place.done_seat[keep]])
 
-    def _emit(self, buffers: np.ndarray, owners: np.ndarray) -> None:
+    def _emit(self, buffers: np.ndarray, identities: np.ndarray) -> None:
         """Adds complete unrolls to learner batches (references to their buffers)."""
         while buffers.size:
             if self._batch is None:
@@ -402,11 +403,11 @@ class TrajectoryStore:
                 self._batch = LearnerBatch(self.pool, self.batch_unrolls, self._carry_template)
             b = self._batch
             take = slice(0, self.batch_unrolls - b.filled)
-            here, there = buffers[take], owners[take]
-            buffers, owners = buffers[here.size :], owners[here.size :]
+            here, there = buffers[take], identities[take]
+            buffers, identities = buffers[here.size :], identities[here.size :]
             rows = slice(b.filled, b.filled + here.size)
             b.buffers[rows] = here
-            b.owner[rows] = there
+            b.identity[rows] = there
             for name, field in self._small.items():
                 b.small[name][rows] = field[here]
             for dst, src in zip(jax.tree.leaves(b.carry), jax.tree.leaves(self._carry_start)):
@@ -436,12 +437,12 @@ class TrajectoryStore:
         self._offered = +self._offered  # drops the identities with nothing left in the window
         self._counted = +self._counted
         self._largest.expire(now - self._window_s)
-        mine = collections.Counter(batch.owner.tolist())
+        mine = collections.Counter(batch.identity.tolist())
         offered = self._offered + mine
         before = self._counted
         counted = influence.loss_mask(
-            batch.owner,
-            self.connected_owners().size,
+            batch.identity,
+            self.connected_identities().size,
             self._fair_factor,
             self._max_share,
             offered,
@@ -456,15 +457,15 @@ class TrajectoryStore:
             counted &= ~stale
         batch.small["valid"][~counted] = False
         reward = batch.small["reward"]
-        here = influence.largest_rewards(reward[counted], batch.owner[counted])
-        kept = collections.Counter(batch.owner[counted].tolist())
+        here = influence.largest_rewards(reward[counted], batch.identity[counted])
+        kept = collections.Counter(batch.identity[counted].tolist())
         self._window.append((now, mine, kept))
         self._largest.add(now, here)
         self._offered.update(mine)
         self._counted.update(kept)
         if not counted.any():
             return False
-        shares = np.unique(batch.owner[counted], return_counts=True)[1]
+        shares = np.unique(batch.identity[counted], return_counts=True)[1]
         self.last_batch_max_share = float(shares.max() / counted.sum())
         # Over the window, not this batch alone: a batch one identity filled is bounded too.
         largest = self._largest.maxima()
