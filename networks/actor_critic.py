@@ -30,7 +30,6 @@ share of F.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
@@ -44,9 +43,7 @@ from networks.text import TextEncoder
 from seedlike.types import MISSION_VOCAB_SIZE, TEAMMATES, ArraySpec, EnvSpec
 from seedlike.types import TEAMMATES_PRESENT as PRESENT
 
-TORSOS = ("mlp", *torsos.CNN_TORSOS)
 BOARD_LINES = "_lines"  # the suffix of the line-features input (Network.board_lines)
-CORES = ("none", "lstm")
 
 
 class LSTMCore(nn.Module):
@@ -82,79 +79,154 @@ def pooled_size(features: int, share: float) -> int:
     return min(features, max(1, round(share * features)))
 
 
-class ActorCritic(nn.Module):
-    """Torso -> optional LSTM core -> policy logits and value.
+@dataclasses.dataclass(frozen=True)
+class TorsoSpec:
+    """The torso: what turns observations into features (networks/torsos.py), and how it is
+    applied (once, on the board and its mirror image, or on the agent and its teammates).
 
-    Inputs are dicts of float arrays with one batch dimension [N, ...]; `image_key` names the
-    image input of CNN torsos ([N, H, W, C]); other inputs are flattened and join the CNN features.
+    Attributes:
+      kind: "mlp" or one of torsos.CNN_TORSOS.
+      hidden_sizes, activation, residual_blocks: an MLP's layers.
+      shared: one torso for policy and value (always with a CNN or a core), or one each.
+      cnn_channels, cnn_hidden, cnn_kernel, cnn_padding: a CNN's; None, 0 and "" leave the
+        torso's own (the paper's) value.
+      image_key: the image observation a CNN reads ([N, H, W, C] inside the network).
+      space_to_depth: the Nature CNN's stride-2 conv over 2x2 blocks (same function).
+      mirror: left-right symmetric boards: "columns" (an action per column, Connect Four) or
+        "cells" (an action per cell, row-major, TicTacToe); "" = off (`mirror_actions`).
+      board_width: W of the mirrored board.
+      team_pool: > 0: pool this share of the features across teammates (team_max_pool); the
+        inputs then hold "teammates/<key>" [N, K-1, ...] and "teammates/present" [N, K-1].
+    """
 
-    The encoders (torsos.py, text.py, entities.py) and the heads (`head_modules`, heads.py) are
-    modules of their own, and each names its layers for surgery (their `graph`; `layer_graph`
-    joins the parts). A new kind of head is a module in heads.py with its `graph`, an entry in
-    `head_modules` and its share of `_logits`.
+    kind: str
+    hidden_sizes: tuple[int, ...]
+    activation: str
+    residual_blocks: int
+    shared: bool
+    cnn_channels: tuple[int, ...] | None
+    cnn_hidden: int | None
+    cnn_kernel: int
+    cnn_padding: str
+    image_key: str | None
+    space_to_depth: bool
+    mirror: str
+    board_width: int
+    team_pool: float
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderSpec:
+    """Encoders beside the torso, whose features join its other (non-image) inputs.
+
+    Attributes:
+      text_key: an input of word ids [N, L] read by a TextEncoder; "": none.
+      text_size: its embedding and GRU width.
+      entity_key: an entity set input [N, E, F] read by an EntityEncoder
+        (networks/entities.py); "": none.
+      num_entities: E.
+      entity_size, entity_heads: its width and attention heads.
+    """
+
+    text_key: str
+    text_size: int
+    entity_key: str
+    num_entities: int
+    entity_size: int
+    entity_heads: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CoreSpec:
+    """The recurrent core between torso and heads: an LSTM of `size` units; 0: feed-forward."""
+
+    size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadSpec:
+    """The heads: what the policy outputs, and the value head beside it.
+
+    Attributes:
+      num_actions: discrete choices in all (0: continuous actions only).
+      action_heads: a factorized action's argument sizes (EnvSpec.action_heads); () for one
+        categorical.
+      policy: the policy head module of the dense choices, a key of heads.POLICY_HEADS.
+      pointer_heads: action heads (indices into action_heads) that point into the entity set:
+        their first E choices are the entities, any further ones ordinary logits.
+      autoregressive: each factorized head also reads the arguments chosen before it
+        (heads.Autoregressive); the logits then depend on the action, and acting samples head
+        by head (`act`).
+      continuous: D continuous action dimensions (EnvSpec.continuous): a diagonal Gaussian head
+        whose mean and log-std follow the categoricals' logits.
+      state_dependent_std, log_std_init: the Gaussian's log-std (heads.GaussianHead).
     """
 
     num_actions: int
-    torso_kind: str = "mlp"
-    hidden_sizes: Sequence[int] = (64, 64)
-    activation: str = "tanh"
-    residual_blocks: int = 0
-    shared_torso: bool = False
-    cnn_channels: Sequence[int] | None = None
-    cnn_hidden: int | None = None
-    image_key: str | None = None
-    core_size: int = 0  # 0: feed-forward
-    space_to_depth: bool = True  # Nature CNN: its stride-2 conv over 2x2 blocks (same function)
-    cnn_kernel: int = 0  # board CNN: conv kernel size (0 for other torsos)
-    cnn_padding: str = ""  # board CNN: SAME | VALID ("" for other torsos)
-    # Left-right symmetric boards: "columns" (an action per column, Connect Four) or "cells" (an
-    # action per cell, row-major, TicTacToe). "" = off. See `mirror_actions`.
-    mirror: str = ""
-    board_width: int = 0  # W of the mirrored board
-    # > 0: pool this share of the torso's features across teammates (team_max_pool); the inputs
-    # then hold "teammates/<key>" [N, K-1, ...] and "teammates/present" [N, K-1].
-    team_pool: float = 0.0
-    # An input of word ids [N, L] read by a TextEncoder, whose features join the torso's other
-    # (non-image) inputs. "": none.
-    text_key: str = ""
-    text_size: int = 64
-    # A factorized action's argument sizes (EnvSpec.action_heads); () for one categorical.
-    action_heads: Sequence[int] = ()
-    # An entity set input [N, E, F] read by an EntityEncoder (networks/entities.py), whose pooled
-    # features join the torso's other (non-image) inputs. "": none.
-    entity_key: str = ""
-    num_entities: int = 0  # E
-    entity_size: int = 64
-    entity_heads: int = 4  # attention heads
-    # Action heads (indices into action_heads) that point into the entity set: their first E
-    # choices are the entities, any further ones ordinary logits.
-    pointer_heads: Sequence[int] = ()
-    # Factorized actions: each head also reads the arguments chosen before it
-    # (heads.Autoregressive); the logits then depend on the action (`args`), and acting samples
-    # head by head (`act`).
-    autoregressive: bool = False
-    # D continuous action dimensions (EnvSpec.continuous): a diagonal Gaussian head
-    # (heads.GaussianHead) whose mean and log-std follow the categoricals' logits.
-    continuous: int = 0
-    state_dependent_std: bool = False
-    log_std_init: float = 0.0
+    action_heads: tuple[int, ...]
+    policy: str
+    pointer_heads: tuple[int, ...]
+    autoregressive: bool
+    continuous: int
+    state_dependent_std: bool
+    log_std_init: float
+
+
+SPECS = {
+    "torso_spec": TorsoSpec,
+    "encoders": EncoderSpec,
+    "core_spec": CoreSpec,
+    "head_spec": HeadSpec,
+}
+
+
+class ActorCritic(nn.Module):
+    """Torso -> optional LSTM core -> policy logits and value, described by four specs.
+
+    Inputs are dicts of float arrays with one batch dimension [N, ...]; the torso spec's
+    `image_key` names the image input of CNN torsos ([N, H, W, C]); other inputs are flattened
+    and join the CNN features.
+
+    The encoders (torsos.py, text.py, entities.py) and the heads (`head_modules`, heads.py) are
+    modules of their own, and each names its layers for surgery (their `graph`; `layer_graph`
+    joins the parts). A new policy head is a module with its `graph` and one line in
+    heads.POLICY_HEADS (network.policy_head selects it); tests/test_extending.py adds one from
+    outside.
+    """
+
+    torso_spec: TorsoSpec
+    encoders: EncoderSpec
+    core_spec: CoreSpec
+    head_spec: HeadSpec
+
+    def with_fields(self, **fields) -> ActorCritic:
+        """An unbound copy with these spec fields changed (each name is a field of one spec)."""
+        specs = {name: getattr(self, name) for name in SPECS}
+        for field, value in fields.items():
+            (name,) = [n for n, cls in SPECS.items() if field in cls.__dataclass_fields__]
+            specs[name] = dataclasses.replace(specs[name], **{field: value})
+        return self.clone(parent=None, **specs)
 
     @property
     def head_sizes(self) -> tuple[int, ...]:
-        return tuple(self.action_heads) or ((self.num_actions,) if self.num_actions else ())
+        return tuple(self.head_spec.action_heads) or (
+            (self.head_spec.num_actions,) if self.head_spec.num_actions else ()
+        )
 
     def setup(self):
-        if self.torso_kind == "mlp" and not self.shared_torso:
+        if self.torso_spec.kind == "mlp" and not self.torso_spec.shared:
             self.policy_torso = make_torso(self)
             self.value_torso = make_torso(self)
         else:
             self.torso = make_torso(self)
-        if self.core_size:
-            self.core = LSTMCore(self.core_size)
-        if self.text_key:
-            self.text_encoder = TextEncoder(MISSION_VOCAB_SIZE, self.text_size)
-        if self.entity_key:
-            self.entity_encoder = EntityEncoder(self.entity_size, self.entity_heads)
+        if self.core_spec.size:
+            self.core = LSTMCore(self.core_spec.size)
+        if self.encoders.text_key:
+            self.text_encoder = TextEncoder(MISSION_VOCAB_SIZE, self.encoders.text_size)
+        if self.encoders.entity_key:
+            self.entity_encoder = EntityEncoder(
+                self.encoders.entity_size, self.encoders.entity_heads
+            )
         for name, head in self.head_modules().items():
             setattr(self, name, head)
 
@@ -164,17 +236,20 @@ class ActorCritic(nn.Module):
         side; `gaussian_head` for continuous dimensions; `pointers_<i>` for pointer head i;
         `conditioning`, the autoregressive heads' argument tables; `value_head`."""
         sizes, out = self.head_sizes, {}
-        dense = sum(n for i, n in enumerate(sizes) if i not in self.pointer_heads)
+        dense = sum(n for i, n in enumerate(sizes) if i not in self.head_spec.pointer_heads)
         if dense:
-            out["policy_head"] = heads.CategoricalHead(dense, **kwargs)
-        if self.continuous:
+            out["policy_head"] = heads.POLICY_HEADS[self.head_spec.policy](dense, **kwargs)
+        if self.head_spec.continuous:
             out["gaussian_head"] = heads.GaussianHead(
-                self.continuous, self.state_dependent_std, self.log_std_init, **kwargs
+                self.head_spec.continuous,
+                self.head_spec.state_dependent_std,
+                self.head_spec.log_std_init,
+                **kwargs,
             )
-        for i in self.pointer_heads:
-            extra = sizes[i] - self.num_entities
+        for i in self.head_spec.pointer_heads:
+            extra = sizes[i] - self.encoders.num_entities
             out[f"pointers_{i}"] = heads.PointerHead(extra=extra, **kwargs)
-        if self.autoregressive:
+        if self.head_spec.autoregressive:
             out["conditioning"] = heads.Autoregressive(sizes, **kwargs)
         out["value_head"] = heads.ValueHead(**kwargs)
         return out
@@ -190,9 +265,9 @@ class ActorCritic(nn.Module):
         A mirrored network returns [N, 2F]: the features of the board and of its mirror image,
         which `outputs` turns into one equivariant policy and one invariant value.
         """
-        if self.team_pool:
+        if self.torso_spec.team_pool:
             return (*self._encode_team(inputs), {})
-        if not self.mirror:
+        if not self.torso_spec.mirror:
             return self._encode(inputs)
         flipped = {k: jnp.flip(v, axis=2) for k, v in inputs.items()}  # [N, H, W, C]: W
         (p, v, _), (pm, vm, _) = self._encode(inputs), self._encode(flipped)
@@ -212,7 +287,7 @@ class ActorCritic(nn.Module):
 
         def pool(h):
             h = h.reshape(n, mates + 1, -1)
-            return team_max_pool(h, present, pooled_size(h.shape[-1], self.team_pool))
+            return team_max_pool(h, present, pooled_size(h.shape[-1], self.torso_spec.team_pool))
 
         policy_h, value_h, _ = self._encode(agents)
         if policy_h is value_h:
@@ -222,26 +297,26 @@ class ActorCritic(nn.Module):
 
     def _encode(self, inputs: dict) -> tuple[jax.Array, jax.Array, dict]:
         inputs, encoded, ctx = dict(inputs), [], {}
-        if self.text_key:
-            encoded.append(self.text_encoder(inputs.pop(self.text_key)))
-        if self.entity_key:
-            units = inputs.pop(self.entity_key)
+        if self.encoders.text_key:
+            encoded.append(self.text_encoder(inputs.pop(self.encoders.text_key)))
+        if self.encoders.entity_key:
+            units = inputs.pop(self.encoders.entity_key)
             mask = entities.present(units)
             pooled, embedded = self.entity_encoder(units, mask)
             encoded.append(pooled)
             ctx = {"entities": embedded, "present": mask}
-        if self.torso_kind == "mlp":
+        if self.torso_spec.kind == "mlp":
             flat = jnp.concatenate(
                 ([torsos.flatten_features(inputs, 1)] if inputs else []) + encoded, -1
             )
-            if not self.shared_torso:
+            if not self.torso_spec.shared:
                 return self.policy_torso(flat), self.value_torso(flat), ctx
             h = self.torso(flat)
             return h, h, ctx
-        others = {k: v for k, v in inputs.items() if k != self.image_key}
+        others = {k: v for k, v in inputs.items() if k != self.torso_spec.image_key}
         parts = ([torsos.flatten_features(others, 1)] if others else []) + encoded
         extra = jnp.concatenate(parts, -1) if parts else None
-        h = self.torso(inputs[self.image_key], extra)
+        h = self.torso(inputs[self.torso_spec.image_key], extra)
         return h, h, ctx
 
     def core_step(self, carry, x: jax.Array, first: jax.Array):
@@ -250,7 +325,7 @@ class ActorCritic(nn.Module):
     def outputs(self, policy_h, value_h, ctx=None, args=None) -> tuple[jax.Array, jax.Array]:
         """Logits and values from the features; `args` int [N, H]: the arguments of the actions
         taken, which an autoregressive network's later heads condition on."""
-        if not self.mirror:
+        if not self.torso_spec.mirror:
             return self._logits(policy_h, ctx, args), self.value_head(value_h)
         # pi(a | s) from the average of the logits for s and, with actions mirrored back, for
         # mirror(s): the policy is exactly equivariant and the value invariant, and every game
@@ -258,7 +333,10 @@ class ActorCritic(nn.Module):
         p, pm = jnp.split(policy_h, 2, axis=-1)
         v, vm = jnp.split(value_h, 2, axis=-1)
         mirrored = self.policy_head(pm)[
-            ..., mirror_actions(self.mirror, self.num_actions, self.board_width)
+            ...,
+            mirror_actions(
+                self.torso_spec.mirror, self.head_spec.num_actions, self.torso_spec.board_width
+            ),
         ]
         logits = 0.5 * (self.policy_head(p) + mirrored)
         return logits, 0.5 * (self.value_head(v) + self.value_head(vm))
@@ -267,23 +345,27 @@ class ActorCritic(nn.Module):
         """The distribution's parameters: the categoricals' logits, then the Gaussian's mean and
         log-std (heads.ActionLayout)."""
         parts = [self._categorical_logits(h, ctx, args)] if self.head_sizes else []
-        if self.continuous:
+        if self.head_spec.continuous:
             parts.append(self.gaussian_head(h))
         return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
 
     def _categorical_logits(self, h: jax.Array, ctx, args=None) -> jax.Array:
         """The heads' logits side by side: pointer heads attend to ctx's entities."""
-        if self.autoregressive:
+        if self.head_spec.autoregressive:
             inputs = self.conditioning(h, args)
             return jnp.concatenate(
                 [self._head_logits(i, x, ctx) for i, x in enumerate(inputs)], axis=-1
             )
-        if not self.pointer_heads:
+        if not self.head_spec.pointer_heads:
             return self.policy_head(h)
-        dense = self.policy_head(h) if len(self.pointer_heads) < len(self.head_sizes) else None
+        dense = (
+            self.policy_head(h)
+            if len(self.head_spec.pointer_heads) < len(self.head_sizes)
+            else None
+        )
         parts, start = [], 0
         for i, n in enumerate(self.head_sizes):
-            if i in self.pointer_heads:
+            if i in self.head_spec.pointer_heads:
                 parts.append(self._pointer(i)(h, ctx["entities"], ctx["present"]))
             else:
                 parts.append(dense[:, start : start + n])
@@ -292,9 +374,11 @@ class ActorCritic(nn.Module):
 
     def _head_logits(self, i: int, h: jax.Array, ctx) -> jax.Array:
         """Head i's logits [N, n_i] from its input h."""
-        if i in self.pointer_heads:
+        if i in self.head_spec.pointer_heads:
             return self._pointer(i)(h, ctx["entities"], ctx["present"])
-        start = sum(n for j, n in enumerate(self.head_sizes[:i]) if j not in self.pointer_heads)
+        start = sum(
+            n for j, n in enumerate(self.head_sizes[:i]) if j not in self.head_spec.pointer_heads
+        )
         return self.policy_head(h)[:, start : start + self.head_sizes[i]]
 
     def act(self, inputs: dict, carry, first, mask, key, greedy: bool):
@@ -320,7 +404,7 @@ class ActorCritic(nn.Module):
     def _features(self, inputs: dict, carry, first):
         """What the heads read: (policy features, value features, ctx, new carry)."""
         policy_h, value_h, ctx = self.encode(inputs)
-        if self.core_size:
+        if self.core_spec.size:
             carry, policy_h = self.core_step(carry, policy_h, first)
             value_h = policy_h
         return policy_h, value_h, ctx, carry
@@ -334,19 +418,24 @@ class ActorCritic(nn.Module):
 def make_torso(module: ActorCritic, **kwargs):
     """The torso module of an ActorCritic (kwargs: e.g. parent=None for one outside `setup`)."""
     m = module
-    if m.torso_kind == "mlp":
-        return torsos.MLP(m.hidden_sizes, m.activation, m.residual_blocks, **kwargs)
-    if m.cnn_channels is not None:
-        kwargs["channels"] = tuple(m.cnn_channels)
-    if m.cnn_hidden is not None:
-        kwargs["hidden_size"] = m.cnn_hidden
-    if m.torso_kind == "nature_cnn":
-        kwargs["space_to_depth"] = m.space_to_depth
-    if m.cnn_kernel:
-        kwargs["kernel_size"] = m.cnn_kernel
-    if m.cnn_padding:
-        kwargs["padding"] = m.cnn_padding
-    return torsos.CNN_TORSOS[m.torso_kind](**kwargs)
+    if m.torso_spec.kind == "mlp":
+        return torsos.MLP(
+            m.torso_spec.hidden_sizes,
+            m.torso_spec.activation,
+            m.torso_spec.residual_blocks,
+            **kwargs,
+        )
+    if m.torso_spec.cnn_channels is not None:
+        kwargs["channels"] = tuple(m.torso_spec.cnn_channels)
+    if m.torso_spec.cnn_hidden is not None:
+        kwargs["hidden_size"] = m.torso_spec.cnn_hidden
+    if m.torso_spec.kind == "nature_cnn":
+        kwargs["space_to_depth"] = m.torso_spec.space_to_depth
+    if m.torso_spec.cnn_kernel:
+        kwargs["kernel_size"] = m.torso_spec.cnn_kernel
+    if m.torso_spec.cnn_padding:
+        kwargs["padding"] = m.torso_spec.cnn_padding
+    return torsos.CNN_TORSOS[m.torso_spec.kind](**kwargs)
 
 
 LSTM_INPUT_GATES = ("ii", "if", "ig", "io")  # flax LSTMCell: one Dense per gate and input
@@ -367,8 +456,8 @@ def layer_graph(
     # Each head's own part (networks/heads.py); the value head reads the value features, the
     # autoregressive tables add into the policy features, every other head reads them.
     parts = {name: head.graph(name) for name, head in module.head_modules(parent=None).items()}
-    policy = "policy_head/logits" if "policy_head" in parts else ""
-    pointers = {i: f"pointers_{i}" for i in module.pointer_heads}
+    policy = parts["policy_head"].logits if "policy_head" in parts else ""
+    pointers = {i: f"pointers_{i}" for i in module.head_spec.pointer_heads}
     gaussian = tuple(parts["gaussian_head"].spaces) if "gaussian_head" in parts else ()
     conditioning = dict(enumerate(parts["conditioning"].spaces)) if "conditioning" in parts else {}
     reads_value = list(parts["value_head"].readers)
@@ -381,7 +470,7 @@ def layer_graph(
     adds_policy = tuple(r for p in parts.values() for r in p.residual)
     spaces: dict[str, Space] = {}
     core = None
-    if module.core_size:
+    if module.core_spec.size:
         gates = tuple(f"core/lstm/{g}" for g in LSTM_INPUT_GATES + LSTM_HIDDEN_GATES)
         hidden = tuple(Reader(f"core/lstm/{g}") for g in LSTM_HIDDEN_GATES)
         core = Space(gates, adds_policy, readers=(*hidden, *reads_policy, *reads_value))
@@ -394,28 +483,28 @@ def layer_graph(
             "policy_torso": tuple(reads_policy),
             "value_torso": tuple(reads_value),
         }
-    names = ["torso"] if module.torso_kind != "mlp" or module.shared_torso else []
+    names = ["torso"] if module.torso_spec.kind != "mlp" or module.torso_spec.shared else []
     names = names or ["policy_torso", "value_torso"]
-    extra = (module.text_size if module.text_key else 0) + (
-        module.entity_size if module.entity_key else 0
+    extra = (module.encoders.text_size if module.encoders.text_key else 0) + (
+        module.encoders.entity_size if module.encoders.entity_key else 0
     )
     torso_graphs, readers, image = {}, [], None
     for name in names:
         t_spaces, t_inputs, image, torso = make_torso(module, parent=None).graph(
             name, torso_readers[name], extra, positions, blocks.get(name)
         )
-        if adds_policy and not module.core_size and name != "value_torso" and torso.layers:
+        if adds_policy and not module.core_spec.size and name != "value_torso" and torso.layers:
             last = t_spaces[torso.layers[-1]]
             t_spaces[torso.layers[-1]] = dataclasses.replace(
                 last, residual=last.residual + adds_policy
             )
-        if module.team_pool:
+        if module.torso_spec.team_pool:
             last = torso.layers[-1]
             t_spaces[last] = Space(
                 (last,),
-                refused=f"network.team_pool={module.team_pool}: the heads read params/{last}'s "
-                "units and their pooled share across teammates; widening it would move the pooled "
-                "features, which surgery does not do",
+                refused=f"network.team_pool={module.torso_spec.team_pool}: the heads read "
+                f"params/{last}'s units and their pooled share across teammates; widening it "
+                "would move the pooled features, which surgery does not do",
             )
         spaces.update(t_spaces)
         torso_graphs[name] = torso
@@ -426,12 +515,16 @@ def layer_graph(
     )
     for part in parts.values():
         spaces.update(part.spaces)
-    if module.text_key:
-        spaces.update(TextEncoder(MISSION_VOCAB_SIZE, module.text_size).graph("text_encoder"))
+    if module.encoders.text_key:
+        spaces.update(
+            TextEncoder(MISSION_VOCAB_SIZE, module.encoders.text_size).graph("text_encoder")
+        )
     entities = None
-    if module.entity_key:
+    if module.encoders.entity_key:
         # Pointer heads' keys read the encoder's stream; the pool joins each torso's inputs last.
-        encoder = EntityEncoder(module.entity_size, module.entity_heads, parent=None)
+        encoder = EntityEncoder(
+            module.encoders.entity_size, module.encoders.entity_heads, parent=None
+        )
         entities = encoder.graph(
             "entity_encoder",
             tuple(f"{name}/key" for name in pointers.values()),
@@ -439,7 +532,7 @@ def layer_graph(
         )
 
     def rebuild(more_blocks: dict[str, int], **fields) -> LayerGraph:
-        changed = module.clone(parent=None, **fields) if fields else module
+        changed = module.with_fields(**fields) if fields else module
         return layer_graph(changed, positions, {**blocks, **more_blocks})
 
     return LayerGraph(
@@ -484,7 +577,7 @@ class Network:
     module: ActorCritic
     normalize_obs: bool = True
     obs_clip: float = normalization.DEFAULT_CLIP
-    image_layout: str = "HWC"  # layout of spec.observation[module.image_key]
+    image_layout: str = "HWC"  # layout of spec.observation[module.torso_spec.image_key]
     image_scale: float = 1.0 / 255.0
     # Continuous dimensions: the env gets tanh(u) of the Gaussian's sample u (heads.ActionLayout).
     action_squash: bool = False
@@ -506,7 +599,7 @@ class Network:
 
     @property
     def is_recurrent(self) -> bool:
-        return self.module.core_size > 0
+        return self.module.core_spec.size > 0
 
     @property
     def action_sizes(self) -> tuple[int, ...] | heads.ActionLayout | None:
@@ -526,7 +619,7 @@ class Network:
     def feature_positions(self) -> int:
         """H*W of a CNN torso's last feature map (0 for MLP torsos)."""
         m = self.module
-        if m.torso_kind == "mlp":
+        if m.torso_spec.kind == "mlp":
             return 0
         # dense_0 reads the flattened last feature map, then the other (flattened) inputs; its
         # kernel's rows give H*W whatever the convs, strides and pools of the torso.
@@ -534,10 +627,12 @@ class Network:
         others = sum(
             int(np.prod(s.shape))
             for k, s in self.input_spec.items()
-            if k not in (m.image_key, m.text_key, m.entity_key)
-            and not (m.team_pool and k.startswith(TEAMMATES))
+            if k not in (m.torso_spec.image_key, m.encoders.text_key, m.encoders.entity_key)
+            and not (m.torso_spec.team_pool and k.startswith(TEAMMATES))
         )
-        others += (m.text_size if m.text_key else 0) + (m.entity_size if m.entity_key else 0)
+        others += (m.encoders.text_size if m.encoders.text_key else 0) + (
+            m.encoders.entity_size if m.encoders.entity_key else 0
+        )
         return (rows["kernel"].shape[0] - others) // make_torso(m, parent=None).channels[-1]
 
     def init(self, rng: jax.Array):
@@ -555,18 +650,19 @@ class Network:
             for k, s in self.spec.observation.items()
             if np.issubdtype(s.dtype, np.floating)
             and not k.startswith(TEAMMATES)
-            and k != self.module.entity_key  # symlog-scaled in the encoder (networks/entities)
+            and k
+            != self.module.encoders.entity_key  # symlog-scaled in the encoder (networks/entities)
         }
 
     def initial_carry(self, batch: int):
         if not self.is_recurrent:
             return ()
-        zeros = jnp.zeros((batch, self.module.core_size), jnp.float32)
+        zeros = jnp.zeros((batch, self.module.core_spec.size), jnp.float32)
         return (zeros, zeros)
 
     def _args(self, actions, batch_shape) -> jax.Array | None:
         """int32 [n, H] arguments of the taken actions, for an autoregressive network's logits."""
-        if not self.module.autoregressive:
+        if not self.module.head_spec.autoregressive:
             return None
         if actions is None:
             raise ValueError(
@@ -593,7 +689,7 @@ class Network:
         """Chooses actions for a batch (sampled, or greedy): (action int32 [N], log pi(action) [N],
         value [N], carry). Autoregressive networks choose argument by argument."""
         mask = (extras or {}).get("legal_action_mask")
-        if self.module.autoregressive:
+        if self.module.head_spec.autoregressive:
             inputs = self._inputs(obs_norm, obs, 1)
             return self.module.apply(
                 params, inputs, carry, first, mask, key, greedy, method=ActorCritic.act
@@ -660,11 +756,11 @@ class Network:
             x = obs[k]
             if own in obs_norm:
                 x = normalization.normalize(obs_norm[own], x, self.obs_clip)
-            elif own == self.module.image_key:
+            elif own == self.module.torso_spec.image_key:
                 x = x.astype(jnp.float32) * self.image_scale
                 if self.image_layout == "CHW":
                     x = jnp.moveaxis(x, nd, -1)
-            elif own == self.module.text_key:
+            elif own == self.module.encoders.text_key:
                 inputs[k] = x.astype(jnp.int32)  # word ids for the text encoder
                 continue
             elif s.dtype == np.uint8:
@@ -676,196 +772,3 @@ class Network:
             )
             inputs[self.board_key + BOARD_LINES] = features
         return inputs
-
-
-def make_network(network_config, spec: EnvSpec) -> Network:
-    """Builds the network described by a config's `network` section."""
-    torso = network_config.torso
-    if torso not in TORSOS:
-        raise ValueError(f"network.torso={torso!r} is not one of {list(TORSOS)}")
-    core = network_config.core or "none"
-    if core not in CORES:
-        raise ValueError(f"network.core={core!r} is not one of {list(CORES)}")
-    shared = bool(network_config.shared_torso) or torso != "mlp" or core != "none"
-    image_key, layout = None, "HWC"
-    if torso != "mlp":
-        image_key = network_config.image_key
-        if image_key not in spec.observation or len(spec.observation[image_key].shape) != 3:
-            raise ValueError(
-                f"network.torso={torso!r} needs a [H, W, C] or [C, H, W] image observation "
-                f"network.image_key={image_key!r}; {spec.name} has "
-                f"{ {k: str(v) for k, v in spec.observation.items()} }"
-            )
-        layout = network_config.image_layout
-        if layout == "auto":
-            shape = spec.observation[image_key].shape
-            layout = "CHW" if shape[0] < shape[-1] else "HWC"
-    channels = network_config.cnn_channels
-    cnn_hidden = network_config.cnn_hidden
-    kernel = int(network_config.cnn_kernel or 0)
-    padding = network_config.cnn_padding or ""
-    if (kernel or padding) and torso != "board_cnn":
-        raise ValueError(
-            f"network.cnn_kernel / network.cnn_padding apply to the board_cnn torso only, not "
-            f"network.torso={torso!r}; leave them at 0 / ''"
-        )
-    if padding not in ("", "SAME", "VALID"):
-        raise ValueError(f"network.cnn_padding={padding!r} is not one of '', 'SAME', 'VALID'")
-    if torso == "board_cnn":  # resolved, so that 0 / "" and 3 / "SAME" build the same module
-        kernel, padding = kernel or 3, padding or "SAME"
-    mirror = network_config.mirror or ""
-    board_width = _check_mirror(mirror, spec, core, layout) if mirror else 0
-    text_key = network_config.text_key or ""
-    if text_key:
-        words = spec.observation.get(text_key)
-        if words is None or len(words.shape) != 1 or not np.issubdtype(words.dtype, np.integer):
-            raise ValueError(
-                f"network.text_key={text_key!r} needs an int [L] observation of word ids "
-                f"(env.mission_tokens); {spec.name} has "
-                f"{ {k: str(v) for k, v in spec.observation.items()} }"
-            )
-    team_pool = float(network_config.team_pool or 0.0)
-    if team_pool and not (0.0 < team_pool <= 1.0 and PRESENT in spec.observation and not mirror):
-        raise ValueError(
-            f"network.team_pool={team_pool} pools a share in (0, 1] of the torso's features "
-            "across teammates: it needs env.teammates (the teammates' observations in every row) "
-            "and no network.mirror; set network.team_pool=0 otherwise"
-        )
-    entity_key, pointer_heads = _check_entities(network_config, spec, mirror, team_pool)
-    autoregressive = bool(network_config.autoregressive)
-    if spec.continuous and (autoregressive or mirror or team_pool):
-        raise ValueError(
-            f"{spec.name} has {spec.continuous} continuous action dimensions: network."
-            "autoregressive, network.mirror and network.team_pool are for discrete actions; "
-            "turn them off"
-        )
-    if autoregressive and (len(spec.action_heads) < 2 or mirror):
-        raise ValueError(
-            f"network.autoregressive conditions later action heads on earlier ones: it needs a "
-            f"factorized action (a MultiDiscrete action space; {spec.name} has "
-            f"{len(spec.head_sizes)} head) and no network.mirror; set it to False"
-        )
-    lines, board_key = _check_board_lines(network_config, spec, torso, team_pool)
-    module = ActorCritic(
-        num_actions=spec.num_actions,
-        torso_kind=torso,
-        hidden_sizes=tuple(int(h) for h in network_config.hidden_sizes),
-        activation=network_config.activation,
-        residual_blocks=int(network_config.residual_blocks),
-        shared_torso=shared,
-        cnn_channels=tuple(int(c) for c in channels) if channels else None,
-        cnn_hidden=int(cnn_hidden) if cnn_hidden else None,
-        image_key=image_key,
-        core_size=int(network_config.core_size) if core == "lstm" else 0,
-        space_to_depth=bool(network_config.space_to_depth),
-        cnn_kernel=kernel,
-        cnn_padding=padding,
-        mirror=mirror,
-        board_width=board_width,
-        team_pool=team_pool,
-        text_key=text_key,
-        text_size=int(network_config.text_size),
-        action_heads=spec.action_heads,
-        entity_key=entity_key,
-        num_entities=spec.observation[entity_key].shape[0] if entity_key else 0,
-        entity_size=int(network_config.entity_size),
-        entity_heads=int(network_config.entity_heads),
-        pointer_heads=pointer_heads,
-        autoregressive=autoregressive,
-        continuous=spec.continuous,
-        state_dependent_std=bool(network_config.state_dependent_std),
-        log_std_init=float(network_config.log_std_init),
-    )
-    return Network(
-        spec=spec,
-        module=module,
-        normalize_obs=bool(network_config.normalize_obs),
-        obs_clip=float(network_config.obs_clip),
-        image_layout=layout,
-        image_scale=float(network_config.image_scale),
-        action_squash=bool(network_config.action_squash) and spec.continuous > 0,
-        board_lines=lines,
-        board_gravity=bool(network_config.board_gravity) and lines > 0,
-        board_key=board_key if lines else "",
-    )
-
-
-def _check_board_lines(network_config, spec: EnvSpec, torso: str, team_pool: float):
-    """network.board_lines and the board observation it reads, after checking they fit: (0, "")
-    when off."""
-    lines, key = int(network_config.board_lines or 0), network_config.board_key
-    if not lines:
-        return 0, ""
-    board_spec = spec.observation.get(key)
-    fix = "set network.board_lines=0 for this env"
-    if board_spec is None or len(board_spec.shape) != 3 or board_spec.shape[-1] != 2:
-        raise ValueError(
-            f"network.board_lines={lines} reads a board [H, W, 2] (planes mine, theirs) in "
-            f"observation network.board_key={key!r}; {spec.name} has "
-            f"{ {k: str(v) for k, v in spec.observation.items()} }: {fix}"
-        )
-    h, w, _ = board_spec.shape
-    fits = 2 <= lines <= max(h, w) and torso == "mlp" and not team_pool
-    if not fits or key + BOARD_LINES in spec.observation:
-        raise ValueError(
-            f"network.board_lines={lines} needs 2 <= lines <= {max(h, w)} (the board is {h} x "
-            f"{w}), network.torso='mlp' (not {torso!r}), no network.team_pool and no "
-            f"observation named {key + BOARD_LINES!r}; {fix}"
-        )
-    return lines, key
-
-
-def _check_mirror(mirror: str, spec: EnvSpec, core: str, layout: str) -> int:
-    """The board width W, after checking that `mirror` fits the env's spaces."""
-    shapes = {k: tuple(s.shape) for k, s in spec.observation.items()}
-    fix = "set network.mirror='' for this env"
-    if core != "none":
-        raise ValueError(
-            f"network.mirror={mirror!r} needs a feed-forward network (core none); {fix}"
-        )
-    # The flip is of axis W of [N, H, W, C]; an image declared CHW would be flipped along H.
-    if layout == "CHW" or any(len(s) != 3 or s[0] < s[-1] for s in shapes.values()):
-        raise ValueError(
-            f"network.mirror={mirror!r} flips [H, W, C] board observations; {spec.name} has "
-            f"{shapes}; {fix}"
-        )
-    height, width = next(iter(shapes.values()))[:2]
-    actions = {"columns": width, "cells": height * width}.get(mirror)
-    if actions is None:
-        mirror_actions(mirror, spec.num_actions, width)  # raises for an unknown kind
-    if spec.num_actions != actions or any(s[1] != width for s in shapes.values()):
-        raise ValueError(
-            f"network.mirror={mirror!r} needs {actions} actions and boards {width} wide; "
-            f"{spec.name} has {spec.num_actions} actions and observations {shapes}; {fix}"
-        )
-    return width
-
-
-def _check_entities(network_config, spec: EnvSpec, mirror: str, team_pool: float):
-    """network.entities and network.pointer_heads, checked against the env's spaces."""
-    key = network_config.entities or ""
-    pointers = tuple(int(i) for i in (network_config.pointer_heads or ()))
-    shapes = {k: str(v) for k, v in spec.observation.items()}
-    if key:
-        units = spec.observation.get(key)
-        if units is None or len(units.shape) != 2 or not np.issubdtype(units.dtype, np.floating):
-            raise ValueError(
-                f"network.entities={key!r} needs a float [E, F] observation (E entities of F "
-                f"attributes, absent ones all zero); {spec.name} has {shapes}"
-            )
-        if mirror or team_pool:
-            raise ValueError(
-                "network.entities does not combine with network.mirror or network.team_pool; "
-                "set those to '' / 0"
-            )
-    if pointers:
-        sizes, entities = spec.head_sizes, spec.observation[key].shape[0] if key else 0
-        bad = [i for i in pointers if not 0 <= i < len(sizes) or sizes[i] < entities]
-        if not key or bad or len(set(pointers)) != len(pointers):
-            raise ValueError(
-                f"network.pointer_heads={list(pointers)} name action heads (indices into "
-                f"{list(sizes)}) of at least E choices that point into the entity set "
-                f"network.entities (E={entities}, {key or 'not set'}); fix the indices or set "
-                "network.entities"
-            )
-    return key, pointers

@@ -60,8 +60,8 @@ class EntityEncoder(nn.Module):
     are permutation equivariant and the pool invariant.
     """
 
-    features: int = 64
-    num_heads: int = 4
+    features: int  # network.entity_size
+    num_heads: int  # network.entity_heads
 
     @nn.compact
     def __call__(self, entities: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -64,11 +64,13 @@ class Part:
       residual: its layers that add into those features (autoregressive tables).
       spaces: its own layers' spaces, in the order of its layers (refused where the env fixes
         their outputs).
+      logits: a policy head's last layer, whose outputs are the logits.
     """
 
     readers: tuple[Reader, ...] = ()
     residual: tuple[Reader, ...] = ()
     spaces: Mapping[str, Space] = dataclasses.field(default_factory=dict)
+    logits: str = ""  # a policy head's layer whose outputs are the logits (surgery adds actions)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,7 +39,14 @@ class CategoricalHead(nn.Module):
     def graph(self, name: str) -> Part:
         layer = f"{name}/logits"
         why = f"params/{layer} is the policy head: use add_actions"
-        return Part(readers=(Reader(layer),), spaces={layer: Space((layer,), refused=why)})
+        spaces = {layer: Space((layer,), refused=why)}
+        return Part(readers=(Reader(layer),), spaces=spaces, logits=layer)
+
+
+# The policy heads network.policy_head names: a module taking the number of dense choices, mapping
+# features [N, F] to their logits, with a `graph(name)` Part that names its logits layer. A new one
+# is a module and a line here (tests/test_extending.py registers one from outside).
+POLICY_HEADS: dict[str, type[nn.Module]] = {"categorical": CategoricalHead}
 
 
 class GaussianHead(nn.Module):
@@ -52,8 +59,8 @@ class GaussianHead(nn.Module):
     """
 
     size: int
-    state_dependent: bool = False
-    log_std_init: float = 0.0
+    state_dependent: bool  # network.state_dependent_std
+    log_std_init: float  # network.log_std_init
     init_scale: float = 0.01
 
     @nn.compact

@@ -16,7 +16,7 @@ class TextEncoder(nn.Module):
     [N, features], taken after the last word (padding leaves the state as it is)."""
 
     vocab_size: int
-    features: int = 64
+    features: int  # network.text_size
 
     @nn.compact
     def __call__(self, tokens: jax.Array) -> jax.Array:

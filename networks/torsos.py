@@ -53,8 +53,8 @@ class MLP(nn.Module):
     """
 
     hidden_sizes: Sequence[int]
-    activation: str = "tanh"
-    residual_blocks: int = 0
+    activation: str  # network.activation
+    residual_blocks: int  # network.residual_blocks
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -108,7 +108,7 @@ class MLP(nn.Module):
 
 class ResidualDense(nn.Module):
     features: int
-    activation: str = "tanh"
+    activation: str
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:

@@ -98,7 +98,7 @@ class Actor:
             self._player_in_member[mine] = np.arange(mine.size) if self.shared else mine
         self.credentials = security.load(config.transport.credentials, "client")
         self.num_envs = int(config.env.num_envs)
-        self.num_levels = len(config.env.levels or ())
+        self.num_levels = len(config.env.levels)
         self.steps = 0
         actor_config = config.actor
         self._give_up_s = float(actor_config.give_up_s)

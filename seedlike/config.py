@@ -19,6 +19,31 @@ EXPLOITER_RESETS = ("initial", "main")  # league.exploiter_reset
 
 
 def base_config() -> ml_collections.ConfigDict:
+    """Every setting at its default: the run's own settings, then one section per part, each
+    built by its function below (its comments are the settings' documentation), and one per
+    learning algorithm (seedlike.algos.ALGORITHMS). configs/*.py start from this."""
+    c = run_settings()
+    c.env = env_section()
+    c.teams = teams_section()
+    c.curriculum = curriculum_section()
+    c.population = population_section()
+    c.network = network_section()
+    for name, algorithm in ALGORITHMS.items():
+        c[name] = algorithm.defaults()
+    c.optimizer = optimizer_section()
+    c.server = server_section()
+    c.transport = transport_section()
+    c.league = league_section()
+    c.anneal = anneal_section()
+    c.actor = actor_section()
+    c.log = log_section()
+    c.distributed = distributed_section()
+    c.checkpoint = checkpoint_section()
+    return c
+
+
+def run_settings() -> ml_collections.ConfigDict:
+    """The run's own settings: algorithm, seed, budget and batch shape."""
     c = ml_collections.ConfigDict()
     c.algo = "ppo"  # learning algorithm: a key of seedlike.algos.ALGORITHMS
     c.seed = 0  # seeds params, sampling, shuffling and env seeds
@@ -41,163 +66,188 @@ def base_config() -> ml_collections.ConfigDict:
     # Configs sized for an accelerator name the variant of themselves that a CPU can train here
     # (e.g. "configs/procgen_coinrun.py:cpu"); a learner with only CPU devices says so at start.
     c.cpu_variant = ""
-    c.unroll_length = (
-        32  # T: learning steps per unroll (the server sends T+1 steps, last bootstraps)
-    )
+    c.unroll_length = 32  # T: learning steps per unroll (the server sends T+1, the last bootstraps)
     c.batch_unrolls = 32  # unrolls per learner batch (one policy version)
+    return c
 
-    c.env = ml_collections.ConfigDict()
+
+def env_section() -> ml_collections.ConfigDict:
+    """The environment every actor steps: its backend (seedlike.envs.BACKENDS), task and spaces."""
+    c = ml_collections.ConfigDict()
     # envpool | pettingzoo (any PettingZoo parallel env) | gymnasium (any single-agent Gymnasium
     # env); seedlike/envs/__init__.py
-    c.env.backend = "envpool"
+    c.backend = "envpool"
     # envpool: a task id. pettingzoo: the module with parallel_env(), or module:function, e.g.
     # "magent2.environments.battle_v4" (pip install -e .[magent]) or "seedlike.envs.coins".
     # gymnasium: a registered id ("Taxi-v4") or an entry point ("examples.corridor:Corridor").
-    c.env.name = "CartPole-v1"
-    c.env.num_envs = 16  # envs per actor
+    c.name = "CartPole-v1"
+    c.num_envs = 16  # envs per actor
     # envpool batch per recv; 0 = num_envs (sync). Less runs envpool asynchronously: the actor sends
     # each batch when it is ready and steps the other envs while that request is in flight. Sync is
     # the default because on a 2-core host async measured slower (benchmarks/throughput.py).
-    c.env.batch_size = 0
-    c.env.num_threads = 0  # envpool worker threads; 0 = envpool's default
+    c.batch_size = 0
+    c.num_threads = 0  # envpool worker threads; 0 = envpool's default
     # extra envpool.make kwargs (e.g. episodic_life), or the pettingzoo env's parallel_env kwargs
-    c.env.kwargs = ml_collections.ConfigDict()
-    c.env.obs_indices = ()  # keep only these features of a vector observation (() = all)
-    c.env.obs_keys = ()  # keep only these keys of a dict observation (() = all)
+    c.kwargs = ml_collections.ConfigDict()
+    c.obs_indices = ()  # keep only these features of a vector observation (() = all)
+    c.obs_keys = ()  # keep only these keys of a dict observation (() = all)
     # pettingzoo: add observation "agent_id", the agent's one-hot index, so replicas of one shared
     # policy know which agent they play.
-    c.env.agent_id = False
+    c.agent_id = False
     # K >= 2: every row also carries the observations of the other K-1 agents of its team (teams
     # are consecutive blocks of K player ids, teams.sizes = (K, K, ...)), for network.team_pool
     # (seedlike/envs/teammates.py). 0: off.
-    c.env.teammates = 0
+    c.teammates = 0
     # Curriculum levels inside one job (seedlike/envs/levels.py): task ids with the spaces of
     # env.name, easiest first. Each actor slot plays one level per episode, drawn from the
     # probabilities the server sets (`curriculum`). (): env.name only.
-    c.env.levels = ()
+    c.levels = ()
     # MiniGrid/BabyAI: send the mission as this many word ids (int32, seedlike/envs/text.py) for a
     # text encoder (network.text_key); 0: as envpool gives it (bytes), or drop it with obs_keys.
-    c.env.mission_tokens = 0
-    c.env.blank_mission = False  # every mission reads as empty: the baseline a mission must beat
+    c.mission_tokens = 0
+    c.blank_mission = False  # every mission reads as empty: the baseline a mission must beat
     # Continuous actions (a Box action space): how the actor turns the policy's sample into what
     # the env gets. "clip": clipped to the env's bounds (CleanRL); "rescale": the policy acts in
     # [-1, 1], mapped linearly onto the bounds (then clipped). With network.action_squash the
     # tanh's output is always rescaled onto the bounds. The sample itself is what is learned from.
-    c.env.action_bounds = "clip"
+    c.action_bounds = "clip"
+    return c
 
-    # Teams in multi-agent envs (seedlike/teams.py; OpenAI Five App. G): how seats form teams and
-    # how each agent's learning reward is shaped from its team's. Episode returns stay raw.
-    c.teams = ml_collections.ConfigDict()
+
+def teams_section() -> ml_collections.ConfigDict:
+    """Teams in multi-agent envs (seedlike/teams.py; OpenAI Five App. G): how seats form teams
+    and how each agent's learning reward is shaped from its team's. Episode returns stay raw."""
+    c = ml_collections.ConfigDict()
     # Agents per team, in player-id order (PettingZoo: possible_agents order), e.g. (81, 81).
     # (): two-player games are two teams of one; other envs one team of every agent.
-    c.teams.sizes = ()
+    c.sizes = ()
     # Team spirit tau: each agent learns from (1 - tau) * its reward + tau * its team's mean reward,
     # tau moving linearly from `spirit` to `spirit_final` over `spirit_updates` policy versions.
-    c.teams.spirit = 0.0
-    c.teams.spirit_final = ml_collections.config_dict.placeholder(float)  # None: constant
-    c.teams.spirit_updates = 0
+    c.spirit = 0.0
+    c.spirit_final = ml_collections.config_dict.placeholder(float)  # None: constant
+    c.spirit_updates = 0
     # Subtract the opposing teams' mean reward from every agent's (zero-sum games).
-    c.teams.zero_sum = False
+    c.zero_sum = False
     # Scale rewards by reward_decay ** (t / reward_decay_horizon), t the agent's steps in its
     # episode (OpenAI Five: 0.6 per 10 minutes of game time, so early and late rewards weigh alike
     # against the rising stakes of late game). 0: off.
-    c.teams.reward_decay = 0.6
-    c.teams.reward_decay_horizon = 0
+    c.reward_decay = 0.6
+    c.reward_decay_horizon = 0
     # Who won a game (league results, win rates): the team with the larger summed return
     # ("return"), or with more agents alive when the game ended ("survivors").
-    c.teams.result = "return"
+    c.result = "return"
+    return c
 
-    # MazeBase's threshold curriculum over env.levels (seedlike/server/curriculum.py): episodes
-    # draw their level uniformly from [0, bound]; once `window` episodes have ended since the
-    # bound last moved, their success rate (return > log.success_threshold) above `upper` (T_u)
-    # raises the bound by one level, below `lower` (T_l) lowers it. From `full_range_from` of
-    # total_env_steps on, every level is played (MazeBase: the last third of training).
-    c.curriculum = ml_collections.ConfigDict()
-    c.curriculum.lower = 0.3
-    c.curriculum.upper = 0.8
-    c.curriculum.window = 200
-    c.curriculum.start = 0  # the bound at the start of a run
-    c.curriculum.full_range_from = 2.0 / 3.0  # > 1: never
+
+def curriculum_section() -> ml_collections.ConfigDict:
+    """MazeBase's threshold curriculum over env.levels (seedlike/server/curriculum.py): episodes
+    draw their level uniformly from [0, bound]; once `window` episodes have ended since the
+    bound last moved, their success rate (return > log.success_threshold) above `upper` (T_u)
+    raises the bound by one level, below `lower` (T_l) lowers it. From `full_range_from` of
+    total_env_steps on, every level is played (MazeBase: the last third of training)."""
+    c = ml_collections.ConfigDict()
+    c.lower = 0.3
+    c.upper = 0.8
+    c.window = 200
+    c.start = 0  # the bound at the start of a run
+    c.full_range_from = 2.0 / 3.0  # > 1: never
     # Whose success moves the bound: "all" episodes at levels <= bound (MazeBase) or only those at
     # the bound ("bound": the hardest level in play must be mastered before the next comes in).
-    c.curriculum.measure = "all"
+    c.measure = "all"
+    return c
 
-    # A population (Neural MMO's N_pop): `size` independent learners in one world, member k
-    # learning from the agents of teams k, k + size, ... (scripts/train.sh --population=N sets it
-    # for learners and actors). A member's learner plays all of its own seats (no league), and
-    # zero-sum shaping sees only its own teams' rewards.
-    c.population = ml_collections.ConfigDict()
-    c.population.size = 1
 
-    c.network = ml_collections.ConfigDict()
+def population_section() -> ml_collections.ConfigDict:
+    """A population (Neural MMO's N_pop): `size` independent learners in one world, member k
+    learning from the agents of teams k, k + size, ... (scripts/train.sh --population=N sets it
+    for learners and actors). A member's learner plays all of its own seats (no league), and
+    zero-sum shaping sees only its own teams' rewards."""
+    c = ml_collections.ConfigDict()
+    c.size = 1
+    return c
+
+
+def network_section() -> ml_collections.ConfigDict:
+    """The policy/value network (networks/build.py reads this section; MEANING_KEYS: a run
+    resumes only with the network it was trained with, or after surgery)."""
+    c = ml_collections.ConfigDict()
     # mlp | nature_cnn | impala_cnn | small_cnn (MiniGrid-sized images) | board_cnn (board games)
-    c.network.torso = "mlp"
-    c.network.hidden_sizes = (64, 64)  # mlp layers
-    c.network.activation = "tanh"  # mlp activation: tanh | relu | gelu | silu
-    c.network.residual_blocks = 0  # mlp: residual blocks after the dense layers
-    c.network.shared_torso = False  # mlp only: one torso for policy and value, or one each
-    c.network.cnn_channels = ()  # CNN torsos: conv channels; () = the paper's
-    c.network.cnn_hidden = 0  # CNN torsos: size of the dense layer; 0 = the paper's
-    c.network.image_key = "obs"  # CNN torsos: which observation is the image
-    c.network.image_layout = "auto"  # CHW | HWC | auto (channels = the smaller end dimension)
-    c.network.image_scale = 1.0 / 255.0  # image inputs are multiplied by this
-    c.network.space_to_depth = True  # nature_cnn: stride-2 conv as stride-1 over 2x2 blocks
-    c.network.cnn_kernel = 0  # board_cnn: conv kernel size; 0 = 3
-    c.network.cnn_padding = ""  # board_cnn: SAME | VALID; "" = SAME
+    c.torso = "mlp"
+    c.hidden_sizes = (64, 64)  # mlp layers
+    c.activation = "tanh"  # mlp activation: tanh | relu | gelu | silu
+    c.residual_blocks = 0  # mlp: residual blocks after the dense layers
+    c.shared_torso = False  # mlp only: one torso for policy and value, or one each
+    c.cnn_channels = ()  # CNN torsos: conv channels; () = the paper's
+    c.cnn_hidden = 0  # CNN torsos: size of the dense layer; 0 = the paper's
+    c.image_key = "obs"  # CNN torsos: which observation is the image
+    c.image_layout = "auto"  # CHW | HWC | auto (channels = the smaller end dimension)
+    c.image_scale = 1.0 / 255.0  # image inputs are multiplied by this
+    c.space_to_depth = True  # nature_cnn: stride-2 conv as stride-1 over 2x2 blocks
+    c.cnn_kernel = 0  # board_cnn: conv kernel size; 0 = 3
+    c.cnn_padding = ""  # board_cnn: SAME | VALID; "" = SAME
     # Left-right symmetric board games: average the network over the board and its mirror image
     # (exactly equivariant policy): columns (an action per column) | cells (per cell) | "" = off
-    c.network.mirror = ""
+    c.mirror = ""
     # Board games with planes (mine, theirs) [H, W, 2]: the torso also reads, for every cell,
     # whether a stone there completes this many in a row for either side, and whether a stone
     # can go there now (networks/board.py; an MLP learns these tactics slowly). 0: off.
-    c.network.board_lines = 0
-    c.network.board_gravity = False  # board_lines: stones fall to the lowest empty cell
-    c.network.board_key = "obs"  # board_lines: the board observation
+    c.board_lines = 0
+    c.board_gravity = False  # board_lines: stones fall to the lowest empty cell
+    c.board_key = "obs"  # board_lines: the board observation
     # OpenAI Five's cross-hero pool: the torso also reads every teammate's observation (needs
     # env.teammates) and the heads get this share of its features max-pooled over the agent and
     # its present teammates, besides the agent's own features. 0: off.
-    c.network.team_pool = 0.0
+    c.team_pool = 0.0
     # An int32 [L] observation of word ids (env.mission_tokens) read by a text encoder (embedding
     # and GRU, networks/text.py) whose features join the torso's other inputs. "": none.
-    c.network.text_key = ""
-    c.network.text_size = 64  # word embedding and GRU width
+    c.text_key = ""
+    c.text_size = 64  # word embedding and GRU width
     # A float [E, F] observation of up to E entities (absent ones all zero) read by an entity
     # encoder (per-entity MLP, self-attention, max-pool; networks/entities.py) whose pooled
     # features join the torso's other inputs. "": none.
-    c.network.entities = ""
-    c.network.entity_size = 64  # entity embedding width
-    c.network.entity_heads = 4  # attention heads of the entity encoder
+    c.entities = ""
+    c.entity_size = 64  # entity embedding width
+    c.entity_heads = 4  # attention heads of the entity encoder
     # Factorized actions (MultiDiscrete): the action heads, by index, that choose an entity of
     # network.entities by attention from the core's output (OpenAI Five's and Neural MMO's
     # target choice); their choices beyond E are ordinary logits (e.g. "no target").
-    c.network.pointer_heads = ()
+    c.pointer_heads = ()
+    # The policy head of the dense choices: a key of networks.heads.POLICY_HEADS ("categorical":
+    # one linear layer of logits).
+    c.policy_head = "categorical"
     # Factorized actions: each head also reads the arguments chosen before it (a zero-initialized
     # table per argument added to its input; OpenAI Five's target head reads the action type).
     # Acting then samples head by head, and learning conditions on the actions taken.
-    c.network.autoregressive = False
-    c.network.core = "none"  # none | lstm (between torso and heads; the torso is then shared)
-    c.network.core_size = 256  # LSTM units
-    c.network.normalize_obs = True  # running mean/std normalization of float observations
-    c.network.obs_clip = 5.0  # normalized observations are clipped to +-obs_clip
+    c.autoregressive = False
+    c.core = "none"  # none | lstm (between torso and heads; the torso is then shared)
+    c.core_size = 256  # LSTM units
+    c.normalize_obs = True  # running mean/std normalization of float observations
+    c.obs_clip = 5.0  # normalized observations are clipped to +-obs_clip
     # Continuous actions: a diagonal Gaussian head. Its log-std is one learned vector (CleanRL's
     # choice) or, with state_dependent_std, a layer of the features; it starts at log_std_init.
     # action_squash: the env gets tanh of the sample (rescaled to its bounds), learned with the
     # tanh's log-det correction (SAC's squashed Gaussian); needs finite bounds.
-    c.network.state_dependent_std = False
-    c.network.log_std_init = 0.0
-    c.network.action_squash = False
+    c.state_dependent_std = False
+    c.log_std_init = 0.0
+    c.action_squash = False
+    return c
 
-    # One section per learning algorithm (seedlike.algos: its settings and their meaning).
-    for name, algorithm in ALGORITHMS.items():
-        c[name] = algorithm.defaults()
 
-    c.optimizer = ml_collections.ConfigDict()
-    c.optimizer.learning_rate = 2.5e-4
-    c.optimizer.anneal_lr = True  # linear decay to 0 at total_env_steps
-    c.optimizer.max_grad_norm = 0.5  # global-norm clipping
-    c.optimizer.adam_eps = 1e-5
+def optimizer_section() -> ml_collections.ConfigDict:
+    """Adam with global-norm clipping; the learning rate is an injected hyperparameter (surgery
+    sets it to 0 for a while)."""
+    c = ml_collections.ConfigDict()
+    c.learning_rate = 2.5e-4
+    c.anneal_lr = True  # linear decay to 0 at total_env_steps
+    c.max_grad_norm = 0.5  # global-norm clipping
+    c.adam_eps = 1e-5
+    return c
 
-    c.server = ml_collections.ConfigDict()
+
+def server_section() -> ml_collections.ConfigDict:
+    """The learner's serving side: inference batching, admission of actor streams and what one
+    actor identity may weigh (seedlike/server/influence.py)."""
+    c = ml_collections.ConfigDict()
     # An inference batch takes every request waiting, up to max_batch_rows rows, and closes when
     # every actor that can still send is in it, or batch_timeout_ms after the latest request
     # joined it (longer where front ends spend longer per request: seedlike/server/batcher.py).
@@ -208,22 +258,22 @@ def base_config() -> ml_collections.ConfigDict:
     # 3.3-4.2k with 512 on 2 cores; RESULTS.md). A bigger request is a batch of its own. With
     # front ends and a few big requests (4 actors x 64 Atari rows, 16 cores), 64 served 1.3x what
     # 128 did: each batch one front end's rows, read in place.
-    c.server.max_batch_rows = 256
+    c.max_batch_rows = 256
     # ... and a batch closes at batch_share of the rows the connected actors send per round,
     # together, if that is smaller, but not below min_batch_rows: 4 actors x 64 Atari rows at 64
     # (1.02-1.38x the rows served at 256 on 2 cores with one front end), 16 x 64 at 256, 8 x 8
     # CartPole at all 64 (seedlike/server/batcher.py). batch_share = 1: only max_batch_rows.
-    c.server.batch_share = 0.25
-    c.server.min_batch_rows = 64
-    c.server.batch_timeout_ms = 5.0
+    c.batch_share = 0.25
+    c.min_batch_rows = 64
+    c.batch_timeout_ms = 5.0
     # Unrolls that may wait for the learner, in whole batches (0 = one batch): with one, acting
     # fills the next batch while the learner trains and then waits (backpressure). More raise
     # throughput when acting is bursty but make data staler.
-    c.server.queue_unrolls = 0
-    c.server.max_actors = 64  # concurrent actor streams
+    c.queue_unrolls = 0
+    c.max_actors = 64  # concurrent actor streams
     # Streams one host may hold at once (more are refused, and their actors retry), so a single
     # machine cannot take every slot. Raise it to run more actors than this on one host.
-    c.server.max_streams_per_peer = 32
+    c.max_streams_per_peer = 32
     # How much of the loss one actor identity (peer host + actor_id, over all its streams) may
     # weigh (seedlike/server/influence.py). Its unrolls beyond the cap stay in the batch with
     # valid = False (metric unrolls_capped): batches fill at full speed, nothing is refused, but
@@ -231,79 +281,86 @@ def base_config() -> ml_collections.ConfigDict:
     # median identity delivered in the last fair_window_s seconds (with 3+ identities; 0: off);
     # max_identity_share: at most this share of each batch (1.0: no such cap; never below an equal
     # split among the connected).
-    c.server.fair_share_factor = 1.0
-    c.server.fair_window_s = 30.0
+    c.fair_share_factor = 1.0
+    c.fair_window_s = 30.0
     # An identity served faster than pace_factor x the median identity's rows/s (over 5 s, with
     # 3+ identities) gets its replies at that rate: an actor with thousands of envs cannot take
     # the server from the others (seedlike/server/pacing.py; 0: off).
-    c.server.pace_factor = 2.0
+    c.pace_factor = 2.0
     # Unrolls with a step acted more than max_policy_lag policy versions before the newest are
     # kept out of the loss (metric unrolls_stale; 0: no limit): a paced or stalled actor's data.
-    c.server.max_policy_lag = 50
-    c.server.max_identity_share = 1.0
+    c.max_policy_lag = 50
+    c.max_identity_share = 1.0
     # Rewards are clipped to +-max(reward_floor, reward_scale x the median identity's largest
     # |reward| in the batch), so a minority of actors cannot outweigh the rest with large
     # rewards (0: off). Applied before the algorithm's own reward_clip.
-    c.server.reward_scale = 2.0
-    c.server.reward_floor = 1.0
-    c.server.max_envs_per_actor = 4096
+    c.reward_scale = 2.0
+    c.reward_floor = 1.0
+    c.max_envs_per_actor = 4096
     # Largest |reward| and |float observation| accepted from actors; a row beyond them ends the
     # actor's stream with a message (NaN and infinity always do). Raise them for envs that need it.
-    c.server.max_abs_reward = 1e6
-    c.server.max_abs_obs = 1e6
+    c.max_abs_reward = 1e6
+    c.max_abs_obs = 1e6
     # A stream that sends no Hello within hello_timeout_s, or no step for idle_timeout_s while the
     # server waits for it, is closed and frees its slot (max_actors): silent connections cannot
     # lock actors out.
-    c.server.hello_timeout_s = 10.0
-    c.server.idle_timeout_s = 60.0
+    c.hello_timeout_s = 10.0
+    c.idle_timeout_s = 60.0
     # When every slot is taken, a session that has sent nothing for evict_idle_s gives its slot
     # to a newcomer (a slow actor that loses it reconnects). Streams still without a Hello hold
     # no slot; at most max_pending_streams of them wait per process, the oldest giving way.
-    c.server.evict_idle_s = 5.0
-    c.server.max_pending_streams = 64
+    c.evict_idle_s = 5.0
+    c.max_pending_streams = 64
     # Stream front ends: processes of their own that do every request's work (TLS, token, parsing,
     # checks) and hand the learner process checked rows through shared memory, each step's
     # observations written once, where it is learned from (seedlike/rpc/frontend.py), all on one
     # port. -1: one per four cores (none below four, where their processes would compete with
     # the actors for the cores: RESULTS.md); 0: the gRPC event loop runs in the learner process.
-    c.server.front_ends = -1
+    c.front_ends = -1
+    return c
 
-    # Mutual TLS plus a run token between actors and the learner (seedlike/rpc/security.py): a
-    # directory made by scripts/make_credentials.sh. Empty: plaintext, allowed on loopback only.
-    c.transport = ml_collections.ConfigDict()
-    c.transport.credentials = ""
 
-    # Two-player games only: self-play against a pool of past snapshots, and TrueSkill evaluation.
-    c.league = ml_collections.ConfigDict()
-    c.league.sampler = "openai_five"  # latest | openai_five | pfsp | uniform_recent
-    c.league.p_latest = ml_collections.config_dict.placeholder(float)  # None: sampler default
-    c.league.quality_eta = 0.01  # OpenAI Five quality step size
-    c.league.pfsp_weighting = "hard"  # hard: (1 - p_win)^pfsp_p | variance: p_win (1 - p_win)
-    c.league.pfsp_p = 2.0
-    c.league.recent_k = 10  # uniform_recent: over the last k snapshots
-    c.league.snapshot_every = 20  # learner updates between snapshots joining the pool
-    c.league.max_snapshots = 50  # oldest snapshots leave the pool beyond this
+def transport_section() -> ml_collections.ConfigDict:
+    """Mutual TLS plus a run token between actors and the learner (seedlike/rpc/security.py): a
+    directory made by scripts/make_credentials.sh. Empty: plaintext, allowed on loopback only."""
+    c = ml_collections.ConfigDict()
+    c.credentials = ""
+    return c
+
+
+def league_section() -> ml_collections.ConfigDict:
+    """Two-player games only: self-play against a pool of past snapshots, and TrueSkill
+    evaluation."""
+    c = ml_collections.ConfigDict()
+    c.sampler = "openai_five"  # latest | openai_five | pfsp | uniform_recent
+    c.p_latest = ml_collections.config_dict.placeholder(float)  # None: sampler default
+    c.quality_eta = 0.01  # OpenAI Five quality step size
+    c.pfsp_weighting = "hard"  # hard: (1 - p_win)^pfsp_p | variance: p_win (1 - p_win)
+    c.pfsp_p = 2.0
+    c.recent_k = 10  # uniform_recent: over the last k snapshots
+    c.snapshot_every = 20  # learner updates between snapshots joining the pool
+    c.max_snapshots = 50  # oldest snapshots leave the pool beyond this
     # Payoff matrix (PFSP's win rates; seedlike.league.payoff): each pair's counts are multiplied
     # by payoff_decay before its next result (1.0: every result at full weight; the learner keeps
     # changing, so results against it go stale), and payoff_prior_games pseudo-games at 0.5 keep
     # one lucky result from reading as a certain win (with 1, one win reads 0.75; 0: raw rates).
-    c.league.payoff_decay = 1.0
-    c.league.payoff_prior_games = 1.0
-    c.league.eval_interval_s = 60.0  # TrueSkill evaluation period (0 = no evaluation)
-    c.league.eval_games = 100  # games against each chosen reference per evaluation
-    c.league.eval_opponents = 2  # references of nearest skill played per evaluation
-    c.league.eval_greedy = False  # evaluate the most likely legal move instead of sampling
-    c.league.reference_every = 200  # policy versions between snapshots promoted to references
-    c.league.reference_games = 200  # games against each reference rating a new one
+    c.payoff_decay = 1.0
+    c.payoff_prior_games = 1.0
+    c.eval_interval_s = 60.0  # TrueSkill evaluation period (0 = no evaluation)
+    c.eval_games = 100  # games against each chosen reference per evaluation
+    c.eval_opponents = 2  # references of nearest skill played per evaluation
+    c.eval_greedy = False  # evaluate the most likely legal move instead of sampling
+    c.reference_every = 200  # policy versions between snapshots promoted to references
+    c.reference_games = 200  # games against each reference rating a new one
     # A new reference plays the references nearest the learning policy's skill, at most this
     # many (0: all of them, a cost that grows with every reference), and at most max_references
     # snapshot references are kept, the weakest leaving first (0: all; bots always stay).
-    c.league.reference_opponents = 4
-    c.league.max_references = 24
+    c.reference_opponents = 4
+    c.max_references = 24
     # Built-in opponents (AlphaStar and TLeague mix fixed bots into the pool): with probability
     # p_bots a new episode's opponent is one of `bots` ("random"; "scripted" for Connect Four).
-    c.league.bots = ()
-    c.league.p_bots = 0.0
+    c.bots = ()
+    c.p_bots = 0.0
     # League roles (AlphaStar; seedlike.league.roles): `python -m seedlike.launch.league` starts one
     # learner per entry of `roles` (main, main_exploiter, league_exploiter), with role_actors[k]
     # actors each, in <logdir>/<role>/, and sets `role` and `role_dir` for each; a plain run has
@@ -316,101 +373,119 @@ def base_config() -> ml_collections.ConfigDict:
     # run's start, AlphaStar's supervised agent) or "main" (the newest main-agent snapshot it
     # holds: a copy of the main agent that then learns only against the league, a best response
     # that starts where its target stands rather than from scratch).
-    c.league.roles = ()
-    c.league.role_actors = ()
-    c.league.role_nice = ()
-    c.league.role = ""
-    c.league.role_dir = ""
-    c.league.exploit_win_rate = 0.7
-    c.league.exploit_min_games = 100.0
-    c.league.reset_env_steps = 0
-    c.league.league_exploiter_reset_p = 0.25
-    c.league.exploiter_reset = "initial"
-    c.league.peer_refresh_s = 10.0
+    c.roles = ()
+    c.role_actors = ()
+    c.role_nice = ()
+    c.role = ""
+    c.role_dir = ""
+    c.exploit_win_rate = 0.7
+    c.exploit_min_games = 100.0
+    c.reset_env_steps = 0
+    c.league_exploiter_reset_p = 0.25
+    c.exploiter_reset = "initial"
+    c.peer_refresh_s = 10.0
     # Exploiter roles whose actors play the main agent's live policy in shared games: each side's
     # rows go to its own learner (a population of two, the main agent as member 0), so the main
     # agent learns from every game against them instead of only the exploiter (AlphaStar's main
     # exploiters play the live main agents). Such an exploiter judges its exploits on those games,
     # as games against the newest main snapshot it holds.
-    c.league.shared_games = ()
+    c.shared_games = ()
     # Config values for the exploiters' runs only, as "KEY=VALUE" texts (the --config flag
     # syntax), e.g. ("ppo.epochs=1",): exploiters that learn more cheaply leave the main agent
     # more of a shared machine.
-    c.league.exploiter_overrides = ()
+    c.exploiter_overrides = ()
+    return c
 
-    # Bring an environment change in gradually after surgery (OpenAI Five App. B): the share of new
-    # episodes with the change ramps from 0 to 1 over `updates` policy versions from start_version;
-    # without it, new_actions are illegal and new_obs_features (indices into "obs") read 0.
-    # new_actions are columns of the legal mask: for a factorized action, [n_1 + ... + n_H], so
-    # a head's new choices (surgery writes them in its report's "actions").
-    c.anneal = ml_collections.ConfigDict()
-    c.anneal.start_version = 0
-    c.anneal.updates = 0  # 0: no annealing
-    c.anneal.new_actions = ()
-    c.anneal.new_obs_features = ()
 
-    c.actor = ml_collections.ConfigDict()
-    c.actor.backoff_initial_s = 0.1  # first reconnect wait; doubles up to backoff_max_s
-    c.actor.backoff_max_s = 5.0
+def anneal_section() -> ml_collections.ConfigDict:
+    """Bring an environment change in gradually after surgery (OpenAI Five App. B): the share of
+    new episodes with the change ramps from 0 to 1 over `updates` policy versions from
+    start_version; without it, new_actions are illegal and new_obs_features (indices into "obs")
+    read 0. new_actions are columns of the legal mask: for a factorized action, [n_1 + ... +
+    n_H], so a head's new choices (surgery writes them in its report's "actions")."""
+    c = ml_collections.ConfigDict()
+    c.start_version = 0
+    c.updates = 0  # 0: no annealing
+    c.new_actions = ()
+    c.new_obs_features = ()
+    return c
+
+
+def actor_section() -> ml_collections.ConfigDict:
+    """Actors: reconnecting, and what they send."""
+    c = ml_collections.ConfigDict()
+    c.backoff_initial_s = 0.1  # first reconnect wait; doubles up to backoff_max_s
+    c.backoff_max_s = 5.0
     # An actor that has never reached its server exits (status 1) after first_connect_s of
     # failed attempts (a wrong address, a learner that did not start); one that lost a server it
     # had reached waits give_up_s for it to come back (a restart, a preemption).
-    c.actor.first_connect_s = 60.0
-    c.actor.give_up_s = 300.0
+    c.first_connect_s = 60.0
+    c.give_up_s = 300.0
     # Stacked observations (Atari's four frames) sent once: a row whose stack continues its
     # seat's previous one carries only its newest frame, a quarter of an Atari row's bytes, and
     # the server rebuilds the stack (seedlike/rpc/frames.py). "auto": uint8 [S, H, W] keys with
     # 2 <= S <= 16 and H, W >= 32; "": every row whole; or comma-separated observation keys.
-    c.actor.stack_once = "auto"
+    c.stack_once = "auto"
+    return c
 
-    c.log = ml_collections.ConfigDict()
-    c.log.interval_s = 10.0  # one metrics row per interval
+
+def log_section() -> ml_collections.ConfigDict:
+    """Metrics rows, W&B and TensorBoard."""
+    c = ml_collections.ConfigDict()
+    c.interval_s = 10.0  # one metrics row per interval
     # episode_return_mean (and stop_at_return) is the median over connected actor identities of
     # each one's mean over its last episode_window episodes: no single actor can steer it.
-    c.log.episode_window = 20
+    c.episode_window = 20
     # stop_at_return ends the run once more than half of the connected identities' returns have
     # held it for stop_hold_s (an actor that connects first cannot end the run alone).
-    c.log.stop_hold_s = 10.0
-    c.log.wandb_mode = "offline"  # offline | online | disabled (WANDB_MODE overrides)
-    c.log.wandb_project = "seedlike"
+    c.stop_hold_s = 10.0
+    c.wandb_mode = "offline"  # offline | online | disabled (WANDB_MODE overrides)
+    c.wandb_project = "seedlike"
     # W&B group of the run ("": none); python -m seedlike.launch.sweep sets the sweep's name, so a
     # sweep's runs appear together.
-    c.log.wandb_group = ""
+    c.wandb_group = ""
     # Also write TensorBoard event files (<logdir>/tensorboard; `tensorboard --logdir runs`).
-    c.log.tensorboard = False
+    c.tensorboard = False
     # When set, episode_success_rate = fraction of episodes whose return exceeds it (MiniGrid: 0).
-    c.log.success_threshold = ml_collections.config_dict.placeholder(float)
+    c.success_threshold = ml_collections.config_dict.placeholder(float)
+    return c
 
-    # Several learner hosts as one learner (seedlike/runtime/distributed.py, README "Several learner
-    # hosts"): start learner.py on each host with the same coordinator (process 0's host and a free
-    # port there) and its own process_id. Each host serves its own actors and learns from
-    # batch_unrolls / num_processes of their unrolls per update; gradients are averaged over every
-    # host's devices. Process 0 writes checkpoints and the run's metrics.
-    c.distributed = ml_collections.ConfigDict()
-    c.distributed.coordinator = ""  # host:port; "" = one learner process
-    c.distributed.num_processes = 1
-    c.distributed.process_id = 0
-    c.distributed.timeout_s = 300  # how long a process waits for the others to join
+
+def distributed_section() -> ml_collections.ConfigDict:
+    """Several learner hosts as one learner (seedlike/runtime/distributed.py, README "Several
+    learner hosts"): start learner.py on each host with the same coordinator (process 0's host
+    and a free port there) and its own process_id. Each host serves its own actors and learns
+    from batch_unrolls / num_processes of their unrolls per update; gradients are averaged over
+    every host's devices. Process 0 writes checkpoints and the run's metrics."""
+    c = ml_collections.ConfigDict()
+    c.coordinator = ""  # host:port; "" = one learner process
+    c.num_processes = 1
+    c.process_id = 0
+    c.timeout_s = 300  # how long a process waits for the others to join
     # A learner process silent this long is gone: the others save and stop with one line
     # (seedlike.runtime.distributed.PeerWatch). Below JAX's own 100 s heartbeat, which would abort
     # them.
-    c.distributed.peer_timeout_s = 30.0
+    c.peer_timeout_s = 30.0
+    return c
 
-    c.checkpoint = ml_collections.ConfigDict()
+
+def checkpoint_section() -> ml_collections.ConfigDict:
+    """orbax checkpoints of the learner (seedlike/checkpoint.py)."""
+    c = ml_collections.ConfigDict()
     # Also saved at the end and on SIGTERM/SIGINT; a crash (SIGKILL, lost host) loses at most this
     # much. orbax writes in the background: a save stops the learner loop for the copy to host
     # memory and the digest, 14-40 ms (CartPole) and 27-70 ms (Atari Nature CNN with Adam state)
     # on this 2-core machine (66-184 and 94-163 ms when it waited for the write).
-    c.checkpoint.interval_s = 60.0
-    c.checkpoint.max_to_keep = 3
+    c.interval_s = 60.0
+    c.max_to_keep = 3
     # A stop request (SIGTERM, Ctrl-C) ends the learner within stop_grace_s: an update in
     # progress is abandoned between epochs (one learner process; several finish it together),
     # the last complete version is saved, and if that has not happened by then the learner exits
     # without it (the previous checkpoint stands). A second signal, 2 s or more later, exits.
-    c.checkpoint.stop_grace_s = 60.0
+    c.stop_grace_s = 60.0
     # Resume even when this config changes what the run's parameters mean (MEANING_KEYS differ
     # from the config stored with its checkpoint). Surgery is the way to change a network.
-    c.checkpoint.force_resume = False
+    c.force_resume = False
     return c
 
 
@@ -484,7 +559,8 @@ class ConfigError(ValueError):
 
 
 def validate(config) -> None:
-    """Raises ConfigError naming the setting that cannot work."""
+    """Raises ConfigError naming the setting that cannot work. The network section's checks
+    against the env's spaces are `validate_network`'s, where the spaces are known."""
     from seedlike.envs import BACKENDS, UnknownEnv, check_env
 
     def need(ok: bool, message: str):
@@ -593,7 +669,14 @@ def validate(config) -> None:
     )
 
 
-CNN_TORSOS = ("nature_cnn", "impala_cnn", "small_cnn", "board_cnn")
+def validate_network(config, spec) -> None:
+    """Raises ConfigError naming the first network setting that does not fit the env's spaces
+    `spec` (networks.build.network_problems: every such check)."""
+    from networks.build import network_problems
+
+    problems = network_problems(config.network, spec)
+    if problems:
+        raise ConfigError(f"invalid config: {problems[0]}")
 
 
 def _validate_roles(league, need) -> None:
@@ -665,6 +748,8 @@ def advice(config, spec, backend: str = "") -> list[str]:
             "paper config ran 150-300 env steps/s on 2 cores: 37 hours); for a CPU use "
             f"--config={config.cpu_variant}"
         )
+    from networks.torsos import CNN_TORSOS
+
     if config.network.torso not in CNN_TORSOS:
         for key, array in spec.observation.items():
             if (

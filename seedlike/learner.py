@@ -211,6 +211,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     """Restores or initializes the learner, and starts serving actors and evaluation."""
     config_lib.validate(config)
     spec = config_lib.env_spec(config)
+    config_lib.validate_network(config, spec)
     try:
         teams = Teams.from_config(config.teams, spec)
     except ValueError as e:
@@ -274,10 +275,11 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     if curriculum is not None and "curriculum" in meta:
         curriculum.load_state_dict(meta["curriculum"])
         logging.info("curriculum restored: levels up to %d", curriculum.bound)
-    threshold = config.log.success_threshold
+    quota = influence.ResultQuota(config.server.fair_window_s, config.server.fair_share_factor)
     matchmaker = Matchmaker(
-        spec, league, annealing, config.seed, teams, curriculum, threshold or 0.0
-    )
+        spec, league, annealing, config.seed, teams, curriculum, config.log.success_threshold,
+        quota,
+    )  # fmt: skip
     slots = -(-int(config.server.queue_unrolls or config.batch_unrolls) // config.batch_unrolls)
     batches = BatchQueue(slots)
     server_spec = annealing.server_spec(spec) if annealing else spec

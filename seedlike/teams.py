@@ -60,7 +60,7 @@ class Teams:
 
     @classmethod
     def from_config(cls, teams_config, spec: EnvSpec) -> Teams:
-        sizes = tuple(int(n) for n in teams_config.sizes or ())
+        sizes = tuple(int(n) for n in teams_config.sizes)
         if sizes:
             if sum(sizes) != spec.num_players:
                 raise ValueError(

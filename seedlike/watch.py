@@ -52,7 +52,7 @@ def record_episodes(
                 f"{env_config.name}: its env factory takes no render_mode, so it cannot give "
                 "frames; score it without a GIF (python evaluate.py --checkpoint=...)"
             )
-        env_config.kwargs = {**(env_config.kwargs or {}), "render_mode": "rgb_array"}
+        env_config.kwargs = {**env_config.kwargs, "render_mode": "rgb_array"}
     spec = network.spec
     params = {"params": state.params, "obs_norm": state.obs_norm}
     if spec.num_players > 2:  # a multi-agent env: the policy plays every agent of every team

@@ -417,7 +417,7 @@ def _env_problems(old_env, new_env, new_spec, spec_fn) -> list[str]:
             f"env.action_bounds changes from {old_env.action_bounds!r} to "
             f"{new_env.action_bounds!r}: the same outputs would move the env differently"
         )
-    old_i, new_i = tuple(old_env.obs_indices or ()), tuple(new_env.obs_indices or ())
+    old_i, new_i = tuple(old_env.obs_indices), tuple(new_env.obs_indices)
     if old_env.name == new_env.name and old_i != new_i:
         # Observations grow by new entries after the old ones (AddObservations): the old
         # features must keep their places.

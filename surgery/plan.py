@@ -64,24 +64,34 @@ class Layout:
 
 def _cnn_resolved(module) -> tuple[tuple[int, ...], int]:
     """(channels, hidden size) of a CNN torso, defaults filled in as networks/torsos.py does."""
-    default_channels, default_hidden = _default_cnn(module.torso_kind)
-    channels = tuple(module.cnn_channels) if module.cnn_channels else default_channels
-    return channels, int(module.cnn_hidden or default_hidden)
+    default_channels, default_hidden = _default_cnn(module.torso_spec.kind)
+    channels = (
+        tuple(module.torso_spec.cnn_channels)
+        if module.torso_spec.cnn_channels
+        else default_channels
+    )
+    return channels, int(module.torso_spec.cnn_hidden or default_hidden)
 
 
 def layout_of(network) -> Layout:
     """The Layout of a networks.Network."""
     m = network.module
     bound = None
-    if m.core_size:
+    if m.core_spec.size:
         bound = 1.0  # h = o * tanh(c)
-    elif m.torso_kind == "mlp" and m.activation == "tanh" and m.hidden_sizes:
-        bound = 1.0 if not m.residual_blocks else None
+    elif (
+        m.torso_spec.kind == "mlp"
+        and m.torso_spec.activation == "tanh"
+        and m.torso_spec.hidden_sizes
+    ):
+        bound = 1.0 if not m.torso_spec.residual_blocks else None
     graph = network.layer_graph()
-    if m.torso_kind == "mlp":
+    if m.torso_spec.kind == "mlp":
         return Layout(graph, feature_bound=bound)
     positions = network.feature_positions()
-    return Layout(graph, m.torso_kind, m.image_key, network.image_layout, positions, bound)
+    return Layout(
+        graph, m.torso_spec.kind, m.torso_spec.image_key, network.image_layout, positions, bound
+    )
 
 
 def _torso_inputs(network) -> dict:
@@ -89,8 +99,12 @@ def _torso_inputs(network) -> dict:
     keys (its teammates' observations go through the same torso, so they follow their own key);
     never the word ids of a text encoder (its features follow the others')."""
     m = network.module
-    obs = {k: s for k, s in network.input_spec.items() if k not in (m.text_key, m.entity_key)}
-    if not m.team_pool:
+    obs = {
+        k: s
+        for k, s in network.input_spec.items()
+        if k not in (m.encoders.text_key, m.encoders.entity_key)
+    }
+    if not m.torso_spec.team_pool:
         return obs
     return {k: s for k, s in obs.items() if not k.startswith(TEAMMATES)}
 
@@ -572,24 +586,24 @@ def derive_plan(
         if a != b:
             problems.append(f"{what} changes from {a!r} to {b!r}: no function-preserving surgery")
 
-    same("network.torso", om.torso_kind, nm.torso_kind)
-    same("network.activation", om.activation, nm.activation)
-    same("network.shared_torso (as built)", om.shared_torso, nm.shared_torso)
-    same("network.image_key", om.image_key, nm.image_key)
-    same("network.mirror", om.mirror, nm.mirror)
-    same("network.team_pool", om.team_pool, nm.team_pool)
-    same("network.text_key", om.text_key, nm.text_key)
-    same("network.text_size", om.text_size, nm.text_size)
-    same("network.entities", om.entity_key, nm.entity_key)
-    same("network.entity_heads", om.entity_heads, nm.entity_heads)
-    same("network.autoregressive", om.autoregressive, nm.autoregressive)
-    same("network.cnn_kernel", om.cnn_kernel, nm.cnn_kernel)
-    same("network.cnn_padding", om.cnn_padding, nm.cnn_padding)
+    same("network.torso", om.torso_spec.kind, nm.torso_spec.kind)
+    same("network.activation", om.torso_spec.activation, nm.torso_spec.activation)
+    same("network.shared_torso (as built)", om.torso_spec.shared, nm.torso_spec.shared)
+    same("network.image_key", om.torso_spec.image_key, nm.torso_spec.image_key)
+    same("network.mirror", om.torso_spec.mirror, nm.torso_spec.mirror)
+    same("network.team_pool", om.torso_spec.team_pool, nm.torso_spec.team_pool)
+    same("network.text_key", om.encoders.text_key, nm.encoders.text_key)
+    same("network.text_size", om.encoders.text_size, nm.encoders.text_size)
+    same("network.entities", om.encoders.entity_key, nm.encoders.entity_key)
+    same("network.entity_heads", om.encoders.entity_heads, nm.encoders.entity_heads)
+    same("network.autoregressive", om.head_spec.autoregressive, nm.head_spec.autoregressive)
+    same("network.cnn_kernel", om.torso_spec.cnn_kernel, nm.torso_spec.cnn_kernel)
+    same("network.cnn_padding", om.torso_spec.cnn_padding, nm.torso_spec.cnn_padding)
     same("network.action_squash", old.action_squash, new.action_squash)
     same("network.normalize_obs", old.normalize_obs, new.normalize_obs)
     if old.normalize_obs:
         same("network.obs_clip", old.obs_clip, new.obs_clip)
-    if om.torso_kind != "mlp":
+    if om.torso_spec.kind != "mlp":
         same("network.image_scale", old.image_scale, new.image_scale)
         same("image layout", old.image_layout, new.image_layout)
     same("num_players", old.spec.num_players, new.spec.num_players)
@@ -597,10 +611,10 @@ def derive_plan(
         same("network.board_lines", old.board_lines, new.board_lines)
         same("network.board_gravity", old.board_gravity, new.board_gravity)
         same("network.board_key", old.board_key, new.board_key)
-    if bool(om.core_size) != bool(nm.core_size):
+    if bool(om.core_spec.size) != bool(nm.core_spec.size):
         problems.append(
-            f"network.core changes ({'lstm' if om.core_size else 'none'} -> "
-            f"{'lstm' if nm.core_size else 'none'}): adding or removing a core is not "
+            f"network.core changes ({'lstm' if om.core_spec.size else 'none'} -> "
+            f"{'lstm' if nm.core_spec.size else 'none'}): adding or removing a core is not "
             "function-preserving"
         )
     if problems:
@@ -608,26 +622,30 @@ def derive_plan(
 
     graph = old.layer_graph()
     _derive_observations(_torso_inputs(old), _torso_inputs(new), problems, plan)
-    if om.torso_kind == "mlp":
+    if om.torso_spec.kind == "mlp":
         _derive_mlp(om, nm, graph, mode, init_scale, problems, plan)
     else:
         _derive_cnn(om, nm, graph, mode, init_scale, problems, plan)
     last = {f"params/{t.layers[-1]}" for t in graph.torsos.values() if t.layers}
-    if om.team_pool and any(op.path in last for op in plan if isinstance(op, WidenDense)):
+    if om.torso_spec.team_pool and any(
+        op.path in last for op in plan if isinstance(op, WidenDense)
+    ):
         problems.append(
-            f"network.team_pool={om.team_pool}: the heads read the torso's last layer and its "
+            f"network.team_pool={om.torso_spec.team_pool}: the heads read the torso's last "
+            "layer and its "
             f"pooled share ([F + S] features); widening {' and '.join(sorted(last))} would "
             "move the pooled features, which surgery does not do"
         )
-    if nm.core_size != om.core_size:
-        if nm.core_size < om.core_size:
+    if nm.core_spec.size != om.core_spec.size:
+        if nm.core_spec.size < om.core_spec.size:
             problems.append(
-                f"network.core_size {om.core_size} -> {nm.core_size}: params/core/lstm would "
-                f"shrink (hi kernel [{om.core_size}, {om.core_size}] -> "
-                f"[{nm.core_size}, {nm.core_size}]); surgery only adds units"
+                f"network.core_size {om.core_spec.size} -> {nm.core_spec.size}: "
+                "params/core/lstm would "
+                f"shrink (hi kernel [{om.core_spec.size}, {om.core_spec.size}] -> "
+                f"[{nm.core_spec.size}, {nm.core_spec.size}]); surgery only adds units"
             )
         else:
-            plan.append(WidenLSTM(nm.core_size, lstm_mode, lstm_noise, init_scale))
+            plan.append(WidenLSTM(nm.core_spec.size, lstm_mode, lstm_noise, init_scale))
     _derive_entities(old, new, init_scale, problems, plan)
     _derive_actions(old, new, action_tolerance, problems, plan)
     if problems:
@@ -638,26 +656,28 @@ def derive_plan(
 def _derive_entities(old, new, init_scale: float, problems: list[str], plan: list) -> None:
     """Entity attributes may be added and the entity encoder widened (surgery/entities.py)."""
     om, nm = old.module, new.module
-    if not om.entity_key or om.entity_key != nm.entity_key:
+    if not om.encoders.entity_key or om.encoders.entity_key != nm.encoders.entity_key:
         return
     (e_old, f_old), (e_new, f_new) = (
-        net.spec.observation[om.entity_key].shape for net in (old, new)
+        net.spec.observation[om.encoders.entity_key].shape for net in (old, new)
     )
     if e_old != e_new:
         problems.append(
-            f"entity slots of {om.entity_key!r} change from {e_old} to {e_new}: pointer heads "
+            f"entity slots of {om.encoders.entity_key!r} change from {e_old} to {e_new}: "
+            "pointer heads "
             "choose among the slots; surgery keeps their number"
         )
     if f_new < f_old:
         problems.append(f"entity attributes {f_old} -> {f_new}: surgery only adds them")
     elif f_new > f_old:
         plan.append(AddEntityAttributes(f_old, f_new))
-    if nm.entity_size < om.entity_size:
+    if nm.encoders.entity_size < om.encoders.entity_size:
         problems.append(
-            f"network.entity_size {om.entity_size} -> {nm.entity_size}: surgery only widens"
+            f"network.entity_size {om.encoders.entity_size} -> {nm.encoders.entity_size}: "
+            "surgery only widens"
         )
-    elif nm.entity_size > om.entity_size:
-        plan.append(WidenEntities(nm.entity_size, init_scale))
+    elif nm.encoders.entity_size > om.encoders.entity_size:
+        plan.append(WidenEntities(nm.encoders.entity_size, init_scale))
 
 
 def _derive_actions(old, new, tolerance: float, problems: list[str], plan: list) -> None:
@@ -703,11 +723,12 @@ def _derive_actions(old, new, tolerance: float, problems: list[str], plan: list)
     def moved(j: int) -> int:
         return j + (inserted is not None and j >= inserted)
 
-    pointers = tuple(moved(j) for j in old.module.pointer_heads)
-    if pointers != tuple(new.module.pointer_heads):
+    pointers = tuple(moved(j) for j in old.module.head_spec.pointer_heads)
+    if pointers != tuple(new.module.head_spec.pointer_heads):
         problems.append(
-            f"network.pointer_heads {tuple(old.module.pointer_heads)} -> "
-            f"{tuple(new.module.pointer_heads)}: the old pointer heads must stay pointers "
+            f"network.pointer_heads {tuple(old.module.head_spec.pointer_heads)} -> "
+            f"{tuple(new.module.head_spec.pointer_heads)}: the old pointer heads must stay "
+            "pointers "
             f"({pointers} with the new head) and a new head cannot be one"
         )
     for j, a in enumerate(o):
@@ -719,7 +740,7 @@ def _derive_actions(old, new, tolerance: float, problems: list[str], plan: list)
                 "actions (mask removed ones instead)"
             )
         elif b > a:
-            if j in old.module.pointer_heads:
+            if j in old.module.head_spec.pointer_heads:
                 problems.append(f"action head {j} is a pointer head: its {a} choices are fixed")
             else:
                 ops_.append(AddActions(num_new=b - a, head=moved(j)))
@@ -756,11 +777,11 @@ def _derive_observations(old_obs, new_obs, problems, plan):
 
 
 def _derive_mlp(om, nm, graph: LayerGraph, mode, init_scale, problems, plan):
-    old_h, new_h = tuple(om.hidden_sizes), tuple(nm.hidden_sizes)
+    old_h, new_h = tuple(om.torso_spec.hidden_sizes), tuple(nm.torso_spec.hidden_sizes)
     if len(old_h) != len(new_h):
         problems.append(
             f"network.hidden_sizes {old_h} -> {new_h}: adding or removing a dense layer is not "
-            f"function-preserving with {om.activation}; add residual blocks instead"
+            f"function-preserving with {om.torso_spec.activation}; add residual blocks instead"
         )
         return
     for i, (o, n) in enumerate(zip(old_h, new_h)):
@@ -772,12 +793,13 @@ def _derive_mlp(om, nm, graph: LayerGraph, mode, init_scale, problems, plan):
             )
         elif n > o:
             plan.extend(WidenDense(p, n, mode, init_scale) for p in paths)
-    if nm.residual_blocks < om.residual_blocks:
+    if nm.torso_spec.residual_blocks < om.torso_spec.residual_blocks:
         problems.append(
-            f"network.residual_blocks {om.residual_blocks} -> {nm.residual_blocks}: removing "
+            f"network.residual_blocks {om.torso_spec.residual_blocks} -> "
+            f"{nm.torso_spec.residual_blocks}: removing "
             "residual blocks is not function-preserving"
         )
-    for _ in range(nm.residual_blocks - om.residual_blocks):
+    for _ in range(nm.torso_spec.residual_blocks - om.torso_spec.residual_blocks):
         plan.extend(AddResidualBlock(f"params/{t}") for t in graph.torsos)
 
 

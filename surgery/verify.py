@@ -180,7 +180,7 @@ def random_carry(network, rng, batch: int):
     if not network.is_recurrent:
         return ()
     gen = generator(rng)
-    size = network.module.core_size
+    size = network.module.core_spec.size
     return (
         gen.standard_normal((batch, size)).astype(np.float32),
         gen.uniform(-1.0, 1.0, (batch, size)).astype(np.float32),
@@ -384,8 +384,8 @@ class Verifier:
         gen = generator(rng)
         batch_size, unroll_length = self.batch_size, self.unroll_length
 
-        conditioned = self.old_network.module.autoregressive or (
-            self.new_network.module.autoregressive
+        conditioned = self.old_network.module.head_spec.autoregressive or (
+            self.new_network.module.head_spec.autoregressive
         )
 
         def inputs(shape):

@@ -57,7 +57,7 @@ def test_config_builds_on_two_devices(path):
     Teams.from_config(config.teams, spec)  # teams.sizes fit the env's agents
     network = make_network(config.network, spec)
     params = jax.eval_shape(network.init, jax.random.key(0))
-    pointers = network.module.pointer_heads  # heads whose logits come from pointers_<i>
+    pointers = network.module.head_spec.pointer_heads  # heads whose logits come from pointers_<i>
     dense = sum(n for i, n in enumerate(spec.head_sizes) if i not in pointers)
     if dense:
         logits = params["params"]["policy_head"]["logits"]["kernel"]
@@ -204,6 +204,7 @@ def test_env_kwargs_come_from_flags_too():
         ),
         (["--config.env.nmae=x"], "error: unknown config key 'env.nmae' in --config.env.nmae"),
         (["--config.nework.x=1"], "known keys there: actor, algo, anneal, batch_unrolls"),
+        (["--config.network.torso=nature_cnn"], "network.torso='nature_cnn' needs a [H, W, C]"),
     ],
 )
 def test_a_bad_config_flag_is_one_line_before_anything_starts(args, message, tmp_path):

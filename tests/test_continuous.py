@@ -13,7 +13,7 @@ from scipy import stats
 
 from examples.dial import Dial
 from networks import heads
-from networks.actor_critic import make_network
+from networks.build import make_network
 from seedlike.algos import ALGORITHMS
 from seedlike.algos.batches import SampleBatch
 from seedlike.algos.ppo import make_ppo_loss

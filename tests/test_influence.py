@@ -134,12 +134,12 @@ def test_result_quota_holds_an_identity_to_the_median_identitys_results():
     """Identity 9 reports 100 games (fake wins) while identities 1 and 2 report 5 each: 5 of its
     count, so the payoff moves by a third of the results at most; older results leave the
     window."""
-    quota = influence.ResultQuota(seconds=30.0)
+    quota = influence.ResultQuota(seconds=30.0, factor=1.0)
     identity = np.array([1] * 5 + [9] * 100 + [2] * 5)
     keep = quota.admit(identity, now=0.0)
     assert keep[:5].all() and keep[5:105].sum() == 5 and keep[105:].all()
     assert quota.capped == 95
     assert not quota.admit(np.array([9]), now=10.0)[0]  # its share of the window is used
     assert quota.admit(np.array([9]), now=40.0)[0]  # the window has moved on: alone, it counts
-    two = influence.ResultQuota()
+    two = influence.ResultQuota(seconds=30.0, factor=1.0)
     assert two.admit(np.array([1] * 50 + [2]), now=0.0).all()  # two identities: no median rule

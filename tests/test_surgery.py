@@ -146,7 +146,7 @@ def test_widen_dense_is_exact(seed):
     params = random_params(old_net, seed)
     plan, result = derive_and_apply(old_net, new_net, params, mode=mode)
     assert all(isinstance(op, surgery.WidenDense) and op.mode == mode for op in plan.ops)
-    assert len(plan.ops) == len(old_sizes) * (1 if old_net.module.shared_torso else 2)
+    assert len(plan.ops) == len(old_sizes) * (1 if old_net.module.torso_spec.shared else 2)
     assert_exact(check(old_net, new_net, params, random_obs_norm(old_net, seed), result))
 
 

@@ -77,7 +77,7 @@ IMAGE_SPEC = EnvSpec("TeamImage-v0", {"obs": ArraySpec(np.uint8, (6, 6, 2))}, 4,
 
 def team_net(spec, pool, **overrides):
     c = base_config().network
-    c.team_pool = pool
+    c.team_pool = 0.0 if pool is None else pool  # None: no teammates in the spec either
     for key, value in overrides.items():
         c[key] = value
     return make_network(c, with_teammates(spec, 3) if pool is not None else spec)

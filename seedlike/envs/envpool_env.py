@@ -70,13 +70,13 @@ def takes_render_mode(name: str) -> bool:
 
 def envpool_kwargs(env_config) -> dict:
     """The keyword arguments for envpool.make/make_spec from a config's `env` section."""
-    kwargs = dict(env_config.kwargs or {})
-    for key in ("num_envs", "num_threads"):
-        if key in env_config:
-            kwargs[key] = int(env_config[key])
-    batch_size = int(env_config.batch_size or 0)
-    if batch_size:
-        kwargs["batch_size"] = batch_size
+    kwargs = dict(env_config.kwargs)
+    kwargs["num_envs"], kwargs["num_threads"] = (
+        int(env_config.num_envs),
+        int(env_config.num_threads),
+    )
+    if env_config.batch_size:  # 0 leaves it to envpool: batch_size = num_envs, synchronous
+        kwargs["batch_size"] = int(env_config.batch_size)
     return kwargs
 
 
@@ -99,7 +99,7 @@ def make_env_spec(env_config) -> EnvSpec:
         num_players=int(pool_spec.config.max_num_players),
         turn_based=_turn_based(pool_spec),
     )
-    keys = tuple(env_config.obs_keys or ())
+    keys = tuple(env_config.obs_keys)
     if keys:
         missing = sorted(set(keys) - set(spec.observation))
         if missing:
@@ -110,7 +110,7 @@ def make_env_spec(env_config) -> EnvSpec:
         for key in list(spec.observation):
             if key not in keys:
                 del spec.observation[key]
-    length = int(env_config.mission_tokens or 0)
+    length = int(env_config.mission_tokens)
     if length:
         if MISSION not in spec.observation:
             raise ValueError(
@@ -118,7 +118,7 @@ def make_env_spec(env_config) -> EnvSpec:
                 f"(it has {sorted(spec.observation)}); set env.mission_tokens=0"
             )
         spec.observation[MISSION] = ArraySpec(np.int32, (length,), high=MISSION_VOCAB_SIZE)
-    indices = tuple(env_config.obs_indices or ())
+    indices = tuple(env_config.obs_indices)
     if indices:
         obs = spec.observation.get("obs")
         if obs is None or len(obs.shape) != 1 or not all(0 <= i < obs.shape[0] for i in indices):
@@ -146,11 +146,11 @@ class EnvpoolAdapter:
         self.spec = spec
         self._action_dtype = spec.action_spec.dtype
         kwargs = envpool_kwargs(env_config)
-        self.num_envs = int(kwargs.get("num_envs", 1))
+        self.num_envs = kwargs["num_envs"]
         # Hiding features (e.g. CartPole's velocities) turns a task into a partially observed one.
-        indices = tuple(env_config.obs_indices or ())
+        indices = tuple(env_config.obs_indices)
         self._obs_indices = np.asarray(indices, np.int64) if indices else None
-        length = int(env_config.mission_tokens or 0)
+        length = int(env_config.mission_tokens)
         blank = bool(env_config.blank_mission)
         self._tokenizer = text.MissionTokenizer(length, blank) if length else None
         self._env = envpool.make(env_config.name, env_type="gymnasium", seed=int(seed), **kwargs)

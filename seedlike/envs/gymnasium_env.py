@@ -117,7 +117,7 @@ def check_env(env_config) -> None:
 
 
 def make_env_spec(env_config) -> EnvSpec:
-    env = make_one(env_config.name, dict(env_config.kwargs or {}))
+    env = make_one(env_config.name, dict(env_config.kwargs))
     try:
         return spec_of(env_config.name, env)
     finally:
@@ -133,7 +133,7 @@ class GymnasiumAdapter:
 
         self.spec = spec
         self.num_envs = int(env_config.num_envs)
-        name, kwargs = env_config.name, dict(env_config.kwargs or {})
+        name, kwargs = env_config.name, dict(env_config.kwargs)
         # One env first, to read its spaces; the vector env makes the others.
         first = make_one(name, kwargs)
         self._one_hot = _one_hot_keys(first.observation_space)

@@ -92,7 +92,7 @@ def make_env_spec(env_config) -> EnvSpec:
     `seedlike_spaces(**kwargs) -> (possible_agents, observation_space, action_space)` where it
     has one: then the learner needs only the wrapper module, not the env's package (Neural MMO
     lives in a virtualenv of its own, seedlike/envs/nmmo_env.py)."""
-    kwargs = dict(env_config.kwargs or {})
+    kwargs = dict(env_config.kwargs)
     agent_id = bool(env_config.agent_id)
     declared = _declared_spaces(env_config.name)
     if declared is not None:
@@ -115,7 +115,7 @@ def _declared_spaces(name: str):
     return getattr(module, "seedlike_spaces", None)
 
 
-def spec_of(name: str, env, agent_id: bool = False) -> EnvSpec:
+def spec_of(name: str, env, agent_id: bool) -> EnvSpec:
     agents = list(env.possible_agents)
     if not agents:
         raise ValueError(f"{name}: possible_agents is empty")
@@ -164,7 +164,7 @@ class PettingZooAdapter:
         self.spec = spec
         self.num_envs = int(env_config.num_envs)
         factory = load_factory(env_config.name)
-        kwargs = dict(env_config.kwargs or {})
+        kwargs = dict(env_config.kwargs)
         self._envs = [factory(**kwargs) for _ in range(self.num_envs)]
         self._seed = int(seed)
         agents = list(self._envs[0].possible_agents)

@@ -19,7 +19,14 @@ import time
 
 import numpy as np
 
-from seedlike.config import ConfigError, load_config_file, renamed, validate
+from seedlike.config import (
+    ConfigError,
+    env_spec,
+    load_config_file,
+    renamed,
+    validate,
+    validate_network,
+)
 from seedlike.launch import api
 
 POLL_S = 1.0
@@ -187,6 +194,7 @@ def configured(config_path: str, overrides: dict[str, str]):
             node[last] = _typed(node[last], text, key)
     try:
         validate(config)
+        validate_network(config, env_spec(config))
     except ConfigError as e:
         raise SpecError(f"{cell_name(overrides)}: {e}") from None
     return config

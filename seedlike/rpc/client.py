@@ -260,9 +260,9 @@ class Backoff:
 
     def __init__(
         self,
-        initial_s: float = 0.1,
-        max_s: float = 5.0,
-        give_up_s: float = 300.0,
+        initial_s: float,
+        max_s: float,
+        give_up_s: float,
         seed=None,
         sleep=None,
     ):

@@ -75,7 +75,7 @@ class SessionGate:
         self,
         max_actors: int,
         max_streams_per_peer: int,
-        evict_idle_s: float = 5.0,
+        evict_idle_s: float,
         defer_close: bool = False,
     ):
         self.max_actors = int(max_actors)
@@ -218,8 +218,8 @@ class InferenceServicer:
         limits: codec.Limits,
         hello_timeout_s: float,
         idle_timeout_s: float,
-        credentials: Credentials | None = None,
-        max_pending: int = 64,
+        credentials: Credentials | None,
+        max_pending: int,
     ):
         self._backend = backend
         self._limits = limits

@@ -99,7 +99,7 @@ class PeerWatch:
     answering (process 0, which hosts it, is gone), sets `lost` to a one-line reason. A thread of
     its own: the learner loop only reads `lost`."""
 
-    def __init__(self, timeout_s: float = 30.0, period_s: float = 1.0):
+    def __init__(self, timeout_s: float, period_s: float = 1.0):
         self._client = None
         if jax.process_count() > 1:
             from jax._src import distributed as jax_distributed  # jax.distributed's own client

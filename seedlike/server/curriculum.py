@@ -83,7 +83,7 @@ class Curriculum:
 
     @classmethod
     def from_config(cls, config) -> Curriculum | None:
-        levels = tuple(config.env.levels or ())
+        levels = tuple(config.env.levels)
         if not levels:
             return None
         c = config.curriculum

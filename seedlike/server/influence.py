@@ -138,7 +138,7 @@ class ResultQuota:
     fake wins or losses from one actor move the payoff matrix and the opponent sampler by at
     most that share of the results. Results beyond are ignored (`capped`)."""
 
-    def __init__(self, seconds: float = 30.0, factor: float = 1.0):
+    def __init__(self, seconds: float, factor: float):
         self.seconds = float(seconds)
         self.factor = float(factor)
         self._window: collections.deque = collections.deque()  # (time, identity, admitted)

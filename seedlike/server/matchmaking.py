@@ -33,7 +33,10 @@ class Matchmaker:
     seed: seeds the annealing draws and the bots' moves.
     teams: the seats' teams (seedlike.teams.Teams); None: from the spec's defaults.
     curriculum: a seedlike.server.curriculum.Curriculum over env.levels, or None.
-    success_threshold: an episode succeeded if its return exceeds this (with a curriculum).
+    success_threshold: an episode succeeded if its return exceeds this (read with a curriculum,
+      which config.validate gives one).
+    result_quota: what one identity's league results may weigh (seedlike.server.influence);
+      None: every result counts.
     """
 
     def __init__(
@@ -44,20 +47,21 @@ class Matchmaker:
         seed=0,
         teams: Teams | None = None,
         curriculum=None,
-        success_threshold: float = 0.0,
+        success_threshold: float | None = None,
+        result_quota: ResultQuota | None = None,
     ):
         self.num_players = spec.num_players
         self.teams = teams or Teams.of_env(spec)
         self.league = league
         self.annealing = annealing
         self.curriculum = curriculum
-        self.success_threshold = float(success_threshold)
+        self.success_threshold = success_threshold
         self._rng = np.random.default_rng(seed + 1)
         self.bot_rng = np.random.default_rng(seed + 3)
         names = league.bot_names if league is not None else ()
         self.bots = {players.bot_id(name): players.make_bot(name, spec) for name in names}
         self._games = GameTracker(self.teams, players.UNSEEN) if league is not None else None
-        self.result_quota = ResultQuota()
+        self.result_quota = result_quota
 
     def start(self, seat: np.ndarray, version: int) -> tuple[np.ndarray, np.ndarray]:
         """Policy ids int64 [k] and annealed-change flags bool [k] for k starting episodes at
@@ -108,7 +112,7 @@ class Matchmaker:
         results = self._games.update(
             ran[step.first], step.policy[step.first], episodes.seat, episodes.episode_return
         )
-        if identity is not None and results:
+        if identity is not None and results and self.result_quota is not None:
             seats = np.array([seat for _, _, seat in results], np.int64)
             admitted = self.result_quota.admit(identity[seats], time.monotonic())
             results = [r for r, ok in zip(results, admitted) if ok]

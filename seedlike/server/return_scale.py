@@ -25,7 +25,7 @@ class ReturnScale:
       eps: added to the variance.
     """
 
-    def __init__(self, gamma: float, clip: float = 10.0, eps: float = 1e-8):
+    def __init__(self, gamma: float, clip: float, eps: float = 1e-8):
         self.gamma, self.clip, self.eps = float(gamma), float(clip), float(eps)
         self._g = np.zeros(0, np.float64)
         self.count, self.mean, self.var = 0.0, 0.0, 1.0
