@@ -105,7 +105,9 @@ def measure(config) -> dict:
     network = make_network(config.network, spec)
     batch = _full_batch(config, spec)
     device = jax.local_devices()[0]
-    learner = learner_lib.Learner(config, network, devices=[device])
+    learner = learner_lib.Learner(
+        config, network, window_s=config.server.fair_window_s, devices=[device]
+    )
     learner.set_state(learner.init_state(jax.random.key(0)))
     repeats, warmup = _REPEATS.value, _WARMUP.value
 

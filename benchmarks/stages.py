@@ -101,7 +101,9 @@ def breakdown(env: str, config_file: str = "atari_ppo.py") -> dict:
     s, cores = _timed(record, 500)
     out["server_trajectory_store"] = s * cores / n * 1e6
 
-    learner = Learner(config, network, devices=jax.local_devices()[:1])
+    learner = Learner(
+        config, network, window_s=config.server.fair_window_s, devices=jax.local_devices()[:1]
+    )
     learner.set_state(learner.init_state(jax.random.key(0)))
     stacked = full[0]
     steps = config.batch_unrolls * config.unroll_length

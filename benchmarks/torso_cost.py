@@ -81,7 +81,12 @@ def main(_):
         config = base.copy_and_resolve_references()
         config.unlock()
         config.network.update(network_config)
-        learner = Learner(config, make_network(config.network, spec), devices=jax.devices()[:1])
+        learner = Learner(
+            config,
+            make_network(config.network, spec),
+            window_s=config.server.fair_window_s,
+            devices=jax.devices()[:1],
+        )
         learner.set_state(learner.init_state(jax.random.key(0)))
         learner.update(batch)  # compiles
         learners[name] = learner

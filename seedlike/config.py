@@ -339,7 +339,7 @@ def league_section() -> ml_collections.ConfigDict:
     c.pfsp_p = 2.0
     c.recent_k = 10  # uniform_recent: over the last k snapshots
     c.snapshot_every = 20  # learner updates between snapshots joining the pool
-    c.max_snapshots = 50  # oldest snapshots leave the pool beyond this
+    c.max_snapshots = 50  # oldest snapshots leave the pool beyond this (0: none leave)
     # Payoff matrix (PFSP's win rates; seedlike.league.payoff): each pair's counts are multiplied
     # by payoff_decay before its next result (1.0: every result at full weight; the learner keeps
     # changing, so results against it go stale), and payoff_prior_games pseudo-games at 0.5 keep

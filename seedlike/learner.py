@@ -229,7 +229,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     for warning in config_lib.advice(config, spec, jax.default_backend()):
         logging.warning("%s", warning)
     network = make_network(config.network, spec)
-    learner = Learner(config, network)
+    learner = Learner(config, network, window_s=config.server.fair_window_s)
     logging.info("learner on %d device(s): %s", learner.num_devices, learner.devices)
     checkpointer = None
     state, meta = learner.init_state(jax.random.key(config.seed)), {}
@@ -286,17 +286,8 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     # Front ends write the observations of every step straight into the pool's shared memory.
     front_ends = Transport.from_config(config.server).front_ends
     pool = UnrollPool(server_spec, config.unroll_length, shared=front_ends > 0)
-    store = TrajectoryStore(
-        pool,
-        learner.local_batch_unrolls,
-        batches,
-        network.initial_carry(1),
-        max_identity_share=float(config.server.max_identity_share),
-        fair_share_factor=float(config.server.fair_share_factor),
-        fair_window_s=float(config.server.fair_window_s),
-        max_policy_lag=int(config.server.max_policy_lag),
-        reward_scale=float(config.server.reward_scale),
-        reward_floor=float(config.server.reward_floor),
+    store = TrajectoryStore.from_config(
+        pool, learner.local_batch_unrolls, batches, network.initial_carry(1), config.server
     )
     service, server, _ = start_inference(
         config, server_spec, network, registry, store, logdir, bind, port, matchmaker,

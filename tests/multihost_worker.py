@@ -28,7 +28,7 @@ def main(coordinator, num_processes, process_id, variant, out):
     config.distributed.timeout_s = 60
     distributed.initialize(config)
     network = make_network(config.network, SPEC)
-    learner = Learner(config, network)
+    learner = Learner(config, network, window_s=config.server.fair_window_s)
     initial = learner.init_state(jax.random.key(0))
 
     # Only process 0's state and counters may count: the others start from something else.

@@ -66,7 +66,7 @@ def test_config_builds_on_two_devices(path):
         mean = params["params"]["gaussian_head"]["mean"]["kernel"]
         assert mean.shape[-1] == spec.continuous
     # Batch and minibatches split over the suite's two forced devices (raises if not).
-    learner = Learner(config, network)
+    learner = Learner(config, network, window_s=config.server.fair_window_s)
     assert learner.num_devices == 2
 
 

@@ -236,7 +236,7 @@ def test_learner_reset_restores_the_initial_params_and_optimizer_as_a_new_versio
 
     config = load_config_file("configs/cartpole_ppo.py")
     network = make_network(config.network, config_lib.env_spec(config))
-    learner = Learner(config, network)
+    learner = Learner(config, network, window_s=config.server.fair_window_s)
     initial = learner.init_state(jax.random.key(0))
     trained = learner.init_state(jax.random.key(1))
     trained = trained.replace(
@@ -261,7 +261,7 @@ def test_an_exploiter_resets_to_the_newest_main_snapshot_with_a_fresh_optimizer(
 
     config = load_config_file("configs/cartpole_ppo.py")
     network = make_network(config.network, config_lib.env_spec(config))
-    learner = Learner(config, network)
+    learner = Learner(config, network, window_s=config.server.fair_window_s)
     initial = learner.init_state(jax.random.key(0))
     trained = learner.init_state(jax.random.key(1))
     learner.set_state(trained.replace(policy_version=trained.policy_version + 3))

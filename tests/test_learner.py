@@ -84,7 +84,7 @@ def variant_config(name):
 
 def run_update(devices, config, updates=2, obs_on_device=False):
     network = make_network(config.network, SPEC)
-    learner = Learner(config, network, devices=devices)
+    learner = Learner(config, network, window_s=config.server.fair_window_s, devices=devices)
     state = learner.init_state(jax.random.key(0))
     learner.set_state(state)
     metrics = []
@@ -175,7 +175,9 @@ def test_a_fresh_state_is_the_networks_init_as_host_arrays():
     the host (nothing of it left running on a device outside the learner's guard)."""
     config = small_config()
     network = make_network(config.network, SPEC)
-    learner = Learner(config, network, devices=jax.local_devices()[:1])
+    learner = Learner(
+        config, network, window_s=config.server.fair_window_s, devices=jax.local_devices()[:1]
+    )
     state = learner.init_state(jax.random.key(3))
     eager = ts.init_train_state(network, learner.optimizer, jax.random.key(3))
     leaves = jax.tree.leaves(state)
@@ -190,7 +192,9 @@ def _update_with(corrupt):
     """One update on one device after `corrupt(unrolls)`; returns (metrics, before, after)."""
     config = small_config()
     network = make_network(config.network, SPEC)
-    learner = Learner(config, network, devices=jax.local_devices()[:1])
+    learner = Learner(
+        config, network, window_s=config.server.fair_window_s, devices=jax.local_devices()[:1]
+    )
     state = learner.init_state(jax.random.key(0))
     learner.set_state(state)
     unrolls = random_unrolls(network, state.params, state.obs_norm, 4, 8)
@@ -220,7 +224,8 @@ def test_indivisible_batch_is_a_clear_error():
         Learner(
             small_config(batch_unrolls=3),
             make_network(base_config().network, SPEC),
-            jax.local_devices()[:2],
+            window_s=30.0,
+            devices=jax.local_devices()[:2],
         )
 
 
@@ -233,7 +238,9 @@ def test_a_stop_request_abandons_the_update_and_keeps_the_last_complete_version(
 
     config = small_config()
     network = make_network(config.network, SPEC)
-    learner = Learner(config, network, devices=jax.local_devices()[:1])
+    learner = Learner(
+        config, network, window_s=config.server.fair_window_s, devices=jax.local_devices()[:1]
+    )
     state = learner.init_state(jax.random.key(0))
     learner.set_state(state)
     unrolls = random_unrolls(

@@ -55,7 +55,13 @@ def reference(variant):
     """One process, two devices, the batch shuffled in two blocks as two hosts would."""
     config = variant_config(variant)
     network = make_network(config.network, SPEC)
-    learner = Learner(config, network, devices=jax.local_devices()[:2], shuffle_blocks=2)
+    learner = Learner(
+        config,
+        network,
+        window_s=config.server.fair_window_s,
+        devices=jax.local_devices()[:2],
+        shuffle_blocks=2,
+    )
     initial = learner.init_state(jax.random.key(0))
     learner.set_state(initial)
     metrics = []

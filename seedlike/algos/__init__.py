@@ -11,8 +11,9 @@ math lives in the module it names, which the learner imports:
         [T+1, ...] (the learner's prepare step vmaps it over the batch), or None where the loss
         computes its targets itself along whole unrolls (V-trace).
 
-A new algorithm is a module with those two functions and a record below: its config section (a
-comment per setting: the configs' documentation), its checks, its metrics.
+A new algorithm is a module with those two functions and a record below: its config section (from
+`common_settings`, a comment per setting: the configs' documentation), its checks, its metrics.
+tests/test_extending.py adds one from outside the library.
 """
 
 from __future__ import annotations
@@ -51,8 +52,10 @@ class Algorithm:
         return importlib.import_module(self.math)
 
 
-def _returns(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """The settings every algorithm reads around its loss: discount, rewards, passes."""
+def common_settings(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The settings every algorithm's section starts from, which the learner reads around the
+    loss: discount, loss weights, reward clipping and scaling; an algorithm adds its passes over a
+    batch (epochs, num_minibatches) and its own."""
     c.gamma = 0.99
     c.vf_coef = 0.5
     c.ent_coef = 0.01
@@ -65,7 +68,8 @@ def _returns(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     return c
 
 
-def _check_returns(name: str, c: ml_collections.ConfigDict) -> list[str]:
+def check_common(name: str, c: ml_collections.ConfigDict) -> list[str]:
+    """What is wrong with `common_settings` and the passes in section `name`."""
     problems = []
     if not 0.0 < c.gamma <= 1.0:
         problems.append(f"{name}.gamma={c.gamma} must lie in (0, 1]")
@@ -79,7 +83,7 @@ def _check_returns(name: str, c: ml_collections.ConfigDict) -> list[str]:
 
 
 def ppo_defaults() -> ml_collections.ConfigDict:
-    c = _returns(ml_collections.ConfigDict())
+    c = common_settings(ml_collections.ConfigDict())
     c.gae_lambda = 0.95
     c.epochs = 4  # passes over each batch
     c.num_minibatches = 4  # minibatches per pass
@@ -91,7 +95,7 @@ def ppo_defaults() -> ml_collections.ConfigDict:
 
 
 def check_ppo(c: ml_collections.ConfigDict) -> list[str]:
-    problems = _check_returns("ppo", c)
+    problems = check_common("ppo", c)
     if not 0.0 <= c.gae_lambda <= 1.0:
         problems.append(f"ppo.gae_lambda={c.gae_lambda} must lie in [0, 1]")
     if c.clip_eps <= 0 or c.value_clip_eps <= 0:
@@ -100,7 +104,7 @@ def check_ppo(c: ml_collections.ConfigDict) -> list[str]:
 
 
 def vtrace_defaults() -> ml_collections.ConfigDict:
-    c = _returns(ml_collections.ConfigDict())
+    c = common_settings(ml_collections.ConfigDict())
     c.lambda_ = 1.0  # trace coefficient multiplying c_t
     c.clip_rho = 1.0  # rho-bar
     c.clip_pg_rho = 1.0  # rho-bar of the policy-gradient advantage
@@ -111,7 +115,7 @@ def vtrace_defaults() -> ml_collections.ConfigDict:
 
 
 def check_vtrace(c: ml_collections.ConfigDict) -> list[str]:
-    problems = _check_returns("vtrace", c)
+    problems = check_common("vtrace", c)
     if not 0.0 <= c.lambda_ <= 1.0:
         problems.append(f"vtrace.lambda_={c.lambda_} must lie in [0, 1]")
     if min(c.clip_rho, c.clip_pg_rho, c.clip_c) <= 0:

@@ -65,12 +65,14 @@ def sampler_kwargs(league_config) -> dict:
 class League:
     def __init__(self, league_config, seed: int = 0, snapshot_dir: str | None = None):
         self.config = league_config
-        self.pool = OpponentPool(max_size=int(league_config.max_snapshots) or None)
+        self.pool = OpponentPool(max_size=int(league_config.max_snapshots) or None)  # 0: no limit
         self.payoff = PayoffMatrix(
             prior_games=float(league_config.payoff_prior_games),
             decay=float(league_config.payoff_decay),
         )
         self.role = league_config.role  # "" for a single-role league
+        # Whose snapshots these are: a single-role league's are its main agent's.
+        self.own_role = self.role or "main"
         self.role_dir = league_config.role_dir
         self.sampler = make_role_sampler(league_config, self.pool, self.payoff)
         self.rule = None
@@ -140,7 +142,7 @@ class League:
     def own_id(self, version: int) -> int:
         """The policy id of this league's own snapshot of `version` (its version where the
         league has no roles, and for the main agent)."""
-        return roles.snapshot_id(self.role or "main", version)
+        return roles.snapshot_id(self.own_role, version)
 
     def wants_snapshot(self, version: int) -> bool:
         every = int(self.config.snapshot_every)
@@ -162,7 +164,7 @@ class League:
                 version,
             )
             policy_params = load_snapshot(self.snapshot_dir, version, policy_params)
-        own = self.role or "main"
+        own = self.own_role
         if own not in roles.OPPONENT_ROLES[own]:
             logging.info("league: %s snapshot %d saved for the other roles", own, version)
             return
@@ -255,7 +257,7 @@ class League:
     def snapshot_dir_of(self, policy: int) -> str:
         """Where the snapshot `policy` lives on disk."""
         role = roles.role_of(policy)
-        if role == (self.role or "main"):
+        if role == self.own_role:
             return self.snapshot_dir
         return roles.snapshot_dir(self.role_dir, role)
 

@@ -37,13 +37,17 @@ class Learner:
     """The replicated TrainState and its update.
 
     Args:
+      config: the run's settings (batch shape, budget), its algorithm's section and `optimizer`.
+      network: a networks.Network.
+      window_s: the influence window (server.fair_window_s) over which one identity's share of
+        the observation statistics is bounded (networks.normalization.IdentityWindow).
       devices: the pmap's devices, every learner host's (default: jax.devices()); this process
         feeds those it owns (local_devices).
       shuffle_blocks: blocks of the batch shuffled independently, one per learner host (default:
         the number of processes). One process can reproduce a multi-host update with more.
     """
 
-    def __init__(self, config, network, devices=None, shuffle_blocks=None):
+    def __init__(self, config, network, *, window_s: float, devices=None, shuffle_blocks=None):
         self.config = config
         self.network = network
         self.algorithm = ALGORITHMS[config.algo]
@@ -98,10 +102,7 @@ class Learner:
             advantages, groups=int(config.batch_unrolls), parts=self.num_local
         )
         self._advantages = advantages is not None
-        self.obs_window = normalization.IdentityWindow(
-            float(config.server.fair_window_s),
-            float(config.network.obs_clip),
-        )
+        self.obs_window = normalization.IdentityWindow(float(window_s), network.obs_clip)
         self._prepare = jax.pmap(prepare, ts.AXIS, devices=self.devices)
         self._state = None
         self._version = 0

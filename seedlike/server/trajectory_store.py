@@ -240,7 +240,25 @@ class TrajectoryStore:
         newest are kept out of the loss (`unrolls_stale`; 0: no limit).
       reward_scale, reward_floor: rewards of a full batch are clipped to
         influence.reward_bound (reward_scale 0: not clipped).
+
+    The bounds default to off (1.0 equals server.max_identity_share's default, and the
+    others' config defaults are compared in tests/core/test_defaults.py); a learner takes them
+    from its config (`from_config`).
     """
+
+    @classmethod
+    def from_config(cls, pool, batch_unrolls, batches, carry_template, server_config):
+        """The store of a learner: the bounds of its config's `server` section."""
+        s = server_config
+        return cls(
+            pool, batch_unrolls, batches, carry_template,
+            max_identity_share=float(s.max_identity_share),
+            fair_share_factor=float(s.fair_share_factor),
+            fair_window_s=float(s.fair_window_s),
+            max_policy_lag=int(s.max_policy_lag),
+            reward_scale=float(s.reward_scale),
+            reward_floor=float(s.reward_floor),
+        )  # fmt: skip
 
     def __init__(
         self,

@@ -1,0 +1,240 @@
+"""seedlike extended from outside its code, as a researcher would: an env backend, a learning
+algorithm and a policy head, each one module (this one) plus one registry line, with no edit to
+the library. They train together, in one process (learner and actor threads), and the trained
+network is widened by surgery exactly, its new head included.
+
+The env ("signal"): every step shows one of K cues, one-hot; the action that names it earns 1.
+Episodes last LENGTH steps, so a random policy returns LENGTH / K and the best one LENGTH.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from networks import heads
+from networks.graph import Part, Reader, Space
+from seedlike import algos, envs
+from seedlike.actor import Actor
+from seedlike.algos import gae
+from seedlike.config import base_config
+from seedlike.learner import ADDRESS_FILE, train
+from seedlike.metrics import read_metrics
+from seedlike.types import ArraySpec, EnvSpec, Rows
+from surgery.checkpoint_surgery import run_surgery
+from surgery.plan import Plan, WidenDense
+
+K, LENGTH = 3, 8
+THIS = __name__  # the module of the backend's and the algorithm's functions
+
+
+# The env backend (the contract in seedlike/envs/__init__.py) --------------------------------
+
+
+def check_env(env_config) -> None:
+    if env_config.name != "signal":
+        raise ValueError(f"env.name={env_config.name!r}: the toy backend has only 'signal'")
+
+
+def make_env_spec(env_config) -> EnvSpec:
+    return EnvSpec("signal", {"obs": ArraySpec(np.float32, (K,))}, num_actions=K)
+
+
+def takes_render_mode(name: str) -> bool:
+    return False
+
+
+class Adapter:
+    """env.num_envs signal envs, stepped together; an ended episode restarts at the next send."""
+
+    def __init__(self, env_config, spec: EnvSpec, seed: int):
+        self.n = int(env_config.num_envs)
+        self.rng = np.random.default_rng(seed)
+        self.env_id = np.arange(self.n, dtype=np.int32)
+
+    def reset(self) -> None:
+        self.cue = self.rng.integers(0, K, self.n)
+        self.t = np.zeros(self.n, np.int64)
+        self.reward = np.zeros(self.n, np.float32)
+
+    def recv(self) -> Rows:
+        done = self.t >= LENGTH
+        return Rows(
+            {"obs": np.eye(K, dtype=np.float32)[self.cue]}, {}, self.reward.copy(),
+            done.copy(), np.zeros(self.n, bool), self.env_id, np.zeros(self.n, np.int32),
+            ~done, done.copy(),
+        )  # fmt: skip
+
+    def send(self, action: np.ndarray, rows: Rows) -> None:
+        acted = np.zeros(self.n, np.int64)
+        acted[rows.env_id] = action
+        done = self.t >= LENGTH
+        self.reward = np.where(done, 0.0, (acted == self.cue).astype(np.float32))
+        self.t = np.where(done, 0, self.t + 1)  # an ended episode restarts, its action ignored
+        self.cue = self.rng.integers(0, K, self.n)
+
+    def close(self) -> None:
+        pass
+
+
+# The algorithm: policy gradient with a learned baseline (the Algorithm contract) -------------
+
+
+def toy_defaults() -> ml_collections.ConfigDict:
+    c = algos.common_settings(ml_collections.ConfigDict())
+    c.gae_lambda = 0.9
+    c.epochs = 1
+    c.num_minibatches = 1
+    return c
+
+
+def advantages(section):
+    def fn(unroll):
+        discount_t, lambda_t = gae.episode_discounts(
+            unroll.terminated, unroll.truncated, unroll.valid[:-1], section.gamma,
+            section.gae_lambda,
+        )  # fmt: skip
+        advantage = gae.generalized_advantage_estimation(
+            unroll.reward, discount_t, lambda_t, unroll.behaviour_value
+        )
+        return advantage, advantage + unroll.behaviour_value[:-1]
+
+    return fn
+
+
+def make_loss(network, section, axis_name, sequences):
+    assert not sequences  # feed-forward, and the record says it needs no whole unrolls
+
+    def loss_fn(params, obs_norm, batch):
+        logits, value = network.apply(params, obs_norm, batch.obs, batch.extras, batch.action)
+        logp = heads.log_prob(logits, batch.action, network.action_sizes)
+        count = jnp.maximum(jnp.sum(batch.mask), 1.0)
+
+        def mean(x):
+            return jnp.sum(batch.mask * x) / count
+
+        policy = -mean(logp * batch.advantage)
+        value_loss = mean(jnp.square(value - batch.value_target))
+        entropy = mean(heads.entropy(logits, network.action_sizes))
+        total = policy + section.vf_coef * value_loss - section.ent_coef * entropy
+        return total, {
+            "loss/total": total,
+            "loss/policy": policy,
+            "loss/value": value_loss,
+            "loss/entropy": entropy,
+        }
+
+    return loss_fn
+
+
+# The policy head (the POLICY_HEADS contract in networks/heads.py) -----------------------------
+
+
+class HiddenLayerHead(nn.Module):
+    """Logits through one ReLU layer of WIDTH units."""
+
+    num_actions: int
+    width: int = 16
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        h = nn.relu(nn.Dense(self.width, name="hidden")(x))
+        return nn.Dense(
+            self.num_actions, kernel_init=nn.initializers.orthogonal(0.01), name="logits"
+        )(h)
+
+    def graph(self, name: str) -> Part:
+        hidden, logits = f"{name}/hidden", f"{name}/logits"
+        spaces = {
+            hidden: Space((hidden,), readers=(Reader(logits),)),
+            logits: Space((logits,), refused=f"params/{logits} is the policy head's output"),
+        }
+        return Part(readers=(Reader(hidden),), spaces=spaces, logits=logits)
+
+
+class WiderHiddenLayerHead(HiddenLayerHead):
+    width: int = 24
+
+
+@pytest.fixture
+def extended(monkeypatch):
+    """The three registry lines (undone after the test)."""
+    monkeypatch.setitem(envs.BACKENDS, "toy", envs.Backend("toy", THIS))
+    record = algos.Algorithm(
+        name="toy_pg",
+        defaults=toy_defaults,
+        check=lambda c: algos.check_common("toy_pg", c),
+        metrics=("loss/total", "loss/policy", "loss/value", "loss/entropy"),
+        sequences=False,
+        math=THIS,
+    )
+    monkeypatch.setitem(algos.ALGORITHMS, "toy_pg", record)
+    monkeypatch.setitem(heads.POLICY_HEADS, "hidden_layer", HiddenLayerHead)
+    monkeypatch.setitem(heads.POLICY_HEADS, "wider_hidden_layer", WiderHiddenLayerHead)
+
+
+def toy_config(**network) -> ml_collections.ConfigDict:
+    c = base_config()  # after the registry lines: it has a toy_pg section
+    c.env.backend, c.env.name, c.env.num_envs = "toy", "signal", 16
+    c.algo = "toy_pg"
+    c.toy_pg.gamma = 0.5  # a cue's reward is the action's alone: little to look ahead for
+    c.network.hidden_sizes, c.network.policy_head = (16,), "hidden_layer"
+    c.network.normalize_obs = False
+    c.unroll_length, c.batch_unrolls = 8, 8
+    c.optimizer.learning_rate, c.optimizer.anneal_lr = 3e-2, False
+    c.total_env_steps = 12_000
+    c.log.interval_s, c.log.wandb_mode = 0.5, "disabled"
+    c.checkpoint.interval_s = 1e9
+    c.network.update(network)
+    return c
+
+
+@pytest.mark.slow
+def test_a_backend_an_algorithm_and_a_head_from_outside_train_and_widen_exactly(extended, tmp_path):
+    config = toy_config()
+    logdir = str(tmp_path / "run")
+    stop = threading.Event()
+    codes = []
+
+    def act():
+        address_file = os.path.join(logdir, ADDRESS_FILE)
+        while not os.path.exists(address_file) and not stop.is_set():
+            stop.wait(0.1)
+        if stop.is_set():
+            return
+        with open(address_file) as f:
+            codes.append(Actor(config, f.read().strip(), 0, stop).run())
+
+    actor = threading.Thread(target=act, daemon=True)
+    actor.start()
+    try:
+        train(config, logdir, port=0, stop=None)
+    finally:
+        stop.set()
+        actor.join(60)
+    assert codes == [0]  # the actor ended with the run
+    rows = read_metrics(logdir)
+    returns = [r["episode_return_mean"] for r in rows if r["episode_return_mean"] is not None]
+    assert "loss/policy" in rows[-1] and rows[-1]["policy_version"] > 20
+    assert returns[-1] > 0.75 * LENGTH > 2 * LENGTH / K  # well above random play
+
+    # Surgery: the torso widened by a derived plan, and the new head's own layer by a hand plan.
+    wider_torso = toy_config(hidden_sizes=(24,))
+    outcome = run_surgery(logdir, str(tmp_path / "wide"), new_config=wider_torso)
+    assert [op.path for op in outcome.plan.ops] == [
+        "params/policy_torso/dense_0",
+        "params/value_torso/dense_0",
+    ]
+    assert outcome.report.unroll_max_abs_logits < 1e-5
+    wider_head = toy_config(policy_head="wider_hidden_layer")
+    hand = Plan((WidenDense("params/policy_head/hidden", 24, "random", 0.1, 0.01),))
+    outcome = run_surgery(logdir, str(tmp_path / "head"), plan=hand, new_config=wider_head)
+    assert outcome.changes["params/policy_head/hidden/kernel"] == "[16, 16] -> [16, 24]"
+    assert outcome.report.unroll_max_abs_logits < 1e-5
