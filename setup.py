@@ -55,17 +55,17 @@ setup(
         # learner reads their spec.
         "magent": ["magent2==0.3.4", "pygame-ce==2.5.8"],
         "dev": [
-            "magent2==0.3.4",  # tests/test_pettingzoo.py
+            "magent2==0.3.4",  # tests/envs/test_pettingzoo.py
             "pygame-ce==2.5.8",
             "pytest==9.2.0",
             "pytest-xdist==3.8.0",  # scripts/test.sh runs two workers
             "ruff==0.17.6",
             "grpcio-tools==1.85.1",
-            # tests/test_notebooks.py runs notebooks/ in a kernel
+            # tests/integration/test_notebooks.py runs notebooks/ in a kernel
             "nbclient==0.11.0",
             "nbformat==5.11.1",
             "ipykernel==7.4.0",
-            "kubernetes-validate==1.37.0",  # tests/test_deploy.py, offline schemas
+            "kubernetes-validate==1.37.0",  # tests/launch/test_deploy.py, offline schemas
         ],
     },
 )

@@ -1,7 +1,7 @@
 """The entity-and-pointer task (seedlike/envs/targets.py): an entity encoder reads a set of up to
 8 entities and a factorized action picks a style (ordinary head) and a target (pointer head).
 Random play scores about 2.4 per 8-step episode, the optimum 8; this config passes 6 in well
-under a minute of training on a 2-core CPU (tests/test_entities.py)."""
+under a minute of training on a 2-core CPU (tests/networks/test_entities.py)."""
 
 from seedlike.config import base_config
 

@@ -190,8 +190,8 @@ class ActorCritic(nn.Module):
     The encoders (torsos.py, text.py, entities.py) and the heads (`head_modules`, heads.py) are
     modules of their own, and each names its layers for surgery (their `graph`; `layer_graph`
     joins the parts). A new policy head is a module with its `graph` and one line in
-    heads.POLICY_HEADS (network.policy_head selects it); tests/test_extending.py adds one from
-    outside.
+    heads.POLICY_HEADS (network.policy_head selects it); tests/integration/test_extending.py adds
+    one from outside.
     """
 
     torso_spec: TorsoSpec

@@ -45,7 +45,7 @@ class CategoricalHead(nn.Module):
 
 # The policy heads network.policy_head names: a module taking the number of dense choices, mapping
 # features [N, F] to their logits, with a `graph(name)` Part that names its logits layer. A new one
-# is a module and a line here (tests/test_extending.py registers one from outside).
+# is a module and a line here (tests/integration/test_extending.py registers one from outside).
 POLICY_HEADS: dict[str, type[nn.Module]] = {"categorical": CategoricalHead}
 
 

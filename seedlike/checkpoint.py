@@ -129,7 +129,7 @@ class Checkpointer:
         complete (`wait` or `close` waits for it). The state is copied to host memory first, so
         the caller may go on changing it."""
         self.wait()  # one save at a time
-        # orbax copies the arrays before it returns (tests/test_checkpoint.py checks that later
+        # orbax copies the arrays before it returns (tests/core/test_checkpoint.py checks that later
         # changes to the caller's arrays do not reach the write).
         state = jax.device_get(state)
         meta = {**meta, DIGEST_KEY: tree_digest(state)}

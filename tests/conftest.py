@@ -9,7 +9,7 @@ from seedlike.runtime import xla_flags
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 # wandb's offline run costs every learner process about a second and a service process of its own;
-# the tests of that path (tests/test_metrics.py) set WANDB_MODE=offline themselves.
+# the tests of that path (tests/core/test_metrics.py) set WANDB_MODE=offline themselves.
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # One persistent compilation cache for this process and every learner, actor and notebook kernel

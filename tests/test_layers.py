@@ -3,6 +3,7 @@ imports the one that calls it. Read from the source (imports inside functions co
 
 import ast
 import os
+import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -76,15 +77,41 @@ def test_runtime_helpers_are_the_ground_floor_and_launchers_the_top():
 def test_no_test_demands_bitwise_equal_floats_from_a_report():
     """Outputs of computations of different shapes (a surgery's wider matmuls) agree up to float32
     rounding, which depends on the CPU's kernels: `max_abs_logits == 0` passed on an AVX-512 CPU
-    and failed on an AVX2 one. Such checks take a tolerance (tests/test_surgery.py's TOL);
+    and failed on an AVX2 one. Such checks take a tolerance (tests/surgery/test_surgery.py's TOL);
     `scripts/test.sh --cpu=EPYC-Rome` runs tests on an emulated AVX2 CPU."""
-    import re
-
     pattern = re.compile(r"\b(max_abs_\w+|max_kl|error)\s*==\s*0(\.0*)?\b")
-    found = []
-    for name in sorted(os.listdir(os.path.join(ROOT, "tests"))):
-        if name.endswith(".py") and name != "test_layers.py":
-            for number, line in enumerate(open(os.path.join(ROOT, "tests", name)), 1):
-                if pattern.search(line):
-                    found.append(f"tests/{name}:{number}: {line.strip()}")
+    found = [
+        f"{path}:{number}: {line.strip()}"
+        for path, number, line in lines_of_tests()
+        if pattern.search(line) and not path.endswith("test_layers.py")
+    ]
     assert not found, "\n".join(found)
+
+
+def test_tests_mirror_the_packages_and_wait_without_reading_the_clock():
+    """Every test file lives in the folder of what it tests (tests/<package>/); a deadline loop
+    is procs.wait_for, and no test asserts how long something took (a slower CPU is not a bug)."""
+    loose = sorted(
+        name
+        for name in os.listdir(os.path.join(ROOT, "tests"))
+        if name.startswith("test_") and name != "test_layers.py"
+    )
+    assert not loose, f"test files outside a package folder: {loose}"
+    clock = re.compile(r"assert .*(time\.monotonic\(\)|time\.time\(\)|perf_counter\(\)) - ")
+    deadline = re.compile(r"while time\.monotonic\(\) < deadline")
+    found = [
+        f"{path}:{number}: {line.strip()}"
+        for path, number, line in lines_of_tests()
+        if (clock.search(line) or deadline.search(line)) and not path.endswith("procs.py")
+    ]
+    assert not found, "\n".join(found)
+
+
+def lines_of_tests():
+    """(path, line number, line) of every line of the test files."""
+    for dirpath, _, files in os.walk(os.path.join(ROOT, "tests")):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                for number, line in enumerate(open(path), 1):
+                    yield os.path.relpath(path, ROOT), number, line

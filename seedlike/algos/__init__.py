@@ -1,6 +1,7 @@
 """The learning algorithms, one `Algorithm` record each: the only list of them. `base_config`'s
 sections, `config.validate` and the learner read `ALGORITHMS` when they run, so a record added
-from outside (`ALGORITHMS["mine"] = Algorithm(...)`, tests/test_extending.py) is one like these.
+from outside (`ALGORITHMS["mine"] = Algorithm(...)`, tests/integration/test_extending.py) is one
+like these.
 
 A record holds no jax (configs are built and checked where jax is not installed: actors); its
 math lives in the module it names, which the learner imports:
@@ -13,7 +14,7 @@ math lives in the module it names, which the learner imports:
 
 A new algorithm is a module with those two functions and a record below: its config section (from
 `common_settings`, a comment per setting: the configs' documentation), its checks, its metrics.
-tests/test_extending.py adds one from outside the library.
+tests/integration/test_extending.py adds one from outside the library.
 """
 
 from __future__ import annotations

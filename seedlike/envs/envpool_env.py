@@ -6,7 +6,8 @@ synchronous case (`batch_size == num_envs`). Every call of `recv` returns a `Row
 takes one action per row and forwards those of acting rows to envpool.
 
 envpool auto-resets: the step after a terminated/truncated one is a reset whose action is ignored,
-whose reward is 0 and whose `elapsed_step` is 0 (pinned down in tests/test_envpool_protocol.py).
+whose reward is 0 and whose `elapsed_step` is 0 (pinned down in
+tests/envs/test_envpool_protocol.py).
 """
 
 from __future__ import annotations

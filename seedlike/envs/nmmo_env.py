@@ -69,7 +69,7 @@ import gymnasium
 import numpy as np
 from pettingzoo import ParallelEnv
 
-# nmmo 2.1.1's constants (tests/test_nmmo_env.py checks them against nmmo itself).
+# nmmo 2.1.1's constants (tests/envs/test_nmmo_env.py checks them against nmmo itself).
 ENTITY_ATTRIBUTES = (
     "id", "npc_type", "row", "col", "damage", "time_alive", "freeze", "item_level",
     "attacker_id", "latest_combat_tick", "message", "gold", "health", "food", "water",

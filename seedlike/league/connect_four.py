@@ -4,7 +4,7 @@ The observation of a row (one per (env, player)) is bool [6, 7, 2] from that pla
 plane `MINE` (0) holds the row's own stones, plane `THEIRS` (1) the opponent's. Row 0 is the top
 of the board: stones fall to the highest free row index (row 5 first). The action is the column,
 0..6; `legal_action_mask` bool [7] marks the columns that are not full (playing a full one loses).
-`tests/test_league.py` pins this down against envpool.
+`tests/league/test_league.py` pins this down against envpool.
 
 All functions take a batch of rows [n, ...] and are vectorized over it.
 """

@@ -9,7 +9,7 @@ indices shuffled on the host within each learner host's block of the batch; with
 the whole batch, so N devices compute the same update as one device. With several hosts
 (seedlike.runtime.distributed) each learns from its own actors' unrolls, and the pmap's gradient
 average spans every device of every host: 2 hosts x 1 device compute the same update as 1 host x 2
-devices given shuffle_blocks=2 (tests/test_multihost.py).
+devices given shuffle_blocks=2 (tests/learning/test_multihost.py).
 
 Minibatches hold independent steps for feed-forward PPO, and whole unrolls for recurrent networks
 (replayed from the carry stored at the unroll start) and for V-trace (whose targets need the

@@ -42,7 +42,7 @@ STEP_TENSORS = {  # number -> name of StepBatch's Tensor fields
 }
 STEP_MAPS = ("observation", "extras", "newest")  # its map<string, Tensor> fields
 MAP_FIELDS = {_STEP[name]: name for name in STEP_MAPS}
-# (Every message field of a StepBatch is one of those: tests/test_wire.py checks it against the
+# (Every message field of a StepBatch is one of those: tests/rpc/test_wire.py checks it against the
 # descriptor, since a field this reader does not know would send every step through protobuf.)
 ENTRY_KEY, ENTRY_VALUE = 1, 2  # every protobuf map entry
 _TENSOR = _numbers(pb.Tensor)

@@ -1,0 +1,1 @@
+"""Tests of seedlike/envs: the env backends and their adapters."""

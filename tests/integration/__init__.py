@@ -1,0 +1,1 @@
+"""Tests of Whole jobs from the command line: learning runs, faults, notebooks."""

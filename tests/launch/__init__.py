@@ -1,0 +1,1 @@
+"""Tests of seedlike/launch: the Python API, sweeps, PBT, deploy."""

@@ -1,0 +1,1 @@
+"""Tests of seedlike/league: pools, samplers, payoffs, ratings, games and roles."""

@@ -1,0 +1,190 @@
+"""The learner update: identical on 1 and 2 devices, on-policy at the first step, NaN-safe."""
+
+import jax
+import numpy as np
+import pytest
+
+from networks import make_network
+from seedlike.config import base_config
+from seedlike.learning import train_state as ts
+from seedlike.learning.learner import Learner
+from tests.helpers import LEARNER_SPEC as SPEC
+from tests.helpers import VARIANTS, random_unrolls, variant_config
+from tests.helpers import learner_config as small_config
+
+
+def run_update(devices, config, updates=2, obs_on_device=False):
+    network = make_network(config.network, SPEC)
+    learner = Learner(config, network, window_s=config.server.fair_window_s, devices=devices)
+    state = learner.init_state(jax.random.key(0))
+    learner.set_state(state)
+    metrics = []
+    for i in range(updates):
+        unrolls = random_unrolls(
+            network, state.params, state.obs_norm, config.batch_unrolls, config.unroll_length, i
+        )
+        if obs_on_device:  # as LearnerBatch.unroll(learner.batch_device) stacks them
+            unrolls = unrolls._replace(obs=jax.device_put(unrolls.obs, devices[0]))
+        metrics.append(learner.update(unrolls))
+    return learner.state(), metrics, state
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_one_and_two_devices_compute_the_same_update(variant):
+    assert jax.local_device_count() >= 2, "tests/conftest.py forces 2 CPU devices"
+    config = variant_config(variant)
+    one, metrics_one, initial = run_update(jax.local_devices()[:1], config)
+    two, metrics_two, _ = run_update(jax.local_devices()[:2], config)
+    moved = jax.tree.map(
+        lambda a, b: float(np.max(np.abs(np.asarray(a) - np.asarray(b)))),
+        one.params,
+        initial.params,
+    )
+    assert max(jax.tree.leaves(moved)) > 1e-3, "the update must change the parameters"
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), one.params, two.params
+    )
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+        one.opt_state,
+        two.opt_state,
+    )
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+        one.obs_norm,
+        two.obs_norm,
+    )
+    assert int(one.policy_version) == int(two.policy_version) == 2
+    algo = config[config.algo]
+    assert int(one.sgd_steps) == 2 * algo.epochs * algo.num_minibatches
+    for a, b in zip(metrics_one, metrics_two):
+        for key in a:
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("variant", ["ppo", "vtrace_lstm"])
+def test_observations_stacked_on_the_device_give_the_same_update(variant):
+    config = variant_config(variant)
+    host, metrics_host, _ = run_update(jax.local_devices()[:1], config)
+    device, metrics_device, _ = run_update(jax.local_devices()[:1], config, obs_on_device=True)
+    close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)  # noqa: E731
+    jax.tree.map(close, host.params, device.params)
+    jax.tree.map(close, host.obs_norm, device.obs_norm)
+    assert float(host.obs_norm["obs"].count) > 0, "the normalizer must have seen the batch"
+    for a, b in zip(metrics_host, metrics_device):
+        assert a.keys() == b.keys()
+        close([a[k] for k in a], [b[k] for k in a])
+
+
+def test_normalizer_sees_every_step_but_the_bootstrap_one():
+    config = small_config()
+    state, _, initial = run_update(jax.local_devices()[:2], config, updates=1)
+    network = make_network(config.network, SPEC)
+    unrolls = random_unrolls(network, initial.params, initial.obs_norm, 4, 8, seed=0)
+    seen = unrolls.obs["obs"][:, :-1].reshape(-1, 4)
+    assert float(state.obs_norm["obs"].count) == len(seen) == 32
+    np.testing.assert_allclose(state.obs_norm["obs"].mean, seen.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(state.obs_norm["obs"].var, seen.var(0), rtol=1e-4)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_first_sgd_step_is_on_policy(variant):
+    """Replaying the batch (from the stored carries) reproduces the behaviour policy exactly."""
+    config = variant_config(variant)
+    config[config.algo].epochs = 1
+    config[config.algo].num_minibatches = 1
+    _, metrics, _ = run_update(jax.local_devices()[:1], config, updates=1)
+    if config.algo == "ppo":
+        assert metrics[0]["loss/approx_kl"] == pytest.approx(0.0, abs=1e-6)
+        assert metrics[0]["loss/clip_fraction"] == 0.0
+    else:
+        assert metrics[0]["loss/rho_mean"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_fresh_state_is_the_networks_init_as_host_arrays():
+    """init_state runs the init as one compiled program: the values of running it op by op, on
+    the host (nothing of it left running on a device outside the learner's guard)."""
+    config = small_config()
+    network = make_network(config.network, SPEC)
+    learner = Learner(
+        config, network, window_s=config.server.fair_window_s, devices=jax.local_devices()[:1]
+    )
+    state = learner.init_state(jax.random.key(3))
+    eager = ts.init_train_state(network, learner.optimizer, jax.random.key(3))
+    leaves = jax.tree.leaves(state)
+    assert leaves and all(type(x) is np.ndarray for x in leaves), {type(x) for x in leaves}
+    assert jax.tree.structure(state) == jax.tree.structure(eager)
+    for got, want in zip(leaves, jax.tree.leaves(eager)):
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-6, atol=1e-7)
+    assert np.std(np.asarray(state.params["params"]["policy_torso"]["dense_0"]["kernel"])) > 0.1
+
+
+def _update_with(corrupt):
+    """One update on one device after `corrupt(unrolls)`; returns (metrics, before, after)."""
+    config = small_config()
+    network = make_network(config.network, SPEC)
+    learner = Learner(
+        config, network, window_s=config.server.fair_window_s, devices=jax.local_devices()[:1]
+    )
+    state = learner.init_state(jax.random.key(0))
+    learner.set_state(state)
+    unrolls = random_unrolls(network, state.params, state.obs_norm, 4, 8)
+    corrupt(unrolls)
+    return learner.update(unrolls), state, learner.state()
+
+
+def test_non_finite_update_is_discarded():
+    metrics, before, after = _update_with(lambda u: u.reward.__setitem__((0, 3), np.inf))
+    assert metrics["nonfinite"] == 1.0
+    jax.tree.map(np.testing.assert_array_equal, after.params, before.params)
+    assert int(after.policy_version) == 0
+
+
+def test_observations_that_overflow_the_normalizer_are_discarded():
+    """1e30 is a finite float32, but its square is not: the running variance would become inf
+    while the loss, on observations normalized by inf, stays finite."""
+    metrics, before, after = _update_with(lambda u: u.obs["obs"].__setitem__((1, 2), 1e30))
+    assert metrics["nonfinite"] == 1.0
+    jax.tree.map(np.testing.assert_array_equal, after.obs_norm, before.obs_norm)
+    jax.tree.map(np.testing.assert_array_equal, after.params, before.params)
+    assert int(after.policy_version) == 0
+
+
+def test_indivisible_batch_is_a_clear_error():
+    with pytest.raises(ValueError, match="batch_unrolls=3 must be divisible by the 2 devices"):
+        Learner(
+            small_config(batch_unrolls=3),
+            make_network(base_config().network, SPEC),
+            window_s=30.0,
+            devices=jax.local_devices()[:2],
+        )
+
+
+def test_a_stop_request_abandons_the_update_and_keeps_the_last_complete_version():
+    """checkpoint.stop_grace_s: a set `interrupt` ends an update at its next epoch with the
+    state of the version before it; cleared, the same batch updates as usual."""
+    import threading
+
+    from seedlike.learning.learner import Interrupted
+
+    config = small_config()
+    network = make_network(config.network, SPEC)
+    learner = Learner(
+        config, network, window_s=config.server.fair_window_s, devices=jax.local_devices()[:1]
+    )
+    state = learner.init_state(jax.random.key(0))
+    learner.set_state(state)
+    unrolls = random_unrolls(
+        network, state.params, state.obs_norm, config.batch_unrolls, config.unroll_length
+    )
+    learner.interrupt = threading.Event()
+    learner.interrupt.set()
+    with pytest.raises(Interrupted, match="update 0 abandoned"):
+        learner.update(unrolls)
+    assert learner.policy_version == 0
+    kept = jax.tree.leaves(learner.state().params)
+    for a, b in zip(kept, jax.tree.leaves(state.params)):
+        np.testing.assert_array_equal(a, b)
+    learner.interrupt.clear()
+    learner.update(unrolls)
+    assert learner.policy_version == 1

@@ -1,0 +1,1 @@
+"""Tests of networks/: torsos, encoders, heads and the distributions they define."""

@@ -1,0 +1,1 @@
+"""Tests of seedlike/runtime: process statistics and XLA settings."""

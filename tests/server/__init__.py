@@ -1,0 +1,1 @@
+"""Tests of seedlike/server: batching, inference, recording, influence bounds, curricula."""

@@ -1,0 +1,1 @@
+"""Tests of surgery/: function-preserving expansion, plans and whole checkpoints."""
