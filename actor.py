@@ -1,10 +1,12 @@
-"""Actor: steps environments (envpool or PettingZoo) and streams them to the central server (no
-model here).
+"""Actor: steps environments (any env backend: envpool, PettingZoo, Gymnasium) and streams them to
+the central server (no model here); the actor is seedlike.actor.Actor.
 
   python actor.py --server=127.0.0.1:50051 --config=configs/cartpole_ppo.py --actor_id=0
   python actor.py --server=HOST:P0,HOST:P1 --config=configs/coins_teams.py   # a population of 2
 
-Exit codes: 0 training over, 1 server unreachable for actor.give_up_s, 2 rejected by the server.
+Exit codes: 0 training over; 1 server never reached within actor.first_connect_s, or lost for
+actor.give_up_s; 2 rejected by the server, or a config, credentials or env that cannot work
+(restarting cannot fix it); 130 a second stop signal.
 """
 
 import os

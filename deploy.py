@@ -47,8 +47,9 @@ _LEARNER_MEMORY = flags.DEFINE_string("learner_memory", "16Gi", "Memory of the l
 _ACTOR_CPU = flags.DEFINE_string(
     "actor_cpu",
     "1",
-    "CPU request of each actor pod; one actor keeps about 2 cores of envs busy, so give bigger "
-    "budgets to more pods (benchmarks/RESULTS.md, 'Breakout on an accelerator host').",
+    "CPU request of each actor pod; an actor's one Python thread keeps only a couple of cores "
+    "of envs busy, so give bigger budgets to more pods (benchmarks/RESULTS.md, 'Breakout on an "
+    "accelerator host').",
 )
 _ACTOR_MEMORY = flags.DEFINE_string("actor_memory", "2Gi", "Memory of each actor pod.")
 _STORAGE = flags.DEFINE_string("storage", "20Gi", "Volume for the learner's run directory.")

@@ -88,8 +88,8 @@ def _full_batch(config, spec):
             seats, rows, ones, obs, {}, ~ones, np.full(n, -1), (), output, 0,
             pool.place(seats, ones),
         )  # fmt: skip
-        store.record(step)
-        batch = batches.get(timeout=0)
+        store.write_steps(step)
+        batch = batches.next_batch(timeout=0)
         if batch is not None:
             return batch
 

@@ -92,8 +92,8 @@ def breakdown(env: str, config_file: str = "atari_ppo.py") -> dict:
             seats, rows, ones, rows.obs, {}, ~ones, np.full(n, -1), (), output, 0,
             pool.place(seats, ones),
         )  # fmt: skip
-        store.record(step)
-        batch = batches.get(timeout=0)  # the learner takes each full batch
+        store.write_steps(step)
+        batch = batches.next_batch(timeout=0)  # the learner takes each full batch
         if batch is not None:
             full.append(batch.unroll())
             batch.release()

@@ -143,7 +143,7 @@ def trivial_server(config_path):
 
     def drain():
         while not drained.is_set():
-            batch = batches.get(timeout=0.1)
+            batch = batches.next_batch(timeout=0.1)
             if batch is not None:
                 batch.release()
 

@@ -42,8 +42,8 @@ def get_config(variant: str = ""):
     c.optimizer.anneal_lr = False  # the paper's constant rate
     c.log.success_threshold = 0.0  # Coinrun pays 10 for the coin
     if variant == "cpu":
-        # On XLA:CPU a PPO update with the paper's IMPALA CNN costs 23x this Nature CNN's per env
-        # step, 12x at 8-16-16 channels (benchmarks/torso_cost.py, benchmarks/RESULTS.md).
+        # On XLA:CPU a PPO update with the paper's IMPALA CNN costs over an order of magnitude
+        # more per env step than this Nature CNN (benchmarks/torso_cost.py, RESULTS.md).
         c.network.torso = "nature_cnn"
         c.network.cnn_channels = (16, 32, 32)
         c.network.cnn_hidden = 256

@@ -138,8 +138,9 @@ def space_to_depth_kernel(kernel: jax.Array, block: int) -> jax.Array:
 
 class StridedConv(nn.Module):
     """A VALID strided conv with nn.Conv's parameters (kernel [k, k, C, F], bias), optionally
-    computed as a stride-1 conv over space-to-depth blocks: the same function, but XLA:CPU's
-    input gradient of the stride-2 4x4 conv of the Nature CNN is ~5x faster that way."""
+    computed as a stride-1 conv over space-to-depth blocks: the same function, but XLA:CPU
+    computes the input gradient of the Nature CNN's stride-2 4x4 conv much faster that way
+    (benchmarks/RESULTS.md, "Atari throughput")."""
 
     features: int
     kernel_size: int

@@ -1,5 +1,5 @@
-"""An actor: steps a batch of envs (envpool or PettingZoo), streams rows to the server and
-applies the actions it returns.
+"""An actor: steps a batch of envs (any env backend, seedlike.envs.BACKENDS), streams rows to the
+server and applies the actions it returns.
 
 Actors hold no model (SEED RL). Every (re)connection starts fresh episodes: the server keeps no
 state for a stream that broke, so a half-played episode could not be attributed correctly.

@@ -84,7 +84,8 @@ def env_section() -> ml_collections.ConfigDict:
     c.num_envs = 16  # envs per actor
     # envpool batch per recv; 0 = num_envs (sync). Less runs envpool asynchronously: the actor sends
     # each batch when it is ready and steps the other envs while that request is in flight. Sync is
-    # the default because on a 2-core host async measured slower (benchmarks/throughput.py).
+    # the default for small hosts; actors given cores (actor.py --cores, actor_sizing) send two
+    # asynchronous halves (benchmarks/RESULTS.md, "Breakout on an accelerator host").
     c.batch_size = 0
     c.num_threads = 0  # envpool worker threads; 0 = envpool's default
     # extra envpool.make kwargs (e.g. episodic_life), or the pettingzoo env's parallel_env kwargs
@@ -253,16 +254,14 @@ def server_section() -> ml_collections.ConfigDict:
     # joined it (longer where front ends spend longer per request: seedlike/server/batcher.py).
     # A batch of every row in flight serializes the server: actors wait while it is gathered,
     # computed and answered, and the server waits while they step. Capped below that, one batch
-    # computes while the next is gathered (Atari rows, lockstep actors, 256 against 1,024: 79k
-    # against 39k env steps/s with 1,024 rows in flight on a 16-core host, 5.4-6.8k against
-    # 3.3-4.2k with 512 on 2 cores; RESULTS.md). A bigger request is a batch of its own. With
-    # front ends and a few big requests (4 actors x 64 Atari rows, 16 cores), 64 served 1.3x what
-    # 128 did: each batch one front end's rows, read in place.
+    # computes while the next is gathered (RESULTS.md, "One learner host with cores to spare"). A
+    # bigger request is a batch of its own. With front ends and a few big requests, smaller
+    # batches serve more: each batch is one front end's rows, read in place.
     c.max_batch_rows = 256
     # ... and a batch closes at batch_share of the rows the connected actors send per round,
-    # together, if that is smaller, but not below min_batch_rows: 4 actors x 64 Atari rows at 64
-    # (1.02-1.38x the rows served at 256 on 2 cores with one front end), 16 x 64 at 256, 8 x 8
-    # CartPole at all 64 (seedlike/server/batcher.py). batch_share = 1: only max_batch_rows.
+    # together, if that is smaller, but not below min_batch_rows: 4 actors x 64 Atari rows at 64,
+    # 16 x 64 at 256, 8 x 8 CartPole at all 64 (seedlike/server/batcher.py; RESULTS.md, "Batches
+    # that close at a quarter"). batch_share = 1: only max_batch_rows.
     c.batch_share = 0.25
     c.min_batch_rows = 64
     c.batch_timeout_ms = 5.0
@@ -473,9 +472,8 @@ def checkpoint_section() -> ml_collections.ConfigDict:
     """orbax checkpoints of the learner (seedlike/checkpoint.py)."""
     c = ml_collections.ConfigDict()
     # Also saved at the end and on SIGTERM/SIGINT; a crash (SIGKILL, lost host) loses at most this
-    # much. orbax writes in the background: a save stops the learner loop for the copy to host
-    # memory and the digest, 14-40 ms (CartPole) and 27-70 ms (Atari Nature CNN with Adam state)
-    # on this 2-core machine (66-184 and 94-163 ms when it waited for the write).
+    # much. orbax writes in the background: a save stops the learner loop only for the copy to
+    # host memory and the digest (RESULTS.md, "Checkpoint saves in the background").
     c.interval_s = 60.0
     c.max_to_keep = 3
     # A stop request (SIGTERM, Ctrl-C) ends the learner within stop_grace_s: an update in
@@ -489,12 +487,10 @@ def checkpoint_section() -> ml_collections.ConfigDict:
     return c
 
 
-# envs per core relative to the config's env.num_envs, for actors given their cores. On a 16-core
-# H200 host, Breakout, in one command (benchmarks/RESULTS.md, "Breakout on an accelerator host",
-# run 4): 8 actors x 64 envs (2 threads each, two halves stepped asynchronously) served 1.00 of
-# envpool's synchronous 128-env ceiling, 16 x 32 on one thread each 1.04, 4 x 64 on 4 threads 0.83
-# and 4 x 128 in quarters 0.79: an actor's one Python thread, not its envs, bounds it beyond ~2
-# cores. 8 x 128 served 1.15 but its unrolls were twice as stale.
+# envs per core relative to the config's env.num_envs, for actors given their cores: an actor's one
+# Python thread, not its envs, bounds it beyond about two cores, and more envs per actor buy
+# throughput only with staler unrolls (benchmarks/RESULTS.md, "Breakout on an accelerator host",
+# run 4).
 ENVS_PER_CORE = 8
 
 
@@ -744,8 +740,8 @@ def advice(config, spec, backend: str = "") -> list[str]:
     out = []
     if backend == "cpu" and config.cpu_variant:
         out.append(
-            "this config is sized for an accelerator and this learner has only CPUs (Procgen's "
-            "paper config ran 150-300 env steps/s on 2 cores: 37 hours); for a CPU use "
+            "this config is sized for an accelerator and this learner has only CPUs, where it "
+            "would take days (benchmarks/RESULTS.md, 'Generalization'); for a CPU use "
             f"--config={config.cpu_variant}"
         )
     from networks.torsos import CNN_TORSOS

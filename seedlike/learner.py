@@ -1,8 +1,10 @@
 """The learner process (learner.py): its parts, wired together once (`build`), the learner loop
 (`train`), and the process around them (`main`: signals, the stop grace, one-line errors).
 
-A row flows one way: gRPC handlers (seedlike.rpc.service, one per actor stream) -> the inference
-pipeline (seedlike.server.inference: batching, policy, trajectory store) -> learner batches
+A row flows one way: gRPC handlers (seedlike.rpc.service, one per actor stream; with stream front
+ends in processes of their own, which hand checked rows over through shared memory,
+seedlike.rpc.hub) -> the inference pipeline (seedlike.server.inference: batching, policy,
+trajectory store) -> learner batches
 (seedlike.server.trajectory_store.BatchQueue) -> the learner loop here, which publishes every new
 policy version back to inference, snapshots it into the league, and writes metrics and
 checkpoints.
@@ -343,13 +345,13 @@ def train(
     Writes <logdir>/server_address once actors can connect (learner processes other than 0 of a
     multi-host run use <logdir>/process_<k>). Returns the last metrics row.
 
-    `freeze_gc`: the process exists for this run (learner.py). Everything `build` made (JAX, XLA
-    and MLIR objects, the network, the league) then lives as long as the process and is frozen:
-    left out of the cyclic collector's full passes, which the serving threads trigger with their
-    allocations and which otherwise scan it all while holding the interpreter lock (py-spy: most
-    of the central process's CPU outside the serving threads at 4 x 64, 16-23 us per served step,
-    0.2-0.4 frozen). A caller that trains more than once in a process leaves it off, so what one
-    run made is collected after it.
+    `freeze_gc`: the process exists for this run (learner.py). Everything `build` made (JAX, XLA and
+    MLIR objects, the network, the league) then lives as long as the process and is frozen: left out
+    of the cyclic collector's full passes, which the serving threads trigger with their allocations
+    and which otherwise scan it all while holding the interpreter lock (a profile found it most of
+    the learner process's CPU outside the serving threads: RESULTS.md, "One learner host, many actor
+    hosts"). A caller that trains more than once in a process leaves it off, so what one run made is
+    collected after it.
     """
     stop = stop or threading.Event()
     p = build(config, logdir, bind, port)
@@ -374,7 +376,7 @@ def train(
             if p.peers.lost:
                 logging.error("a learner process is gone: %s", p.peers.lost)
                 raise distributed.peer_lost(RuntimeError(p.peers.lost))
-            batch = p.batches.get(timeout=0.1)
+            batch = p.batches.next_batch(timeout=0.1)
             stopping = stop.is_set() or reached
             try:
                 if p.lockstep.shared and (batch is not None or stopping):

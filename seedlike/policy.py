@@ -3,7 +3,8 @@
 Everything that runs a policy on a batch of rows goes through `PolicyRunner`: the inference
 service (actions for every actor), league games and TrueSkill evaluation (per-env recurrent state,
 sampled or greedy moves) and play-time search (logits and values of many positions). Batches are
-padded to powers of two so that XLA compiles a handful of shapes, not one per batch size.
+padded to a few sizes (two per doubling: `bucket_size`) so that XLA compiles a handful of shapes,
+not one per batch size.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Pending:
         self._packed, self._carry = packed, carry
         self._rows, self._continuous = rows, continuous
 
-    def get(self) -> PolicyOutput:
+    def fetch(self) -> PolicyOutput:
         packed = np.asarray(self._packed)[:, : self._rows]
         carry = jax.tree.map(lambda x: np.asarray(x)[: self._rows], self._carry)
         if self._continuous:
@@ -54,7 +55,7 @@ class Ready:
     def __init__(self, output: PolicyOutput):
         self._output = output
 
-    def get(self) -> PolicyOutput:
+    def fetch(self) -> PolicyOutput:
         return self._output
 
 
@@ -96,8 +97,8 @@ class PolicyRunner:
     def __init__(self, network, greedy: bool = False, seed: int = 0, guard=None):
         self.network = network
         self.greedy = greedy
-        # The key's raw bits cross the jit boundary: a typed key array is rebuilt in Python on
-        # every call's return (~10% of the serving thread's interpreter time at 4 x 64 rows).
+        # The key's raw bits cross the jit boundary: a typed key array would be rebuilt in Python
+        # on every call's return, on the serving thread's interpreter time.
         self._key = jax.random.key_data(jax.random.key(np.uint32(seed)))
         self._key_lock = threading.Lock()
         self._guard = guard or (lambda fn, *args: fn(*args))
@@ -138,7 +139,7 @@ class PolicyRunner:
 
     def step(self, policy_params, obs, extras, carry, first) -> PolicyOutput:
         """`dispatch(...).get()`: one policy step, outputs on the host."""
-        return self.dispatch(policy_params, obs, extras, carry, first).get()
+        return self.dispatch(policy_params, obs, extras, carry, first).fetch()
 
     def evaluate(self, policy_params, obs, extras, chunk: int = 4096):
         """Logits [m, A] and values [m] of m positions (feed-forward networks), `chunk` at a time

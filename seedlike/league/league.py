@@ -325,7 +325,7 @@ class League:
 
 class PeerSnapshots:
     """Picks up the other roles' new snapshots from their directories every `refresh_s` seconds,
-    off the learner and inference threads (an orbax restore takes tens of milliseconds).
+    off the learner and inference threads (an orbax restore is too slow to run on them).
 
     Args:
       league: the seedlike.league.league.League to add them to (`add_peer_snapshot`).

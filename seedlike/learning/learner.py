@@ -89,8 +89,8 @@ class Learner:
             return jax.lax.scan(lambda s, idx: sgd_step(s, take(items, idx)), state, order)
 
         # The batch stays on the devices for all its minibatches; each sgd step gathers its own.
-        # An epoch is one call: with small networks a call per sgd step cost more than the step
-        # (CartPole: 0.84 ms per step when called one by one, most of it dispatch).
+        # An epoch is one call: with small networks, dispatching a call per sgd step cost more
+        # than the step (RESULTS.md, "One call per epoch").
         self._sgd_epoch = jax.pmap(sgd_epoch, ts.AXIS, devices=self.devices)
         self._local_sharding = jax.sharding.NamedSharding(
             jax.sharding.Mesh(np.array(self.local_devices), (ts.AXIS,)),
@@ -142,8 +142,8 @@ class Learner:
     def init_state(self, rng) -> ts.TrainState:
         """A fresh state as host arrays, like a restored checkpoint's; set_state puts it on the
         devices under the guard. Compiled as one program (kept in the compilation cache): run op
-        by op, a network's init is about a hundred small compilations, 1.9 s for CartPole's and
-        5.6 s for Connect Four's. The host copy is taken before anything else runs: a
+        by op, a network's init is about a hundred small compilations (RESULTS.md, "Faster starts").
+        The host copy is taken before anything else runs: a
         computation still running outside the guard could stall a collective (devices.py)."""
         init = jax.jit(functools.partial(ts.init_train_state, self.network, self.optimizer))
         return jax.device_get(init(rng))

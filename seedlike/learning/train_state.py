@@ -93,7 +93,8 @@ def init_train_state(network, optimizer, rng) -> TrainState:
 def abstract_train_state(network, optimizer_config) -> TrainState:
     """The TrainState structure (ShapeDtypeStructs) of a network, without computing anything: what
     a checkpoint is restored into. Run op by op, a network's init dispatches about a hundred
-    small compilations (5.6 s for Connect Four's network, 0.3 s to trace it here)."""
+    small compilations; tracing it costs a fraction of that (RESULTS.md, "Loading a checkpoint
+    without initializing a network")."""
     optimizer = make_optimizer(optimizer_config)
     return jax.eval_shape(lambda key: init_train_state(network, optimizer, key), jax.random.key(0))
 

@@ -1,9 +1,10 @@
 """Actor side of the wire: one lockstep stream per connection, reconnecting with backoff.
 
 Status handling: a stream that ends with OK means training is over. INVALID_ARGUMENT,
-FAILED_PRECONDITION and UNIMPLEMENTED mean this actor is misconfigured (retrying cannot help), so
-they raise `Rejected`. Everything else (server not up yet, restarted, overloaded, network) raises
-`Disconnected`, which `Backoff` turns into an exponentially growing, jittered wait.
+FAILED_PRECONDITION, UNIMPLEMENTED and UNAUTHENTICATED (FATAL_CODES) mean this actor is
+misconfigured (retrying cannot help), so they raise `Rejected`. Everything else (server not up yet,
+restarted, overloaded, network) raises `Disconnected`, which `Backoff` turns into an exponentially
+growing, jittered wait.
 """
 
 from __future__ import annotations

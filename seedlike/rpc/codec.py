@@ -114,9 +114,9 @@ def parse_actor_message(data: bytes) -> pb.ActorMessage:
             f"not a seedlike.ActorMessage ({e}); is the client speaking protocol "
             f"version {PROTOCOL_VERSION}?",
         ) from None
-    # A walk over the parsed messages (~17 us for an Atari step). Comparing ByteSize() with the
-    # bytes received would be simpler, but upb computes it by re-encoding the whole message:
-    # ~215 us for 226 KB, with the interpreter lock held.
+    # A walk over the parsed messages. Comparing ByteSize() with the bytes received would be
+    # simpler, but upb computes it by re-encoding the whole message with the interpreter lock
+    # held, ten times the walk's cost (RESULTS.md, "Serving capacity").
     _reject_unknown_fields(msg, "request")
     return msg
 

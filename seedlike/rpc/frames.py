@@ -3,8 +3,8 @@ whose stack continues, and the server's stream rebuilds the whole stack.
 
 A stacked observation (envpool Atari's `obs`: uint8 [4, 84, 84], the last four frames, oldest
 first) repeats three of its four frames from its seat's previous row. Sent whole, an Atari row is
-28 KB on the wire; sent as its newest frame, 7 KB. At 64 rows a request shrinks from 1.8 MB to
-0.45 MB, and gRPC moves that between two processes here in 0.6-0.7 ms instead of 1.9 (p50).
+28 KB on the wire; sent as its newest frame, 7 KB: a quarter of the bytes, and correspondingly
+less time on the wire (RESULTS.md, "Stacked frames sent once").
 
 Which keys: the Hello's `stacked_observation` lists them (the actor's choice, `actor.stack_once`);
 each must be an observation key of at least two dimensions whose first is the stack (>= 2).

@@ -371,7 +371,7 @@ KEEPALIVE_OPTIONS = [
 
 async def _receive(requests, context, timeout_s: float, what: str, setting: str):
     """The stream's next message (None at its end); DEADLINE_EXCEEDED if the client sends
-    nothing for `timeout_s`. (asyncio.timeout costs ~6 us a message; wait_for ~19.)"""
+    nothing for `timeout_s`. (asyncio.timeout: no task per message, unlike wait_for.)"""
     try:
         async with asyncio.timeout(timeout_s):
             return await anext(requests, None)

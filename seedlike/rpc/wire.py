@@ -1,13 +1,13 @@
 """A zero-copy reader for the common shape of a step request, beside the protobuf parser.
 
 Every request after a stream's Hello is an ActorMessage holding one StepBatch, and every request
-passes through the one gRPC event loop, where they queue when many actors send at once. Parsing
-with protobuf and reading a Tensor's `data` copies the observation bytes (226 KB for 8 Atari rows)
-with the interpreter lock held; on the 16 x 8 serving benchmark, skipping parse and checks
-altogether (an experiment) served 35% more steps. This reader walks the wire format (protobuf
-encoding: a varint key `field << 3 | wire type`, then a varint, or a varint length and that many
-bytes) and returns the tensors as views into the request's bytes; a stream's `StepReader` reads
-later steps by matching them against the skeleton of the last one.
+passes through the one gRPC event loop, where they queue when many actors send at once. Parsing with
+protobuf and reading a Tensor's `data` copies the observation bytes (226 KB for 8 Atari rows) with
+the interpreter lock held, and an experiment that skipped parsing and checks altogether showed that
+this work limited serving (RESULTS.md, "Serving capacity"). This reader walks the wire format
+(protobuf encoding: a varint key `field << 3 | wire type`, then a varint, or a varint length and
+that many bytes) and returns the tensors as views into the request's bytes; a stream's `StepReader`
+reads later steps by matching them against the skeleton of the last one.
 
 It accepts only messages whose meaning is unambiguous: each field at most once (protobuf merges
 or overwrites repeated occurrences), map keys distinct, shapes packed, no field it does not know.
@@ -97,8 +97,8 @@ class StepReader:
     length, dtype, shape and key is the same from one step to the next. After reading a step in
     full, the reader keeps those bytes (the step's skeleton, everything after the sequence number
     but the tensors' data) and where the data lie. A request whose skeleton matches them byte for
-    byte has the same fields at the same places, so its tensors are views there (7.6 us
-    instead of 31 for 8 Atari rows). Anything else is read in full (and becomes the next template).
+    byte has the same fields at the same places, so its tensors are views there, without walking
+    the message again. Anything else is read in full (and becomes the next template).
     """
 
     def __init__(self):
@@ -106,7 +106,7 @@ class StepReader:
 
     def read(self, raw: bytes) -> Step | None:
         if self._template is not None:
-            step = self._template.apply(raw)
+            step = self._template.match(raw)
             if step is not None:
                 return step
         step, self._template = _read(raw)
@@ -126,7 +126,7 @@ class _Template:
         self.gaps, self.tensors = gaps, tensors
         self.length = gaps[-1][1]  # the last gap ends where the step does
 
-    def apply(self, raw: bytes) -> Step | None:
+    def match(self, raw: bytes) -> Step | None:
         """The step of `raw` if it is `ActorMessage{step: {sequence, <this skeleton>}}`."""
         end = len(raw)
         try:

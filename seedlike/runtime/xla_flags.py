@@ -2,9 +2,9 @@
 
 The compilation cache: compiled programs are kept on disk between runs (`cache_compilations`).
 
-jaxlib 0.10's XLA:CPU hands convolutions to YNNPACK by default, which is 3-5x slower than XLA's own
-(Eigen) convolutions for the CNN torsos here: the Nature CNN update step takes ~320 ms instead of
-~70 ms for 256 frames (benchmarks/RESULTS.md). Only the convolution part is switched off; dots and
+jaxlib 0.10's XLA:CPU hands convolutions to YNNPACK by default, which is several times slower than
+XLA's own (Eigen) convolutions for the CNN torsos here (benchmarks/RESULTS.md, "Atari
+throughput"). Only the convolution part is switched off; dots and
 reductions stay with YNNPACK. The flag only affects the CPU backend.
 """
 
@@ -29,13 +29,12 @@ def tune_cpu() -> None:
 def cache_compilations() -> None:
     """Keeps compiled programs on disk (JAX's persistent compilation cache), so that a restarted,
     resumed or repeated run loads its update, policy and init programs instead of compiling them
-    again: a Connect Four train.sh of 20k env steps took 14.0 s instead of 21.7
-    (benchmarks/RESULTS.md). The folder is $XDG_CACHE_HOME/seedlike/jax/<this CPU's key>
-    (~/.cache/...): JAX keys entries by the program, its compile options, the backend and the
-    JAX version, not by the CPU features XLA:CPU compiles for, so machines of other CPUs that
-    share a home folder each get their own. Results do not depend on the cache. It grows by well
-    under a MB per config and JAX version (the test suite's programs take 24 MB); deleting it is
-    always safe. Left to the user where JAX_COMPILATION_CACHE_DIR is set (empty: no cache)."""
+    again (benchmarks/RESULTS.md, "Faster starts"). The folder is $XDG_CACHE_HOME/seedlike/jax/<this
+    CPU's key> (~/.cache/...): JAX keys entries by the program, its compile options, the backend and
+    the JAX version, not by the CPU features XLA:CPU compiles for, so machines of other CPUs that
+    share a home folder each get their own. Results do not depend on the cache. It grows slowly (one
+    entry per program, config and JAX version); deleting it is always safe. Left to the user where
+    JAX_COMPILATION_CACHE_DIR is set (empty: no cache)."""
     if "JAX_COMPILATION_CACHE_DIR" in os.environ:
         return
     import jax

@@ -46,7 +46,7 @@ class Annealing:
         extras = {**spec.extras, LEGAL_ACTION_MASK: ArraySpec(np.bool_, (spec.logits_size,))}
         return dataclasses.replace(spec, extras=extras)
 
-    def apply(self, obs: dict, extras: dict, changed: np.ndarray, logits_size: int):
+    def hide_change(self, obs: dict, extras: dict, changed: np.ndarray, logits_size: int):
         """(obs, extras) of m rows as the policy sees them: without the change where `changed` [m]
         is False. New actions are columns of the legal mask [m, logits_size] (for a factorized
         action, the new choices of one head)."""

@@ -13,34 +13,30 @@ previous one. A batch should therefore hold every request that can still come so
   request arrived: a request that waited in the inbox while the server was busy must not close
   the batch on the spot, or under load every batch would be one request). Counting from the
   latest arrival keeps a burst of requests together when something upstream spreads it out:
-  stream front ends check one request after another, 2.4 ms each for 64 Atari rows on a 2-core
-  machine, and a window counted from the first arrival (5 ms) split every burst of four such
-  requests; its remainder then ran as a group of its own for good, since a batch never waits for
-  sessions in flight (4 x 64 rows: 89 rows per batch against 164, 12.4 against 9.4 us of the
-  learner process's Python CPU per served env step; RESULTS.md).
+  stream front ends check one request after another, and a window counted from the first
+  arrival split every burst of four Atari requests; its remainder then ran as a group of its own
+  for good, since a batch never waits for sessions in flight (RESULTS.md, "One learner host,
+  many actor hosts").
 * How far apart a burst arrives is the time its sender spends per request, which each request
   reports (`Request.spread_s`: a front end's CPU time since its previous request). The window
   after the latest arrival is SPREAD times the running mean of it, at least `timeout_s` and at
   most WINDOW_LIMIT x `timeout_s`. Where the mean itself is over WINDOW_LIMIT x `timeout_s`
   the window is `timeout_s` again: no window allowed would hold such a burst, so waiting would
-  only add latency (2 x 256 Atari rows: 14 ms a request). On a busy 2-core machine a front end
-  spent 3-4 ms per 64-row Atari request, more than configs/atari_ppo.py's 2 ms timeout, and
-  bursts of four split into batches of 85-107 rows; with a window of ~6 ms every batch held all
-  256 (RESULTS.md). Small requests (CartPole: a fraction of a millisecond) leave the window at
-  `timeout_s`.
+  only add latency. A front end on a busy host can spend longer per request than the configured
+  timeout, and then only the window that follows the spread keeps a burst in one batch
+  (RESULTS.md, "One learner host, many actor hosts"). Small requests (CartPole) leave the window
+  at `timeout_s`.
 * The batch's size cap follows the rows in circulation: `share` of the rows the open sessions
   send per request, together, within [`min_rows`, `max_rows`]. A batch of every row in flight
   makes the actors wait for all of its stages and the server for all of their steps; with a
   quarter, a batch computes while the next is gathered and the one before is answered. 4 actors x
-  64 Atari rows then close at 64, each batch one front end's rows, read in place: 1.02-1.38x the
-  rows served at 256 on 2 cores with one front end, 1.3x those at 128 on a 16-core H100 host
-  with four. 16 x 64 close at 256 (the best measured on a 16-core host), and 8 x 8 CartPole at
-  all 64, as before (RESULTS.md). A session counts the rows of its latest request (at first its
-  env count).
+  64 Atari rows then close at 64, each batch one front end's rows, read in place; 16 x 64 close
+  at 256 and 8 x 8 CartPole at all 64 (RESULTS.md, "Batches that close at a quarter"). A session
+  counts the rows of its latest request (at first its env count).
 * A session that could have sent but missed such a batch is late, and later batches do not wait
   for it until it sends again: a stalled actor costs the others one window, not one per batch
-  (with a 5 ms timeout, waiting for it every batch cut a CartPole run from 10.8k to 2.4k env
-  steps/s until the server closed the stalled stream; benchmarks/faults.py stalled_actor).
+  (waiting for it every batch cost every other actor a timeout per batch until its stream was
+  closed: benchmarks/faults.py stalled_actor, RESULTS.md "Faults on a live run").
 * ... unless the policy is still busy with earlier batches (`busy()`): a batch dispatched now would
   only wait behind them, so it keeps growing until the policy can take it. Under load batches
   grow; when the server keeps up, nobody waits longer than the timeout.
@@ -145,7 +141,7 @@ class Batcher:
         self._closing: dict[int, Control] = {}  # closings held until their session's reply
         self._lock = threading.Lock()
 
-    def put(self, item) -> None:
+    def enqueue(self, item) -> None:
         self.inbox.put(item)
 
     def replied(self, session_ids: list[int]) -> None:

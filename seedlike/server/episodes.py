@@ -57,7 +57,7 @@ class EpisodeStats:
         """The index within its episode of each seat's pending action (for reward decay)."""
         return np.maximum(self.episode_length[seat] - 1, 0)
 
-    def record(self, step) -> Episodes:
+    def tally_batch(self, step) -> Episodes:
         """Adds one inference batch (seedlike.server.trajectory_store.StepRecord); returns the
         games that ended with it. A seat's first row starts its first game."""
         seat, over = step.seat, step.game_over

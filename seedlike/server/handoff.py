@@ -2,10 +2,10 @@
 
 queue.Queue and threading.Semaphore wait and wake through threading.Condition, which is Python:
 every put and get runs a few dozen lines under the interpreter lock, and the learner process's
-stages hand over a few items per batch. In a py-spy --gil profile of 4 actors x 64 Atari rows
-(RESULTS.md, "One learner host, many actor hosts") Condition.notify alone held the interpreter
-16% of the serving threads' time. SimpleQueue's put and get are C, so a Handoff costs two C calls
-per item: the items, and tokens for the free places (a put takes one, a get gives one back).
+stages hand over a few items per batch; a profile of the serving threads found Condition.notify a
+large share of their interpreter time (RESULTS.md, "One learner host, many actor hosts").
+SimpleQueue's put and get are C, so a Handoff costs two C calls per item: the items, and tokens for
+the free places (a put takes one, a get gives one back).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Transport-agnostic: the gRPC layer (seedlike.rpc.service, seedlike.rpc.hub) calls
 `open_session`, `submit` and `close_session`; tests call them directly. Three threads, each doing
-only its own work, joined by bounded queues so that a slow stage holds back the ones before it
-(backpressure):
+only its own work, joined by bounded handoffs (seedlike.server.handoff) so that a slow stage holds
+back the ones before it (backpressure), and a fourth that sends the replies an identity's pacing
+holds back (seedlike.server.pacing):
 
   batcher  -> gather : requests per the batching rule (seedlike.server.batcher), look up the
                        seats, place their steps (seedlike.server.unrolls), run the policy of every
@@ -13,8 +14,9 @@ only its own work, joined by bounded queues so that a slow stage holds back the 
            -> record : episode statistics, team reward shaping, and whole batches into the
                        trajectory store
 
-Actions go back before anything is recorded; the recorder blocks only when the learner has not
-taken the batches already built (seedlike.server.trajectory_store.BatchQueue).
+Actions go back before anything is recorded (a paced reply may go after); the recorder blocks only
+when the learner has not taken the batches already built
+(seedlike.server.trajectory_store.BatchQueue).
 """
 
 from __future__ import annotations
@@ -60,8 +62,8 @@ SEGMENTS = ("batching", "prepare", "policy", "reply")
 STOP_TIMEOUT_S = 10.0
 # Batches between the reply and record threads. A full queue holds the replies back until the
 # recorder catches up (backpressure). Two absorb the recorder's jitter; more let actors act on
-# while the learner's queue is full, and those steps reach the learner older (8: staleness 2.38
-# against 2.18 in RESULTS.md's 8 x 8 CartPole run, at the same speed).
+# while the learner's queue is full, and those steps reach the learner older, at the same speed
+# (RESULTS.md, "Serving capacity").
 RECORD_QUEUE = 2
 
 
@@ -263,7 +265,7 @@ class InferenceService:
             entry[1] += 1
             identity = entry[0]
             self._sessions[session_id] = (actor_id, name, identity)
-        self.batcher.put(Control(session_id, num_envs, identity))
+        self.batcher.enqueue(Control(session_id, num_envs, identity))
         logging.info("actor %d connected (session %d, %d envs)", actor_id, session_id, num_envs)
         return session_id
 
@@ -303,7 +305,7 @@ class InferenceService:
         else:
             arrived = time.perf_counter() if arrived is None else arrived
             written, wrote_at = written or (None, None)
-            self.batcher.put(
+            self.batcher.enqueue(
                 Request(session_id, rows, future, arrived, written, wrote_at, span, spread_s)
             )
         return future
@@ -317,7 +319,7 @@ class InferenceService:
                 if not entry[1]:
                     del self._labels[session[1]]
         if session is not None:
-            self.batcher.put(Control(session_id))
+            self.batcher.enqueue(Control(session_id))
             logging.info("actor %d disconnected (session %d)", session[0], session_id)
 
     def level_probs(self) -> tuple[int, list[float]]:
@@ -366,7 +368,7 @@ class InferenceService:
         self._stopping.set()
         if self._pacer is not None:
             self._pacer.stop()  # held replies stay pending: failed below
-        self.batcher.put(STOP)
+        self.batcher.enqueue(STOP)
         if self.store is not None and self.store.batches is not None:
             self.store.batches.close()  # a recorder waiting for the learner gives up
         deadline = time.monotonic() + STOP_TIMEOUT_S
@@ -405,7 +407,7 @@ class InferenceService:
                 logging.exception("inference pipeline thread crashed")
                 self._crashed = True
                 self._stopping.set()
-                self.batcher.put(STOP)
+                self.batcher.enqueue(STOP)
                 raise
 
         return run
@@ -470,15 +472,15 @@ class InferenceService:
         first, carry, policy, changed = self.seats.inputs(run_seats)
         if first.any():
             starting = np.flatnonzero(first)
-            policy[starting], changed[starting] = self.matchmaker.start(
+            policy[starting], changed[starting] = self.matchmaker.draw_players(
                 run_seats[starting], version
             )
-            self.seats.start(run_seats[starting], policy[starting], changed[starting])
+            self.seats.begin_episodes(run_seats[starting], policy[starting], changed[starting])
         obs, extras, shared = _policy_inputs(requests, ran)
         m = first.shape[0]  # rows the policy runs on; obs and extras are padded beyond them
         self.stats.read(m, shared)
         if self.matchmaker.annealing is not None:
-            obs, extras = self.matchmaker.annealing.apply(
+            obs, extras = self.matchmaker.annealing.hide_change(
                 {k: v[:m] for k, v in obs.items()},
                 {k: v[:m] for k, v in extras.items()},
                 changed,
@@ -628,7 +630,7 @@ class InferenceService:
         for item in self._items(self._records):
             start = time.perf_counter()
             if not isinstance(item, _Seats):
-                episodes = self.recorder.record(item)
+                episodes = self.recorder.record_batch(item)
                 identity = self.store.identity if self.store is not None else None
                 if identity is not None and episodes.seat.size:
                     episodes = episodes._replace(identity=identity[episodes.seat])
@@ -770,8 +772,8 @@ def _policy_inputs(requests: list[Request], ran: np.ndarray) -> tuple[dict, dict
 def _gather_outputs(groups, rows: int) -> PolicyOutput:
     """The outputs of every policy group, fetched and put back in row order."""
     if len(groups) == 1 and groups[0][0] is None:
-        return groups[0][1].get()
-    parts = [(idx, pending.get()) for idx, pending in groups]
+        return groups[0][1].fetch()
+    parts = [(idx, pending.fetch()) for idx, pending in groups]
     template = parts[0][1]
     out = jax.tree.map(lambda x: np.zeros((rows, *x.shape[1:]), x.dtype), template)
     for idx, part in parts:

@@ -63,7 +63,7 @@ class Matchmaker:
         self._games = GameTracker(self.teams, players.UNSEEN) if league is not None else None
         self.result_quota = result_quota
 
-    def start(self, seat: np.ndarray, version: int) -> tuple[np.ndarray, np.ndarray]:
+    def draw_players(self, seat: np.ndarray, version: int) -> tuple[np.ndarray, np.ndarray]:
         """Policy ids int64 [k] and annealed-change flags bool [k] for k starting episodes at
         global seats `seat` [k] (seedlike.server.seats), at learner policy `version`."""
         k = seat.shape[0]

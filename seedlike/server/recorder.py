@@ -36,7 +36,7 @@ class Recorder:
             return 0
         return self.store.close(seats, buffers, recorded)
 
-    def record(self, step: StepRecord) -> Episodes:
+    def record_batch(self, step: StepRecord) -> Episodes:
         """Records one batch; returns the games that ended with it."""
         reward = None
         if self.store is not None and self.teams is not None:
@@ -48,8 +48,8 @@ class Recorder:
                 step.seat,
                 step.terminated | step.truncated,
             )
-        episodes = self.episodes.record(step)
+        episodes = self.episodes.tally_batch(step)
         if self.store is not None:
-            self.store.record(step, reward)
+            self.store.write_steps(step, reward)
         self.env_steps += step.seat.shape[0]
         return episodes

@@ -97,7 +97,7 @@ class SeatTable:
             carry = jax.tree.map(lambda c: c[seats], self.carry) if self._recurrent else ()
             return self.first[seats], carry, self.policy[seats], self.changed[seats]
 
-    def start(self, seats: np.ndarray, policy: np.ndarray, changed: np.ndarray) -> None:
+    def begin_episodes(self, seats: np.ndarray, policy: np.ndarray, changed: np.ndarray) -> None:
         """Records who plays, and with which environment, the episodes starting at `seats`."""
         with self._lock:
             self.policy[seats] = policy

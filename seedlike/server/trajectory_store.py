@@ -204,10 +204,10 @@ class BatchQueue:
             if self._closed.is_set():
                 raise Stopped()
 
-    def put(self, batch: LearnerBatch) -> None:
+    def hand_over(self, batch: LearnerBatch) -> None:
         self._ready.put(batch)
 
-    def get(self, timeout: float) -> LearnerBatch | None:
+    def next_batch(self, timeout: float) -> LearnerBatch | None:
         """The next full batch, or None after `timeout` seconds."""
         try:
             batch = self._ready.get(timeout=timeout)
@@ -347,7 +347,7 @@ class TrajectoryStore:
 
     # Recording --------------------------------------------------------------------------------
 
-    def record(self, step: StepRecord, reward: np.ndarray | None = None) -> None:
+    def write_steps(self, step: StepRecord, reward: np.ndarray | None = None) -> None:
         """Records one inference batch; `reward` [n] is what is learned from (shaped for teams;
         default the rows' own)."""
         place = step.placement
@@ -434,7 +434,7 @@ class TrajectoryStore:
             self.unrolls_emitted += here.size
             if b.filled == self.batch_unrolls:
                 if self._bound(b):
-                    self.batches.put(b)
+                    self.batches.hand_over(b)
                     # The next batch's slot is taken now, not when its first unroll completes:
                     # with every seat's unroll completing at once (lockstep actors), waiting until
                     # then would let a whole extra round of steps be acted on the old policy while

@@ -103,7 +103,9 @@ def play_six_turns(config, network, league, only_legal=None):
         service.flush()
     finally:
         service.stop(finished=True)
-    unrolls = [jax.tree.map(lambda x: x[0], b.unroll()) for b in iter(lambda: batches.get(0), None)]
+    unrolls = [
+        jax.tree.map(lambda x: x[0], b.unroll()) for b in iter(lambda: batches.next_batch(0), None)
+    ]
     return np.array(moves), unrolls
 
 

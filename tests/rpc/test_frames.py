@@ -227,7 +227,7 @@ def run_stream(front_ends: int) -> tuple[dict, list]:
         service.stop(finished=True)
         server.stop()
     unrolls = []
-    for batch in iter(lambda: batches.get(timeout=0), None):
+    for batch in iter(lambda: batches.next_batch(timeout=0), None):
         u = batch.unroll()
         batch.release()
         unrolls.append(u.obs["obs"][0].copy())

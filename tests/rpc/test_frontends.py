@@ -62,7 +62,7 @@ def run(front_ends: int):
         service.stop(finished=True)
         server.stop()
     unrolls = []
-    for batch in iter(lambda: batches.get(timeout=0), None):
+    for batch in iter(lambda: batches.next_batch(timeout=0), None):
         u = batch.unroll()
         batch.release()
         unrolls.append((int(u.obs["obs"][0, 0, 0]), tuple(u.obs["obs"][0, :, 1]),
@@ -119,7 +119,7 @@ def test_an_evicted_session_keeps_its_unroll_buffers_until_its_front_end_lets_go
         service.stop(finished=True)
         server.stop()
     sources = []
-    for batch in iter(lambda: batches.get(timeout=0), None):
+    for batch in iter(lambda: batches.next_batch(timeout=0), None):
         u = batch.unroll()
         batch.release()
         sources.append((u.obs["obs"][0, :, 0].tolist(), u.obs["obs"][0, :, 1].tolist()))

@@ -227,7 +227,7 @@ def test_the_skeleton_refuses_every_change_outside_the_data():
     reader.read(first)
     template = reader._template
     second = codec.encode_step(2, rows(seed=2)).SerializeToString()
-    assert template.apply(second) is not None
+    assert template.match(second) is not None
     rng = np.random.default_rng(1)
     data = set()
     for a, b in ((t[4], t[5]) for t in template.tensors):
@@ -236,12 +236,12 @@ def test_the_skeleton_refuses_every_change_outside_the_data():
         raw = bytearray(second)
         raw[at] = (raw[at] + int(rng.integers(1, 256))) % 256
         raw = bytes(raw)
-        step = template.apply(raw)
+        step = template.match(raw)
         if at in data:  # new values in the tensors: read, as protobuf reads them
             assert step is not None and _agrees(raw), at
         elif step is not None:  # only the sequence number may change the rest: still agrees
             assert _agrees(raw) and tensors(step) == tensors(wire.read_step(raw)), at
     for corrupt in (second[:-1], second + b"\x00", b"\x12\x00", b"\x12\x01\x08"):
-        assert template.apply(corrupt) is None
+        assert template.match(corrupt) is None
     # The skeleton matches up to its end, but the step goes on (field 99): not this skeleton.
-    assert template.apply(_request(_step_bytes(second) + bytes([0x98, 0x06, 0x05]))) is None
+    assert template.match(_request(_step_bytes(second) + bytes([0x98, 0x06, 0x05]))) is None

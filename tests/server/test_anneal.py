@@ -44,7 +44,7 @@ def test_episodes_without_the_change_see_the_old_world():
     spec = a.server_spec(SPEC)
     assert spec.extras["legal_action_mask"].shape == (4,)
     batch = rows(3)
-    obs, extras = a.apply(batch.obs, batch.extras, np.array([True, False, True]), 4)
+    obs, extras = a.hide_change(batch.obs, batch.extras, np.array([True, False, True]), 4)
     np.testing.assert_array_equal(obs["obs"][:, 2], [1.0, 0.0, 1.0])
     np.testing.assert_array_equal(obs["obs"][:, :2], 1.0)
     np.testing.assert_array_equal(extras["legal_action_mask"][:, 3], [True, False, True])
@@ -56,7 +56,7 @@ def test_teammates_see_the_world_of_the_agents_episode():
     """env.teammates: a row's teammates' observations lose the new features with the row's."""
     a = annealing(new_actions=())
     mates = np.arange(3 * 2 * 3, dtype=np.float32).reshape(3, 2, 3) + 1
-    obs, _ = a.apply(
+    obs, _ = a.hide_change(
         {"obs": np.ones((3, 3), np.float32), "teammates/obs": mates}, {},
         np.array([True, False, True]), 4,
     )  # fmt: skip
@@ -95,7 +95,9 @@ def test_each_episode_draws_the_change_once_and_the_learner_sees_what_the_policy
         service.flush()
     finally:
         service.stop(finished=True)
-    unrolls = [jax.tree.map(lambda x: x[0], b.unroll()) for b in iter(lambda: batches.get(0), None)]
+    unrolls = [
+        jax.tree.map(lambda x: x[0], b.unroll()) for b in iter(lambda: batches.next_batch(0), None)
+    ]
     assert len(unrolls) == 128  # per env: steps 0-4, then 4-8
     draws = []
     for u in unrolls:

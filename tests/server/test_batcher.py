@@ -21,7 +21,7 @@ def request(session, rows=8, waited_s=0.0, spread_s=0.0):
 
 def opened(batcher, sessions):
     for s in sessions:
-        batcher.put(Control(s, num_envs=8))
+        batcher.enqueue(Control(s, num_envs=8))
     batch = batcher.gather()
     assert [c.session_id for c in batch.controls] == list(sessions) and not batch.requests
 
@@ -41,7 +41,7 @@ def test_requests_that_waited_in_the_inbox_form_one_batch():
     batcher = Batcher(max_rows=1024, timeout_s=0.005)
     opened(batcher, [1, 2, 3, 4])
     for s in [1, 2, 3, 4]:
-        batcher.put(request(s, waited_s=1.0))
+        batcher.enqueue(request(s, waited_s=1.0))
     batch = batcher.gather()
     assert [r.session_id for r in batch.requests] == [1, 2, 3, 4]
     assert batcher.in_flight == 4
@@ -53,7 +53,7 @@ def test_everything_waiting_is_taken_up_to_max_rows():
     batcher = Batcher(max_rows=16, timeout_s=10.0)
     opened(batcher, range(5))
     for s in range(5):
-        batcher.put(request(s, rows=8))
+        batcher.enqueue(request(s, rows=8))
     # The request that would overflow a batch opens the next one; nobody waits for the timeout
     # (the last batch closes at once: everyone else is in flight).
     sizes = [[r.session_id for r in batcher.gather().requests] for _ in range(3)]
@@ -63,7 +63,7 @@ def test_everything_waiting_is_taken_up_to_max_rows():
 def test_a_lone_actor_is_served_at_once():
     batcher = Batcher(max_rows=1024, timeout_s=30.0)
     opened(batcher, [1])
-    batcher.put(request(1))
+    batcher.enqueue(request(1))
     batch = gather_in_thread(batcher)
     assert batch is not None and [r.session_id for r in batch.requests] == [1]
 
@@ -71,22 +71,22 @@ def test_a_lone_actor_is_served_at_once():
 def test_a_stalled_actor_holds_the_others_for_the_timeout_only():
     batcher = Batcher(max_rows=1024, timeout_s=0.05)
     opened(batcher, [1, 2, 3])  # session 3 never sends
-    batcher.put(request(1))
-    batcher.put(request(2))
+    batcher.enqueue(request(1))
+    batcher.enqueue(request(2))
     batch = gather_in_thread(batcher)
     assert batch is not None and [r.session_id for r in batch.requests] == [1, 2]
     batcher.replied([1, 2])
     assert batcher.late == 1
     # Session 3 missed a batch: the next ones close as soon as 1 and 2 are in, without a wait.
-    batcher.put(request(1))
-    batcher.put(request(2))
+    batcher.enqueue(request(1))
+    batcher.enqueue(request(2))
     batch = gather_in_thread(batcher)
     assert batch is not None and [r.session_id for r in batch.requests] == [1, 2]
     assert batch.closed - batch.started < 0.04
     batcher.replied([1, 2])
     # Once it sends again it is waited for again; now 2 is the one that misses the deadline.
-    batcher.put(request(3))
-    batcher.put(request(1))
+    batcher.enqueue(request(3))
+    batcher.enqueue(request(1))
     batch = gather_in_thread(batcher)
     assert [r.session_id for r in batch.requests] == [3, 1]
     assert batch.closed - batch.started >= 0.05
@@ -99,12 +99,12 @@ def test_sessions_in_flight_are_not_waited_for():
     batcher = Batcher(max_rows=1024, timeout_s=30.0)
     opened(batcher, [1, 2, 3])
     for s in (1, 2):
-        batcher.put(request(s))
-    batcher.put(request(3))
+        batcher.enqueue(request(s))
+    batcher.enqueue(request(3))
     first = batcher.gather()
     assert len(first.requests) == 3
     batcher.replied([1])  # session 1 got its actions; 2 and 3 are still in flight
-    batcher.put(request(1))
+    batcher.enqueue(request(1))
     batch = gather_in_thread(batcher)
     assert batch is not None and [r.session_id for r in batch.requests] == [1]
 
@@ -112,13 +112,13 @@ def test_sessions_in_flight_are_not_waited_for():
 def test_controls_keep_their_order_and_stop_ends_gathering():
     batcher = Batcher(max_rows=1024, timeout_s=0.01)
     opened(batcher, [1, 2])
-    batcher.put(request(1))
-    batcher.put(Control(3, num_envs=4))  # opens while a batch is gathering
-    batcher.put(Control(2))  # closes
+    batcher.enqueue(request(1))
+    batcher.enqueue(Control(3, num_envs=4))  # opens while a batch is gathering
+    batcher.enqueue(Control(2))  # closes
     batch = batcher.gather()
     assert [r.session_id for r in batch.requests] == [1]
     assert [(c.session_id, c.opens) for c in batch.controls] == [(3, True), (2, False)]
-    batcher.put(STOP)
+    batcher.enqueue(STOP)
     assert batcher.gather() is None
 
 
@@ -133,7 +133,7 @@ def test_a_burst_spread_over_more_than_the_timeout_stays_one_batch():
 
     def send(sessions, gap):
         for s in sessions:
-            batcher.put(request(s))
+            batcher.enqueue(request(s))
             time.sleep(gap)
 
     sender = threading.Thread(target=send, args=([0, 1, 2, 3], 0.6 * timeout))
@@ -161,7 +161,7 @@ def test_the_window_follows_how_long_senders_take_per_request():
     def burst(batcher, sessions, spread):
         def send():
             for s in sessions:
-                batcher.put(request(s, spread_s=spread))
+                batcher.enqueue(request(s, spread_s=spread))
                 time.sleep(1.5 * timeout)
 
         sender = threading.Thread(target=send)
@@ -211,7 +211,7 @@ def test_the_cap_follows_a_share_of_the_rows_in_circulation():
     opened(batcher, range(4))  # num_envs=8 each until they send
     assert batcher.cap == 64
     for s in range(4):
-        batcher.put(request(s, rows=64))
+        batcher.enqueue(request(s, rows=64))
     # Everything is waiting, yet each batch is one request: it reached the cap.
     assert [[r.session_id for r in batcher.gather().requests] for _ in range(4)] == [
         [0], [1], [2], [3]
@@ -219,17 +219,17 @@ def test_the_cap_follows_a_share_of_the_rows_in_circulation():
     batcher.replied(range(4))
     opened(batcher, range(4, 16))
     for s in range(4, 16):
-        batcher.put(request(s, rows=64))
+        batcher.enqueue(request(s, rows=64))
     taken = []
     while len(taken) < 12:  # the cap rises as the new sessions' requests are seen
         taken += [r.session_id for r in batcher.gather().requests]
     batcher.replied(range(16))
     assert batcher.cap == 256
     for s in range(16):
-        batcher.put(request(s, rows=64))
+        batcher.enqueue(request(s, rows=64))
     assert [r.session_id for r in batcher.gather().requests] == [0, 1, 2, 3]
     for s in range(16):
-        batcher.put(Control(s))  # all closed
+        batcher.enqueue(Control(s))  # all closed
     while batcher.gather(idle_timeout_s=0.01).requests:  # the requests still waiting come first
         pass
     assert batcher.cap == 64  # min_rows, with nobody open
@@ -256,14 +256,14 @@ def test_a_session_that_closes_while_its_request_is_answered_is_reported_closed_
     (found in review: a new session on the same seats started from the old one's carry)."""
     batcher = Batcher(max_rows=1024, timeout_s=0.005)
     opened(batcher, [1, 2])
-    batcher.put(request(1))
-    batcher.put(request(2))
+    batcher.enqueue(request(1))
+    batcher.enqueue(request(2))
     batch = batcher.gather()
     assert [r.session_id for r in batch.requests] == [1, 2] and batcher.in_flight == 2
-    batcher.put(Control(1))  # session 1 closes while its request is being answered
+    batcher.enqueue(Control(1))  # session 1 closes while its request is being answered
     batch = batcher.gather(idle_timeout_s=0.05)
     assert not batch.controls and not batch.requests
-    batcher.put(request(3))  # an unknown session's request is not waited for with 1 closed
+    batcher.enqueue(request(3))  # an unknown session's request is not waited for with 1 closed
     batcher.replied([2])
     assert not batcher.gather(idle_timeout_s=0.05).controls
     batcher.replied([1])
@@ -273,8 +273,8 @@ def test_a_session_that_closes_while_its_request_is_answered_is_reported_closed_
     # A request and its session's closing in one gathering: the closing follows the reply.
     batcher = Batcher(max_rows=1024, timeout_s=0.005)
     opened(batcher, [1])
-    batcher.put(request(1))
-    batcher.put(Control(1))
+    batcher.enqueue(request(1))
+    batcher.enqueue(Control(1))
     batch = batcher.gather()
     assert [r.session_id for r in batch.requests] == [1] and not batch.controls
     batcher.replied([1])

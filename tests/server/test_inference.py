@@ -28,7 +28,7 @@ def test_actions_go_back_while_the_recorder_waits_for_the_learner():
             actions, version = service.submit(session, rows(4, t)).result(timeout=10)
             assert actions.shape == (4,) and version == 3
         assert service.env_steps < steps * 4, "the recorder must be waiting for the learner"
-        taken = [batches.get(timeout=10).unroll() for _ in range(steps - 1)]  # it catches up
+        taken = [batches.next_batch(timeout=10).unroll() for _ in range(steps - 1)]  # it catches up
         service.flush()
         assert service.env_steps == steps * 4
     finally:
@@ -62,7 +62,7 @@ def test_sessions_of_many_sizes_are_batched_and_recorded_once():
         service.flush()
     finally:
         service.stop(finished=True)
-    unrolls = [b.unroll() for b in iter(lambda: batches.get(timeout=0), None)]
+    unrolls = [b.unroll() for b in iter(lambda: batches.next_batch(timeout=0), None)]
     # 9 seats x 3 unrolls of steps (0-2, 2-4, 4-6); then one more step of session 2 only.
     assert len(unrolls) == 27 and service.env_steps == 7 * 9 + 3
     firsts = sorted(float(u.obs["obs"][0, 0, 0]) for u in unrolls)

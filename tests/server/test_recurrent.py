@@ -40,7 +40,7 @@ def test_replay_from_stored_carry_matches_the_server(tmp_path):
             env.send(actions, rows)
     finally:
         service.stop(finished=True)
-    unrolls = [b.unroll() for b in iter(lambda: batches.get(timeout=0), None)]
+    unrolls = [b.unroll() for b in iter(lambda: batches.next_batch(timeout=0), None)]
     assert len(unrolls) >= 20
     batch = jax.tree.map(lambda *x: np.concatenate(x), *unrolls)
     assert batch.first[:, 1:].any(), "episodes must end inside unrolls"

@@ -147,7 +147,7 @@ def test_matchmaker_gives_each_env_one_opponent_for_its_whole_team():
     mm = Matchmaker(spec, league, teams=Teams(np.array([0, 0, 1, 1])))
     # Env slots 0 and 1 start together: red seats get the learner; each env's blue pair one draw.
     seats = np.array([0, 1, 2, 3, 4, 5, 6, 7])
-    policy, changed = mm.start(seats, version=3)
+    policy, changed = mm.draw_players(seats, version=3)
     assert changed.all()
     np.testing.assert_array_equal(policy[[0, 1, 4, 5]], LEARNER)
     assert policy[2] == policy[3] and policy[6] == policy[7] and policy[2] != policy[6]
@@ -178,7 +178,7 @@ def test_store_learns_shaped_rewards_and_reports_raw_returns():
 
     def record(reward, done, first):
         n, ran = 2, np.ones(2, bool)
-        return recorder.record(
+        return recorder.record_batch(
             StepRecord.of(
                 seats, _rows(reward, done), ran, {"obs": np.zeros((n, 1), np.float32)}, {},
                 np.full(n, first), np.full(n, LEARNER), (), _output(n), 0,
@@ -189,7 +189,7 @@ def test_store_learns_shaped_rewards_and_reports_raw_returns():
     record([0, 0], False, True)
     record([3, 1], False, False)
     episodes = record([1, 0], True, False)
-    batch = batches.get(timeout=1).unroll()
+    batch = batches.next_batch(timeout=1).unroll()
     # Zero-sum of (3, 1) is (2, -2); of (1, 0), (1, -1).
     np.testing.assert_allclose(batch.reward, [[2, 1], [-2, -1]])
     np.testing.assert_allclose(episodes.episode_return, [4.0, 1.0])  # raw

@@ -87,7 +87,7 @@ class Server:
         )  # fmt: skip
 
     def feed(self, session, batch, action, version=0, policy=None):
-        return self.recorder.record(self.step_record(session, batch, action, version, policy))
+        return self.recorder.record_batch(self.step_record(session, batch, action, version, policy))
 
 
 def concatenate(records):
@@ -117,7 +117,7 @@ def store_of(horizon, spec=SPEC, batch_unrolls=1, carry_template=(), slots=10_00
 def emitted(batches):
     """Every unroll of every full batch, in order."""
     out = []
-    for batch in iter(lambda: batches.get(timeout=0), None):
+    for batch in iter(lambda: batches.next_batch(timeout=0), None):
         unrolls = batch.unroll()
         batch.release()
         out += [jax.tree.map(lambda x, i=i: x[i], unrolls) for i in range(unrolls.action.shape[0])]
@@ -234,7 +234,7 @@ def test_one_batch_of_many_sessions_records_as_each_session_alone():
             if together:
                 records = [concatenate(records)]
             for record in records:
-                store.record(record)
+                store.write_steps(record)
         return sorted(emitted(batches), key=lambda u: (u.action[0], u.obs["obs"][0, 0]))
 
     alone, together = run(False), run(True)
@@ -258,12 +258,12 @@ def test_unrolls_fill_learner_batches_and_a_full_queue_holds_acting_back():
     acting.start()
     acting.join(timeout=1.0)
     assert acting.is_alive(), "acting must wait for the learner"
-    batch = batches.get(timeout=5).unroll()
+    batch = batches.next_batch(timeout=5).unroll()
     acting.join(timeout=5)
     assert not acting.is_alive()
     assert batch.action.shape == (3, 3) and batch.reward.shape == (3, 2)
     np.testing.assert_array_equal(batch.policy_version, [[0, 1, 2]] * 3)
-    assert batches.get(timeout=0) is None and store.unrolls_emitted == 4
+    assert batches.next_batch(timeout=0) is None and store.unrolls_emitted == 4
 
 
 @pytest.mark.parametrize("share", [1.0, 0.5, 0.1])
@@ -279,7 +279,7 @@ def test_one_actor_counts_for_at_most_its_share_of_a_batch(share):
     for t in range(5):  # unrolls complete at records 3 and 5 (consecutive ones share a step)
         server.feed(1, rows([1.0] * 4, [0.0] * 4), action=t)
         server.feed(2, rows([2.0], [0.0]), action=t)
-    first, second = batches.get(timeout=1).unroll(), batches.get(timeout=1).unroll()
+    first, second = batches.next_batch(timeout=1).unroll(), batches.next_batch(timeout=1).unroll()
     assert store.unrolls_emitted == 10  # nothing dropped (the third batch is being filled)
     counted = [u.valid.any(axis=1) for u in (first, second)]
     np.testing.assert_array_equal(first.obs["obs"][:, 0, 0], [1.0] * 4)
@@ -294,8 +294,8 @@ def test_one_actor_counts_for_at_most_its_share_of_a_batch(share):
         server.close(2)  # alone, session 1 counts whole batches again
         for t in range(4):
             server.feed(1, rows([1.0] * 4, [0.0] * 4), action=t)
-        batches.get(timeout=1)  # the batch that still holds session 2's unroll
-        assert batches.get(timeout=1).unroll().valid.any(axis=1).all()
+        batches.next_batch(timeout=1)  # the batch that still holds session 2's unroll
+        assert batches.next_batch(timeout=1).unroll().valid.any(axis=1).all()
         assert store.last_batch_max_share == pytest.approx(1.0)
 
 
@@ -319,7 +319,7 @@ def test_an_actor_filling_whole_batches_counts_for_the_median_and_rewards_are_bo
         2, batch_unrolls=8, fair_share_factor=1.0, reward_scale=2.0, reward_floor=1.0
     )
     two_small_and_a_big_one(store, big_envs=6, big_reward=1e6)
-    batch = batches.get(timeout=1).unroll()
+    batch = batches.next_batch(timeout=1).unroll()
     source = batch.obs["obs"][:, 0, 0]
     np.testing.assert_array_equal(source, [1.0, 2.0] + [3.0] * 6)
     counted = batch.valid.any(axis=1)
@@ -339,11 +339,11 @@ def test_a_batch_one_actor_filled_alone_is_bounded_by_the_others_rewards_in_the_
     for t in range(3):
         for session in (1, 2, 3):
             server.feed(session, rows([float(session)], [1.0]), action=t)
-    first = batches.get(timeout=1).unroll()
+    first = batches.next_batch(timeout=1).unroll()
     np.testing.assert_allclose(first.reward, np.ones((3, 2)))
     for t in range(3, 9):
         server.feed(3, rows([3.0], [1e6]), action=t)
-    second = batches.get(timeout=1).unroll()
+    second = batches.next_batch(timeout=1).unroll()
     np.testing.assert_array_equal(second.obs["obs"][:, 0, 0], [3.0, 3.0, 3.0])
     np.testing.assert_allclose(second.reward, np.full((3, 2), 2.0))
 
@@ -366,10 +366,10 @@ def test_acting_waits_as_soon_as_a_batch_is_full_and_the_learner_has_not_taken_t
     acting.join(timeout=1.0)
     # Step 2 fills the first batch (3 unrolls) and waits for the learner to take it.
     assert acting.is_alive() and recorded == [0, 1], recorded
-    batches.get(timeout=5)
+    batches.next_batch(timeout=5)
     acting.join(timeout=1.0)
     assert acting.is_alive() and recorded == [0, 1, 2, 3], recorded  # step 4 fills the next
-    batches.get(timeout=5)
+    batches.next_batch(timeout=5)
     acting.join(timeout=5)
     assert recorded == list(range(6))
 
@@ -417,9 +417,9 @@ def test_only_the_learning_policy_is_trained_on_and_episodes_name_who_played():
     for t in range(3):
         record = server.step_record(1, rows([t, t], [1, 1]), action=0)
         record = record._replace(policy=np.array([LEARNER, 7]))  # env 1: snapshot 7
-        server.recorder.record(record)
+        server.recorder.record_batch(record)
     ended = rows([3, 3], [1, 1], terminated=[True, True])
-    episodes = server.recorder.record(server.step_record(1, ended, action=0))
+    episodes = server.recorder.record_batch(server.step_record(1, ended, action=0))
     # The snapshot's unroll has nothing to train on, so it never reaches the learner.
     (u,) = emitted(batches)
     assert u.valid.all() and store.unrolls_emitted == 1
@@ -486,9 +486,9 @@ def test_a_batch_in_which_nothing_counts_never_reaches_the_learner():
     store, batches = store_of(2, batch_unrolls=4, fair_share_factor=1.0)
     two_small_and_a_big_one(store, big_envs=8, big_reward=1.0)
     # 10 unrolls: [1, 2, 3, 3] (session 3's one counts), then [3, 3, 3, 3] (none can) held back.
-    batch = batches.get(timeout=1).unroll()
+    batch = batches.next_batch(timeout=1).unroll()
     np.testing.assert_array_equal(batch.valid.any(axis=1), [True, True, True, False])
-    assert batches.get(timeout=0) is None
+    assert batches.next_batch(timeout=0) is None
     assert store.unrolls_capped == 5 and store.unrolls_emitted == 10
 
 
@@ -502,7 +502,7 @@ def test_unrolls_acted_too_many_versions_ago_are_kept_out_of_the_loss():
     for t, (v1, v2) in enumerate([(0, 9), (0, 10), (0, 10)]):
         server.feed(1, rows([1.0], [1.0]), action=t, version=v1)
         server.feed(2, rows([2.0], [1.0]), action=t, version=v2)
-    batch = batches.get(timeout=1).unroll()
+    batch = batches.next_batch(timeout=1).unroll()
     np.testing.assert_array_equal(batch.obs["obs"][:, 0, 0], [1.0, 2.0])
     np.testing.assert_array_equal(batch.valid.any(axis=1), [False, True])
     assert store.unrolls_stale == 1 and store.unrolls_capped == 0  # no share cap applied
@@ -518,7 +518,7 @@ def test_a_batch_stacked_on_the_device_is_the_batch_gathered_on_the_host(monkeyp
         server.feed(1, rows(np.arange(7) + 10 * t, [t] * 7), action=t)
     device = jax.local_devices()[0]
     spans = []
-    for batch in iter(lambda: batches.get(timeout=0), None):
+    for batch in iter(lambda: batches.next_batch(timeout=0), None):
         spans.append(len(set((batch.buffers // store.pool.k).tolist())))
         on_host, on_device = batch.unroll(), batch.unroll(device)
         batch.release()
