@@ -113,6 +113,7 @@ def main(argv):
         kwargs = config.env.kwargs
         if "num_levels" not in kwargs:
             raise ValueError(f"{config.env.name}: the run has no numbered levels (env.kwargs)")
+        # start_level: envpool Procgen's own default (0) where the run did not set it.
         first, count = int(kwargs.get("start_level", 0)), int(kwargs.num_levels)
         train = gen.parse_levels(_TRAIN.value) if _TRAIN.value else None
         if train is None:

@@ -473,7 +473,7 @@ def checkpoint_section() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     # Also saved at the end and on SIGTERM/SIGINT; a crash (SIGKILL, lost host) loses at most this
     # much. orbax writes in the background: a save stops the learner loop only for the copy to
-    # host memory and the digest (RESULTS.md, "Checkpoint saves in the background").
+    # host memory and the digest (RESULTS.md, "Figures that lived in code comments").
     c.interval_s = 60.0
     c.max_to_keep = 3
     # A stop request (SIGTERM, Ctrl-C) ends the learner within stop_grace_s: an update in

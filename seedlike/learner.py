@@ -282,6 +282,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         spec, league, annealing, config.seed, teams, curriculum, config.log.success_threshold,
         quota,
     )  # fmt: skip
+    # server.queue_unrolls 0 means one batch (its documented value), in whole batches either way.
     slots = -(-int(config.server.queue_unrolls or config.batch_unrolls) // config.batch_unrolls)
     batches = BatchQueue(slots)
     server_spec = annealing.server_spec(spec) if annealing else spec

@@ -1,6 +1,6 @@
 """Gymnasium adapter: any single-agent Gymnasium env, by registered id or by entry point, as rows.
 
-`env.name` is a registered id (`"Taxi-v3"`, `"FrozenLake-v1"`, an id a package of yours registers)
+`env.name` is a registered id (`"Taxi-v4"`, `"FrozenLake-v1"`, an id a package of yours registers)
 or an entry point `"module:attribute"` naming a `gymnasium.Env` subclass or a function returning
 one (`"examples.corridor:Corridor"`); `env.kwargs` go to gymnasium.make or to that attribute.
 An actor steps `env.num_envs` of them in a gymnasium.vector.SyncVectorEnv (in its own process,

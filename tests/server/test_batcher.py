@@ -240,13 +240,13 @@ def test_the_cap_follows_a_share_of_the_rows_in_circulation():
     small = Batcher(max_rows=256, timeout_s=10.0, share=0.25, min_rows=64)
     opened(small, range(8))
     for s in range(8):
-        small.put(request(s, rows=8))
+        small.enqueue(request(s, rows=8))
     assert [r.session_id for r in small.gather().requests] == list(range(8))
     # A request bigger than the cap is a batch of its own.
     solo = Batcher(max_rows=256, timeout_s=10.0, share=0.25, min_rows=64)
     opened(solo, [0, 1])
-    solo.put(request(0, rows=300))
-    solo.put(request(1, rows=300))
+    solo.enqueue(request(0, rows=300))
+    solo.enqueue(request(1, rows=300))
     assert [len(solo.gather().requests) for _ in range(2)] == [1, 1]
 
 

@@ -21,7 +21,7 @@ from surgery.checkpoint_surgery import run_surgery
 from surgery.plan import Plan
 from tests.procs import ROOT
 
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "d4cf845")
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "d4cf845")
 RUN = os.path.join(FIXTURES, "run")
 FINGERPRINT = "ab88a88deb8fb484"  # "checkpoint 2 saved (...; params ab88a88deb8fb484)"
 CONFIG = os.path.join(ROOT, "configs", "cartpole_pomdp_lstm.py")
