@@ -331,14 +331,14 @@ def run_group(names: tuple[str, ...], repeats: int, infer_repeats: int, budget_s
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import baseline_ppo_atari as base  # noqa: I001 (found through the sys.path entry above)
-    from seedlike.algos import batches
+    from seedlike.algos.batches import SampleBatch
 
     config = base.PPOConfig()
     optimizer = base.make_optimizer(config)
     rng = np.random.default_rng(0)
     n = STEPS_PER_CALL * MINIBATCH
     obs_nchw = rng.integers(0, 256, (n, 4, 84, 84), dtype=np.uint8)
-    batch_nchw = batches.SampleBatch(
+    batch_nchw = SampleBatch(
         obs={"obs": obs_nchw},
         extras={},
         action=rng.integers(0, NUM_ACTIONS, n).astype(np.int32),
