@@ -289,7 +289,7 @@ def attack(workdir: str, capped: bool) -> dict:
             "attack_steps_sent": out.get("steps_sent"),
             "attacker_ended": out.get("ended", "no"),
             "unrolls_capped": capped_unrolls,
-            "actor_share_max_last": share,
+            "identity_share_max_last": share,
             "greedy_return_after_20_episodes": after,
             "recovered": after >= _LEARNED.value,
         }

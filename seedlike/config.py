@@ -506,7 +506,8 @@ def actor_sizing(env, cores: int, given=()) -> dict[str, int]:
     out = {"num_threads": cores, "num_envs": int(env.num_envs) * ENVS_PER_CORE * cores}
     from seedlike.envs import BACKENDS
 
-    if BACKENDS[env.backend].async_steps:
+    backend = BACKENDS.get(env.backend)  # an unknown one is validate's to report
+    if backend is not None and backend.async_steps:
         out["batch_size"] = out["num_envs"] // 2
     return {k: v for k, v in out.items() if k not in given}
 
@@ -564,6 +565,9 @@ def validate(config) -> None:
             raise ConfigError(f"invalid config: {message}")
 
     need(config.algo in ALGORITHMS, f"algo={config.algo!r} is not one of {list(ALGORITHMS)}")
+    for old, new in RENAMED_KEYS.items():
+        section, _, key = old.rpartition(".")
+        need(key not in config[section], f"{old} is now {new}: set that instead")
     try:
         check_env(config.env)
     except UnknownEnv as e:

@@ -29,7 +29,7 @@ class PolicyOutput(NamedTuple):
 class Pending:
     """A dispatched policy call whose outputs may still be computing on the device.
 
-    `get()` waits for them and copies them to the host; until then the caller is free to prepare
+    `fetch()` waits for them and copies them to the host; until then the caller is free to prepare
     the next batch (JAX dispatches asynchronously). Action, log-probability and value come packed
     in one float32 [K + 2, n] array (a discrete action's int32 bits as they are, K = 1; or the K
     floats of one with continuous dimensions), one transfer instead of three.
@@ -138,7 +138,7 @@ class PolicyRunner:
         return Pending(packed, carry, rows, self._continuous)
 
     def step(self, policy_params, obs, extras, carry, first) -> PolicyOutput:
-        """`dispatch(...).get()`: one policy step, outputs on the host."""
+        """`dispatch(...).fetch()`: one policy step, outputs on the host."""
         return self.dispatch(policy_params, obs, extras, carry, first).fetch()
 
     def evaluate(self, policy_params, obs, extras, chunk: int = 4096):

@@ -18,7 +18,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from seedlike.config import check_override_flags
+from seedlike.config import check_override_flags, renamed
 
 
 def _check_config_overrides(argv, prefix):
@@ -27,6 +27,12 @@ def _check_config_overrides(argv, prefix):
     if any(a.startswith(prefix + ".") for a in relevant):
         if not any(a.startswith(prefix + "=") for a in relevant):
             sys.exit(f"{prefix}.<key>=<value> overrides need {prefix}=<config file>")
+        for i, arg in enumerate(argv):  # settings renamed since (seedlike.config.RENAMED_KEYS)
+            key = arg[len(prefix) + 1 :].split("=", 1)[0] if arg.startswith(prefix + ".") else ""
+            if renamed(key) != key:
+                print(f"warning: {prefix}.{key} is now {prefix}.{renamed(key)}", file=sys.stderr)
+                argv[i] = arg.replace(key, renamed(key), 1)
+        relevant = [a for a in argv[1:] if a.startswith(prefix + ".") or a.startswith(prefix + "=")]
         check_override_flags([argv[0], *(a.replace(prefix, "--config", 1) for a in relevant)], "")
 
 

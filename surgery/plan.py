@@ -597,6 +597,7 @@ def derive_plan(
     same("network.entities", om.encoders.entity_key, nm.encoders.entity_key)
     same("network.entity_heads", om.encoders.entity_heads, nm.encoders.entity_heads)
     same("network.autoregressive", om.head_spec.autoregressive, nm.head_spec.autoregressive)
+    same("network.policy_head", om.head_spec.policy, nm.head_spec.policy)
     same("network.cnn_kernel", om.torso_spec.cnn_kernel, nm.torso_spec.cnn_kernel)
     same("network.cnn_padding", om.torso_spec.cnn_padding, nm.torso_spec.cnn_padding)
     same("network.action_squash", old.action_squash, new.action_squash)

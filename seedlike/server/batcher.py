@@ -118,8 +118,9 @@ SPREAD_MEMORY = 0.1  # weight of the newest request in the running mean of `spre
 class Batcher:
     """The inbox of the inference service and the batching rule above.
 
-    Handler threads `put` requests and controls; one thread calls `gather`. The thread that answers
-    a batch reports `replied(session_ids)` for its requests, so the rule knows who is in flight.
+    Handler threads `enqueue` requests and controls; one thread calls `gather`. The thread that
+    answers a batch reports `replied(session_ids)` for its requests, so the rule knows who is in
+    flight.
     """
 
     def __init__(self, max_rows: int, timeout_s: float, share: float = 1.0, min_rows: int = 1):

@@ -136,7 +136,8 @@ class ResultQuota:
     """League results (game outcomes) per identity over the last `seconds`: with three identities
     or more there, one identity's count at most `factor` x what the median one reported, so
     fake wins or losses from one actor move the payoff matrix and the opponent sampler by at
-    most that share of the results. Results beyond are ignored (`capped`)."""
+    most that share of the results. Results beyond are ignored (`capped`). factor 0: no cap
+    (server.fair_share_factor's "off")."""
 
     def __init__(self, seconds: float, factor: float):
         self.seconds = float(seconds)
@@ -152,7 +153,7 @@ class ResultQuota:
         counted = collections.Counter(o for _, o, ok in self._window if ok)
         offered.update(identity.tolist())
         keep = np.ones(identity.size, bool)
-        if len(offered) >= 3:
+        if self.factor > 0 and len(offered) >= 3:
             cap = self.factor * float(np.median(list(offered.values())))
             for i, who in enumerate(identity.tolist()):
                 keep[i] = counted[who] < cap

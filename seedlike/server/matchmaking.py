@@ -1,7 +1,7 @@
 """Who plays each episode, and in which world: the one place where league sampling, built-in
 bots, teams, annealing and the curriculum meet the server.
 
-When episodes start, the inference thread asks `start`: in a league, the seats of every team but
+When episodes start, the gather thread asks `draw_players`: in a league, the seats of every team but
 team 0 get an opponent (the learning policy, a frozen snapshot or a bot; the learning policy always
 plays team 0), drawn once per env for all of that env's seats starting together; every other seat
 gets the learning policy. In a two-player board game the teams are the two players. Every starting

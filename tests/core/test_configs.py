@@ -309,3 +309,17 @@ def test_a_renamed_setting_is_read_under_its_new_name_from_runs_and_flags(capsys
     assert "--config.server.max_actor_share is now --config.server.max_identity_share" in (
         capsys.readouterr().err
     )
+    stray = load_config_file(os.path.join(ROOT, "configs", "cartpole_ppo.py"))
+    with stray.unlocked():
+        stray.server.max_actor_share = 0.5  # a config file of the old name: refused, not ignored
+    with pytest.raises(
+        ConfigError, match="server.max_actor_share is now server.max_identity_share"
+    ):
+        validate(stray)
+
+
+def test_actor_sizing_leaves_an_unknown_backend_to_validate():
+    from seedlike.config import section
+
+    sized = actor_sizing(section("env", backend="nope", num_envs=4), cores=2)
+    assert sized == {"num_threads": 2, "num_envs": 64}  # no KeyError: validate names it after

@@ -177,14 +177,15 @@ def random_units(rng, n, e, f, present=None):
 def test_pointer_logits_follow_their_entities_and_skip_absent_ones():
     spec = make_env_spec(targets_env(entities=6))
     net = network(spec)
-    params = net.init(jax.random.key(0))
+    params = jax.jit(net.init)(jax.random.key(0))
     rng = np.random.default_rng(0)
     present = rng.random((4, 6)) < 0.7
     present[:, 0] = True
     units = random_units(rng, 4, 6, 5, present)
-    logits, value = net.apply(params, {}, {"entities": units})
+    apply = jax.jit(net.apply)  # one compilation, not one per op
+    logits, value = apply(params, {}, {"entities": units})
     perm = rng.permutation(6)
-    logits_p, value_p = net.apply(params, {}, {"entities": units[:, perm]})
+    logits_p, value_p = apply(params, {}, {"entities": units[:, perm]})
     # the pointer's logits move with their entities; style logits and the value do not change
     np.testing.assert_allclose(logits_p[:, KINDS:], logits[:, KINDS:][:, perm], atol=1e-5)
     np.testing.assert_allclose(logits_p[:, :KINDS], logits[:, :KINDS], atol=1e-5)
@@ -199,7 +200,7 @@ def test_extra_pointer_choices_and_empty_sets_are_finite():
         "e", {"entities": units, "obs": ArraySpec(F32, (2,))}, 2 * 5, action_heads=(2, 5)
     )
     net = network(spec)  # head 1 has 5 choices: 4 entities and one more
-    params = net.init(jax.random.key(1))
+    params = jax.jit(net.init)(jax.random.key(1))
     obs = {"entities": np.zeros((2, 4, 3), F32), "obs": np.ones((2, 2), F32)}
     obs["entities"][1, 2] = 1.0
 
@@ -207,11 +208,11 @@ def test_extra_pointer_choices_and_empty_sets_are_finite():
         logits, value = net.apply(p, {}, obs)
         return heads.log_prob(logits, jnp.array([4, 2]), net.action_sizes).sum() + value.sum()
 
-    logits, _ = net.apply(params, {}, obs)
+    logits, _ = jax.jit(net.apply)(params, {}, obs)
     assert logits.shape == (2, 2 + 5)
     assert np.all(np.asarray(logits[0, 2:6]) == heads.MASKED_LOGIT)  # nobody there
     assert np.all(np.asarray(logits[1, [2, 3, 5]]) == heads.MASKED_LOGIT)
-    grads = jax.grad(loss)(params)
+    grads = jax.jit(jax.grad(loss))(params)
     assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
 
 

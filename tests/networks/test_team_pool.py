@@ -158,6 +158,7 @@ def test_absent_teammates_change_nothing_and_get_no_gradient():
     obs, present = team_obs(SPEC, 32, 4)
     inputs = split(obs, present)
 
+    @jax.jit  # one compilation, not one per op
     def total(mate_obs):
         logits, value = net.apply(params, {}, {**inputs, "teammates/obs": mate_obs})
         return jnp.sum(logits) + jnp.sum(value)

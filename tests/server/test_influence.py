@@ -143,3 +143,9 @@ def test_result_quota_holds_an_identity_to_the_median_identitys_results():
     assert quota.admit(np.array([9]), now=40.0)[0]  # the window has moved on: alone, it counts
     two = influence.ResultQuota(seconds=30.0, factor=1.0)
     assert two.admit(np.array([1] * 50 + [2]), now=0.0).all()  # two identities: no median rule
+
+
+def test_result_quota_with_factor_zero_caps_nothing():
+    """server.fair_share_factor 0 turns the caps off, the league results' quota included."""
+    off = influence.ResultQuota(seconds=30.0, factor=0.0)
+    assert off.admit(np.array([1] * 5 + [9] * 100 + [2] * 5), now=0.0).all() and not off.capped

@@ -799,3 +799,12 @@ def test_env_changes_no_surgery_can_follow_are_refused_in_one_line(tmp_path):
             surgery.run_surgery(
                 run, str(tmp_path / "c_out"), new_config=new, spec_fn=lambda env: specs[env.name]
             )
+
+
+def test_a_changed_policy_head_is_refused_by_name(monkeypatch):
+    from networks import heads
+
+    monkeypatch.setitem(heads.POLICY_HEADS, "other", heads.CategoricalHead)
+    changed = "network.policy_head changes from 'categorical' to 'other'"
+    with pytest.raises(surgery.PlanError, match=changed):
+        surgery.derive_plan(make_net(), make_net(policy_head="other"))
