@@ -5,10 +5,12 @@
       --image=registry.example.com/seedlike:0.1 --credentials=creds --gpus=1 --out=breakout.yaml
   kubectl apply -f breakout.yaml
 
---config.x=v flags are checked here and passed to the learner and every actor.
+--config.x=v flags are checked here and passed to the learner and every actor. Actor i's
+certificate is DIR/actors/actor-i; those missing are issued here (DIR's ca.key signs them).
 """
 
 import os
+import subprocess
 import sys
 
 from absl import app, flags
@@ -38,7 +40,10 @@ _LEARNERS = flags.DEFINE_integer(
     "Learner pods forming one learner (seedlike/runtime/distributed.py); one GPU host each.",
 )
 _CREDENTIALS = flags.DEFINE_string(
-    "credentials", None, "Directory from scripts/make_credentials.sh DIR <name>-learner."
+    "credentials",
+    None,
+    "Directory from scripts/make_credentials.sh DIR <name>-learner; actor certificates it lacks "
+    "are issued into it.",
 )
 _PORT = flags.DEFINE_integer("port", 50051, "The learner's port.")
 _GPUS = flags.DEFINE_integer("gpus", 0, "GPUs for the learner pod.")
@@ -73,13 +78,27 @@ def sizing(config, overrides: list[str], learner_cpu: str, actor_cpu: str) -> li
     if "--config.server.front_ends" not in given:
         out.append(f"--config.server.front_ends={cores(learner_cpu) // 4}")
     # An actor pod opens one stream to its learner; two leave room for a reconnect while the old
-    # stream is reaped. The influence bounds count actor identities (host and declared
-    # actor_id), so a compromised pod can declare at most two of them (README "Security").
+    # stream is reaped. (Each pod's certificate is one identity however many it opens.)
     if "--config.server.max_streams_per_peer" not in given:
         out.append("--config.server.max_streams_per_peer=2")
     env_given = {k.removeprefix("--config.env.") for k in given}
     sized = actor_sizing(config.env, cores(actor_cpu), env_given)
     return out + [f"--config.env.{k}={v}" for k, v in sized.items()]
+
+
+def issue_actor_certificates(directory: str, actors: int) -> None:
+    """Issues DIR/actors/actor-i for each i < actors that has none (needs DIR/ca.key)."""
+    missing = [
+        f"actor-{i}"
+        for i in range(actors)
+        if not os.path.exists(os.path.join(directory, "actors", f"actor-{i}", "client.pem"))
+    ]
+    if not missing or not os.path.isfile(os.path.join(directory, "ca.pem")):
+        return  # read_credentials names what is missing
+    script = os.path.join(ROOT, "scripts", "make_credentials.sh")
+    done = subprocess.run([script, "--actors", directory, *missing], capture_output=True, text=True)
+    if done.returncode:
+        raise FileNotFoundError(f"cannot issue actor certificates: {done.stderr.strip()}")
 
 
 def main(argv):
@@ -95,7 +114,8 @@ def main(argv):
     add_env_kwargs(_CONFIG.value, _ENV_KWARGS)
     try:
         validate(_CONFIG.value)
-        credentials = read_credentials(_CREDENTIALS.value)
+        issue_actor_certificates(_CREDENTIALS.value, _ACTORS.value)
+        credentials = read_credentials(_CREDENTIALS.value, _ACTORS.value)
     except (ConfigError, FileNotFoundError) as e:
         raise SystemExit(f"error: {e}") from None
     config_path = flags.FLAGS["config"].config_filename

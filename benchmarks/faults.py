@@ -4,8 +4,10 @@ the run recovers.
   python benchmarks/faults.py [--scenarios=actor_kill,attack,...]  (all by default)
 
 Every scenario starts `learner.py` (configs/cartpole_ppo.py, metrics every second) and honest
-`actor.py` processes in a fresh directory, lets the policy learn to a return of `--learned` (450;
-the maximum is 500), injects its fault and reports:
+`actor.py` processes in a fresh directory, with TLS and a certificate per actor (attackers hold
+one certificate of their own; fuzz and silent_streams speak plaintext), lets the policy learn to a
+robust return (episode_return_robust) of `--learned` (450; the maximum is 500), injects its fault
+and reports:
 
   actor_kill      SIGKILL to one of two actors, restarted 5 s later as train.sh would: the partial
                   unrolls the server dropped (steps_dropped), env steps/s while it was gone,
@@ -49,9 +51,17 @@ the maximum is 500), injects its fault and reports:
                   of one-second rows in which the run served under 1,000 env steps/s (finding 7).
   stop_in_update  SIGTERM while the learner is inside a long update (ppo.epochs=4000): seconds
                   until it has exited with its checkpoint (finding 8).
+  identity_attack issue 59's attack: one certificate, 4 streams of 64 envs declaring 4 actor
+                  ids, rewards of +-1e6 by action for --identity_attack_s (60): the robust return
+                  during and after, loss/value against before, identities seen, greedy return.
+  partition       learner and two actors each on a host of its own (network namespaces); actor
+                  1 cut off for --partition_s (60 s; packets dropped, sockets open): when it
+                  notices, when the learner frees its seats, when it is back after healing.
+  learner_vanish  the learner's host cut off for good: an actor that waits and one that gives up
+                  after 30 s (actor.give_up_s): when they notice, how the second one ends.
 
-Writes JSON (benchmarks/results/ or --out) and prints a Markdown table. All 14 take about 18
-minutes.
+Writes JSON (benchmarks/results/ or --out) and prints a Markdown table. The partition scenarios
+need root (network namespaces) and fail saying so without. All 17 take about 25 minutes.
 """
 
 from __future__ import annotations
@@ -76,6 +86,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import results_io  # noqa: E402
 
+from tests import netns  # noqa: E402
+from tests.attacker import attack_streams  # noqa: E402
+
 SCENARIOS = (
     "actor_kill",
     "attack",
@@ -91,11 +104,18 @@ SCENARIOS = (
     "capped_throughput",
     "stop_in_update",
     "huge_actor",
+    "identity_attack",
+    "partition",
+    "learner_vanish",
 )
 _SCENARIOS = flags.DEFINE_list("scenarios", list(SCENARIOS), "Which scenarios to run.")
 _LEARNED = flags.DEFINE_float("learned", 450.0, "Return that counts as learned.")
 _ATTACK_S = flags.DEFINE_float("attack_s", 30.0, "How long the malicious actor plays.")
 _WORST_S = flags.DEFINE_float("worst_s", 60.0, "How long worst_actor's attacker plays.")
+_IDENTITY_S = flags.DEFINE_float(
+    "identity_attack_s", 60.0, "How long identity_attack's attacker plays."
+)
+_PARTITION_S = flags.DEFINE_float("partition_s", 60.0, "How long partition cuts an actor off.")
 _OUT = flags.DEFINE_string("out", None, "JSON output path.")
 _ROOT = flags.DEFINE_string(
     "root", ROOT, "Checkout whose learner.py and actor.py run (another commit, to compare)."
@@ -107,6 +127,7 @@ _LEARNER_FLAGS = flags.DEFINE_list(
 )
 
 CONFIG = os.path.join(ROOT, "configs", "cartpole_ppo.py")
+RETURN = "episode_return_robust"  # what decisions read (README "Metrics")
 COMMON = [
     f"--config={CONFIG}",
     "--config.total_env_steps=100000000",
@@ -121,15 +142,41 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Run:
-    """A learner and its honest actors in a fresh logdir; every process is killed on close."""
+def make_credentials(directory: str, host: str, actors=(), attackers=("attacker",)) -> str:
+    """A run's credentials for `host` (scripts/make_credentials.sh): certificates actor-<i> for
+    each i in `actors`, and one per name in `attackers`."""
+    script = os.path.join(ROOT, "scripts", "make_credentials.sh")
+    names = [f"actor-{i}" for i in actors] + list(attackers)
+    for args in ([directory, host], ["--actors", directory, *names]):
+        subprocess.run([script, *args], check=True, capture_output=True)
+    return directory
 
-    def __init__(self, logdir: str, learner_flags=(), actors: int = 2, common=None):
+
+class Run:
+    """A learner and its honest actors in a fresh logdir; every process is killed on close.
+
+    secure (the default): TLS with a certificate per actor, as a run that takes actors from other
+    machines has (README "Security"): actor i is identity actor-<i>, and `attacker` streams (one
+    certificate, "attacker") are one identity however many streams and actor ids they use.
+    secure False: plaintext on loopback, every stream of this machine one identity."""
+
+    def __init__(
+        self, logdir: str, learner_flags=(), actors: int = 2, common=None, secure: bool = True
+    ):
         self.logdir = logdir
         self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
         self.learner_flags = [*_LEARNER_FLAGS.value, *learner_flags]
         self.common = COMMON if common is None else common
+        self.credentials = None
+        self.actor_flags: list[str] = []
+        if secure:
+            self.credentials = make_credentials(
+                os.path.join(logdir, "creds"), "localhost", range(8)
+            )
+            tls = f"--config.transport.credentials={self.credentials}"
+            self.learner_flags.append(tls)
+            self.actor_flags.append(tls)
+        self.address = f"{'localhost' if secure else '127.0.0.1'}:{self.port}"
         self.procs: list[subprocess.Popen] = []
         self.learner = self.start_learner()
         for i in range(actors):
@@ -149,7 +196,18 @@ class Run:
 
     def start_actor(self, actor_id: int, *flags_) -> subprocess.Popen:
         args = ["actor.py", *COMMON[:1], f"--server={self.address}", f"--actor_id={actor_id}"]
-        return self.spawn([*args, *flags_], f"actor_{actor_id}.log")
+        return self.spawn([*args, *self.actor_flags, *flags_], f"actor_{actor_id}.log")
+
+    def attack(self, seconds: float, streams: int, name: str = "attacker", **kwargs):
+        """attack_streams under the certificate `name` (with credentials)."""
+        return attack_streams(
+            self.address, seconds, streams, credentials=self.attacker_credentials(name), **kwargs
+        )
+
+    def attacker_credentials(self, name: str = "attacker"):
+        from seedlike.rpc import security
+
+        return security.load(self.credentials or "", "client", name)
 
     def rows(self) -> list[dict]:
         path = os.path.join(self.logdir, "metrics.jsonl")
@@ -172,9 +230,7 @@ class Run:
         return time.monotonic() - start
 
     def wait_learned(self, timeout: float = 180.0) -> float:
-        return self.wait(
-            lambda: (self.latest("episode_return_mean") or 0) >= _LEARNED.value, timeout, "learn"
-        )
+        return self.wait(lambda: (self.latest(RETURN) or 0) >= _LEARNED.value, timeout, "learn")
 
     def settled_sps(self) -> float:
         """Env steps/s over the last 5 metrics rows, 5 s after the policy learned."""
@@ -197,73 +253,6 @@ def mean_sps(rows) -> float | None:
     return float(np.mean([r["sps"] for r in rows])) if rows else None
 
 
-def attacker(
-    address: str,
-    seconds: float,
-    out: dict,
-    envs: int = 64,
-    actor_id: int = 99,
-    obs_value: float | None = None,
-    reward: float = 10.0,
-    episode: int = 100,
-    steer: bool = True,
-) -> None:
-    """A malicious actor that speaks the protocol correctly, on one stream: `envs` envs of
-    made-up CartPole states (random normal(0, 0.1), or +-obs_value), paid +reward for action 0
-    and -reward for action 1 (steer) or +reward always, episodes of `episode` steps."""
-    from seedlike.config import load_config_file
-    from seedlike.envs.envpool_env import make_env_spec
-    from seedlike.rpc import client, codec
-    from seedlike.types import Rows
-
-    spec = make_env_spec(load_config_file(CONFIG).env)
-    n = envs
-    rng = np.random.default_rng(actor_id)
-    connection = client.Connection(address, codec.make_hello(spec, actor_id=actor_id, num_envs=n))
-    actions = np.zeros(n, np.int32)
-    sent, end, t = 0, time.monotonic() + seconds, 0
-    try:
-        while time.monotonic() < end:
-            done = np.full(n, t % episode == episode - 1)
-            paid = np.where(actions == 0, reward, -reward) if steer else np.full(n, reward)
-            if obs_value is None:
-                obs = rng.normal(0, 0.1, (n, 4))
-            else:
-                obs = rng.choice([-obs_value, obs_value], (n, 4))
-            rows = Rows(
-                obs={"obs": obs.astype(np.float32)},
-                extras={},
-                reward=paid.astype(np.float32) * (t % episode != 0),
-                terminated=done,
-                truncated=np.zeros(n, bool),
-                env_id=np.arange(n, dtype=np.int32),
-                player_id=np.zeros(n, np.int32),
-                acting=~done,
-                game_over=done,
-            )
-            reply = connection.step(codec.encode_step(sent, rows))
-            actions = client.decode_actions(reply, n, spec)
-            sent, t = sent + 1, t + 1
-    except (client.Disconnected, client.Rejected, client.TrainingOver) as e:
-        out.setdefault("ended", []).append(f"{type(e).__name__}: {e}")
-    finally:
-        connection.close()
-    out["steps_sent"] = out.get("steps_sent", 0) + sent * n
-
-
-def attack_streams(address: str, seconds: float, streams: int, **kwargs) -> tuple[list, dict]:
-    """`streams` attacker streams of one actor (one actor_id) in threads, started; their shared
-    outcome dict."""
-    out: dict = {}
-    threads = [
-        threading.Thread(target=attacker, args=(address, seconds, out), kwargs=kwargs, daemon=True)
-        for _ in range(streams)
-    ]
-    for thread in threads:
-        thread.start()
-    return threads, out
-
-
 def evaluate(logdir: str) -> float:
     from seedlike.launch.api import evaluate as play
 
@@ -275,8 +264,8 @@ def attack(workdir: str, capped: bool) -> dict:
     run = Run(workdir, flags_)
     try:
         learned_s = run.wait_learned()
-        before = run.latest("episode_return_mean")
-        threads, out = attack_streams(run.address, _ATTACK_S.value, 1)
+        before = run.latest(RETURN)
+        threads, out = run.attack(_ATTACK_S.value, 1)
         for thread in threads:
             thread.join()
         capped_unrolls = run.latest("unrolls_capped")
@@ -319,7 +308,7 @@ def learner_kill(workdir: str) -> dict:
         run.wait(lambda: back("actors_connected", lambda n: n >= 2), 120, "actors back after kill")
         actors_back = time.monotonic() - killed_at
         try:
-            run.wait(lambda: back("episode_return_mean", lambda r: r >= _LEARNED.value), 90, "x")
+            run.wait(lambda: back(RETURN, lambda r: r >= _LEARNED.value), 90, "x")
             recovered = True
         except TimeoutError:
             recovered = False
@@ -356,7 +345,7 @@ def actor_kill(workdir: str) -> dict:
         back = time.monotonic() - killed_at
         time.sleep(10)
         after = run.rows()[mark:]
-        returns = [r["episode_return_mean"] for r in alone + after if r["episode_return_mean"]]
+        returns = [r[RETURN] for r in alone + after if r[RETURN]]
         return {
             "sps_before": round(before, 0),
             "sps_one_actor": round(mean_sps(alone), 0),
@@ -389,8 +378,7 @@ def damaged_checkpoint(workdir: str) -> dict:
         try:
             run.wait(
                 lambda: any(
-                    (r.get("episode_return_mean") or 0) >= _LEARNED.value
-                    for r in run.rows()[rows_before:]
+                    (r.get(RETURN) or 0) >= _LEARNED.value for r in run.rows()[rows_before:]
                 ),
                 90,
                 "return after restore",
@@ -470,7 +458,7 @@ def fuzz(workdir: str) -> dict:
     from seedlike.rpc import codec
     from seedlike.rpc.codec import STREAM_METHOD
 
-    run = Run(workdir)
+    run = Run(workdir, secure=False)
     try:
         run.wait_learned()
         spec = make_env_spec(load_config_file(CONFIG).env)
@@ -513,7 +501,7 @@ def fuzz(workdir: str) -> dict:
             "learner_alive": run.learner.poll() is None,
             "honest_actors_alive": all(p.poll() is None for p in run.procs[1:]),
             "actors_connected": run.latest("actors_connected"),
-            "return_at_end": run.latest("episode_return_mean"),
+            "return_at_end": run.latest(RETURN),
         }
     finally:
         run.close()
@@ -526,7 +514,7 @@ def silent_streams(workdir: str) -> dict:
     from seedlike.envs.envpool_env import make_env_spec
     from seedlike.rpc import codec
 
-    run = Run(workdir, actors=0)
+    run = Run(workdir, actors=0, secure=False)
     spec = make_env_spec(load_config_file(CONFIG).env)
     hello = codec.pb.ActorMessage(hello=codec.make_hello(spec, 55, 4)).SerializeToString()
     release = threading.Event()
@@ -583,17 +571,17 @@ def silent_streams(workdir: str) -> dict:
 def worst_actor(workdir: str) -> dict:
     run = Run(workdir)
     try:
-        run.wait(lambda: (run.latest("episode_return_mean") or 0) >= 490, 300, "return 490")
-        before = run.latest("episode_return_mean")
-        capped, clipped = run.latest("unrolls_capped") or 0, run.latest("rewards_clipped") or 0
+        run.wait(lambda: (run.latest(RETURN) or 0) >= 490, 300, "return 490")
+        before = run.latest(RETURN)
+        capped, scaled = run.latest("unrolls_capped") or 0, run.latest("rewards_scaled") or 0
         mark = len(run.rows())
-        threads, out = attack_streams(
-            run.address, _WORST_S.value, 4, envs=64, obs_value=9.9e5, reward=9.9e5, episode=5
+        threads, out = run.attack(
+            _WORST_S.value, 4, envs=64, obs_value=9.9e5, reward=9.9e5, episode=5
         )
         for thread in threads:
             thread.join()
-        during = [r for r in run.rows()[mark:] if r.get("episode_return_mean") is not None]
-        returns = [r["episode_return_mean"] for r in during]
+        during = [r for r in run.rows()[mark:] if r.get(RETURN) is not None]
+        returns = [r[RETURN] for r in during]
         run.stop_learner()
         after = evaluate(workdir)
         return {
@@ -605,7 +593,7 @@ def worst_actor(workdir: str) -> dict:
             "reported_return_during_max": max(returns) if returns else None,
             "staleness_max": max((r["staleness_mean"] or 0) for r in during) if during else None,
             "unrolls_capped": (run.latest("unrolls_capped") or 0) - capped,
-            "rewards_clipped": (run.latest("rewards_clipped") or 0) - clipped,
+            "rewards_scaled": (run.latest("rewards_scaled") or 0) - scaled,
             "greedy_return_after_20_episodes": after,
             "held": after >= 450,
         }
@@ -617,12 +605,12 @@ def reward_flood(workdir: str) -> dict:
     run = Run(workdir)
     try:
         run.wait(lambda: run.latest("actors_connected") == 2, 120, "the honest actors")
-        _, out = attack_streams(run.address, 600.0, 1, envs=1, reward=9.9e5, episode=100)
+        _, out = run.attack(600.0, 1, envs=1, reward=9.9e5, episode=100)
         steps = None
         try:
             run.wait(
                 lambda: (
-                    (run.latest("episode_return_mean") or 0) >= _LEARNED.value
+                    (run.latest(RETURN) or 0) >= _LEARNED.value
                     or (run.latest("env_steps") or 0) >= 300_000
                 ),
                 300,
@@ -631,13 +619,13 @@ def reward_flood(workdir: str) -> dict:
         except TimeoutError:
             pass
         rows = run.rows()
-        reached = [r for r in rows if (r.get("episode_return_mean") or 0) >= _LEARNED.value]
+        reached = [r for r in rows if (r.get(RETURN) or 0) >= _LEARNED.value]
         if reached:
             steps = reached[0]["env_steps"]
         values = [r["loss/value"] for r in rows if r.get("loss/value") is not None]
         return {
             "env_steps_to_learned": steps,
-            "best_return": max((r["episode_return_mean"] or 0) for r in rows),
+            "best_return": max((r[RETURN] or 0) for r in rows),
             "env_steps": rows[-1]["env_steps"],
             "value_loss_max": max(values) if values else None,
             "attack_steps_sent": out.get("steps_sent"),
@@ -653,9 +641,7 @@ def fake_returns(workdir: str) -> dict:
             lambda: os.path.exists(os.path.join(workdir, "server_address")), 120, "learner start"
         )
         start = time.monotonic()
-        _, out = attack_streams(
-            run.address, 600.0, 1, envs=16, reward=1000.0, episode=5, steer=False
-        )
+        _, out = run.attack(600.0, 1, envs=16, reward=1000.0, episode=5, steer=False)
         code = run.learner.wait(timeout=900)
         ended_s = round(time.monotonic() - start, 1)
         log = open(os.path.join(workdir, "learner.log")).read()
@@ -665,7 +651,7 @@ def fake_returns(workdir: str) -> dict:
             "ended_after_s": ended_s,
             "exit_code": code,
             "training_complete": "training complete" in log or "stop_at_return" in log,
-            "reported_return_at_end": rows[-1].get("episode_return_mean") if rows else None,
+            "reported_return_at_end": rows[-1].get(RETURN) if rows else None,
             "env_steps_at_end": rows[-1].get("env_steps") if rows else None,
             "attacker_ended": out.get("ended", "no"),
             "greedy_return_after_20_episodes": after,
@@ -732,7 +718,7 @@ def huge_actor(workdir: str) -> dict:
             "staleness_max_during": round(max((r["staleness_mean"] or 0) for r in during), 1),
             "unrolls_capped": (run.latest("unrolls_capped") or 0),
             "return_min_during": min(
-                (r["episode_return_mean"] for r in during if r["episode_return_mean"]),
+                (r[RETURN] for r in during if r[RETURN]),
                 default=None,
             ),
         }
@@ -760,6 +746,197 @@ def stop_in_update(workdir: str) -> dict:
         }
     finally:
         run.close()
+
+
+def identity_attack(workdir: str) -> dict:
+    """Issue 59's attack: one authenticated host, 4 streams of 64 envs declaring 4 actor ids,
+    in-bound observations, rewards of +-1e6 by action for --identity_attack_s, against two honest
+    actors with certificates of their own."""
+    run = Run(workdir)
+    try:
+        run.wait_learned()
+        time.sleep(10)
+        before = [r for r in run.rows()[-10:] if r.get("loss/value") is not None]
+        value_before = float(np.median([r["loss/value"] for r in before]))
+        mark = len(run.rows())
+        threads, out = run.attack(
+            _IDENTITY_S.value, 4, distinct_ids=True, envs=64, reward=1e6, episode=100
+        )
+        for thread in threads:
+            thread.join()
+        during = run.rows()[mark:]
+        time.sleep(10)
+        after = run.rows()[mark + len(during) :]
+        run.stop_learner()
+        greedy = evaluate(workdir)
+
+        def values(rows, key):
+            return [r[key] for r in rows if r.get(key) is not None]
+
+        robust = values(during + after, RETURN)
+        value_max = max(values(during, "loss/value"), default=None)
+        return {
+            "attack_s": _IDENTITY_S.value,
+            "attack_steps_sent": out.get("steps_sent"),
+            "attacker_ended": out.get("ended", "no"),
+            "identities_max": max(values(during, "episode_identities"), default=None),
+            "robust_return_min": min(robust, default=None),
+            "plain_return_min": min(values(during, "episode_return_mean"), default=None),
+            "loss_value_before": round(value_before, 3),
+            "loss_value_during_max": value_max,
+            "rewards_scaled": (run.latest("rewards_scaled") or 0),
+            "greedy_return_after_20_episodes": greedy,
+            "held": bool(robust)
+            and min(robust) >= 450
+            and value_max is not None
+            and value_max <= 10 * value_before
+            and greedy >= 450,
+        }
+    finally:
+        run.close()
+
+
+class Hosts:
+    """A learner and actors each on a host of its own (tests/netns.py): run.procs spawn there."""
+
+    def __init__(self, workdir: str, actors: int, learner_flags=(), actor_flags=()):
+        why = netns.unavailable()
+        if why is not None:
+            raise RuntimeError(f"no separate hosts here: {why}")
+        names = ["learner", *(f"actor{i}" for i in range(actors))]
+        self.hosts = netns.Hosts(*names)
+        self.workdir = workdir
+        learner_ip = self.hosts.address["learner"]
+        creds = make_credentials(os.path.join(workdir, "creds"), learner_ip, range(actors))
+        tls = f"--config.transport.credentials={creds}"
+        self.port = free_port()
+        self.address = f"{learner_ip}:{self.port}"
+        self.procs: list[subprocess.Popen] = []
+        args = ["learner.py", *COMMON, f"--logdir={workdir}", f"--port={self.port}", tls]
+        self.learner = self.spawn(
+            "learner", [*args, f"--bind={learner_ip}", *learner_flags], "learner.log"
+        )
+        self.actors = [
+            self.spawn(
+                f"actor{i}",
+                [
+                    "actor.py",
+                    COMMON[0],
+                    f"--server={self.address}",
+                    f"--actor_id={i}",
+                    tls,
+                    *actor_flags,
+                ],
+                f"actor_{i}.log",
+            )  # fmt: skip
+            for i in range(actors)
+        ]
+        self.run = Run.__new__(Run)  # rows, latest and wait of this logdir
+        self.run.logdir, self.run.learner = workdir, self.learner
+
+    def spawn(self, host: str, args, log: str) -> subprocess.Popen:
+        out = open(os.path.join(self.workdir, log), "ab")
+        proc = subprocess.Popen(
+            [*self.hosts.prefix(host), sys.executable, *args],
+            cwd=_ROOT.value, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.procs.append(proc)
+        return proc
+
+    def log(self, name: str) -> str:
+        with open(os.path.join(self.workdir, name), errors="replace") as f:
+            return f.read()
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=30)
+        self.hosts.close()
+
+
+def _until(predicate, timeout: float) -> float | None:
+    """Seconds until predicate() holds, polled every 0.25 s; None if not within timeout."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return round(time.monotonic() - start, 1)
+        time.sleep(0.25)
+    return None
+
+
+def partition(workdir: str) -> dict:
+    """Actor 1 of two, each on its own host, cut off (packets dropped both ways, no reset) for
+    --partition_s: when it notices, when the learner frees its seats, then healed: when it is
+    connected again and whether the run goes on learning."""
+    hosts = Hosts(workdir, 2)
+    run = hosts.run
+    try:
+        run.wait_learned(300)
+        steps_before = run.latest("env_steps")
+        hosts.hosts.partition("actor1")
+        cut = time.monotonic()
+        noticed = _until(lambda: "connection lost" in hosts.log("actor_1.log"), 60)
+        freed = _until(lambda: run.latest("actors_connected") == 1, 120 - (time.monotonic() - cut))
+        time.sleep(max(0.0, _PARTITION_S.value - (time.monotonic() - cut)))
+        hosts.hosts.heal("actor1")
+        healed = time.monotonic()
+        back = _until(lambda: hosts.log("actor_1.log").count("connected to") >= 2, 120)
+        mark = len(run.rows())
+        time.sleep(15)
+        after = [r[RETURN] for r in run.rows()[mark:] if r.get(RETURN) is not None]
+        return {
+            "partition_s": round(healed - cut, 1),
+            "actor_noticed_after_s": noticed,
+            "learner_freed_its_seats_after_s": None if freed is None else round(freed, 1),
+            "reconnected_after_heal_s": back,
+            "env_steps_during": run.latest("env_steps") - steps_before,
+            "return_after_min": min(after, default=None),
+            "held": noticed is not None
+            and noticed <= 30
+            and freed is not None
+            and back is not None,
+        }
+    finally:
+        hosts.close()
+
+
+def learner_vanish(workdir: str) -> dict:
+    """The learner's host cut off for good (power loss): actor 0 set to wait
+    (actor.give_up_s 600), actor 1 to give up after 30 s; how each ends and in how many lines."""
+    hosts = Hosts(workdir, 2)
+    run = hosts.run
+    try:
+        run.wait_learned(300)
+        hosts.actors[1].terminate()
+        hosts.actors[1].wait(timeout=30)
+        hosts.actors[1] = hosts.spawn(
+            "actor1",
+            ["actor.py", COMMON[0], f"--server={hosts.address}", "--actor_id=1",
+             f"--config.transport.credentials={os.path.join(workdir, 'creds')}",
+             "--config.actor.give_up_s=30"],
+            "actor_1b.log",
+        )  # fmt: skip
+        run.wait(lambda: hosts.log("actor_1b.log").count("connected to") >= 1, 60, "actor 1 back")
+        hosts.hosts.partition("learner")
+        cut = time.monotonic()
+        noticed = _until(lambda: "connection lost" in hosts.log("actor_0.log"), 60)
+        exited = _until(lambda: hosts.actors[1].poll() is not None, 120)
+        waiting = hosts.actors[0].poll() is None
+        last_line = hosts.log("actor_1b.log").strip().splitlines()[-1]
+        return {
+            "actor_noticed_after_s": noticed,
+            "giving_up_actor_exited_after_s": exited,
+            "giving_up_actor_status": hosts.actors[1].returncode,
+            "its_last_line": last_line[-200:],
+            "waiting_actor_still_waiting": waiting,
+            "tracebacks": sum(
+                hosts.log(f).count("Traceback") for f in ("actor_0.log", "actor_1b.log")
+            ),
+            "seconds_since_cut": round(time.monotonic() - cut, 1),
+        }
+    finally:
+        hosts.close()
 
 
 def main(argv):

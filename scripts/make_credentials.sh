@@ -1,46 +1,113 @@
 #!/usr/bin/env bash
-# Makes a credentials directory for actors on other machines (seedlike/rpc/security.py): a CA of
-# the run's own, the learner's certificate (valid for each HOST given, localhost and 127.0.0.1),
-# the actors' certificate and a random run token.
+# A run's credentials (seedlike/rpc/security.py; README "Security"): a CA of the run's own, the
+# learner's certificate, a run token, and one certificate per actor, each naming its identity.
 #
-#   scripts/make_credentials.sh DIR HOST [HOST ...]      e.g. creds learner-1 10.0.0.5
+#   scripts/make_credentials.sh DIR HOST [HOST ...]           a new run: CA, learner certificate
+#                                                              (valid for each HOST, localhost and
+#                                                              127.0.0.1) and token
+#   scripts/make_credentials.sh --actors DIR NAME [NAME ...]  one certificate per actor (or actor
+#                                                              host): DIR/actors/NAME/
+#   scripts/make_credentials.sh --revoke DIR NAME [NAME ...]  the learner refuses NAME within a
+#                                                              second and ends its open streams
+#   scripts/make_credentials.sh --rotate DIR HOST [HOST ...]  a new learner certificate; the
+#                                                              running learner serves it to new
+#                                                              connections, open ones go on
 #
-# The learner needs DIR/{ca.pem,server.pem,server.key,token}; copy only DIR/{ca.pem,client.pem,
-# client.key,token} to actor machines, and keep ca.key private (it issues certificates).
+# The learner reads DIR/{ca.pem,server.pem,server.key,token,revoked}. Copy DIR/actors/NAME (ca.pem,
+# client.pem, client.key, token) to the machine of actor NAME and nothing else; keep ca.key where
+# certificates are issued. Every stream under one certificate is one identity to the learner,
+# whatever actor id it declares.
 set -euo pipefail
-if [ "$#" -lt 2 ]; then
-  echo "usage: $0 DIR HOST [HOST ...]  (the names or addresses actors use to reach the learner)" >&2
+usage() {
+  sed -n '4,11p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
-fi
+}
+mode=init
+case "${1:-}" in
+  --actors | --revoke | --rotate) mode=${1#--} && shift ;;
+  -*) usage ;;
+esac
+[ "$#" -ge 2 ] || usage
 dir=$1
 shift
-if [ -e "$dir/ca.pem" ]; then
-  echo "$dir already holds credentials; remove it or choose another directory" >&2
-  exit 1
-fi
 command -v openssl >/dev/null || { echo "needs openssl (apt-get install -y openssl)" >&2; exit 1; }
-mkdir -p "$dir"
-chmod 700 "$dir"
-san="DNS:localhost,IP:127.0.0.1"
-for host in "$@"; do
-  if [[ $host =~ ^[0-9.]+$ || $host == *:* ]]; then san+=",IP:$host"; else san+=",DNS:$host"; fi
-done
 key=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
-openssl req -x509 "${key[@]}" -keyout "$dir/ca.key" -out "$dir/ca.pem" -days 3650 \
-  -subj "/CN=seedlike run CA" 2>/dev/null
-for side in server client; do
-  openssl req "${key[@]}" -keyout "$dir/$side.key" -out "$dir/$side.csr" \
-    -subj "/CN=seedlike $side" 2>/dev/null
-  if [ "$side" = server ]; then
-    printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "$san" > "$dir/$side.ext"
-  else
-    printf 'extendedKeyUsage=clientAuth\n' > "$dir/$side.ext"
-  fi
-  openssl x509 -req -in "$dir/$side.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
-    -CAcreateserial -out "$dir/$side.pem" -days 825 -extfile "$dir/$side.ext" 2>/dev/null
-  rm "$dir/$side.csr" "$dir/$side.ext"
-done
-rm -f "$dir/ca.srl"
-openssl rand -hex 32 > "$dir/token"
-chmod 600 "$dir"/*.key "$dir/token"
-echo "wrote $dir: ca.pem ca.key server.pem server.key client.pem client.key token ($san)"
+
+# issue NAME SUBJECT EXTENSIONS: DIR/NAME.{pem,key} signed by the run's CA.
+issue() {
+  local out=$1 subject=$2 ext=$3
+  openssl req "${key[@]}" -keyout "$out.key" -out "$out.csr" -subj "$subject" 2>/dev/null
+  printf '%b' "$ext" > "$out.ext"
+  openssl x509 -req -in "$out.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
+    -out "$out.pem" -days 825 -extfile "$out.ext" 2>/dev/null
+  rm -f "$out.csr" "$out.ext" "$dir/ca.srl"
+  chmod 600 "$out.key"
+}
+
+server_certificate() {
+  local san="DNS:localhost,IP:127.0.0.1" host
+  for host in "$@"; do
+    if [[ $host =~ ^[0-9.]+$ || $host == *:* ]]; then san+=",IP:$host"; else san+=",DNS:$host"; fi
+  done
+  # Written beside and renamed over the old pair: a learner rereading them never sees half.
+  issue "$dir/server.next" "/CN=seedlike server" \
+    "subjectAltName=$san\nextendedKeyUsage=serverAuth\n"
+  mv "$dir/server.next.key" "$dir/server.key"
+  mv "$dir/server.next.pem" "$dir/server.pem"
+  echo "$san"
+}
+
+need_ca() {
+  [ -f "$dir/ca.key" ] || { echo "$dir has no ca.key: make the run with $0 DIR HOST" >&2; exit 1; }
+}
+
+case $mode in
+  init)
+    if [ -e "$dir/ca.pem" ]; then
+      echo "$dir already holds credentials; remove it or choose another directory" >&2
+      exit 1
+    fi
+    mkdir -p "$dir"
+    chmod 700 "$dir"
+    openssl req -x509 "${key[@]}" -keyout "$dir/ca.key" -out "$dir/ca.pem" -days 3650 \
+      -subj "/CN=seedlike run CA" 2>/dev/null
+    san=$(server_certificate "$@")
+    openssl rand -hex 32 > "$dir/token"
+    : > "$dir/revoked"
+    chmod 600 "$dir/ca.key" "$dir/token"
+    echo "wrote $dir: ca.pem ca.key server.pem server.key token revoked ($san); issue actors'" \
+      "certificates with $0 --actors $dir NAME..."
+    ;;
+  actors)
+    need_ca
+    for name in "$@"; do
+      if ! [[ $name =~ ^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$ ]]; then
+        echo "actor name '$name': letters, digits, '.', '_' and '-' only (63 at most)" >&2
+        exit 2
+      fi
+      out="$dir/actors/$name"
+      if [ -e "$out/client.pem" ]; then
+        echo "$out already holds a certificate; revoke it and choose another name" >&2
+        exit 1
+      fi
+      mkdir -p "$out"
+      chmod 700 "$dir/actors" "$out"
+      # The identity is the subject's common name; the learner reads it from the verified chain.
+      issue "$out/client" "/CN=seedlike actor $name" "extendedKeyUsage=clientAuth\n"
+      cp "$dir/ca.pem" "$out/ca.pem"
+      install -m 600 "$dir/token" "$out/token"
+      echo "wrote $out: ca.pem client.pem client.key token (identity $name)"
+    done
+    ;;
+  revoke)
+    for name in "$@"; do
+      grep -qxF "$name" "$dir/revoked" 2>/dev/null || echo "$name" >> "$dir/revoked"
+      echo "revoked $name: the learner refuses it within a second (and ends its open streams)"
+    done
+    ;;
+  rotate)
+    need_ca
+    san=$(server_certificate "$@")
+    echo "wrote a new $dir/server.pem ($san): new connections get it, open ones go on"
+    ;;
+esac

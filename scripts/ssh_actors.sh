@@ -7,8 +7,11 @@
 #       [--first_actor_id=0] [--logdir=runs/ssh] [--config.x=v ...]
 #
 # Every host needs a checkout of seedlike at --remote_dir (relative to the login directory) with
-# its .venv (scripts/setup_venv.sh there) and the actors' credentials (ca.pem, client.pem,
-# client.key, token from scripts/make_credentials.sh) at --credentials, relative to --remote_dir.
+# its .venv (scripts/setup_venv.sh there) and its own actor credentials at --credentials, relative
+# to --remote_dir, where "{host}" stands for the host's name: e.g. after
+# `scripts/make_credentials.sh --actors creds actor1 actor2`, copy creds/actors/actor1 to actor1
+# as creds/actor1 and pass --credentials='creds/{host}'. One certificate per host: the learner
+# counts each host as one actor identity, however many actors it runs (README "Security").
 # Actor ids run from --first_actor_id: host k's i-th actor is first + k * per_host + i. Each actor
 # is one `ssh -tt` session (the $SSH command, ssh by default) logging to <logdir>/<host>_<id>.log;
 # Ctrl-C ends the sessions, and with them the remote actors. The script exits when every actor
@@ -39,9 +42,6 @@ if [ -z "$hosts" ] || [ -z "$server" ]; then
   echo "usage: $0 --hosts=h1,h2 --server=LEARNER:PORT [--per_host=N] [--credentials=DIR] ..." >&2
   exit 2
 fi
-if [ -n "$credentials" ]; then
-  config_flags+=("--config.transport.credentials=$credentials")
-fi
 mkdir -p "$logdir"
 
 pids=()
@@ -58,8 +58,12 @@ k=0
 for host in "${host_list[@]}"; do
   for ((i = 0; i < per_host; i++)); do
     id=$((first_id + k * per_host + i))
+    host_flags=("${config_flags[@]}")
+    if [ -n "$credentials" ]; then
+      host_flags+=("--config.transport.credentials=${credentials//\{host\}/$host}")
+    fi
     remote=$(printf '%q ' cd "$remote_dir") && remote+="&& exec $(printf '%q ' .venv/bin/python \
-      actor.py --server="$server" --actor_id="$id" --config="$config" "${config_flags[@]}")"
+      actor.py --server="$server" --actor_id="$id" --config="$config" "${host_flags[@]}")"
     "$SSH" -tt "$host" "$remote" > "$logdir/${host}_$id.log" 2>&1 < /dev/null &
     pids+=($!)
     echo "actor $id on $host (log $logdir/${host}_$id.log)"

@@ -124,6 +124,12 @@ if [ "$learners" -gt 1 ] && [ "$population" -eq 1 ]; then
   distributed_flags=(--config.distributed.num_processes="$learners"
     --config.distributed.coordinator="127.0.0.1:$port")
 fi
+# The actors are this script's own, on this machine: their declared ids are trusted as identities
+# (server.trust_actor_ids), unless the run has credentials (each actor's certificate names it).
+trust=(--config.server.trust_actor_ids=true)
+for f in "${config_flags[@]}"; do
+  case "$f" in --config.server.trust_actor_ids=* | --config.transport.credentials=?*) trust=() ;; esac
+done
 base_seed=0  # a population's member k runs with seed base_seed + k: independent learners
 for f in "${config_flags[@]}"; do
   case "$f" in --config.seed=*) base_seed="${f#*=}" ;; esac
@@ -138,7 +144,7 @@ for ((k = 0; k < learners; k++)); do
     flags+=(--config.seed="$((base_seed + k))")
     dir="${learner_dirs[k]}"
   fi
-  "$SEEDLIKE_PY" learner.py --config="$config" "${config_flags[@]}" "${flags[@]}" \
+  "$SEEDLIKE_PY" learner.py --config="$config" "${trust[@]}" "${config_flags[@]}" "${flags[@]}" \
     --logdir="$dir" --port=0 "${learner_flags[@]}" &
   learner_pids[k]=$!
 done

@@ -96,7 +96,10 @@ class Actor:
         for k in range(members):
             mine = np.flatnonzero(self.member == k)
             self._player_in_member[mine] = np.arange(mine.size) if self.shared else mine
-        self.credentials = security.load(config.transport.credentials, "client")
+        # Given the run's directory, actor i takes its own certificate, DIR/actors/actor-<i>.
+        self.credentials = security.load(
+            config.transport.credentials, "client", actor=f"actor-{self.actor_id}"
+        )
         self.num_envs = int(config.env.num_envs)
         self.num_levels = len(config.env.levels)
         self.steps = 0

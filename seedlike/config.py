@@ -48,8 +48,9 @@ def run_settings() -> ml_collections.ConfigDict:
     c.algo = "ppo"  # learning algorithm: a key of seedlike.algos.ALGORITHMS
     c.seed = 0  # seeds params, sampling, shuffling and env seeds
     c.total_env_steps = 1_000_000  # stop after this many env steps (rows) received from actors
-    # Stop earlier, as finished, once a metrics row's episode_return_mean reaches this (learning
-    # checks and budgeted sweeps: the time to a return). None: run to total_env_steps.
+    # Stop earlier, as finished, once a majority of actor identities' mean returns hold this for
+    # log.stop_hold_s (episode_return_robust reaching it; learning checks and budgeted sweeps:
+    # the time to a return). None: run to total_env_steps.
     c.stop_at_return = ml_collections.config_dict.placeholder(float)
     # End the job at this many env steps as if finished, with a checkpoint, while schedules (the
     # learning rate's annealing, curricula) still run to total_env_steps: rerunning with a larger
@@ -273,7 +274,13 @@ def server_section() -> ml_collections.ConfigDict:
     # Streams one host may hold at once (more are refused, and their actors retry), so a single
     # machine cannot take every slot. Raise it to run more actors than this on one host.
     c.max_streams_per_peer = 32
-    # How much of the loss one actor identity (peer host + actor_id, over all its streams) may
+    # What one actor *identity* is (seedlike/rpc/security.py): the name in its certificate
+    # (scripts/make_credentials.sh --actors), else its peer host; every stream of one identity
+    # counts as one voice. True: the peer host and the actor_id a stream declares, for runs whose
+    # actors are all trusted (one's own machine, a private cluster): any client could then be as
+    # many identities as it opens streams.
+    c.trust_actor_ids = False
+    # How much of the loss one actor identity (over all its streams) may
     # weigh (seedlike/server/influence.py). Its unrolls beyond the cap stay in the batch with
     # valid = False (metric unrolls_capped): batches fill at full speed, nothing is refused, but
     # the excess teaches nothing. fair_share_factor: at most this many times the unrolls the
@@ -290,9 +297,12 @@ def server_section() -> ml_collections.ConfigDict:
     # kept out of the loss (metric unrolls_stale; 0: no limit): a paced or stalled actor's data.
     c.max_policy_lag = 50
     c.max_identity_share = 1.0
-    # Rewards are clipped to +-max(reward_floor, reward_scale x the median identity's largest
-    # |reward| in the batch), so a minority of actors cannot outweigh the rest with large
-    # rewards (0: off). Applied before the algorithm's own reward_clip.
+    # An identity's rewards are scaled down (never clipped: signs and proportions kept) when
+    # their root mean square over the last fair_window_s exceeds max(reward_floor, reward_scale x
+    # the median identity's): a flood of large rewards from a minority of actors is brought to the
+    # others' scale, while a rare large reward an honest actor finds first barely moves its RMS
+    # over the window and reaches the learner at its value (seedlike/server/influence.py; 0: off).
+    # Applied before the algorithm's own reward_clip; metric rewards_scaled.
     c.reward_scale = 2.0
     c.reward_floor = 1.0
     c.max_envs_per_actor = 4096
@@ -432,8 +442,10 @@ def log_section() -> ml_collections.ConfigDict:
     """Metrics rows, W&B and TensorBoard."""
     c = ml_collections.ConfigDict()
     c.interval_s = 10.0  # one metrics row per interval
-    # episode_return_mean (and stop_at_return) is the median over connected actor identities of
-    # each one's mean over its last episode_window episodes: no single actor can steer it.
+    # Each connected actor identity's last episode_window episodes: episode_return_mean is their
+    # plain mean (what other frameworks report under that name), episode_return_robust the lower
+    # median over identities of each one's mean, which no minority of actors can steer; decisions
+    # (stop_at_return, PBT's and sweeps' defaults) read the robust one.
     c.episode_window = 20
     # stop_at_return ends the run once more than half of the connected identities' returns have
     # held it for stop_hold_s (an actor that connects first cannot end the run alone).

@@ -585,6 +585,7 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         "sps": (env_steps - interval.env_steps) / dt,
         "episodes": int(mine.sum()),
         "episode_return_mean": recent["return"],
+        "episode_return_robust": recent["robust"],
         "episode_length_mean": recent["length"],
         "episode_identities": recent["identities"],
         "staleness_mean": _mean(interval.staleness),
@@ -600,7 +601,7 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         "unroll_queue": p.batches.qsize() * p.learner.local_batch_unrolls,
         "steps_dropped": p.store.steps_dropped,
         "unrolls_capped": p.store.unrolls_capped,
-        "rewards_clipped": p.store.rewards_clipped,
+        "rewards_scaled": p.store.rewards_scaled,
         "unrolls_stale": p.store.unrolls_stale,
         "identity_share_max": p.store.last_batch_max_share,
     }

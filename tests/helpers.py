@@ -273,14 +273,25 @@ def surgery_config(env="Old-v0", **network):
 
 
 # Credentials (test_security) --------------------
-def make_credentials(directory, *hosts):
+def make_credentials(directory, *hosts, actors=("actor-0", "actor-1")):
+    """A run's credentials for `hosts`, with a certificate for each of `actors` (the names an
+    actor given the run's directory takes: actor-<its actor id>)."""
+    credentials_script("init", directory, *hosts)
+    if actors:
+        credentials_script("actors", directory, *actors)
+    return str(directory)
+
+
+def credentials_script(mode, directory, *names):
+    """scripts/make_credentials.sh [--mode] DIR NAME...; its stdout."""
+    flag = [] if mode == "init" else [f"--{mode}"]
     done = subprocess.run(
-        [os.path.join(ROOT, "scripts", "make_credentials.sh"), str(directory), *hosts],
+        [os.path.join(ROOT, "scripts", "make_credentials.sh"), *flag, str(directory), *names],
         capture_output=True,
         text=True,
     )
     assert done.returncode == 0, done.stderr
-    return str(directory)
+    return done.stdout
 
 
 # Runs on disk (test_watch) --------------------

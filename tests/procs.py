@@ -42,12 +42,12 @@ class Processes:
         self.tmp_path = tmp_path
         self.procs: list[subprocess.Popen] = []
 
-    def spawn(self, args, log_name, env=None, python=None) -> subprocess.Popen:
+    def spawn(self, args, log_name, env=None, python=None, prefix=()) -> subprocess.Popen:
         """Starts `python *args` (this interpreter unless `python`) in the repository root,
-        logging to tmp_path/log_name."""
+        logging to tmp_path/log_name; `prefix` runs it elsewhere (tests/netns.py: another host)."""
         log = open(os.path.join(self.tmp_path, log_name), "ab")
         proc = subprocess.Popen(
-            [python or sys.executable, *args],
+            [*prefix, python or sys.executable, *args],
             cwd=ROOT,
             env=env,
             stdout=log,
@@ -59,7 +59,7 @@ class Processes:
         return proc
 
     def learner(
-        self, logdir, *flags, port=0, config=CONFIG, name="learner.log"
+        self, logdir, *flags, port=0, config=CONFIG, name="learner.log", prefix=()
     ) -> tuple[subprocess.Popen, str]:
         address_file = os.path.join(logdir, "server_address")
         if os.path.exists(address_file):
@@ -67,6 +67,7 @@ class Processes:
         proc = self.spawn(
             ["learner.py", f"--config={config}", f"--logdir={logdir}", f"--port={port}", *flags],
             name,
+            prefix=prefix,
         )
         wait_for(
             lambda: os.path.exists(address_file) and open(address_file).read().strip(),
@@ -76,7 +77,7 @@ class Processes:
         )
         return proc, open(address_file).read().strip()
 
-    def actor(self, address, actor_id, *flags, config=CONFIG) -> subprocess.Popen:
+    def actor(self, address, actor_id, *flags, config=CONFIG, prefix=()) -> subprocess.Popen:
         return self.spawn(
             [
                 "actor.py",
@@ -86,6 +87,7 @@ class Processes:
                 *flags,
             ],
             f"actor_{actor_id}_{len(self.procs)}.log",
+            prefix=prefix,
         )
 
     def stop_all(self) -> None:

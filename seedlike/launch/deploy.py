@@ -2,8 +2,7 @@
 (the command is deploy.py).
 
 Rendered objects (TLeague's layout, SEED RL's roles):
-  Secret <name>-learner-credentials   ca.pem, server.pem, server.key, token (never ca.key)
-  Secret <name>-actor-credentials     ca.pem, client.pem, client.key, token
+  Secret <name>-learner-credentials   ca.pem, server.pem, server.key, token, revoked (never ca.key)
   Service <name>-learner              headless: actors reach learner pod k at
                                       <name>-learner-k.<name>-learner:port (<name>-learner:port
                                       with one learner)
@@ -12,14 +11,24 @@ Rendered objects (TLeague's layout, SEED RL's roles):
                                       resumes. With L > 1 they form one learner
                                       (seedlike/runtime/distributed.py): pod k is process k, pod 0
                                       the coordinator on port + 1; all start at once (Parallel)
-  StatefulSet <name>-actors           N pods of actor.py; each pod's index is its --actor_id
-                                      (distinct env seeds; the pod-index label
-                                      of Kubernetes 1.28+), which a Deployment could not give;
-                                      actor i serves learner i mod L
+  per actor i < N:
+  Secret <name>-actor-i-credentials   ca.pem, client.pem, client.key, token: actor i's own
+                                      certificate (scripts/make_credentials.sh --actors DIR
+                                      actor-i), so the learner counts each pod as one identity
+  StatefulSet <name>-actor-i          one pod of actor.py --actor_id=i, serving learner i mod L
   NetworkPolicy <name>-learner        L > 1 only: the coordinator and the gloo collectives are
                                       neither encrypted nor authenticated, so learner pods accept
                                       other connections only from each other (the actors' port
                                       stays open: TLS and the token guard it)
+
+Why a StatefulSet per actor and not one of N replicas: the pods of one StatefulSet share one
+template, so they could only mount the same Secrets, and a pod that holds every actor's key can be
+every identity. Issuing certificates inside the cluster instead (an init step asking a signer)
+would need the signer to tell pods apart (Kubernetes' TokenReview of a pod-bound service account
+token) and to hold the CA key in the cluster; here the CA key stays where deploy.py runs. Scale by
+rendering again with another --actors (kubectl apply adds and keeps; delete the surplus). Revoke
+an actor with `scripts/make_credentials.sh --revoke DIR actor-i` and a re-render: the learner's
+Secret carries `revoked`, which the learner rereads once the kubelet has updated the mount.
 
 The image is this repository installed (the Dockerfile); the config file and every
 --config.x=v flag given here are passed to the learner and the actors as train.sh does.
@@ -32,7 +41,7 @@ import os
 
 import yaml
 
-LEARNER_FILES = ("ca.pem", "server.pem", "server.key", "token")
+LEARNER_FILES = ("ca.pem", "server.pem", "server.key", "token", "revoked")
 ACTOR_FILES = ("ca.pem", "client.pem", "client.key", "token")
 CREDENTIALS_MOUNT = "/credentials"
 RUNS_MOUNT = "/runs"
@@ -60,22 +69,22 @@ def render(
       name: the run's name; objects are <name>-learner, <name>-actors, ... (a DNS label).
       config_path: the config file's path inside the image, relative to the repository.
       config_flags_: --config.x=v flags for the learner and every actor.
-      credentials: {"learner": {file: bytes}, "actor": {file: bytes}} (read_credentials).
+      credentials: {"learner": {file: bytes}, "actors": [{file: bytes}] one per actor}
+        (read_credentials).
       learners: learner hosts (pods) forming one learner; the server certificate must name each
         pod (scripts/make_credentials.sh DIR <name>-learner-0.<name>-learner ...).
       gpus: GPUs for the learner (nvidia.com/gpu); 0 runs JAX on its CPUs.
     """
-    learner, actor_set = f"{name}-learner", f"{name}-actors"
-    secrets = {side: f"{name}-{side}-credentials" for side in ("learner", "actor")}
+    learner = f"{name}-learner"
     transport = f"--config.transport.credentials={CREDENTIALS_MOUNT}"
     common = [f"--config={config_path}", *config_flags_, transport]
 
-    def secret(side: str) -> dict:
-        data = {k: base64.b64encode(v).decode() for k, v in sorted(credentials[side].items())}
+    def secret(secret_name: str, files: dict[str, bytes]) -> dict:
+        data = {k: base64.b64encode(v).decode() for k, v in sorted(files.items())}
         return {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": secrets[side], "labels": {"seedlike/run": name}},
+            "metadata": {"name": secret_name, "labels": {"seedlike/run": name}},
             "type": "Opaque",
             "data": data,
         }
@@ -84,11 +93,11 @@ def render(
         limits = {"memory": memory, **({"nvidia.com/gpu": str(gpu)} if gpu else {})}
         return {"requests": {"cpu": cpu, "memory": memory}, "limits": limits}
 
-    def credentials_volume(side: str) -> dict:
+    def credentials_volume(secret_name: str) -> dict:
         # 0400: the token and keys readable by the process only.
         return {
             "name": "credentials",
-            "secret": {"secretName": secrets[side], "defaultMode": 0o400},
+            "secret": {"secretName": secret_name, "defaultMode": 0o400},
         }
 
     credentials_mount = {"name": "credentials", "mountPath": CREDENTIALS_MOUNT, "readOnly": True}
@@ -139,7 +148,7 @@ def render(
                     # Ctrl-C's path: SIGTERM makes the learner save a checkpoint before it exits.
                     "terminationGracePeriodSeconds": 120,
                     "containers": [learner_container],
-                    "volumes": [credentials_volume("learner")],
+                    "volumes": [credentials_volume(f"{learner}-credentials")],
                 },
             },
             "volumeClaimTemplates": [
@@ -153,44 +162,46 @@ def render(
             ],
         },
     }
-    if learners == 1:
-        command = ["python", "actor.py"]
-        actor_args = [*common, f"--server={learner}:{port}", "--actor_id=$(ACTOR_ID)"]
-    else:
-        # Kubernetes cannot compute i mod L in a manifest; the shell does, once, then execs
-        # ($$ is Kubernetes' escape for a literal $ before a parenthesis).
-        server = f"{learner}-$$((ACTOR_ID % {learners})).{learner}:{port}"
-        command = ["sh", "-c", f'exec python actor.py "$@" --server={server} --actor_id=$ACTOR_ID']
-        actor_args = ["actor", *common]  # "actor" is $0
-    actor_container = {
-        "name": "actor",
-        "image": image,
-        "workingDir": "/seedlike",
-        "command": command,
-        "args": actor_args,
-        "env": [_pod_index("ACTOR_ID")],
-        "resources": resources(actor_cpu, actor_memory),
-        "volumeMounts": [credentials_mount],
-    }
-    actors_set = {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": actor_set, "labels": labels["actor"]},
-        "spec": {
-            "serviceName": learner,
-            "replicas": actors,
-            "podManagementPolicy": "Parallel",  # start and scale all at once, not one by one
-            "selector": {"matchLabels": labels["actor"]},
-            "template": {
-                "metadata": {"labels": labels["actor"]},
+    objects = [secret(f"{learner}-credentials", credentials["learner"]), service, learner_set]
+    if len(credentials["actors"]) < actors:
+        raise ValueError(
+            f"{actors} actors need {actors} certificates, not {len(credentials['actors'])}"
+        )
+    for i in range(actors):
+        actor = f"{name}-actor-{i}"
+        server = (
+            f"{learner}:{port}" if learners == 1 else f"{learner}-{i % learners}.{learner}:{port}"
+        )
+        pod_labels = {**labels["actor"], "seedlike/actor": str(i)}
+        container = {
+            "name": "actor",
+            "image": image,
+            "workingDir": "/seedlike",
+            "command": ["python", "actor.py"],
+            "args": [*common, f"--server={server}", f"--actor_id={i}"],
+            "resources": resources(actor_cpu, actor_memory),
+            "volumeMounts": [credentials_mount],
+        }
+        objects.append(secret(f"{actor}-credentials", credentials["actors"][i]))
+        objects.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "metadata": {"name": actor, "labels": pod_labels},
                 "spec": {
-                    "containers": [actor_container],
-                    "volumes": [credentials_volume("actor")],
+                    "serviceName": learner,
+                    "replicas": 1,
+                    "selector": {"matchLabels": pod_labels},
+                    "template": {
+                        "metadata": {"labels": pod_labels},
+                        "spec": {
+                            "containers": [container],
+                            "volumes": [credentials_volume(f"{actor}-credentials")],
+                        },
+                    },
                 },
-            },
-        },
-    }
-    objects = [secret("learner"), secret("actor"), service, learner_set, actors_set]
+            }
+        )
     if learners > 1:
         peers = {"podSelector": {"matchLabels": labels["learner"]}}
         objects.append(
@@ -217,21 +228,28 @@ def _pod_index(variable: str) -> dict:
     return {"name": variable, "valueFrom": {"fieldRef": {"fieldPath": label}}}
 
 
-def read_credentials(directory: str) -> dict[str, dict[str, bytes]]:
-    """The files of a scripts/make_credentials.sh directory, split by who needs them."""
-    out = {}
-    for side, names in (("learner", LEARNER_FILES), ("actor", ACTOR_FILES)):
-        out[side] = {}
+def read_credentials(directory: str, actors: int) -> dict:
+    """The files of a scripts/make_credentials.sh directory, split by who needs them: the
+    learner's, and actor i's from DIR/actors/actor-i for i < `actors`."""
+
+    def files(where: str, names, fix: str) -> dict[str, bytes]:
+        out = {}
         for file in names:
-            path = os.path.join(directory, file)
+            path = os.path.join(where, file)
             if not os.path.isfile(path):
-                raise FileNotFoundError(
-                    f"{path} is missing: make the run's credentials with "
-                    "scripts/make_credentials.sh DIR NAME-learner"
-                )
+                raise FileNotFoundError(f"{path} is missing: {fix}")
             with open(path, "rb") as f:
-                out[side][file] = f.read()
-    return out
+                out[file] = f.read()
+        return out
+
+    make = "make the run's credentials with scripts/make_credentials.sh DIR NAME-learner"
+    learner = files(directory, LEARNER_FILES, make)
+    issue = f"issue them with scripts/make_credentials.sh --actors {directory} actor-0 ..."
+    mine = [
+        files(os.path.join(directory, "actors", f"actor-{i}"), ACTOR_FILES, issue)
+        for i in range(actors)
+    ]
+    return {"learner": learner, "actors": mine}
 
 
 def to_yaml(objects: list[dict]) -> str:

@@ -133,7 +133,12 @@ def make_prepare(advantages=None, axis_name: str = AXIS, groups: int = 1, parts:
     `advantages` is the algorithm's per-unroll fn(unroll) -> (advantage, value_target)
     (seedlike.algos; None: zeros, the loss computes its own); an identity whose advantages' RMS
     exceeds the median identity's is scaled down to it, so no actor outweighs the others in the
-    policy gradient by the size of its rewards (value targets keep their scale). The returned
+    policy gradient by the size of its rewards, and its value targets move from the values it
+    acted with by those scaled advantages only (target - advantage + scaled advantage), so no
+    actor drags the value function, which every identity's advantages are read from, further
+    per update than the median one does: an identity whose returns differ (another level, a
+    discovery) is learned at the median's pace, a flood cannot corrupt the others' baselines.
+    The returned
     obs_norm merges `moments`, key -> (count, mean, M2) of this batch's observations as this
     process computed them (networks.normalization.IdentityWindow, given to each of its `parts`
     local devices), across processes; the learner installs it after the epochs, so the first
@@ -156,7 +161,9 @@ def make_prepare(advantages=None, axis_name: str = AXIS, groups: int = 1, parts:
     def prepare(state: TrainState, unrolls, identity, moments):
         if advantages is not None:
             advantage, value_target = jax.vmap(advantages)(unrolls)
-            advantage = bounded(advantage, unrolls.valid[:, :-1], identity)
+            scaled = bounded(advantage, unrolls.valid[:, :-1], identity)
+            value_target = value_target - advantage + scaled
+            advantage = scaled
         else:
             advantage = value_target = jnp.zeros_like(unrolls.reward)
         obs_norm = {}

@@ -1,10 +1,10 @@
 """Actor side of the wire: one lockstep stream per connection, reconnecting with backoff.
 
 Status handling: a stream that ends with OK means training is over. INVALID_ARGUMENT,
-FAILED_PRECONDITION, UNIMPLEMENTED and UNAUTHENTICATED (FATAL_CODES) mean this actor is
-misconfigured (retrying cannot help), so they raise `Rejected`. Everything else (server not up yet,
-restarted, overloaded, network) raises `Disconnected`, which `Backoff` turns into an exponentially
-growing, jittered wait.
+FAILED_PRECONDITION, UNIMPLEMENTED, UNAUTHENTICATED and PERMISSION_DENIED (FATAL_CODES) mean this
+actor is misconfigured or revoked (retrying cannot help), so they raise `Rejected`. Everything else
+(server not up yet, restarted, overloaded, network) raises `Disconnected`, which `Backoff` turns
+into an exponentially growing, jittered wait.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ FATAL_CODES = frozenset(
         grpc.StatusCode.FAILED_PRECONDITION,
         grpc.StatusCode.UNIMPLEMENTED,
         grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,  # a revoked certificate
     ]
 )
 
@@ -182,9 +183,25 @@ async def _gather(exchanges):
     return await asyncio.gather(*exchanges, return_exceptions=True)
 
 
+# The actor's half of keepalive (the server's: seedlike.rpc.service.KEEPALIVE_OPTIONS): a ping
+# every 10 s, with or without data in between, and the connection declared dead when one is not
+# answered within 10 s. A learner host that vanishes (power loss, partition: no reset ever
+# arrives) fails the step in flight within 20 s of the last frame, and the actor reconnects with
+# backoff or, after actor.give_up_s, exits saying so. A learner that computes for minutes (a
+# first compile) still answers pings: gRPC's core does, not the code that computes.
+KEEPALIVE_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
 # A channel of its own per connection: gRPC would otherwise share one connection among the
 # channels of a process with the same target (a population's actor, tests with many actors).
-CHANNEL_OPTIONS = [*codec.CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+CHANNEL_OPTIONS = [
+    *codec.CHANNEL_OPTIONS,
+    *KEEPALIVE_OPTIONS,
+    ("grpc.use_local_subchannel_pool", 1),
+]
 _LOOPS = threading.local()
 
 

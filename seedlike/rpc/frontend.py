@@ -30,7 +30,7 @@ import time
 import grpc
 
 from seedlike.rpc import shm
-from seedlike.rpc.service import Opened, Refused, RpcServer, Transport
+from seedlike.rpc.service import Opened, Peer, Refused, RpcServer, Transport
 from seedlike.server.errors import ServerStopping
 from seedlike.server.unrolls import Geometry, PoolView
 from seedlike.types import EnvSpec
@@ -151,7 +151,7 @@ class CentralLink:
 
     # The backend interface (seedlike.rpc.service.InferenceServicer) -----------------------------
 
-    async def open_session(self, actor_id: int, num_envs: int, peer: str) -> Opened:
+    async def open_session(self, actor_id: int, num_envs: int, peer: Peer) -> Opened:
         if self._stopped is not None:
             raise ServerStopping(self._stopped)
         segment, fd = shm.Segment.create(self.spec, num_envs * self.spec.num_players)
@@ -159,7 +159,7 @@ class CentralLink:
         future = self._loop.create_future()
         self._opening[token] = (future, segment)
         try:
-            self._send(shm.encode(shm.OPEN, token, actor_id, num_envs, text=peer), fd)
+            self._send(shm.encode(shm.OPEN, token, actor_id, num_envs, text=peer.encode()), fd)
         finally:
             os.close(fd)  # the learner process holds its own descriptor now
         return await future

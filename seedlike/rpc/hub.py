@@ -40,7 +40,7 @@ import numpy as np
 
 from seedlike.rpc import codec, shm
 from seedlike.rpc.frontend import Setup
-from seedlike.rpc.service import Refused
+from seedlike.rpc.service import Peer, Refused
 from seedlike.runtime.threadnames import named
 from seedlike.server.errors import ServerStopping
 
@@ -318,7 +318,7 @@ class FrontEnds:
             self.service.spec, num_envs * self.service.spec.num_players, fds[0]
         )
         try:
-            opened = self.gate.open(self.service, actor_id, num_envs, peer)
+            opened = self.gate.open(self.service, actor_id, num_envs, Peer.decode(peer))
         except Refused as e:
             fe.send(shm.encode(shm.REFUSE, token, e.code.value[0], text=str(e)))
             return

@@ -1,15 +1,24 @@
-"""Transport security: mutual TLS and a per-run token, from one credentials directory.
+"""Transport security: mutual TLS, a per-run token and one certificate per actor identity.
 
 `scripts/make_credentials.sh DIR HOST...` writes, into DIR:
-  ca.pem, ca.key            a CA of the run's own (keep ca.key to issue more certificates)
+  ca.pem, ca.key            a CA of the run's own (keep ca.key where certificates are issued)
   server.pem, server.key    the learner's certificate, valid for HOST... and localhost
-  client.pem, client.key    the actors' certificate
   token                     a random secret every actor stream must present
+  revoked                   actor names the learner refuses (`--revoke DIR NAME`), reread each
+                            second
+and `scripts/make_credentials.sh --actors DIR NAME...` one directory per actor, DIR/actors/NAME:
+  ca.pem, client.pem, client.key, token   with the subject "CN=seedlike actor NAME"
 
-The learner reads ca.pem, server.*, token; an actor reads ca.pem, client.*, token (copy only those
-to actor machines). With credentials (`transport.credentials=DIR`) every stream is TLS with client
-certificates and must carry the token; without them the server speaks plaintext and is refused
-anywhere but loopback, where the machine's own users are the only ones who can connect.
+The learner reads DIR; an actor reads its own directory (`transport.credentials=DIR/actors/NAME`,
+or DIR itself, where it picks DIR/actors/actor-<its actor id>). With credentials every stream is
+TLS with client certificates and must carry the token; without them the server speaks plaintext and
+is refused anywhere but loopback, where the machine's own users are the only ones who can connect.
+
+What a stream is counted as (its *identity*, the unit of every influence bound, see
+seedlike.server.influence) is decided here, from what the client proved, never from what it says:
+the NAME of its certificate; for a certificate without one (a shared client.pem of older runs), or
+plaintext on loopback, its peer host, which a client cannot multiply; the peer host and declared
+actor id only where the operator says the actors are trusted (server.trust_actor_ids).
 """
 
 from __future__ import annotations
@@ -20,11 +29,15 @@ import ipaddress
 import os
 import socket
 import ssl
+import threading
+import time
 
 import grpc
 
 TOKEN_METADATA = "x-seedlike-token"
 _LOOPBACK_NAMES = ("localhost",)
+ACTOR_SUBJECT = "seedlike actor "  # the common name of an actor's certificate, before its name
+REVOKED_FILE = "revoked"
 
 
 class TransportError(ValueError):
@@ -45,10 +58,23 @@ class Credentials:
     token: bytes
     cert_path: str = ""  # where cert and key were read (ssl, unlike gRPC, reads them from files)
     key_path: str = ""
+    directory: str = ""
 
     @classmethod
-    def load(cls, directory: str, side: str) -> Credentials:
-        """Reads DIR/ca.pem, DIR/<side>.pem, DIR/<side>.key and DIR/token (side: server|client)."""
+    def load(cls, directory: str, side: str, actor: str = "") -> Credentials:
+        """Reads DIR/ca.pem, DIR/<side>.pem, DIR/<side>.key and DIR/token (side: server|client).
+        A client given a run's directory (no client.pem, an actors/ folder) reads
+        DIR/actors/<actor> instead."""
+        if side == "client" and not os.path.exists(os.path.join(directory, "client.pem")):
+            mine = os.path.join(directory, "actors", actor)
+            if actor and os.path.isfile(os.path.join(mine, "client.pem")):
+                directory = mine
+            elif os.path.isdir(os.path.join(directory, "actors")):
+                raise TransportError(
+                    f"transport.credentials: {directory} holds no certificate for actor "
+                    f"{actor!r}: issue one with scripts/make_credentials.sh --actors {directory} "
+                    f"{actor or 'NAME'} (or point the actor at its own DIR/actors/NAME)"
+                )
         files = {"ca": "ca.pem", "cert": f"{side}.pem", "key": f"{side}.key", "token": "token"}
         values = {}
         for field, name in files.items():
@@ -69,11 +95,34 @@ class Credentials:
             **values,
             cert_path=os.path.join(directory, files["cert"]),
             key_path=os.path.join(directory, files["key"]),
+            directory=directory,
         )
 
     def server_credentials(self) -> grpc.ServerCredentials:
-        return grpc.ssl_server_credentials(
-            [(self.key, self.cert)], root_certificates=self.ca, require_client_auth=True
+        """Mutual TLS whose certificate follows the files: a certificate rotated in the
+        directory (`make_credentials.sh --rotate`) is served to every new connection, while open
+        ones go on under the old."""
+        files = [self.cert_path, self.key_path, os.path.join(self.directory, "ca.pem")]
+        state = {"seen": _stamps(files)}
+
+        def fetch():  # called by gRPC at each handshake; None: keep the current configuration
+            stamps = _stamps(files)
+            if stamps == state["seen"]:
+                return None
+            try:
+                contents = [open(path, "rb").read() for path in files]
+            except OSError:
+                return None  # a rotation in progress: the next handshake looks again
+            state["seen"] = stamps
+            return grpc.ssl_server_certificate_configuration(
+                [(contents[1], contents[0])], root_certificates=contents[2]
+            )
+
+        initial = grpc.ssl_server_certificate_configuration(
+            [(self.key, self.cert)], root_certificates=self.ca
+        )
+        return grpc.dynamic_ssl_server_credentials(
+            initial, fetch, require_client_authentication=True
         )
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
@@ -88,6 +137,73 @@ class Credentials:
             return False
         value = sent[0].encode() if isinstance(sent[0], str) else sent[0]
         return hmac.compare_digest(value, self.token)
+
+
+def _stamps(paths: list[str]) -> tuple:
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+            out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+def certificate_name(auth_context: dict) -> str:
+    """The actor name of a verified client certificate ("" for one without: the shared client
+    certificate of older runs, or no TLS). gRPC fills auth_context from the chain it verified
+    against the run's CA, so a client cannot choose it."""
+    for value in auth_context.get("x509_common_name", ()):
+        name = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+        if name.startswith(ACTOR_SUBJECT) and len(name) > len(ACTOR_SUBJECT):
+            return name[len(ACTOR_SUBJECT) :]
+    return ""
+
+
+def identity(auth_context: dict, host: str, actor_id: int, trust_actor_ids: bool) -> str:
+    """What the influence bounds count a stream as (the module docstring): its certificate's
+    name, else its peer host, or host and declared actor id where they are trusted."""
+    name = certificate_name(auth_context)
+    if name:
+        return f"cert:{name}"
+    return f"{host}/{actor_id}" if trust_actor_ids else host
+
+
+class Revocations:
+    """The actor names in DIR/revoked, reread when the file changes (looked at most once per
+    `every_s`, so asking per step costs a clock read). Thread-safe."""
+
+    def __init__(self, directory: str, every_s: float = 1.0):
+        self._path = os.path.join(directory, REVOKED_FILE) if directory else ""
+        self._every_s = float(every_s)
+        self._lock = threading.Lock()
+        self._next = 0.0
+        self._stamp = None
+        self._names: frozenset = frozenset()
+
+    def __contains__(self, name: str) -> bool:
+        if not self._path:
+            return False
+        now = time.monotonic()
+        if now >= self._next:
+            with self._lock:
+                if now >= self._next:
+                    self._next = now + self._every_s
+                    self._reread()
+        return name in self._names
+
+    def _reread(self) -> None:
+        stamp = _stamps([self._path])
+        if stamp == self._stamp:
+            return
+        try:
+            with open(self._path) as f:
+                names = {line.strip() for line in f}
+        except OSError:
+            names = set()
+        self._stamp = stamp
+        self._names = frozenset(n for n in names if n)
 
 
 def is_loopback(host: str) -> bool:
@@ -152,6 +268,6 @@ def check_bind(bind: str, credentials: Credentials | None) -> None:
         )
 
 
-def load(directory: str, side: str) -> Credentials | None:
+def load(directory: str, side: str, actor: str = "") -> Credentials | None:
     """Credentials.load, or None for an empty `transport.credentials`."""
-    return Credentials.load(directory, side) if directory else None
+    return Credentials.load(directory, side, actor) if directory else None

@@ -22,7 +22,7 @@ import time
 
 import grpc
 
-from seedlike.rpc import codec, ports, wire
+from seedlike.rpc import codec, ports, security, wire
 from seedlike.rpc import seedlike_pb2 as pb
 from seedlike.rpc.security import Credentials
 from seedlike.runtime.threadnames import named
@@ -46,6 +46,23 @@ class Opened:
     policy_version: int
     levels_version: int
     level_probs: list
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    """Who opens a session: the host it connects from (max_streams_per_peer counts these) and
+    the identity the influence bounds count it as (seedlike.rpc.security.identity)."""
+
+    host: str
+    identity: str
+
+    def encode(self) -> str:  # as a front end sends it to the learner process
+        return f"{self.host}\n{self.identity}"
+
+    @classmethod
+    def decode(cls, text: str) -> Peer:
+        host, _, identity = text.partition("\n")
+        return cls(host, identity or host)
 
 
 EVICTED = (
@@ -91,8 +108,9 @@ class SessionGate:
         self._untold: list[int] = []  # evicted sessions not yet listed by take_evicted
         self.evictions = 0
 
-    def open(self, service, actor_id: int, num_envs: int, peer: str) -> Opened:
+    def open(self, service, actor_id: int, num_envs: int, who: Peer) -> Opened:
         """Opens a session of `service` for the peer; raises Refused or ServerStopping."""
+        peer = who.host
         with self._lock:
             if self._peers[peer] >= self.max_per_peer and not self._evict(service, peer):
                 raise Refused(
@@ -105,7 +123,7 @@ class SessionGate:
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"{self.max_actors} actors are connected already (server.max_actors)",
                 )
-            session_id = service.open_session(actor_id, num_envs, peer)
+            session_id = service.open_session(actor_id, num_envs, who.identity)
             self._peers[peer] += 1
             self._sessions[session_id] = peer
             self._idle_since[session_id] = time.monotonic()
@@ -174,7 +192,7 @@ class LocalBackend:
         self.spec = service.spec
         self.max_envs_per_actor = service.max_envs_per_actor
 
-    async def open_session(self, actor_id: int, num_envs: int, peer: str) -> Opened:
+    async def open_session(self, actor_id: int, num_envs: int, peer: Peer) -> Opened:
         return self._gate.open(self._service, actor_id, num_envs, peer)
 
     def submit(self, session_id: int, rows, decode_s: float):
@@ -210,6 +228,10 @@ class InferenceServicer:
     `max_streams_per_peer` sessions open already, or a server with every one of its `max_actors`
     slots taken, gives the slot of a session idle for `evict_idle_s` to the newcomer, else refuses
     its Hello with RESOURCE_EXHAUSTED (its actor retries with backoff); see SessionGate.
+
+    Each session is counted as the identity its credentials prove (seedlike.rpc.security); an
+    identity in the credentials' revocation list is refused at its Hello, and its open streams end
+    at their next step, with PERMISSION_DENIED.
     """
 
     def __init__(
@@ -220,8 +242,11 @@ class InferenceServicer:
         idle_timeout_s: float,
         credentials: Credentials | None,
         max_pending: int,
+        trust_actor_ids: bool = False,
     ):
         self._backend = backend
+        self._trust_actor_ids = bool(trust_actor_ids)
+        self._revoked = security.Revocations(credentials.directory if credentials else "")
         self._limits = limits
         self._hello_timeout_s = hello_timeout_s
         self._idle_timeout_s = idle_timeout_s
@@ -291,10 +316,17 @@ class InferenceServicer:
             codec.check_hello(hello.hello, backend.spec, backend.max_envs_per_actor)
             num_envs = hello.hello.num_envs
             stacks = codec.stacks_for(hello.hello, backend.spec)
+            host = peer_host(context.peer())
+            auth = context.auth_context() if self._credentials is not None else {}
+            who = Peer(
+                host,
+                security.identity(auth, host, hello.hello.actor_id, self._trust_actor_ids),
+            )
+            name = security.certificate_name(auth)
+            if name and name in self._revoked:
+                await self._refuse_revoked(context, name)
             try:
-                opened = await backend.open_session(
-                    hello.hello.actor_id, num_envs, peer_host(context.peer())
-                )
+                opened = await backend.open_session(hello.hello.actor_id, num_envs, who)
             except Refused as e:
                 await context.abort(e.code, str(e))
             session_id = opened.session_id
@@ -315,6 +347,8 @@ class InferenceServicer:
                 )
                 if raw is None:
                     break
+                if name and name in self._revoked:
+                    await self._refuse_revoked(context, name)
                 start = time.perf_counter()
                 step = codec.parse_step(raw, reader)
                 if step.sequence != sequence:
@@ -350,6 +384,14 @@ class InferenceServicer:
             if session_id is not None:
                 backend.close_session(session_id)
 
+    async def _refuse_revoked(self, context, name: str) -> None:
+        logging.warning("refusing actor %s: its certificate is revoked", name)
+        await context.abort(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"the certificate of actor {name} is revoked (transport.credentials/revoked); "
+            "this actor may not connect to this run",
+        )
+
 
 def peer_host(peer: str) -> str:
     """The host of a gRPC peer string: 'ipv4:10.0.0.5:4242' -> '10.0.0.5', 'ipv6:[::1]:80' ->
@@ -360,11 +402,20 @@ def peer_host(peer: str) -> str:
     return peer
 
 
-# Pings every connection after a minute without traffic and drops it if no answer comes in 20 s
-# (a vanished actor host), and closes connections left without streams for 5 minutes.
+# Keepalive, both ways (the actor's half is seedlike.rpc.client.KEEPALIVE_OPTIONS). The server
+# pings a connection after 30 s without a frame from it and drops it when no answer comes within
+# 20 s: a vanished actor host (power loss, partition) frees its seats within 50 s of its last
+# step plus the stream's own idle_timeout_s at most. It accepts the actors' pings every 5 s or
+# slower, with or without streams open: a learner busy compiling for minutes still answers them
+# (gRPC's core does, not our event loop) and never ends a connection with GOAWAY for pinging. It
+# closes connections left without streams for 5 minutes.
 KEEPALIVE_OPTIONS = [
-    ("grpc.keepalive_time_ms", 60_000),
+    ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_ping_strikes", 0),
     ("grpc.max_connection_idle_ms", 300_000),
 ]
 
@@ -395,6 +446,7 @@ class Transport:
     front_ends: int
     evict_idle_s: float
     max_pending_streams: int
+    trust_actor_ids: bool = False
 
     @classmethod
     def from_config(cls, server_config) -> Transport:
@@ -410,12 +462,13 @@ class Transport:
             front_ends(int(server_config.front_ends)),
             float(server_config.evict_idle_s),
             int(server_config.max_pending_streams),
+            bool(server_config.trust_actor_ids),
         )
 
     def servicer(self, backend, credentials: Credentials | None) -> InferenceServicer:
         return InferenceServicer(
             backend, self.limits, self.hello_timeout_s, self.idle_timeout_s, credentials,
-            self.max_pending_streams,
+            self.max_pending_streams, self.trust_actor_ids,
         )  # fmt: skip
 
     def gate(self, defer_close: bool = False) -> SessionGate:

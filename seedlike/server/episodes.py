@@ -96,17 +96,19 @@ class EpisodeStats:
 
 
 class EpisodeBoard:
-    """The learning policy's recent episodes per actor identity, summarized so that no actor can
-    steer what the run reports (and `stop_at_return` reads).
+    """The learning policy's recent episodes per actor identity, summarized twice: as the plain
+    mean other frameworks report, and robustly, so that no minority of actors can steer what the
+    run decides on (`stop_at_return`, PBT, sweeps).
 
-    Each identity keeps its last `window` episodes. A summary is the median over identities of
-    each one's mean (the lower of the middle two for an even count), given only once more than
-    half of the connected identities have finished an episode; `stop_at_return` is reached when
-    more than half of them have a mean at or above it. One identity's fake episodes (any return,
-    any number, the first ones of the run) are one vote: with the bad identities a minority, the
-    reported return lies between the smallest and largest honest identity's, and the run stops
-    only when honest actors' returns reach the target. With one actor: its mean over its last
-    `window`.
+    Each identity keeps its last `window` episodes, and both summaries read those episodes:
+    * `return`, `length`: their plain mean (every episode one weight; an actor with more envs
+      finishes more of them);
+    * `robust`: the median over identities of each one's mean return (the lower of the middle two
+      for an even count), given only once more than half of the connected identities have
+      finished an episode. One identity's fake episodes (any return, any number, the first ones
+      of the run) are one vote: with the bad identities a minority, it lies between the smallest
+      and largest honest identity's, and `reached` (stop_at_return) holds only when a majority
+      of identities average the target. With one actor: its mean over its last `window`.
     """
 
     def __init__(self, window: int = 20):
@@ -132,15 +134,20 @@ class EpisodeBoard:
         return 2 * len(self._recent) > max(self._connected, len(self._recent))
 
     def summary(self, threshold: float | None = None) -> dict:
-        """The median identity's mean return and length (None before a majority of the connected
-        identities finished an episode), its success rate (returns above `threshold`), and how
-        many identities voted."""
-        out = {"return": None, "length": None, "success": None, "identities": len(self._recent)}
-        if not self._recent or not self._quorum():
+        """The plain mean return and length of the identities' recent episodes (None before any),
+        the median identity's mean return (`robust`: None before a majority of the connected
+        identities finished an episode), the median identity's success rate (returns above
+        `threshold`), and how many identities voted."""
+        out = {"return": None, "length": None, "robust": None, "success": None}
+        out["identities"] = len(self._recent)
+        if not self._recent:
+            return out
+        episodes = np.concatenate(list(self._recent.values()))
+        out["return"], out["length"] = (float(x) for x in episodes.mean(axis=0))
+        if not self._quorum():
             return out
         per = np.stack([v.mean(axis=0) for v in self._recent.values()])
-        out["return"] = _lower_median(per[:, 0])
-        out["length"] = _lower_median(per[:, 1])
+        out["robust"] = _lower_median(per[:, 0])
         if threshold is not None:
             rates = [float(np.mean(v[:, 0] > threshold)) for v in self._recent.values()]
             out["success"] = _lower_median(np.array(rates))

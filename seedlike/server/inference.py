@@ -224,9 +224,9 @@ class InferenceService:
         # Session id -> (actor id, identity name, identity); the reply thread reads identities
         # (pacing).
         self._sessions: dict[int, tuple[int, str, int]] = {}
-        # Identity name ("host/actor_id") -> [identity, open sessions]; forgotten with its last
-        # session (identities are never reused, so a returning actor starts afresh in the
-        # influence windows).
+        # Identity name (seedlike.rpc.security.identity) -> [identity, open sessions]; forgotten
+        # with its last session (identities are never reused, so a returning actor starts afresh
+        # in the influence windows).
         self._labels: dict[str, list] = {}
         self._next_label = itertools.count()
         # Identities served far faster than the others get their replies later (pacing.py).
@@ -249,17 +249,18 @@ class InferenceService:
 
     # Called from handler threads ---------------------------------------------------------------
 
-    def open_session(self, actor_id: int, num_envs: int, host: str | None = None) -> int:
+    def open_session(self, actor_id: int, num_envs: int, identity: str | None = None) -> int:
         """Opens a session for an actor with `num_envs` envs (the transport has checked its
         specs); returns the session id.
 
-        The actor's identity, the unit of the influence bounds (seedlike.server.influence), is
-        its host and actor_id: every stream sharing both counts as one actor. host None (in
-        process, no transport): each session is an identity of its own."""
+        `identity` names the unit of the influence bounds (seedlike.server.influence): every
+        session of one name counts as one actor. The transport derives it from what the stream
+        proved (seedlike.rpc.security.identity). None (in process, no transport): each session
+        is an identity of its own."""
         if self._stopping.is_set():
             raise ServerStopping(self._finished)
         session_id = next(self._session_ids)
-        name = f"{host}/{actor_id}" if host is not None else f"session {session_id}"
+        name = identity if identity is not None else f"session {session_id}"
         with self._sessions_lock:
             entry = self._labels.setdefault(name, [next(self._next_label), 0])
             entry[1] += 1

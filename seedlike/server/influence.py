@@ -3,11 +3,10 @@ full batch (host side, numpy) before the learner sees it.
 
 The threat: an actor that passed authentication (or a buggy one) sends legal data, any value
 inside the codec's bounds (seedlike.rpc.codec.Limits), from any number of envs and streams. Its
-unit is the *identity*: the peer host and the actor_id it declares (every stream sharing both is
-one identity, seedlike.server.inference). The actor_id is not authenticated: one host can be as
-many identities as it may open streams (server.max_streams_per_peer, which bounds it). With fewer
-than three identities in a batch no statistic can tell the bad one from the good, so the bounds
-below hold when the bad identities are a minority of at least three.
+unit is the *identity*, what its credentials prove (seedlike.rpc.security.identity): the name in
+its certificate, or its peer host; every stream of one identity is one voice, whatever actor_id
+it declares. With fewer than three identities in a batch no statistic can tell the bad one from
+the good, so the bounds below hold when the bad identities are a minority of at least three.
 
 * `loss_mask`: over a recent window (server.fair_window_s), an identity's unrolls count in the
   loss up to `factor` x what the median identity delivered in it (and up to `max_share` x B of
@@ -15,10 +14,11 @@ below hold when the bad identities are a minority of at least three.
   waits for a slow actor and no honest work is refused for capacity, but they teach nothing. One
   bad identity of k >= 3 with equal honest ones holds at most factor / (factor + k - 1) of the
   counted unrolls (factor 1: 1/k), however many envs and streams it runs.
-* `reward_bound`: rewards are clipped to +-max(floor, scale x the median identity's largest
-  |reward| over the recent window). A bad minority's rewards lie within `scale` x what honest
-  identities see; rewards a majority never sees are clipped to `floor` (1.0: the scale of
-  Atari's clipped rewards, MiniGrid, CartPole and board games, so those pass untouched).
+* `reward_scales`: an identity whose mean |reward| per step over the recent window exceeds
+  max(floor, scale x the median identity's) has its rewards scaled down to that bound. A bad
+  minority's rewards reach the learner at most `scale` x the honest identities' scale, however
+  large they are sent; an honest actor's rare large reward passes at its value (floor 1.0: the
+  scale of Atari's clipped rewards, MiniGrid, CartPole and board games).
 
 Observation statistics are bounded the same way in the learner process
 (networks.normalization.IdentityWindow: per-identity moments over the window, merged by a
@@ -81,55 +81,64 @@ def loss_mask(
     return rank < cap[labels]
 
 
-def largest_rewards(reward: np.ndarray, identity: np.ndarray) -> dict:
-    """Each identity's largest |reward| in reward [B, T] (identity [B]): {identity: value}."""
-    per_unroll = np.abs(reward).max(axis=1, initial=0.0)
-    return {int(i): float(per_unroll[identity == i].max()) for i in np.unique(identity)}
+def reward_sums(reward: np.ndarray, valid: np.ndarray, identity: np.ndarray) -> dict:
+    """Each identity's sum of |reward| and count of valid steps in reward [B, T] (valid [B, T],
+    identity [B]): {identity: (sum, steps)}."""
+    labels, ids = relabel(identity)
+    size = np.abs(np.where(valid, reward, 0.0)).sum(axis=1)
+    sums = np.bincount(labels, weights=size, minlength=ids.size)
+    steps = np.bincount(labels, weights=valid.sum(axis=1), minlength=ids.size)
+    return {int(i): (float(a), float(n)) for i, a, n in zip(ids, sums, steps)}
 
 
-class WindowMaxima:
-    """Each identity's largest value among those added in a sliding window of time.
-
-    Per identity a deque of (time, value) with values falling from oldest to newest: a value
-    that a later, larger one outlives can never be the maximum again and is dropped when that
-    one is added. Adding and expiring cost O(1) per value over a run, where scanning every
-    batch of the window cost O(window) per batch (a fast run's 30 s window holds hundreds)."""
+class WindowSums:
+    """Each identity's totals of (sum, count) pairs added in a sliding window of time: a deque of
+    additions and running totals per identity, O(1) per addition over a run."""
 
     def __init__(self):
-        self._values: dict = {}
+        self._added: collections.deque = collections.deque()  # (time, {identity: (sum, n)})
+        self._totals: dict = {}
 
     def add(self, now: float, values: dict) -> None:
-        """{identity: value} seen at time `now` (not earlier than the previous add)."""
-        for who, value in values.items():
-            q = self._values.get(who)
-            if q is None:
-                q = self._values[who] = collections.deque()
-            while q and q[-1][1] <= value:
-                q.pop()
-            q.append((now, value))
+        """{identity: (sum, count)} seen at time `now` (not earlier than the previous add)."""
+        self._added.append((now, values))
+        for who, (a, n) in values.items():
+            total = self._totals.get(who, (0.0, 0.0))
+            self._totals[who] = (total[0] + a, total[1] + n)
 
     def expire(self, before: float) -> None:
         """Forgets the values added before time `before`."""
-        for who in list(self._values):
-            q = self._values[who]
-            while q and q[0][0] < before:
-                q.popleft()
-            if not q:
-                del self._values[who]
+        while self._added and self._added[0][0] < before:
+            for who, (a, n) in self._added.popleft()[1].items():
+                total = self._totals[who]
+                left = (total[0] - a, total[1] - n)
+                if left[1] <= 0:
+                    del self._totals[who]
+                else:
+                    self._totals[who] = left
 
-    def maxima(self) -> dict:
-        """{identity: its largest value in the window}."""
-        return {who: q[0][1] for who, q in self._values.items()}
+    def means(self) -> dict:
+        """{identity: its sum / count in the window} (identities with a count)."""
+        return {who: max(a, 0.0) / n for who, (a, n) in self._totals.items() if n > 0}
 
 
-def reward_bound(largest: dict, scale: float, floor: float = 1.0) -> float:
-    """The largest |reward| a batch keeps: max(floor, scale x the median over identities of each
-    one's largest |reward| (`largest`, over a recent window, so that batches one identity filled
-    alone are bounded by the others too)); scale 0: no bound (inf)."""
-    if scale <= 0:
-        return float("inf")
-    median = float(np.median(list(largest.values()))) if largest else 0.0
-    return max(float(floor), float(scale) * median)
+def reward_scales(rates: dict, scale: float, floor: float = 1.0) -> dict:
+    """The factor (<= 1) each identity's rewards are multiplied by, from each one's mean |reward|
+    per step over a recent window (`rates`): 1 up to max(floor, scale x the median identity's
+    rate), beyond it the factor that brings the identity's rate down to that bound. scale 0: no
+    bound ({}).
+
+    Why a rate and not the largest reward: a flood (large rewards at every step, however many
+    envs and streams) raises its identity's rate by its full size, while a rare large reward an
+    honest actor meets first (the discovery exploration exists for) raises it by that reward
+    divided by the steps the actor played in the window, and reaches the learner at its value.
+    Why scaled and not clipped: a bounded identity keeps the signs and proportions of its
+    rewards, so an honest one whose environment pays more (another level) still teaches what
+    it saw, at the others' scale."""
+    if scale <= 0 or not rates:
+        return {}
+    bound = max(float(floor), float(scale) * float(np.median(list(rates.values()))))
+    return {who: bound / rate for who, rate in rates.items() if rate > bound}
 
 
 class ResultQuota:

@@ -238,8 +238,9 @@ class TrajectoryStore:
         batch with valid = False, counted in `unrolls_capped`.
       max_policy_lag: unrolls with a step acted more than this many policy versions before the
         newest are kept out of the loss (`unrolls_stale`; 0: no limit).
-      reward_scale, reward_floor: rewards of a full batch are clipped to
-        influence.reward_bound (reward_scale 0: not clipped).
+      reward_scale, reward_floor: each identity's rewards in a full batch are scaled by
+        influence.reward_scales over the window (reward_scale 0: never), counted in
+        `rewards_scaled`.
 
     The bounds default to off (1.0 equals server.max_identity_share's default, and the
     others' config defaults are compared in tests/core/test_defaults.py); a learner takes them
@@ -285,7 +286,7 @@ class TrajectoryStore:
         self._version = 0  # the newest policy version the recorded steps were acted on
         # Per recent batch: time, unrolls offered and counted per identity.
         self._window: collections.deque = collections.deque()
-        self._largest = influence.WindowMaxima()  # each identity's largest |reward| in the window
+        self._rewards = influence.WindowSums()  # each identity's sum |reward|, steps in the window
         self._offered: collections.Counter = collections.Counter()  # the window's totals
         self._counted: collections.Counter = collections.Counter()
         self._reward_scale = float(reward_scale)
@@ -310,7 +311,7 @@ class TrajectoryStore:
         self.steps_written_in_place = 0  # by front ends (rows written once)
         self.steps_dropped = 0
         self.unrolls_capped = 0  # kept out of the loss by the share caps (total)
-        self.rewards_clipped = 0  # by the reward bound (total)
+        self.rewards_scaled = 0  # nonzero rewards scaled down by the reward bound (total)
         self.unrolls_stale = 0  # kept out of the loss: acted more than max_policy_lag versions ago
         self.last_batch_max_share = 0.0  # the largest identity's share of the last batch's loss
 
@@ -454,7 +455,7 @@ class TrajectoryStore:
             self._counted.subtract(c)
         self._offered = +self._offered  # drops the identities with nothing left in the window
         self._counted = +self._counted
-        self._largest.expire(now - self._window_s)
+        self._rewards.expire(now - self._window_s)
         mine = collections.Counter(batch.identity.tolist())
         offered = self._offered + mine
         before = self._counted
@@ -474,11 +475,12 @@ class TrajectoryStore:
             self.unrolls_stale += int((stale & counted).sum())
             counted &= ~stale
         batch.small["valid"][~counted] = False
-        reward = batch.small["reward"]
-        here = influence.largest_rewards(reward[counted], batch.identity[counted])
+        reward, t = batch.small["reward"], self.horizon
+        steps = batch.small["valid"][counted, :t]
+        here = influence.reward_sums(reward[counted, :t], steps, batch.identity[counted])
         kept = collections.Counter(batch.identity[counted].tolist())
         self._window.append((now, mine, kept))
-        self._largest.add(now, here)
+        self._rewards.add(now, here)
         self._offered.update(mine)
         self._counted.update(kept)
         if not counted.any():
@@ -486,13 +488,14 @@ class TrajectoryStore:
         shares = np.unique(batch.identity[counted], return_counts=True)[1]
         self.last_batch_max_share = float(shares.max() / counted.sum())
         # Over the window, not this batch alone: a batch one identity filled is bounded too.
-        largest = self._largest.maxima()
-        bound = influence.reward_bound(largest, self._reward_scale, self._reward_floor)
-        if np.isfinite(bound):
-            over = np.abs(reward) > bound
-            if over.any():
-                self.rewards_clipped += int(over.sum())
-                np.clip(reward, -bound, bound, out=reward)
+        scales = influence.reward_scales(
+            self._rewards.means(), self._reward_scale, self._reward_floor
+        )
+        for who, factor in scales.items():
+            rows = batch.identity == who
+            if rows.any():
+                self.rewards_scaled += int(np.count_nonzero(reward[rows]))
+                reward[rows] *= np.float32(factor)
         return True
 
     def _fit(self, buffers: int) -> None:

@@ -26,7 +26,7 @@ REPEATED = [
     (store.TrajectoryStore, "fair_window_s", "server.fair_window_s"),
     (store.TrajectoryStore, "reward_floor", "server.reward_floor"),
     (influence.loss_mask, "max_share", "server.max_identity_share"),
-    (influence.reward_bound, "floor", "server.reward_floor"),
+    (influence.reward_scales, "floor", "server.reward_floor"),
     (normalization.IdentityWindow, "seconds", "server.fair_window_s"),
     (normalization.IdentityWindow, "row_clip", "network.obs_clip"),
     (normalization.normalize, "clip", "network.obs_clip"),

@@ -116,17 +116,18 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
 
 def test_ssh_actors_train_over_tls_and_end_with_the_run(tmp_path, procs):
     """scripts/ssh_actors.sh with tests/fake_ssh standing in for ssh: two "hosts", one actor
-    each, TLS and the run token, until the learner finishes."""
+    each with the host's own certificate (two identities), TLS and the run token, until the
+    learner finishes."""
     from tests.helpers import make_credentials
 
-    creds = make_credentials(tmp_path / "creds", "learner-host")
+    creds = make_credentials(tmp_path / "creds", "learner-host", actors=("h1", "h2"))
     tls = f"--config.transport.credentials={creds}"
     logdir = str(tmp_path / "run")
     learner, address = procs.learner(logdir, tls, "--config.total_env_steps=12000")
     launcher = subprocess.run(
         [
             "scripts/ssh_actors.sh", "--hosts=h1,h2", f"--server={address}",
-            f"--credentials={creds}",
+            f"--credentials={creds}/actors/{{host}}",
             f"--remote_dir={ROOT}", f"--logdir={tmp_path}/ssh", "--first_actor_id=4",
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -138,6 +139,7 @@ def test_ssh_actors_train_over_tls_and_end_with_the_run(tmp_path, procs):
     for log in ("h1_4.log", "h2_5.log"):
         assert "connected to" in (tmp_path / "ssh" / log).read_text()
     assert last(logdir, "env_steps") >= 12000
+    assert max(r["episode_identities"] for r in metrics(logdir)) == 2
 
 
 def test_train_sh_restarts_a_crashed_actor_and_stops_when_it_keeps_failing(tmp_path):

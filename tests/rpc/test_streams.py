@@ -10,7 +10,7 @@ import pytest
 from seedlike.config import base_config
 from seedlike.rpc import client, codec
 from seedlike.rpc.listen import serve
-from seedlike.rpc.service import peer_host
+from seedlike.rpc.service import Peer, peer_host
 from tests.helpers import SERVE_SPEC as SPEC
 from tests.helpers import rows, service_of
 from tests.procs import wait_for
@@ -230,10 +230,10 @@ def test_an_evicted_session_that_steps_again_is_told_why():
             return 0, []
 
     service, gate = Service(), SessionGate(max_actors=2, max_streams_per_peer=2, evict_idle_s=0.0)
-    gate.open(service, 1, 2, "h")
-    gate.open(service, 2, 2, "h")
+    gate.open(service, 1, 2, Peer("h", "h"))
+    gate.open(service, 2, 2, Peer("h", "h"))
     gate.touch(1, waiting=True)  # the server owes session 1 an answer: not idle
-    gate.open(service, 3, 2, "h")
+    gate.open(service, 3, 2, Peer("h", "h"))
     assert service.closed == [2] and gate.evictions == 1
     assert "server.evict_idle_s" in gate.touch(2, waiting=True)
     assert gate.touch(1, waiting=False) is None

@@ -45,15 +45,19 @@ def test_loss_mask_holds_an_identity_to_what_the_median_one_delivered_in_the_win
     )
 
 
-def test_reward_bound_is_scale_times_the_median_identity_and_at_least_the_floor():
+def test_reward_scales_bring_an_identity_above_scale_times_the_median_rate_down_to_it():
     reward = np.array([[1.0, -0.5], [0.2, 0.0], [1e6, -1e6], [0.0, 3.0], [0.0, -0.7]])
-    largest = influence.largest_rewards(reward, np.array([0, 1, 2, 3, 0]))
-    assert largest == {0: 1.0, 1: 0.2, 2: 1e6, 3: 3.0}  # rows of one identity share its largest
-    assert influence.reward_bound(largest, scale=2.0) == pytest.approx(
-        4.0
-    )  # 2 x median(1, .2, 1e6, 3)
-    assert influence.reward_bound({0: 0.0, 1: 0.0}, scale=2.0, floor=1.0) == pytest.approx(1.0)
-    assert influence.reward_bound(largest, scale=0.0) == float("inf")
+    valid = np.array([[1, 1], [1, 1], [1, 1], [1, 1], [1, 0]], bool)
+    sums = influence.reward_sums(reward, valid, np.array([0, 1, 2, 3, 0]))
+    # Rows of one identity add up; the invalid step's reward does not count.
+    assert sums == {0: (1.5, 3.0), 1: (0.2, 2.0), 2: (2e6, 2.0), 3: (3.0, 2.0)}
+    rates = {who: a / n for who, (a, n) in sums.items()}  # 0.5, 0.1, 1e6, 1.5
+    bound = 2.0 * np.median(list(rates.values()))  # 2 x 1.0
+    assert influence.reward_scales(rates, scale=2.0) == {2: pytest.approx(bound / 1e6)}
+    # Below the floor nothing is scaled; scale 0 is off.
+    assert influence.reward_scales({0: 0.0, 1: 0.0, 2: 0.9}, scale=2.0, floor=1.0) == {}
+    assert influence.reward_scales({0: 0.0, 1: 0.0, 2: 5.0}, 2.0, 1.0) == {2: pytest.approx(0.2)}
+    assert influence.reward_scales(rates, scale=0.0) == {}
 
 
 def _unrolls(reward: np.ndarray) -> Unroll:
@@ -67,25 +71,31 @@ def _unrolls(reward: np.ndarray) -> Unroll:
     )  # fmt: skip
 
 
-def test_window_maxima_equal_a_scan_of_the_window_at_every_step():
+def test_window_sums_equal_a_scan_of_the_window_at_every_step():
     rng = np.random.default_rng(0)
-    maxima, added, window_s = influence.WindowMaxima(), [], 5.0
+    sums, added, window_s = influence.WindowSums(), [], 5.0
     for now in np.cumsum(rng.uniform(0.0, 1.0, 300)):
-        maxima.expire(now - window_s)
-        values = {int(who): float(rng.integers(0, 6)) for who in rng.choice(5, 2, replace=False)}
-        maxima.add(now, values)
+        sums.expire(now - window_s)
+        values = {
+            int(who): (float(rng.integers(0, 6)), float(rng.integers(1, 4)))
+            for who in rng.choice(5, 2, replace=False)
+        }
+        sums.add(now, values)
         added.append((now, values))
         scanned: dict = {}
         for when, seen in added:
             if when >= now - window_s:
-                for who, value in seen.items():
-                    scanned[who] = max(scanned.get(who, value), value)
-        assert maxima.maxima() == scanned  # values are whole numbers: no rounding on either side
+                for who, (a, n) in seen.items():
+                    total = scanned.get(who, (0.0, 0.0))
+                    scanned[who] = (total[0] + a, total[1] + n)
+        # Whole numbers: the running totals are exact on either side.
+        assert sums.means() == {who: a / n for who, (a, n) in scanned.items()}
 
 
 def test_prepare_scales_an_identity_with_outsized_advantages_down_to_the_median():
     """Identity 2 (unrolls 4, 5) earns 100x the others' rewards: its advantages shrink to the
-    median identity's RMS, its value targets do not; one identity is left alone."""
+    median identity's RMS, and its value targets (behaviour values 0 here) to those advantages;
+    one identity is left alone."""
     config = ml_collections.ConfigDict({"gamma": 0.9, "gae_lambda": 0.95, "reward_clip": 0.0})
     prepare = jax.pmap(
         ts.make_prepare(ppo.advantages(config), groups=6), ts.AXIS, devices=jax.devices()[:1]
@@ -99,35 +109,43 @@ def test_prepare_scales_an_identity_with_outsized_advantages_down_to_the_median(
     advantage, target = np.asarray(advantage)[0], np.asarray(target)[0]
     rms = [np.sqrt(np.mean(advantage[identity == g] ** 2)) for g in range(3)]
     np.testing.assert_allclose(rms[2], np.median(rms), rtol=1e-5)
-    assert target[4:].mean() > 50 * target[:4].mean()
-    alone = np.asarray(prepare(*one, np.zeros((1, 6), np.int32), {})[0])[0]
-    np.testing.assert_allclose(alone, target, rtol=1e-5)  # zero behaviour values
+    np.testing.assert_allclose(target, advantage, rtol=1e-6)  # zero behaviour values
+    alone, alone_target, _ = prepare(*one, np.zeros((1, 6), np.int32), {})
+    alone, alone_target = np.asarray(alone)[0], np.asarray(alone_target)[0]
+    np.testing.assert_allclose(alone[:4], advantage[:4], rtol=1e-5)  # untouched below the median
+    assert alone[4:].mean() > 50 * alone[:4].mean()
+    np.testing.assert_allclose(alone_target, alone, rtol=1e-6)
 
 
-def test_episode_board_reports_the_median_identity_over_each_ones_recent_episodes():
+def test_episode_board_reports_the_plain_mean_and_the_median_identity_of_recent_episodes():
     """Identity 9 reports 1,000 fake episodes of return 4,000 (finding 3 of issue 33 ended a
-    stop_at_return=475 run that way, 4.8 s in); the board reports the median identity's mean and
-    says the target is reached only when most identities reach it."""
+    stop_at_return=475 run that way, 4.8 s in); the board reports the plain mean of the recent
+    episodes as `return`, the median identity's mean as `robust`, and says the target is reached
+    only when most identities reach it."""
     board = EpisodeBoard(window=3)
     board.keep([1, 2, 9])
     board.add(np.full(1000, 9), np.full(1000, 4000.0), np.full(1000, 100))
-    assert board.summary()["return"] is None and not board.reached(475.0)  # 1 of 3 has played
+    first = board.summary()
+    assert first["robust"] is None and not board.reached(475.0)  # 1 of 3 has played
+    assert first["return"] == 4000.0  # the plain mean is what was played, whoever played it
     board.add(np.array([1, 1, 2, 1]), np.array([10.0, 20.0, 30.0, 40.0]), np.array([1, 2, 3, 4]))
     summary = board.summary(threshold=35.0)
-    # Means: identity 1 over its last 3 = 70/3, identity 2 = 30, identity 9 = 4,000.
-    assert summary["return"] == pytest.approx(30.0) and summary["identities"] == 3
-    assert summary["length"] == pytest.approx(3.0)
+    # Windows: identity 1 (20, 10, 40... its last 3: 10, 20, 40), 2 (30), 9 (4,000 x 3).
+    assert summary["robust"] == pytest.approx(30.0) and summary["identities"] == 3
+    assert summary["return"] == pytest.approx((70.0 + 30.0 + 12000.0) / 7)  # the plain mean
+    assert summary["length"] == pytest.approx((1 + 2 + 4 + 3 + 300) / 7)
     assert summary["success"] == pytest.approx(1 / 3)  # rates 1/3, 0, 1
     assert not board.reached(475.0)
     board.add(np.array([1, 2, 1, 2, 1, 2]), np.full(6, 500.0), np.full(6, 500))
-    assert board.reached(475.0) and board.summary()["return"] == pytest.approx(500.0)
+    assert board.reached(475.0) and board.summary()["robust"] == pytest.approx(500.0)
     board.keep([1, 9])  # identity 2 disconnected: of two, the lower middle one
-    assert board.summary()["return"] == pytest.approx(500.0)
+    assert board.summary()["robust"] == pytest.approx(500.0)
     one = EpisodeBoard()
-    assert one.summary()["return"] is None
+    assert one.summary()["return"] is None and one.summary()["robust"] is None
     one.keep([4])
     one.add(np.array([4, 4]), np.array([1.0, 2.0]), np.array([1, 1]))
-    assert one.summary()["return"] == pytest.approx(1.5) and one.reached(1.5)
+    assert one.summary()["robust"] == one.summary()["return"] == pytest.approx(1.5)
+    assert one.reached(1.5)
 
 
 def test_result_quota_holds_an_identity_to_the_median_identitys_results():

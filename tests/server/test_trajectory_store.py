@@ -314,7 +314,7 @@ def two_small_and_a_big_one(store, big_envs: int, big_reward: float) -> None:
 def test_an_actor_filling_whole_batches_counts_for_the_median_and_rewards_are_bounded():
     """Three sessions; session 3 completes 6 unrolls per round and pays 1e6 per step, the others
     one unroll each paying 1: in the 8-unroll batch session 3 counts for what the median session
-    delivered (1 unroll), and every reward is clipped to 2 x the median session's largest (2.0)."""
+    delivered (1 unroll), and its rewards are scaled to 2 x the median session's rate (2.0)."""
     store, batches = store_of(
         2, batch_unrolls=8, fair_share_factor=1.0, reward_scale=2.0, reward_floor=1.0
     )
@@ -324,14 +324,15 @@ def test_an_actor_filling_whole_batches_counts_for_the_median_and_rewards_are_bo
     np.testing.assert_array_equal(source, [1.0, 2.0] + [3.0] * 6)
     counted = batch.valid.any(axis=1)
     assert counted[:2].all() and counted[2:].sum() == 1 and store.unrolls_capped == 5
-    assert np.abs(batch.reward).max() == pytest.approx(2.0) and store.rewards_clipped > 0
+    np.testing.assert_allclose(batch.reward[2:], 2.0, rtol=1e-6)
+    assert store.rewards_scaled == 12
     np.testing.assert_array_equal(batch.reward[:2], [[1.0, 1.0], [1.0, 1.0]])
 
 
 def test_a_batch_one_actor_filled_alone_is_bounded_by_the_others_rewards_in_the_window():
     """Sessions 1-3 pay 1 per step and fill a batch together; then session 3 alone pays 1e6 and
-    fills the next: its rewards are clipped to 2 x the median session's largest over the window
-    (1.0), not over its own batch (1e6)."""
+    fills the next: its rewards are scaled so that its mean |reward| over the window (not its own
+    batch's alone) is 2 x the median session's (1.0)."""
     store, batches = store_of(2, batch_unrolls=3, reward_scale=2.0, reward_floor=1.0)
     server = Server(store)
     for session in (1, 2, 3):
@@ -345,7 +346,39 @@ def test_a_batch_one_actor_filled_alone_is_bounded_by_the_others_rewards_in_the_
         server.feed(3, rows([3.0], [1e6]), action=t)
     second = batches.next_batch(timeout=1).unroll()
     np.testing.assert_array_equal(second.obs["obs"][:, 0, 0], [3.0, 3.0, 3.0])
-    np.testing.assert_allclose(second.reward, np.full((3, 2), 2.0))
+    rate = (2 * 1.0 + 6 * 1e6) / 8  # session 3's window: 2 steps paying 1, then 6 paying 1e6
+    np.testing.assert_allclose(second.reward, np.full((3, 2), 1e6 * 2.0 / rate), rtol=1e-6)
+
+
+def test_an_honest_actors_rare_large_reward_reaches_the_learner_at_its_value():
+    """Four sessions pay 1 per step for five rounds; then session 1 meets a reward of 10, ten
+    times any seen before: its batch carries 10, unscaled. A fifth session that then pays 1e6 at
+    every step is brought down to twice the median rate, as before."""
+    store, batches = store_of(2, batch_unrolls=4, reward_scale=2.0, reward_floor=1.0)
+    server = Server(store)
+    for session in (1, 2, 3, 4):
+        server.open(session, num_envs=1)
+    t = 0
+    for t in range(11):  # five unrolls per session: five batches
+        for session in (1, 2, 3, 4):
+            server.feed(session, rows([float(session)], [1.0]), action=t)
+    for _ in range(5):
+        np.testing.assert_array_equal(batches.next_batch(timeout=1).unroll().reward, 1.0)
+    for t in range(11, 13):
+        for session in (1, 2, 3, 4):
+            paid = 10.0 if (session, t) == (1, 11) else 1.0
+            server.feed(session, rows([float(session)], [paid]), action=t)
+    found = batches.next_batch(timeout=1).unroll()
+    assert found.reward.max() == 10.0 and store.rewards_scaled == 0
+    server.open(5, num_envs=1)
+    for t in range(13, 17):
+        for session in (1, 2, 3, 4, 5):
+            server.feed(session, rows([float(session)], [1e6 if session == 5 else 1.0]), action=t)
+    flood = [batches.next_batch(timeout=1).unroll() for _ in range(2)]
+    reward = np.concatenate([b.reward for b in flood])
+    source = np.concatenate([b.obs["obs"][:, 0, 0] for b in flood])
+    assert 0 < np.abs(reward[source == 5.0]).max() <= 2.0 + 1e-4
+    np.testing.assert_array_equal(reward[source != 5.0], 1.0)
 
 
 def test_acting_waits_as_soon_as_a_batch_is_full_and_the_learner_has_not_taken_the_last():

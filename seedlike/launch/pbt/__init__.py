@@ -9,7 +9,7 @@ Each member is a `scripts/train.sh` run in <logdir>/member_<m> with seed config.
 own values of the --space keys (drawn at the start, seedlike.launch.jobs.parse_space).
 A generation trains every member --interval more env steps (config.pause_at_env_steps: the job
 ends with a checkpoint; schedules still run to config.total_env_steps), --parallel at a time.
-Then each member's fitness is the mean of --fitness (a metrics key: episode_return_mean, a league
+Then each member's fitness is the mean of --fitness (a metrics key: episode_return_robust, a league
 win rate, trueskill_mu) over the later half of its rows of that generation, and:
 
 * exploit: each member of the bottom --quantile takes a random member of the top quantile's

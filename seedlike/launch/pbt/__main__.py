@@ -23,7 +23,9 @@ _SPACE = flags.DEFINE_multi_string(
 _QUANTILE = flags.DEFINE_float("quantile", 0.25, "Share of the population replaced each time.")
 _PERTURB = flags.DEFINE_list("perturb", ["0.8", "1.2"], "Factors explore multiplies values by.")
 _RESAMPLE = flags.DEFINE_float("resample", 0.25, "Chance that explore draws a choice again.")
-_FITNESS = flags.DEFINE_string("fitness", "episode_return_mean", "Metrics key ranking members.")
+_FITNESS = flags.DEFINE_string(
+    "fitness", "episode_return_robust", 'Metrics key ranking members (README, "Metrics").'
+)
 _MODE = flags.DEFINE_enum("mode", "max", ["max", "min"], "Whether more fitness is better.")
 _PBT_SEED = flags.DEFINE_integer("pbt_seed", 0, "Seeds the initial draws and every choice.")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Members trained at a time.")

@@ -24,7 +24,9 @@ _SEEDS = flags.DEFINE_integer("seeds", 1, "Runs per cell, with config.seed + 0, 
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at a time.")
 _NUM_ACTORS = flags.DEFINE_integer("num_actors", 2, "Actor processes per run.")
 _RETRIES = flags.DEFINE_integer("retries", 1, "Restarts of a failed run before it counts failed.")
-_METRIC = flags.DEFINE_string("metric", "episode_return_mean", "The metrics key the table ranks.")
+_METRIC = flags.DEFINE_string(
+    "metric", "episode_return_robust", 'The metrics key the table ranks (README, "Metrics").'
+)
 _MODE = flags.DEFINE_enum("mode", "max", ["max", "min"], "Whether more of --metric is better.")
 _FINAL_FRACTION = flags.DEFINE_float(
     "final_fraction", 0.1, "A run's final value: the mean over this last share of its rows."

@@ -1,0 +1,57 @@
+"""Issue 59's attack against a learning CartPole run: one authenticated host (one certificate)
+opens 4 streams of 64 envs, each declaring another actor_id, and sends in-bound observations with
+rewards of +-1e6 by action, beside two honest actors with certificates of their own. It is one
+identity of three, so every bound holds (benchmarks/faults.py identity_attack runs it for 60 s)."""
+
+import numpy as np
+import pytest
+
+from seedlike.launch.api import evaluate
+from seedlike.rpc import security
+from tests.attacker import attack_streams
+from tests.helpers import make_credentials
+from tests.procs import metrics, wait_for
+
+pytestmark = pytest.mark.slow  # a learner, two actors and an attacker for about a minute
+
+ROBUST = "episode_return_robust"
+
+
+def _values(rows, key):
+    return [r[key] for r in rows if r.get(key) is not None]
+
+
+def test_one_certificate_with_four_streams_and_huge_rewards_moves_nothing_decisions_read(
+    tmp_path, procs
+):
+    creds = make_credentials(tmp_path / "creds", "localhost", actors=("actor-0", "actor-1", "bad"))
+    tls = f"--config.transport.credentials={creds}"
+    logdir = str(tmp_path / "run")
+    _, address = procs.learner(
+        logdir, tls, "--config.log.interval_s=1", "--config.total_env_steps=100000000",
+        "--config.checkpoint.interval_s=1000",
+    )  # fmt: skip
+    address = address.replace("127.0.0.1", "localhost")  # the name the certificate holds
+    for i in range(2):
+        procs.actor(address, i, tls)
+    wait_for(
+        lambda: any(v >= 475 for v in _values(metrics(logdir)[-3:], ROBUST)), 300, what="learning"
+    )
+    before = metrics(logdir)[-8:]
+    value_before = float(np.median(_values(before, "loss/value")))
+    mark = len(metrics(logdir))
+    threads, out = attack_streams(
+        address, 20.0, 4, distinct_ids=True, envs=64, reward=1e6, episode=100,
+        credentials=security.load(creds, "client", "bad"),
+    )  # fmt: skip
+    for thread in threads:
+        thread.join(timeout=120)
+    assert out.get("steps_sent", 0) > 0 and "ended" not in out, out
+    during = metrics(logdir)[mark:]
+    assert max(_values(during, "episode_identities")) == 3  # four streams, one identity
+    assert min(_values(during, "episode_return_mean")) < -1e5  # the plain mean is the attacker's
+    assert min(_values(during, ROBUST)) >= 450
+    assert max(_values(during, "loss/value")) <= 10 * value_before
+    assert during[-1]["rewards_scaled"] > 0
+    procs.stop_all()
+    assert evaluate(logdir, episodes=5, greedy=True)["return_mean"] >= 450
