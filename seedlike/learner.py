@@ -223,7 +223,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
             "invalid config: games between teams (league, evaluation) run on one learner "
             "process; set distributed.num_processes=1"
         )
-    distributed.initialize(config)
+    distributed.initialize(config, bind)
     primary = distributed.is_primary()
     if not primary:
         logdir = os.path.join(logdir, f"process_{jax.process_index()}")
@@ -324,7 +324,9 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
             label=_console_label(config, logdir),
         ),
         lockstep=distributed.Lockstep(learner.devices, counters["env_steps"]),
-        peers=distributed.PeerWatch(config.distributed.peer_timeout_s).start(),
+        peers=distributed.PeerWatch(
+            config.distributed.peer_timeout_s, on_stuck=_peer_stuck
+        ).start(),
         episodes_total=counters["episodes"],
         episode_board=EpisodeBoard(int(config.log.episode_window)),
         initial_state=initial_state,
@@ -375,6 +377,7 @@ def train(
         while True:
             p.service.check_alive()
             if p.peers.lost:
+                p.peers.acknowledge()
                 logging.error("a learner process is gone: %s", p.peers.lost)
                 raise distributed.peer_lost(RuntimeError(p.peers.lost))
             batch = p.batches.next_batch(timeout=0.1)
@@ -697,6 +700,13 @@ def _stop_overdue(grace_s: float, logdir: str) -> None:
         "or save still running); exiting without a final checkpoint, the previous one stands "
         f"(checkpoint.stop_grace_s){where}"
     )
+
+
+def _peer_stuck(why: str) -> None:
+    """The learner loop waits in a collective with a lost process (distributed.PeerWatch): the
+    process ends in one line; process 0's last periodic checkpoint stands."""
+    logging.error("a learner process is gone: %s", why)
+    _exit_now(f"{distributed.peer_lost(RuntimeError(why))} (this process was waiting for it)")
 
 
 def _exit_now(message: str) -> None:

@@ -24,9 +24,10 @@ import threading
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from networks import normalization
+from networks import heads, normalization
 from seedlike.algos import ALGORITHMS, batches
 from seedlike.learning import train_state as ts
 from seedlike.runtime import devices as devices_lib
@@ -99,7 +100,10 @@ class Learner:
         # Identities are labelled per process; each process's labels get a range of their own.
         self._identity_offset = me * self.local_batch_unrolls
         prepare = ts.make_prepare(
-            advantages, groups=int(config.batch_unrolls), parts=self.num_local
+            advantages,
+            groups=int(config.batch_unrolls),
+            parts=self.num_local,
+            score=_score(network) if advantages is not None else None,
         )
         self._advantages = advantages is not None
         self.obs_window = normalization.IdentityWindow(float(window_s), network.obs_clip)
@@ -321,6 +325,24 @@ class Interrupted(Exception):
 def _first(tree):
     """Device 0's copy of a replicated tree."""
     return jax.tree.map(lambda x: x[0], tree)
+
+
+def _score(network):
+    """fn(params, obs_norm, unrolls) -> d log pi(a|s) / d logits [B, T, ...] at each of the
+    unrolls' steps under the current parameters (train_state.make_prepare's bound on how far
+    one identity's advantages may push the policy)."""
+
+    def score(params, obs_norm, unrolls):
+        horizon = unrolls.reward.shape[1]
+        logits, _ = batches.forward_sequence(network, params, obs_norm, unrolls, horizon)
+        action = unrolls.action[:, :horizon]
+
+        def total(x):
+            return jnp.sum(heads.log_prob(x, action, network.action_sizes))
+
+        return jax.grad(total)(jax.lax.stop_gradient(logits))
+
+    return score
 
 
 def _step_source(unrolls: Unroll, advantage, value_target) -> batches.SampleBatch:

@@ -124,7 +124,9 @@ def make_sgd_step(loss_fn, optimizer, learning_rate_fn, axis_name: str = AXIS):
     return sgd_step
 
 
-def make_prepare(advantages=None, axis_name: str = AXIS, groups: int = 1, parts: int = 1):
+def make_prepare(
+    advantages=None, axis_name: str = AXIS, groups: int = 1, parts: int = 1, score=None
+):
     """Returns prepare(state, unrolls, identity, moments) -> (advantage, value_target, obs_norm) for
     pmap.
 
@@ -138,6 +140,14 @@ def make_prepare(advantages=None, axis_name: str = AXIS, groups: int = 1, parts:
     actor drags the value function, which every identity's advantages are read from, further
     per update than the median one does: an identity whose returns differ (another level, a
     discovery) is learned at the median's pace, a flood cannot corrupt the others' baselines.
+    With `score`, fn(params, obs_norm, unrolls) -> the gradient of log pi(a|s) with respect to
+    the logits [B, T, ...] of each step under the current parameters, one more bound applies
+    (with three identities or more): an identity whose advantage-weighted scores average to a
+    longer vector than the median identity's has its advantages scaled down to that length.
+    Honest advantages at a given size point every which way and their average shrinks with the
+    steps averaged; an actor that pays one action and fines another everywhere points the same
+    way at every step, and at an equal RMS it would move the policy by its whole share of the
+    batch.
     The returned
     obs_norm merges `moments`, key -> (count, mean, M2) of this batch's observations as this
     process computed them (networks.normalization.IdentityWindow, given to each of its `parts`
@@ -158,12 +168,36 @@ def make_prepare(advantages=None, axis_name: str = AXIS, groups: int = 1, parts:
         scale = jnp.where(rms > median, median / jnp.maximum(rms, 1e-12), 1.0)
         return advantage * scale[identity][:, None]
 
+    def down_to_median(size, n):
+        """Per identity, median / size where an identity's size exceeds the median identity's
+        (with three identities or more present), else 1."""
+        present = n > 0
+        median = jnp.nanmedian(jnp.where(present, size, jnp.nan))
+        over = present & (size > median) & (jnp.sum(present) >= 3)
+        return jnp.where(over, median / jnp.maximum(size, 1e-30), 1.0)
+
+    def per_identity(x, identity):
+        return psum(jax.ops.segment_sum(x, identity, num_segments=groups))
+
+    def coherent(state, unrolls, advantage, valid, identity):
+        """Advantages with the policy bound of the docstring (`score`) applied."""
+        mask = valid.astype(jnp.float32)
+        delta = score(state.params, state.obs_norm, unrolls)
+        delta = delta.reshape(*delta.shape[:2], -1)
+        n = per_identity(jnp.sum(mask, 1), identity)
+        weighted = jnp.sum((mask * advantage)[..., None] * delta, axis=1)
+        length = jnp.linalg.norm(per_identity(weighted, identity), axis=-1) / jnp.maximum(n, 1)
+        return advantage * down_to_median(length, n)[identity][:, None]
+
     def prepare(state: TrainState, unrolls, identity, moments):
         if advantages is not None:
             advantage, value_target = jax.vmap(advantages)(unrolls)
-            scaled = bounded(advantage, unrolls.valid[:, :-1], identity)
+            valid = unrolls.valid[:, :-1]
+            scaled = bounded(advantage, valid, identity)
             value_target = value_target - advantage + scaled
             advantage = scaled
+            if score is not None:
+                advantage = coherent(state, unrolls, advantage, valid, identity)
         else:
             advantage = value_target = jnp.zeros_like(unrolls.reward)
         obs_norm = {}

@@ -20,6 +20,7 @@ its heartbeats (100 s), with no checkpoint and no word from seedlike.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import signal
 import threading
@@ -44,10 +45,14 @@ def peer_lost(error: Exception) -> PeerLost:
     )
 
 
-def initialize(config) -> None:
+def initialize(config, address: str = "") -> None:
     """Joins the run's learner processes (config.distributed); a no-op for a single process.
 
-    Must run before anything starts a JAX backend. On CPU the collectives use gloo over TCP.
+    Must run before anything starts a JAX backend. On CPU the collectives use gloo over TCP, and
+    gloo tells the other processes to reach this one at what this machine's host name resolves
+    to: where that is a loopback address (Debian's /etc/hosts maps it to 127.0.1.1) the others
+    connect to themselves and fail. `address`, the host the learner binds for actors, is used
+    instead when it names one (not 0.0.0.0 or loopback).
     """
     d = config.distributed
     if int(d.num_processes) <= 1:
@@ -64,10 +69,38 @@ def initialize(config) -> None:
         process_id=int(d.process_id),
         initialization_timeout=int(d.timeout_s),
     )
+    host = address.strip("[]")
+    if host and host not in ("0.0.0.0", "::") and not _is_loopback(host):
+        _gloo_at(host)
     if threading.current_thread() is threading.main_thread():
         for signum, handler in handlers.items():
             if handler is not None:
                 signal.signal(signum, handler)
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _gloo_at(host: str) -> None:
+    """The CPU backend, when it starts, with gloo collectives that listen at `host`. (jax's own
+    factory passes no host; the hook is jax's backend registry, pinned with jax in setup.py.)"""
+    from jax._src import distributed as jax_distributed
+    from jax._src import xla_bridge
+    from jaxlib import _jax
+
+    def cpu_client():
+        collectives = _jax.make_gloo_tcp_collectives(
+            distributed_client=jax_distributed.global_state.client, hostname=host
+        )
+        return xla_bridge.make_cpu_client(collectives)
+
+    xla_bridge.register_backend_factory("cpu", cpu_client, priority=0, fail_quietly=False)
 
 
 def is_primary() -> bool:
@@ -96,10 +129,17 @@ class PeerWatch:
     """Notices a learner process that stopped: each process bumps its own counter in the
     coordination service's key-value store every `period_s`; a peer whose counter has not moved
     for `timeout_s` (this process's clock: no clocks are compared), or a store that stopped
-    answering (process 0, which hosts it, is gone), sets `lost` to a one-line reason. A thread of
-    its own: the learner loop only reads `lost`."""
+    answering within `timeout_s` (process 0, which hosts it, is gone or cut off), sets `lost` to a
+    one-line reason. A thread of its own: the learner loop reads `lost` and calls `acknowledge`.
 
-    def __init__(self, timeout_s: float, period_s: float = 1.0):
+    A loop that never reads it, because it waits inside a collective with the lost process (a
+    partition drops packets, so nothing fails: gloo and JAX's heartbeats would abort the process
+    with a core dump a minute later), is ended by `on_stuck(reason)` `grace_s` after `lost` is
+    set, unless acknowledged by then."""
+
+    def __init__(
+        self, timeout_s: float, period_s: float = 1.0, on_stuck=None, grace_s: float = 5.0
+    ):
         self._client = None
         if jax.process_count() > 1:
             from jax._src import distributed as jax_distributed  # jax.distributed's own client
@@ -107,9 +147,14 @@ class PeerWatch:
             self._client = jax_distributed.global_state.client
         self._me, self._count = jax.process_index(), jax.process_count()
         self.timeout_s, self.period_s = float(timeout_s), float(period_s)
+        self.grace_s = float(grace_s)
+        self._on_stuck = on_stuck
         self.lost: str | None = None
+        self._acknowledged = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="peer-watch", daemon=True)
+        # The store's calls wait without a deadline on a peer that is cut off: they run here.
+        self._calls = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="peer-watch")
 
     def start(self) -> PeerWatch:
         if self._client is not None:
@@ -118,27 +163,45 @@ class PeerWatch:
 
     def stop(self) -> None:
         self._stop.set()
+        self._calls.shutdown(wait=False, cancel_futures=True)
+
+    def acknowledge(self) -> None:
+        """The learner loop has seen `lost` and is ending the process its own way."""
+        self._acknowledged.set()
 
     def _run(self) -> None:
+        self.lost = self._watch()
+        if self.lost is None or self._on_stuck is None:
+            return
+        if not self._acknowledged.wait(self.grace_s) and not self._stop.is_set():
+            self._on_stuck(self.lost)
+
+    def _beat(self, beat: int) -> dict:
+        self._client.key_value_set(f"seedlike/alive/{self._me}", str(beat), True)
+        return {k: self._peek(k) for k in range(self._count) if k != self._me}
+
+    def _watch(self) -> str | None:
+        """Beats until a peer or the store is lost (its reason) or stop() (None)."""
         beat = 0
         seen = {k: (None, time.monotonic()) for k in range(self._count) if k != self._me}
         while not self._stop.wait(self.period_s):
             beat += 1
             try:
-                self._client.key_value_set(f"seedlike/alive/{self._me}", str(beat), True)
-                values = {k: self._peek(k) for k in seen}
+                values = self._calls.submit(self._beat, beat).result(timeout=self.timeout_s)
+            except concurrent.futures.TimeoutError:
+                return f"the coordination service gave no answer for {self.timeout_s:.0f} s"
             except Exception as e:  # noqa: BLE001 - the coordinator (process 0) is gone
-                if not self._stop.is_set():
-                    self.lost = f"the coordination service stopped answering ({str(e)[:120]})"
-                return
+                if self._stop.is_set():
+                    return None
+                return f"the coordination service stopped answering ({str(e)[:120]})"
             now = time.monotonic()
             for k, value in values.items():  # a peer that has not written yet counts from now
                 last, since = seen[k]
                 if value != last:
                     seen[k] = (value, now)
                 elif now - since > self.timeout_s and not self._stop.is_set():
-                    self.lost = f"learner process {k} gave no sign of life for {now - since:.0f} s"
-                    return
+                    return f"learner process {k} gave no sign of life for {now - since:.0f} s"
+        return None
 
     def _peek(self, k: int) -> str | None:
         try:

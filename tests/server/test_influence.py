@@ -117,6 +117,45 @@ def test_prepare_scales_an_identity_with_outsized_advantages_down_to_the_median(
     np.testing.assert_allclose(alone_target, alone, rtol=1e-6)
 
 
+def test_prepare_scales_an_identity_whose_advantages_all_favour_one_action_to_the_median():
+    """Four identities of four unrolls, advantages of one size (RMS 1) everywhere; identities 0-2
+    get random signs, identity 3 +1 for action 0 and -1 for action 1 at every step. With the score
+    d log pi / d logits of a uniform two-action policy (onehot(a) - 1/2), identity 3's mean
+    advantage-weighted score is 1/sqrt(2) long, the honest ones' far shorter: its advantages are
+    scaled by the median's length over its own; the others are left alone."""
+    rng = np.random.default_rng(0)
+    b, t = 16, 8
+    identity = np.repeat(np.arange(4, dtype=np.int32), 4)
+    action = rng.integers(0, 2, (b, t + 1)).astype(np.int32)
+    sign = rng.choice([-1.0, 1.0], (b, t))
+    sign[12:] = np.where(action[12:, :t] == 0, 1.0, -1.0)
+
+    def advantages(unroll):
+        return unroll.reward, unroll.reward  # the "rewards" are the advantages here
+
+    def score(params, obs_norm, unrolls):
+        return jax.nn.one_hot(unrolls.action[:, :t], 2) - 0.5
+
+    prepare = jax.pmap(
+        ts.make_prepare(advantages, groups=b, score=score), ts.AXIS, devices=jax.devices()[:1]
+    )
+    state = ts.TrainState({}, (), {}, *(jnp.zeros((), jnp.int32),) * 3)
+    unrolls = _unrolls(sign)._replace(action=action)
+    one = jax.tree.map(lambda x: x[None], (state, unrolls))
+    advantage = np.asarray(prepare(*one, identity[None], {})[0])[0]
+    delta = np.eye(2)[action[:, :t]] - 0.5
+    lengths = [
+        np.linalg.norm((sign[identity == g, :, None] * delta[identity == g]).sum((0, 1))) / 32
+        for g in range(4)
+    ]
+    assert lengths[3] == pytest.approx(np.sqrt(0.5)) and max(lengths[:3]) < 0.3
+    median = np.median(lengths)  # the mean of the 2nd and 3rd: one honest length is above it
+    for g in range(4):
+        factor = min(1.0, median / lengths[g])
+        np.testing.assert_allclose(advantage[identity == g], factor * sign[identity == g], 1e-5)
+    assert median / lengths[3] < 0.35
+
+
 def test_episode_board_reports_the_plain_mean_and_the_median_identity_of_recent_episodes():
     """Identity 9 reports 1,000 fake episodes of return 4,000 (finding 3 of issue 33 ended a
     stop_at_return=475 run that way, 4.8 s in); the board reports the plain mean of the recent
