@@ -391,8 +391,7 @@ def train(
                         # Gloo reports a peer's reset connection as a ValueError, not as
                         # JaxRuntimeError: uncaught, it left a traceback and an exit that hung
                         # on the dead peer.
-                        logging.error("the learner processes' step agreement failed: %s", e)
-                        raise distributed.peer_lost(e) from None
+                        raise _peer_failed("the learner processes' step agreement", e) from None
                 if stopping or p.env_steps() >= total:
                     break
                 if batch is not None and learn:
@@ -406,9 +405,7 @@ def train(
             except jax.errors.JaxRuntimeError as e:
                 if not p.lockstep.shared:
                     raise
-                # The whole error stays in the log; the entrypoint prints one line and exits.
-                logging.error("a step shared by the learner processes failed: %s", e)
-                raise distributed.peer_lost(e) from None
+                raise _peer_failed("a step shared by the learner processes", e) from None
             now = time.monotonic()
             if now - interval.start >= log_s:
                 row = p.log(interval, now)
@@ -700,6 +697,17 @@ def _stop_overdue(grace_s: float, logdir: str) -> None:
         "or save still running); exiting without a final checkpoint, the previous one stands "
         f"(checkpoint.stop_grace_s){where}"
     )
+
+
+def _peer_failed(what: str, error: Exception) -> distributed.PeerLost:
+    """The PeerLost to raise for a failed collective (the whole error stays in the log; the
+    entrypoint prints one line and exits). A process other than 0 exits here at once: it has
+    nothing of its own to save, and JAX's coordination agent aborts it (a core dump) as soon as
+    it learns that the service is gone."""
+    logging.error("%s failed: %s", what, error)
+    if not distributed.is_primary():
+        _exit_now(str(distributed.peer_lost(error)))
+    return distributed.peer_lost(error)
 
 
 def _peer_stuck(why: str) -> None:

@@ -22,8 +22,9 @@ the good, so the bounds below hold when the bad identities are a minority of at 
 
 Observation statistics are bounded the same way in the learner process
 (networks.normalization.IdentityWindow: per-identity moments over the window, merged by a
-median), and PPO's advantages on the devices (each identity's scaled down to the median
-identity's, seedlike.learning.train_state.make_prepare).
+median), and PPO's advantages and value targets on the devices (each identity's scaled down to
+the median identity's size, and to its coherence, how consistently they favour some actions:
+seedlike.learning.train_state.make_prepare).
 """
 
 from __future__ import annotations
