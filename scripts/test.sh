@@ -42,4 +42,5 @@ if [ -n "$cpu" ]; then
 fi
 workers="${SEEDLIKE_TEST_WORKERS:-2}"
 if [ "$workers" -gt 0 ]; then set -- -n "$workers" --dist loadfile "$@"; fi
-"$SEEDLIKE_PY" -m pytest -q "$@"
+# -rs: a skipped test says why (no Qt here, no network namespaces there), never silently.
+"$SEEDLIKE_PY" -m pytest -q -rs "$@"

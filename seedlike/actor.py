@@ -194,13 +194,23 @@ class Actor:
         try:
             for address, message in targets:
                 connections.append(
-                    client.Connection(address, message, credentials=self.credentials)
+                    client.Connection(address, message, credentials=self._fresh_credentials())
                 )
         except BaseException:
             for connection in connections:
                 connection.close()
             raise
         return connections
+
+    def _fresh_credentials(self):
+        """The credentials as the files hold them now: a certificate reissued while the actor
+        runs is used from its next connection on (the old ones while the files are half written)."""
+        if self.credentials is not None:
+            try:
+                self.credentials = security.Credentials.load(self.credentials.directory, "client")
+            except security.TransportError:
+                pass
+        return self.credentials
 
     def _play(self, connections: list[client.Connection], seed: int) -> None:
         try:

@@ -405,10 +405,10 @@ def peer_host(peer: str) -> str:
 # Keepalive, both ways (the actor's half is seedlike.rpc.client.KEEPALIVE_OPTIONS). The server
 # pings a connection after 30 s without a frame from it and drops it when no answer comes within
 # 20 s: a vanished actor host (power loss, partition) frees its seats within 50 s of its last
-# step plus the stream's own idle_timeout_s at most. It accepts the actors' pings every 5 s or
-# slower, with or without streams open: a learner busy compiling for minutes still answers them
-# (gRPC's core does, not our event loop) and never ends a connection with GOAWAY for pinging. It
-# closes connections left without streams for 5 minutes.
+# frame (a stream waited on ends at idle_timeout_s anyway). It accepts the actors' pings every
+# 5 s or slower, with or without streams open: a learner busy compiling for minutes still answers
+# them (gRPC's core does, not our event loop) and never ends a connection with GOAWAY for
+# pinging. It closes connections left without streams for 5 minutes.
 KEEPALIVE_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 20_000),
