@@ -330,8 +330,10 @@ def server_section() -> ml_collections.ConfigDict:
 
 
 def transport_section() -> ml_collections.ConfigDict:
-    """Mutual TLS plus a run token between actors and the learner (seedlike/rpc/security.py): a
-    directory made by scripts/make_credentials.sh. Empty: plaintext, allowed on loopback only."""
+    """Mutual TLS plus a run token between actors and the learner (seedlike/rpc/security.py): the
+    run's directory made by scripts/make_credentials.sh (the learner's; an actor given it takes
+    DIR/actors/actor-<its id>), or an actor's own DIR/actors/NAME (--actors). Empty: plaintext,
+    allowed on loopback only."""
     c = ml_collections.ConfigDict()
     c.credentials = ""
     return c
