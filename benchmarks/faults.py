@@ -814,13 +814,20 @@ class Hosts:
             raise RuntimeError(f"no separate hosts here: {why}")
         names = ["learner", *(f"actor{i}" for i in range(actors))]
         self.hosts = netns.Hosts(*names)
+        self.procs: list[subprocess.Popen] = []
+        try:
+            self._start(workdir, actors, learner_flags, actor_flags)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, workdir, actors, learner_flags, actor_flags) -> None:
         self.workdir = workdir
         learner_ip = self.hosts.address["learner"]
         creds = make_credentials(os.path.join(workdir, "creds"), learner_ip, range(actors))
         tls = f"--config.transport.credentials={creds}"
         self.port = free_port()
         self.address = f"{learner_ip}:{self.port}"
-        self.procs: list[subprocess.Popen] = []
         args = ["learner.py", *COMMON, f"--logdir={workdir}", f"--port={self.port}", tls]
         self.learner = self.spawn(
             "learner", [*args, f"--bind={learner_ip}", *learner_flags], "learner.log"
@@ -844,11 +851,11 @@ class Hosts:
         self.run.logdir, self.run.learner = workdir, self.learner
 
     def spawn(self, host: str, args, log: str) -> subprocess.Popen:
-        out = open(os.path.join(self.workdir, log), "ab")
-        proc = subprocess.Popen(
-            [*self.hosts.prefix(host), sys.executable, *args],
-            cwd=_ROOT.value, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        with open(os.path.join(self.workdir, log), "ab") as out:  # the child keeps its own
+            proc = subprocess.Popen(
+                [*self.hosts.prefix(host), sys.executable, *args],
+                cwd=_ROOT.value, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         self.procs.append(proc)
         return proc
 
@@ -961,21 +968,25 @@ def learner_partition(workdir: str) -> dict:
     hosts = netns_lib.Hosts("learner0", "learner1", "actor0", "actor1")
     procs: list[subprocess.Popen] = []
     ips = [hosts.address["learner0"], hosts.address["learner1"]]
-    creds = make_credentials(os.path.join(workdir, "creds"), ips[0], range(2))
-    subprocess.run(
-        [os.path.join(ROOT, "scripts", "make_credentials.sh"), "--rotate", creds, *ips],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    try:
+        creds = make_credentials(os.path.join(workdir, "creds"), ips[0], range(2))
+        subprocess.run(
+            [os.path.join(ROOT, "scripts", "make_credentials.sh"), "--rotate", creds, *ips],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    except BaseException:
+        hosts.close()
+        raise
     tls = f"--config.transport.credentials={creds}"
     # A port each: the hosts share this machine's files, where a learner claims its port.
     ports = [free_port(), free_port()]
 
     def spawn(host: str, args, log: str) -> subprocess.Popen:
-        out = open(os.path.join(workdir, log), "ab")
-        proc = subprocess.Popen(
-            [*hosts.prefix(host), sys.executable, *args],
-            cwd=_ROOT.value, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        with open(os.path.join(workdir, log), "ab") as out:  # the child keeps its own
+            proc = subprocess.Popen(
+                [*hosts.prefix(host), sys.executable, *args],
+                cwd=_ROOT.value, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         procs.append(proc)
         return proc
 

@@ -17,9 +17,10 @@
 # client.pem, client.key, token) to the machine of actor NAME and nothing else; keep ca.key where
 # certificates are issued. Every stream under one certificate is one identity to the learner,
 # whatever actor id it declares.
-set -euo pipefail
+set -Eeuo pipefail
+shopt -s inherit_errexit  # a failure inside $(...) ends the script too
 usage() {
-  sed -n '4,11p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '5,14p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 mode=init
@@ -44,17 +45,26 @@ issue() {
   chmod 600 "$out.key"
 }
 
+# server_certificate HOST...: a new DIR/server.{pem,key} valid for each HOST; sets $san.
 server_certificate() {
-  local san="DNS:localhost,IP:127.0.0.1" host
+  local host
+  rm -f "$dir"/server.next.*  # what a failed attempt left
+  san="DNS:localhost,IP:127.0.0.1"
   for host in "$@"; do
     if [[ $host =~ ^[0-9.]+$ || $host == *:* ]]; then san+=",IP:$host"; else san+=",DNS:$host"; fi
   done
-  # Written beside and renamed over the old pair: a learner rereading them never sees half.
+  # Issued beside the old pair and checked (the key is the certificate's) before it replaces it:
+  # a failed rotation leaves the learner's files as they were. (A learner that reads the files
+  # between the two renames fails that one handshake; its next one reads the new pair.)
   issue "$dir/server.next" "/CN=seedlike server" \
     "subjectAltName=$san\nextendedKeyUsage=serverAuth\n"
+  if [ "$(openssl x509 -in "$dir/server.next.pem" -noout -pubkey)" != \
+    "$(openssl pkey -in "$dir/server.next.key" -pubout)" ]; then
+    echo "the new server certificate does not match its key" >&2
+    exit 1
+  fi
   mv "$dir/server.next.key" "$dir/server.key"
   mv "$dir/server.next.pem" "$dir/server.pem"
-  echo "$san"
 }
 
 need_ca() {
@@ -69,9 +79,10 @@ case $mode in
     fi
     mkdir -p "$dir"
     chmod 700 "$dir"
+    trap 'echo "making $dir failed (above); remove it and run this again" >&2' ERR
     openssl req -x509 "${key[@]}" -keyout "$dir/ca.key" -out "$dir/ca.pem" -days 3650 \
       -subj "/CN=seedlike run CA" 2>/dev/null
-    san=$(server_certificate "$@")
+    server_certificate "$@"
     openssl rand -hex 32 > "$dir/token"
     : > "$dir/revoked"
     chmod 600 "$dir/ca.key" "$dir/token"
@@ -100,14 +111,18 @@ case $mode in
     done
     ;;
   revoke)
+    [ -f "$dir/ca.pem" ] || { echo "$dir holds no run's credentials (no ca.pem)" >&2; exit 1; }
     for name in "$@"; do
-      grep -qxF "$name" "$dir/revoked" 2>/dev/null || echo "$name" >> "$dir/revoked"
+      if [ ! -e "$dir/actors/$name" ]; then
+        echo "note: $dir/actors/$name does not exist (issued elsewhere, or a typo?)" >&2
+      fi
+      grep -qxF -- "$name" "$dir/revoked" 2>/dev/null || echo "$name" >> "$dir/revoked"
       echo "revoked $name: the learner refuses it within a second (and ends its open streams)"
     done
     ;;
   rotate)
     need_ca
-    san=$(server_certificate "$@")
+    server_certificate "$@"
     echo "wrote a new $dir/server.pem ($san): new connections get it, open ones go on"
     ;;
 esac

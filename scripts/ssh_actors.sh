@@ -3,7 +3,7 @@
 # with --config.transport.credentials=DIR; README "Scaling out").
 #
 #   scripts/ssh_actors.sh --hosts=actor1,actor2 --per_host=8 --server=learner.example.com:50051 \
-#       --config=configs/atari_ppo.py --credentials=creds [--remote_dir=seedlike] \
+#       --config=configs/atari_ppo.py --credentials='creds/{host}' [--remote_dir=seedlike] \
 #       [--first_actor_id=0] [--logdir=runs/ssh] [--config.x=v ...]
 #
 # Every host needs a checkout of seedlike at --remote_dir (relative to the login directory) with

@@ -298,11 +298,12 @@ def server_section() -> ml_collections.ConfigDict:
     c.max_policy_lag = 50
     c.max_identity_share = 1.0
     # An identity's rewards are scaled down (never clipped: signs and proportions kept) when
-    # their root mean square over the last fair_window_s exceeds max(reward_floor, reward_scale x
-    # the median identity's): a flood of large rewards from a minority of actors is brought to the
-    # others' scale, while a rare large reward an honest actor finds first barely moves its RMS
-    # over the window and reaches the learner at its value (seedlike/server/influence.py; 0: off).
-    # Applied before the algorithm's own reward_clip; metric rewards_scaled.
+    # their mean |reward| per step over the last fair_window_s exceeds max(reward_floor,
+    # reward_scale x the median identity's): a flood of large rewards from a minority of actors is
+    # brought to the others' scale, while a rare large reward an honest actor finds first barely
+    # moves its rate over the window and reaches the learner at its value
+    # (seedlike/server/influence.py; 0: off). Applied before the algorithm's own reward_clip;
+    # metric rewards_scaled.
     c.reward_scale = 2.0
     c.reward_floor = 1.0
     c.max_envs_per_actor = 4096

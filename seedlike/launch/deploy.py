@@ -27,8 +27,10 @@ every identity. Issuing certificates inside the cluster instead (an init step as
 would need the signer to tell pods apart (Kubernetes' TokenReview of a pod-bound service account
 token) and to hold the CA key in the cluster; here the CA key stays where deploy.py runs. Scale by
 rendering again with another --actors (kubectl apply adds and keeps; delete the surplus). Revoke
-an actor with `scripts/make_credentials.sh --revoke DIR actor-i` and a re-render: the learner's
-Secret carries `revoked`, which the learner rereads once the kubelet has updated the mount.
+an actor with `scripts/make_credentials.sh --revoke DIR actor-i`, a re-render and `kubectl apply`
+(the learner's Secret carries `revoked`, reread once the kubelet has updated the mount), then
+`kubectl delete statefulset <name>-actor-i` (a revoked pod would restart and be refused forever;
+a name stays revoked, so that slot needs a new name to serve again).
 
 The image is this repository installed (the Dockerfile); the config file and every
 --config.x=v flag given here are passed to the learner and the actors as train.sh does.

@@ -124,6 +124,13 @@ def make_sgd_step(loss_fn, optimizer, learning_rate_fn, axis_name: str = AXIS):
     return sgd_step
 
 
+# How much more coherent than the median identity's (z of make_prepare) an identity's advantages
+# may be: at 3, honest noise (z about 1, half-normal-like) passes untouched but for a few in a
+# thousand batches, and an actor paid by action (z about sqrt(its steps), 20 and more) is held
+# to it.
+COHERENCE_TOLERANCE = 3.0
+
+
 def make_prepare(
     advantages=None, axis_name: str = AXIS, groups: int = 1, parts: int = 1, score=None
 ):
@@ -142,10 +149,11 @@ def make_prepare(
     discovery) is learned at the median's pace, a flood cannot corrupt the others' baselines.
     With `score`, fn(params, obs_norm, unrolls) -> the gradient of log pi(a|s) with respect to
     the logits [B, T, ...] of each step under the current parameters, one more bound applies
-    (with three identities or more): an identity whose advantage-weighted scores average to a
-    longer vector than the median identity's has its advantages scaled down to that length.
-    Honest advantages at a given size point every which way and their average shrinks with the
-    steps averaged; an actor that pays one action and fines another everywhere points the same
+    (with three identities or more): an identity whose advantage-weighted scores agree far more
+    than the median identity's (z, their sum's length over the root of their sum of squares: about
+    1 for scores that point every which way, about sqrt(n) for n that agree) is scaled down to
+    COHERENCE_TOLERANCE x the median's z (at least 1). Honest advantages at a given size point
+    every which way; an actor that pays one action and fines another everywhere points the same
     way at every step, and at an equal RMS it would move the policy by its whole share of the
     batch.
     The returned
@@ -168,14 +176,6 @@ def make_prepare(
         scale = jnp.where(rms > median, median / jnp.maximum(rms, 1e-12), 1.0)
         return advantage * scale[identity][:, None]
 
-    def down_to_median(size, n):
-        """Per identity, median / size where an identity's size exceeds the median identity's
-        (with three identities or more present), else 1."""
-        present = n > 0
-        median = jnp.nanmedian(jnp.where(present, size, jnp.nan))
-        over = present & (size > median) & (jnp.sum(present) >= 3)
-        return jnp.where(over, median / jnp.maximum(size, 1e-30), 1.0)
-
     def per_identity(x, identity):
         return psum(jax.ops.segment_sum(x, identity, num_segments=groups))
 
@@ -185,9 +185,21 @@ def make_prepare(
         delta = score(state.params, state.obs_norm, unrolls)
         delta = delta.reshape(*delta.shape[:2], -1)
         n = per_identity(jnp.sum(mask, 1), identity)
-        weighted = jnp.sum((mask * advantage)[..., None] * delta, axis=1)
-        length = jnp.linalg.norm(per_identity(weighted, identity), axis=-1) / jnp.maximum(n, 1)
-        return advantage * down_to_median(length, n)[identity][:, None]
+        step = (mask * advantage)[..., None] * delta
+        total = jnp.linalg.norm(per_identity(jnp.sum(step, axis=1), identity), axis=-1)
+        squares = per_identity(jnp.sum(jnp.square(step), axis=(1, 2)), identity)
+        # Summed over n steps, scores that point every which way grow like sqrt(n) x their RMS,
+        # scores that agree like n x it: z = |sum| / sqrt(sum of squares) is about 1 for an
+        # honest identity however many steps it sent, and about sqrt(n) for a coherent one.
+        z = total / jnp.sqrt(jnp.maximum(squares, 1e-30))
+        present = n > 0
+        # Bounded at COHERENCE_TOLERANCE x the median identity's z (at least 1: honest noise):
+        # identities that all agree (an env where one action is always better) keep theirs.
+        median = jnp.maximum(jnp.nanmedian(jnp.where(present, z, jnp.nan)), 1.0)
+        bound = COHERENCE_TOLERANCE * median
+        over = present & (z > bound) & (jnp.sum(present) >= 3)
+        factor = jnp.where(over, bound / jnp.maximum(z, 1e-12), 1.0)
+        return advantage * factor[identity][:, None]
 
     def prepare(state: TrainState, unrolls, identity, moments):
         if advantages is not None:

@@ -17,8 +17,9 @@ is refused anywhere but loopback, where the machine's own users are the only one
 What a stream is counted as (its *identity*, the unit of every influence bound, see
 seedlike.server.influence) is decided here, from what the client proved, never from what it says:
 the NAME of its certificate; for a certificate without one (a shared client.pem of older runs), or
-plaintext on loopback, its peer host, which a client cannot multiply; the peer host and declared
-actor id only where the operator says the actors are trusted (server.trust_actor_ids).
+plaintext on loopback, its peer host, which a client can multiply only by the addresses its host
+has (IPv4 and IPv6 count apart); the peer host and declared actor id only where the operator says
+the actors are trusted (server.trust_actor_ids).
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ its heartbeats (100 s), with no checkpoint and no word from seedlike.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
+import queue
 import signal
 import threading
 import time
@@ -79,12 +79,18 @@ def initialize(config, address: str = "") -> None:
 
 
 def _is_loopback(host: str) -> bool:
+    """Whether `host` (an address, or a name as this machine resolves it) is a loopback one."""
     import ipaddress
+    import socket
 
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
-        return host == "localhost"
+        pass
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return True  # unresolvable here: leave gloo to the host name, as jax would
 
 
 def _gloo_at(host: str) -> None:
@@ -132,10 +138,10 @@ class PeerWatch:
     answering within `timeout_s` (process 0, which hosts it, is gone or cut off), sets `lost` to a
     one-line reason. A thread of its own: the learner loop reads `lost` and calls `acknowledge`.
 
-    A loop that never reads it, because it waits inside a collective with the lost process (a
-    partition drops packets, so nothing fails: gloo and JAX's heartbeats would abort the process
-    with a core dump a minute later), is ended by `on_stuck(reason)` `grace_s` after `lost` is
-    set, unless acknowledged by then."""
+    A loop that does not read it within `grace_s` of its being set, most often because it waits
+    inside a collective with the lost process (a partition drops packets, so nothing fails: gloo
+    and JAX's heartbeats would abort the process with a core dump a minute later), or is in a
+    long compile or save, is ended by `on_stuck(reason)`: the peer is gone either way."""
 
     def __init__(
         self, timeout_s: float, period_s: float = 1.0, on_stuck=None, grace_s: float = 5.0
@@ -153,17 +159,28 @@ class PeerWatch:
         self._acknowledged = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="peer-watch", daemon=True)
-        # The store's calls wait without a deadline on a peer that is cut off: they run here.
-        self._calls = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="peer-watch")
+        # The store's calls wait without a deadline on a peer that is cut off: they run in a
+        # daemon thread of their own (one stuck there must not hold the interpreter's exit).
+        self._requests: queue.Queue = queue.Queue()
+        self._replies: queue.Queue = queue.Queue()
+        self._caller = threading.Thread(target=self._call, name="peer-watch-store", daemon=True)
 
     def start(self) -> PeerWatch:
         if self._client is not None:
+            self._caller.start()
             self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        self._calls.shutdown(wait=False, cancel_futures=True)
+
+    def _call(self) -> None:
+        while True:
+            beat = self._requests.get()
+            try:
+                self._replies.put((True, self._beat(beat)))
+            except Exception as e:  # noqa: BLE001 - handed to the watching thread
+                self._replies.put((False, e))
 
     def acknowledge(self) -> None:
         """The learner loop has seen `lost` and is ending the process its own way."""
@@ -186,14 +203,15 @@ class PeerWatch:
         seen = {k: (None, time.monotonic()) for k in range(self._count) if k != self._me}
         while not self._stop.wait(self.period_s):
             beat += 1
+            self._requests.put(beat)
             try:
-                values = self._calls.submit(self._beat, beat).result(timeout=self.timeout_s)
-            except concurrent.futures.TimeoutError:
+                ok, values = self._replies.get(timeout=self.timeout_s)
+            except queue.Empty:
                 return f"the coordination service gave no answer for {self.timeout_s:.0f} s"
-            except Exception as e:  # noqa: BLE001 - the coordinator (process 0) is gone
+            if not ok:  # the coordinator (process 0) is gone
                 if self._stop.is_set():
                     return None
-                return f"the coordination service stopped answering ({str(e)[:120]})"
+                return f"the coordination service stopped answering ({str(values)[:120]})"
             now = time.monotonic()
             for k, value in values.items():  # a peer that has not written yet counts from now
                 last, since = seen[k]

@@ -101,8 +101,8 @@ class EpisodeBoard:
     run decides on (`stop_at_return`, PBT, sweeps).
 
     Each identity keeps its last `window` episodes, and both summaries read those episodes:
-    * `return`, `length`: their plain mean (every episode one weight; an actor with more envs
-      finishes more of them);
+    * `return`, `length`: their plain mean (every episode one weight; each identity holds at
+      most `window`, so identities that have played that many weigh alike);
     * `robust`: the median over identities of each one's mean return (the lower of the middle two
       for an even count), given only once more than half of the connected identities have
       finished an episode. One identity's fake episodes (any return, any number, the first ones

@@ -16,9 +16,12 @@ the good, so the bounds below hold when the bad identities are a minority of at 
   counted unrolls (factor 1: 1/k), however many envs and streams it runs.
 * `reward_scales`: an identity whose mean |reward| per step over the recent window exceeds
   max(floor, scale x the median identity's) has its rewards scaled down to that bound. A bad
-  minority's rewards reach the learner at most `scale` x the honest identities' scale, however
+  minority's rewards reach the learner at most `scale` x the honest identities' rate, however
   large they are sent; an honest actor's rare large reward passes at its value (floor 1.0: the
-  scale of Atari's clipped rewards, MiniGrid, CartPole and board games).
+  scale of Atari's clipped rewards, MiniGrid, CartPole and board games). What is bounded is the
+  rate, so one large reward in a window of small ones passes too, whoever sends it: its weight in
+  a PPO update is bounded there (each identity's advantages to the median identity's RMS),
+  V-trace has only its own `reward_clip`.
 
 Observation statistics are bounded the same way in the learner process
 (networks.normalization.IdentityWindow: per-identity moments over the window, merged by a
@@ -111,7 +114,9 @@ class WindowSums:
         """Forgets the values added before time `before`."""
         while self._added and self._added[0][0] < before:
             for who, (a, n) in self._added.popleft()[1].items():
-                total = self._totals[who]
+                total = self._totals.get(who)
+                if total is None:  # gone already (an addition of nothing)
+                    continue
                 left = (total[0] - a, total[1] - n)
                 if left[1] <= 0:
                     del self._totals[who]

@@ -26,8 +26,8 @@ def hosts():
 
 
 def test_an_actor_notices_a_partition_reconnects_after_it_and_exits_when_the_learner_vanishes(
-    tmp_path, procs, hosts
-):
+    tmp_path, hosts, procs
+):  # hosts before procs: the processes are killed before their namespaces go
     creds = make_credentials(tmp_path / "creds", hosts.address["learner"], actors=("actor-0",))
     tls = f"--config.transport.credentials={creds}"
     logdir = str(tmp_path / "run")

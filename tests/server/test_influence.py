@@ -120,15 +120,12 @@ def test_prepare_scales_an_identity_with_outsized_advantages_down_to_the_median(
 def test_prepare_scales_an_identity_whose_advantages_all_favour_one_action_to_the_median():
     """Four identities of four unrolls, advantages of one size (RMS 1) everywhere; identities 0-2
     get random signs, identity 3 +1 for action 0 and -1 for action 1 at every step. With the score
-    d log pi / d logits of a uniform two-action policy (onehot(a) - 1/2), identity 3's mean
-    advantage-weighted score is 1/sqrt(2) long, the honest ones' far shorter: its advantages are
-    scaled by the median's length over its own; the others are left alone."""
+    d log pi / d logits of a uniform two-action policy (onehot(a) - 1/2), identity 3's scores all
+    agree: z (their sum's length over the root of their sum of squares) is sqrt(32); its
+    advantages are scaled to COHERENCE_TOLERANCE x the median z (at least 1) over its own. Honest
+    random identities, one of 2 unrolls among ones of 8, are left alone."""
     rng = np.random.default_rng(0)
-    b, t = 16, 8
-    identity = np.repeat(np.arange(4, dtype=np.int32), 4)
-    action = rng.integers(0, 2, (b, t + 1)).astype(np.int32)
-    sign = rng.choice([-1.0, 1.0], (b, t))
-    sign[12:] = np.where(action[12:, :t] == 0, 1.0, -1.0)
+    t = 8
 
     def advantages(unroll):
         return unroll.reward, unroll.reward  # the "rewards" are the advantages here
@@ -136,24 +133,37 @@ def test_prepare_scales_an_identity_whose_advantages_all_favour_one_action_to_th
     def score(params, obs_norm, unrolls):
         return jax.nn.one_hot(unrolls.action[:, :t], 2) - 0.5
 
-    prepare = jax.pmap(
-        ts.make_prepare(advantages, groups=b, score=score), ts.AXIS, devices=jax.devices()[:1]
-    )
     state = ts.TrainState({}, (), {}, *(jnp.zeros((), jnp.int32),) * 3)
-    unrolls = _unrolls(sign)._replace(action=action)
-    one = jax.tree.map(lambda x: x[None], (state, unrolls))
-    advantage = np.asarray(prepare(*one, identity[None], {})[0])[0]
-    delta = np.eye(2)[action[:, :t]] - 0.5
-    lengths = [
-        np.linalg.norm((sign[identity == g, :, None] * delta[identity == g]).sum((0, 1))) / 32
+
+    def prepared(sign, action, identity):
+        prepare = jax.pmap(
+            ts.make_prepare(advantages, groups=identity.size, score=score),
+            ts.AXIS,
+            devices=jax.devices()[:1],
+        )
+        one = jax.tree.map(lambda x: x[None], (state, _unrolls(sign)._replace(action=action)))
+        return np.asarray(prepare(*one, identity[None], {})[0])[0]
+
+    identity = np.repeat(np.arange(4, dtype=np.int32), 4)
+    action = rng.integers(0, 2, (16, t + 1)).astype(np.int32)
+    sign = rng.choice([-1.0, 1.0], (16, t))
+    sign[12:] = np.where(action[12:, :t] == 0, 1.0, -1.0)
+    advantage = prepared(sign, action, identity)
+    step = sign[..., None] * (np.eye(2)[action[:, :t]] - 0.5)
+    z = [
+        np.linalg.norm(step[identity == g].sum((0, 1)))
+        / np.sqrt(np.square(step[identity == g]).sum())
         for g in range(4)
     ]
-    assert lengths[3] == pytest.approx(np.sqrt(0.5)) and max(lengths[:3]) < 0.3
-    median = np.median(lengths)  # the mean of the 2nd and 3rd: one honest length is above it
-    for g in range(4):
-        factor = min(1.0, median / lengths[g])
-        np.testing.assert_allclose(advantage[identity == g], factor * sign[identity == g], 1e-5)
-    assert median / lengths[3] < 0.35
+    assert z[3] == pytest.approx(np.sqrt(32)) and max(z[:3]) < 3.0
+    bound = ts.COHERENCE_TOLERANCE * max(np.median(z), 1.0)
+    np.testing.assert_array_equal(advantage[:12], sign[:12])
+    np.testing.assert_allclose(advantage[12:], bound / z[3] * sign[12:], rtol=1e-5)
+    # Honest random data, identity 0 with 2 unrolls and the others 8: all left alone.
+    identity = np.repeat(np.arange(5, dtype=np.int32), [2, 8, 8, 8, 8])
+    action = rng.integers(0, 2, (34, t + 1)).astype(np.int32)
+    sign = rng.choice([-1.0, 1.0], (34, t))
+    np.testing.assert_array_equal(prepared(sign, action, identity), sign)
 
 
 def test_episode_board_reports_the_plain_mean_and_the_median_identity_of_recent_episodes():
