@@ -1,7 +1,9 @@
 """A learner and an actor on hosts of their own (network namespaces, tests/netns.py), with TLS and
-the actor's own certificate: the network between them drops every packet for a while and heals;
-later the learner's host vanishes for good. Keepalive, not TCP's own give-up of many minutes,
-tells each side (seedlike.rpc.client.KEEPALIVE_OPTIONS, seedlike.rpc.service.KEEPALIVE_OPTIONS)."""
+the actor's own certificate: the network between them drops every packet for a while and heals.
+Keepalive, not TCP's own give-up of many minutes, tells the actor
+(seedlike.rpc.client.KEEPALIVE_OPTIONS). A learner host that vanishes for good, and a
+two-process learner cut in two, are benchmarks/faults.py's learner_vanish and learner_partition
+(RESULTS.md, "Identities proven")."""
 
 import re
 
@@ -11,7 +13,7 @@ from tests import netns
 from tests.helpers import make_credentials
 from tests.procs import last, log_text, wait_for
 
-pytestmark = pytest.mark.slow  # a learner and an actor process, a minute of partitions
+pytestmark = pytest.mark.slow  # a learner and an actor process, half a minute of partition
 
 WHY = netns.unavailable()
 
@@ -25,9 +27,8 @@ def hosts():
     made.close()
 
 
-def test_an_actor_notices_a_partition_reconnects_after_it_and_exits_when_the_learner_vanishes(
-    tmp_path, hosts, procs
-):  # hosts before procs: the processes are killed before their namespaces go
+def test_an_actor_notices_a_partition_and_reconnects_after_it(tmp_path, hosts, procs):
+    # hosts before procs: the processes are killed before their namespaces go.
     creds = make_credentials(tmp_path / "creds", hosts.address["learner"], actors=("actor-0",))
     tls = f"--config.transport.credentials={creds}"
     logdir = str(tmp_path / "run")
@@ -35,9 +36,7 @@ def test_an_actor_notices_a_partition_reconnects_after_it_and_exits_when_the_lea
         logdir, f"--bind={hosts.address['learner']}", tls, "--config.log.interval_s=1",
         "--config.total_env_steps=100000000", prefix=hosts.prefix("learner"),
     )  # fmt: skip
-    actor = procs.actor(
-        address, 0, tls, "--config.actor.give_up_s=20", prefix=hosts.prefix("actor")
-    )
+    actor = procs.actor(address, 0, tls, prefix=hosts.prefix("actor"))
     wait_for(lambda: (last(logdir, "env_steps") or 0) > 2000, 180, actor, "env steps")
 
     # Partitioned: no packet either way, no reset. The actor's step in flight fails within its
@@ -50,11 +49,5 @@ def test_an_actor_notices_a_partition_reconnects_after_it_and_exits_when_the_lea
     wait_for(lambda: len(connected.findall(log_text(actor))) >= 2, 60, actor, "the reconnection")
     steps = last(logdir, "env_steps") or 0
     wait_for(lambda: (last(logdir, "env_steps") or 0) > steps + 2000, 60, actor, "more steps")
-
-    # The learner's host vanishes for good: the actor notices, retries for give_up_s (20 s) and
-    # exits in one line.
-    hosts.partition("learner")
-    assert actor.wait(timeout=90) == 1
     log = log_text(actor)
-    assert "Traceback" not in log, log[-3000:]
-    assert log.count(lost) == 2 and "giving up on" in log.splitlines()[-1], log[-3000:]
+    assert "Traceback" not in log and log.count(lost) == 1, log[-3000:]
