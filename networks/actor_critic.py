@@ -160,6 +160,8 @@ class HeadSpec:
       continuous: D continuous action dimensions (EnvSpec.continuous): a diagonal Gaussian head
         whose mean and log-std follow the categoricals' logits.
       state_dependent_std, log_std_init: the Gaussian's log-std (heads.GaussianHead).
+      atoms, dueling, value_range: a Q head's (policy "q", heads.QHead); such a network has no
+        value head: its value is the greedy action's Q.
     """
 
     num_actions: int
@@ -170,6 +172,13 @@ class HeadSpec:
     continuous: int
     state_dependent_std: bool
     log_std_init: float
+    atoms: int = 1
+    dueling: bool = False
+    value_range: tuple[float, float] = (-10.0, 10.0)
+
+    @property
+    def q(self) -> bool:
+        return self.policy == heads.Q_HEAD
 
 
 SPECS = {
@@ -237,7 +246,11 @@ class ActorCritic(nn.Module):
         `conditioning`, the autoregressive heads' argument tables; `value_head`."""
         sizes, out = self.head_sizes, {}
         dense = sum(n for i, n in enumerate(sizes) if i not in self.head_spec.pointer_heads)
-        if dense:
+        if dense and self.head_spec.q:
+            out["policy_head"] = heads.QHead(
+                dense, self.head_spec.atoms, self.head_spec.dueling, **kwargs
+            )
+        elif dense:
             out["policy_head"] = heads.POLICY_HEADS[self.head_spec.policy](dense, **kwargs)
         if self.head_spec.continuous:
             out["gaussian_head"] = heads.GaussianHead(
@@ -251,7 +264,8 @@ class ActorCritic(nn.Module):
             out[f"pointers_{i}"] = heads.PointerHead(extra=extra, **kwargs)
         if self.head_spec.autoregressive:
             out["conditioning"] = heads.Autoregressive(sizes, **kwargs)
-        out["value_head"] = heads.ValueHead(**kwargs)
+        if not self.head_spec.q:
+            out["value_head"] = heads.ValueHead(**kwargs)
         return out
 
     def _pointer(self, i: int) -> nn.Module:
@@ -325,6 +339,10 @@ class ActorCritic(nn.Module):
     def outputs(self, policy_h, value_h, ctx=None, args=None) -> tuple[jax.Array, jax.Array]:
         """Logits and values from the features; `args` int [N, H]: the arguments of the actions
         taken, which an autoregressive network's later heads condition on."""
+        if self.head_spec.q:  # no value head: the greedy action's value
+            outputs = self._logits(policy_h, ctx, args)
+            h = self.head_spec
+            return outputs, heads.q_values(outputs, h.atoms, h.value_range).max(-1)
         if not self.torso_spec.mirror:
             return self._logits(policy_h, ctx, args), self.value_head(value_h)
         # pi(a | s) from the average of the logits for s and, with actions mirrored back, for
@@ -460,7 +478,7 @@ def layer_graph(
     pointers = {i: f"pointers_{i}" for i in module.head_spec.pointer_heads}
     gaussian = tuple(parts["gaussian_head"].spaces) if "gaussian_head" in parts else ()
     conditioning = dict(enumerate(parts["conditioning"].spaces)) if "conditioning" in parts else {}
-    reads_value = list(parts["value_head"].readers)
+    reads_value = list(parts["value_head"].readers) if "value_head" in parts else []
     reads_policy = [
         r
         for name, p in parts.items()
@@ -541,7 +559,7 @@ def layer_graph(
         image=image,
         core=core,
         policy_head=policy,
-        value_head="value_head/value",
+        value_head="value_head/value" if "value_head" in parts else "",
         pointer_heads=pointers,
         conditioning=conditioning,
         head_sizes=tuple(int(n) for n in sizes),
@@ -685,9 +703,29 @@ class Network:
         mask = (extras or {}).get("legal_action_mask")
         return heads.apply_mask(logits, mask, self.action_sizes), value, carry
 
-    def act(self, params, obs_norm, obs, extras, carry, first, key, greedy: bool = False):
+    @property
+    def q(self) -> bool:
+        """Whether the policy head outputs action values (heads.QHead)."""
+        return self.module.head_spec.q
+
+    def q_values(self, outputs: jax.Array) -> jax.Array:
+        """Q(s, a) [..., A] from a Q network's outputs (heads.q_values)."""
+        h = self.module.head_spec
+        return heads.q_values(outputs, h.atoms, h.value_range)
+
+    def act(
+        self, params, obs_norm, obs, extras, carry, first, key, greedy: bool = False, epsilon=None
+    ):
         """Chooses actions for a batch (sampled, or greedy): (action int32 [N], log pi(action) [N],
-        value [N], carry). Autoregressive networks choose argument by argument."""
+        value [N], carry). Autoregressive networks choose argument by argument. A Q network acts
+        epsilon-greedily with each row's epsilon [N] (None: greedily)."""
+        if self.q:
+            outputs, value, carry = self.step(params, obs_norm, obs, extras, carry, first)
+            q = self.q_values(outputs)
+            if greedy or epsilon is None:
+                return q.argmax(-1).astype(jnp.int32), jnp.zeros_like(value), value, carry
+            action, logp = heads.epsilon_greedy(key, q, epsilon)
+            return action, logp, value, carry
         mask = (extras or {}).get("legal_action_mask")
         if self.module.head_spec.autoregressive:
             inputs = self._inputs(obs_norm, obs, 1)

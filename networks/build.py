@@ -43,7 +43,9 @@ def network_problems(network_config, spec: EnvSpec) -> list[str]:
         return [f"network.torso={c.torso!r} is not one of {list(TORSOS)}"]
     if c.core not in CORES:
         return [f"network.core={c.core!r} is not one of {list(CORES)}"]
-    if c.policy_head not in heads.POLICY_HEADS:
+    if c.policy_head == heads.Q_HEAD:
+        problems += _q_problems(c, spec)
+    elif c.policy_head not in heads.POLICY_HEADS:
         problems.append(
             f"network.policy_head={c.policy_head!r} is not one of {list(heads.POLICY_HEADS)}"
         )
@@ -92,6 +94,29 @@ def network_problems(network_config, spec: EnvSpec) -> list[str]:
             f"{len(spec.head_sizes)} head) and no network.mirror; set it to False"
         )
     problems += _board_lines_problems(c, spec, shapes)
+    return problems
+
+
+def _q_problems(c, spec: EnvSpec) -> list[str]:
+    """What keeps a Q head (network.policy_head="q") from this config and env."""
+    problems = []
+    if spec.continuous or len(spec.head_sizes) != 1:
+        problems.append(
+            f"network.policy_head='q' values each of one set of discrete actions; {spec.name} has "
+            f"{'continuous' if spec.continuous else len(spec.head_sizes)} action heads"
+        )
+    if c.mirror or c.team_pool or c.autoregressive or c.pointer_heads:
+        problems.append(
+            "network.policy_head='q' does not combine with network.mirror, team_pool, "
+            "autoregressive or pointer_heads; turn them off"
+        )
+    if int(c.atoms) < 1:
+        problems.append(f"network.atoms={c.atoms} must be >= 1 (1: expected values, no C51)")
+    low, high = (float(v) for v in c.value_range)
+    if int(c.atoms) > 1 and not low < high:
+        problems.append(
+            f"network.value_range={tuple(c.value_range)} must be (low, high), low < high"
+        )
     return problems
 
 
@@ -196,7 +221,8 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         hidden_sizes=tuple(int(h) for h in c.hidden_sizes),
         activation=c.activation,
         residual_blocks=int(c.residual_blocks),
-        shared=bool(c.shared_torso) or c.torso != "mlp" or lstm,
+        # A Q head reads one torso (it has no value head for a second).
+        shared=bool(c.shared_torso) or c.torso != "mlp" or lstm or c.policy_head == heads.Q_HEAD,
         cnn_channels=tuple(int(n) for n in c.cnn_channels) or None,
         cnn_hidden=int(c.cnn_hidden) or None,
         # The board CNN's own kernel and padding when 0 / "", so that both spellings build the
@@ -226,6 +252,9 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         continuous=spec.continuous,
         state_dependent_std=bool(c.state_dependent_std),
         log_std_init=float(c.log_std_init),
+        atoms=int(c.atoms),
+        dueling=bool(c.dueling),
+        value_range=tuple(float(v) for v in c.value_range),
     )
     core = CoreSpec(size=int(c.core_size) if lstm else 0)
     lines = int(c.board_lines)

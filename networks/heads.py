@@ -43,10 +43,74 @@ class CategoricalHead(nn.Module):
         return Part(readers=(Reader(layer),), spaces=spaces, logits=layer)
 
 
+class QHead(nn.Module):
+    """Action values: Q(s, a) [N, A], or with `atoms` > 1 the logits [N, A * atoms] of each
+    action's return distribution over `atoms` fixed returns spread evenly over `value_range`
+    (C51, Bellemare et al. 2017: `q_values` turns them into expectations). Dueling (Wang et al.
+    2016): a state value and per-action advantages, Q = V + A - mean_a A, per atom.
+
+    The learner reads these outputs where other networks have logits (seedlike.algos.rainbow);
+    acting takes the greedy action or, with probability epsilon, a uniform one (Network.act).
+    """
+
+    num_actions: int
+    atoms: int = 1
+    dueling: bool = False
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        a, k = self.num_actions, self.atoms
+        dense = functools.partial(nn.Dense, bias_init=nn.initializers.zeros)
+        if not self.dueling:
+            return dense(a * k, kernel_init=nn.initializers.orthogonal(0.01), name="q")(x)
+        value = dense(k, kernel_init=nn.initializers.orthogonal(1.0), name="value")(x)
+        adv = dense(a * k, kernel_init=nn.initializers.orthogonal(0.01), name="advantage")(x)
+        adv = adv.reshape(*adv.shape[:-1], a, k)
+        q = value[..., None, :] + adv - jnp.mean(adv, axis=-2, keepdims=True)
+        return q.reshape(*q.shape[:-2], a * k)
+
+    def graph(self, name: str) -> Part:
+        layers = (f"{name}/value", f"{name}/advantage") if self.dueling else (f"{name}/q",)
+        why = "is the Q head: its outputs are the actions' values"
+        return Part(
+            readers=tuple(Reader(layer) for layer in layers),
+            spaces={layer: Space((layer,), refused=f"params/{layer} {why}") for layer in layers},
+        )
+
+
+def q_support(atoms: int, value_range: Sequence[float]) -> jax.Array:
+    """The returns a C51 head's atoms stand for: `atoms` evenly spaced over value_range."""
+    return jnp.linspace(float(value_range[0]), float(value_range[1]), int(atoms))
+
+
+def q_values(outputs: jax.Array, atoms: int, value_range: Sequence[float]) -> jax.Array:
+    """Q(s, a) [..., A] from a QHead's outputs [..., A * atoms]: themselves with one atom, the
+    expected return of each action's distribution otherwise."""
+    if atoms == 1:
+        return outputs
+    logits = outputs.reshape(*outputs.shape[:-1], -1, atoms)
+    return jnp.sum(jax.nn.softmax(logits, axis=-1) * q_support(atoms, value_range), axis=-1)
+
+
+def epsilon_greedy(key, q: jax.Array, epsilon: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(action int32 [N], log pi(action) [N]) of the epsilon-greedy policy on Q [N, A]: the
+    greedy action with probability 1 - epsilon [N], else a uniform one."""
+    num = q.shape[-1]
+    explore, pick = jax.random.split(key)
+    greedy_action = q.argmax(-1).astype(jnp.int32)
+    uniform = jax.random.randint(pick, greedy_action.shape, 0, num, jnp.int32)
+    action = jnp.where(jax.random.uniform(explore, epsilon.shape) < epsilon, uniform, greedy_action)
+    prob = epsilon / num + jnp.where(action == greedy_action, 1.0 - epsilon, 0.0)
+    return action, jnp.log(prob)
+
+
 # The policy heads network.policy_head names: a module taking the number of dense choices, mapping
 # features [N, F] to their logits, with a `graph(name)` Part that names its logits layer. A new one
 # is a module and a line here (tests/integration/test_extending.py registers one from outside).
 POLICY_HEADS: dict[str, type[nn.Module]] = {"categorical": CategoricalHead}
+# "q" (QHead): action values for the replay algorithms (seedlike.algos.rainbow); built from
+# network.atoms, network.dueling and network.value_range, with no value head beside it.
+Q_HEAD = "q"
 
 
 class GaussianHead(nn.Module):

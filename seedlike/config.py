@@ -215,8 +215,12 @@ def network_section() -> ml_collections.ConfigDict:
     # target choice); their choices beyond E are ordinary logits (e.g. "no target").
     c.pointer_heads = ()
     # The policy head of the dense choices: a key of networks.heads.POLICY_HEADS ("categorical":
-    # one linear layer of logits).
+    # one linear layer of logits), or "q": action values for the replay algorithms (rainbow),
+    # shaped by the three settings after this one.
     c.policy_head = "categorical"
+    c.atoms = 1  # q: atoms of each action's return distribution (C51: 51); 1: expected values
+    c.dueling = False  # q: a state value and action advantages, Q = V + A - mean A
+    c.value_range = (-10.0, 10.0)  # q with atoms > 1: the returns the atoms span
     # Factorized actions: each head also reads the arguments chosen before it (a zero-initialized
     # table per argument added to its input; OpenAI Five's target head reads the action type).
     # Acting then samples head by head, and learning conditions on the actions taken.
@@ -602,6 +606,7 @@ def validate(config) -> None:
     )
     for problem in ALGORITHMS[config.algo].check(config[config.algo]):
         need(False, problem)
+    _validate_replay(config, need)
     need(config.optimizer.learning_rate >= 0, "optimizer.learning_rate must be >= 0")
     t = config.teams
     need(all(int(n) >= 1 for n in t.sizes), f"teams.sizes={tuple(t.sizes)} must be positive")
@@ -681,6 +686,52 @@ def validate(config) -> None:
     need(
         config.log.wandb_mode in ("offline", "online", "disabled"),
         "log.wandb_mode must be offline|online|disabled",
+    )
+
+
+def _validate_replay(config, need) -> None:
+    """A replay algorithm's pairing with the network and the batch shape; what it does not
+    combine with."""
+    replay = ALGORITHMS[config.algo].replay
+    q = config.network.policy_head == "q"
+    need(
+        replay == q,
+        f"algo={config.algo!r} "
+        + (
+            "learns action values: set network.policy_head='q'"
+            if replay
+            else "learns a policy: network.policy_head='q' is for the replay algorithms (rainbow)"
+        ),
+    )
+    if not replay:
+        return
+    c = config[config.algo]
+    steps = config.batch_unrolls * config.unroll_length
+    sgd_steps = c.replay_ratio * steps / c.batch_size
+    need(
+        sgd_steps >= 1 and abs(sgd_steps - round(sgd_steps)) < 1e-9,
+        f"{config.algo}.replay_ratio={c.replay_ratio} x {steps} steps per learner batch "
+        f"(batch_unrolls x unroll_length) / {config.algo}.batch_size={c.batch_size} = "
+        f"{sgd_steps:g} sgd steps per batch: it must be a whole number >= 1",
+    )
+    need(
+        c.capacity >= steps,
+        f"{config.algo}.capacity={c.capacity} must hold one learner batch ({steps} steps)",
+    )
+    need(
+        not config.network.normalize_obs,
+        f"algo={config.algo!r}: the replay keeps old steps that running observation statistics "
+        "would move under its targets; set network.normalize_obs=False",
+    )
+    need(
+        config.network.core == "none",
+        f"algo={config.algo!r} learns from single transitions: network.core='lstm' needs "
+        "sequence replay with burn-in (R2D2, not yet in seedlike); set network.core='none'",
+    )
+    need(
+        config.population.size == 1,
+        f"algo={config.algo!r} learns one agent from its own replay: populations (PBT) are for "
+        "the policy-gradient algorithms (ppo, vtrace); run one member per job instead",
     )
 
 

@@ -29,12 +29,14 @@ import numpy as np
 from networks import make_network
 from seedlike import checkpoint as ckpt_lib
 from seedlike import config as config_lib
+from seedlike.algos import ALGORITHMS
 from seedlike.league import roles
 from seedlike.league.evaluation import Evaluation, EvaluationThread
 from seedlike.league.league import League, PeerSnapshots
 from seedlike.league.players import LEARNER
 from seedlike.learning import train_state as ts
 from seedlike.learning.learner import Interrupted, Learner
+from seedlike.learning.offpolicy import make_learner
 from seedlike.metrics import MetricsWriter
 from seedlike.policy import PolicyRegistry
 from seedlike.rpc import security
@@ -46,6 +48,7 @@ from seedlike.server import inference, influence
 from seedlike.server.anneal import Annealing
 from seedlike.server.curriculum import Curriculum
 from seedlike.server.episodes import EpisodeBoard
+from seedlike.server.exploration import Exploration
 from seedlike.server.matchmaking import Matchmaker
 from seedlike.server.return_scale import ReturnScale
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
@@ -70,10 +73,11 @@ def make_return_scale(config, meta: dict) -> ReturnScale | None:
 
 def start_inference(
     config, spec, network, registry, store, logdir, bind, port, matchmaker=None, guard=None,
-    greedy=False, scale=None,
+    greedy=False, scale=None, exploration=None,
 ):  # fmt: skip
     """Starts the inference pipeline and its gRPC server; writes <logdir>/server_address.
-    `scale`: the rewards learned from are scaled (make_return_scale).
+    `scale`: the rewards learned from are scaled (make_return_scale); `exploration`: each
+    identity's epsilon for a Q network (seedlike.server.exploration).
 
     Returns (service, grpc server, "host:port").
     """
@@ -81,7 +85,7 @@ def start_inference(
     bind = security.bind_address(bind)
     service = inference.InferenceService(
         spec, network, registry, store, config.server, matchmaker, config.seed, guard, greedy,
-        scale,
+        scale, exploration,
     )  # fmt: skip
     service.start()
     try:
@@ -152,7 +156,7 @@ class LearnerProcess:
             batch.release()  # unroll() copied what the update reads
         interval.staleness.append(_staleness(learner.policy_version, unrolls))
         interval.updates.append(learner.update(unrolls, influence.relabel(batch.identity)[0]))
-        interval.consumed += unrolls.reward.size * learner.epochs
+        interval.consumed += learner.samples(unrolls)
         self.registry.publish(learner.policy_version, learner.policy_params())
         if self.league is not None and self.league.after_update(
             learner.policy_version, self.env_steps(), learner.policy_params
@@ -218,6 +222,11 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         teams = Teams.from_config(config.teams, spec)
     except ValueError as e:
         raise config_lib.ConfigError(f"invalid config: {e}") from None
+    if teams.num_teams > 1 and ALGORITHMS[config.algo].replay:
+        raise config_lib.ConfigError(
+            f"invalid config: algo={config.algo!r} learns one agent from its own replay; games "
+            f"between teams ({spec.name}: self-play, leagues) are for ppo and vtrace"
+        )
     if teams.num_teams > 1 and config.distributed.num_processes > 1:
         raise config_lib.ConfigError(
             "invalid config: games between teams (league, evaluation) run on one learner "
@@ -231,7 +240,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     for warning in config_lib.advice(config, spec, jax.default_backend()):
         logging.warning("%s", warning)
     network = make_network(config.network, spec)
-    learner = Learner(config, network, window_s=config.server.fair_window_s)
+    learner = make_learner(config, network, window_s=config.server.fair_window_s)
     logging.info("learner on %d device(s): %s", learner.num_devices, learner.devices)
     checkpointer = None
     state, meta = learner.init_state(jax.random.key(config.seed)), {}
@@ -295,6 +304,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     service, server, _ = start_inference(
         config, server_spec, network, registry, store, logdir, bind, port, matchmaker,
         learner.guard, scale=make_return_scale(config, meta),
+        exploration=_exploration(config, counters["env_steps"]),
     )  # fmt: skip
     evaluator = None
     if evaluation is not None and config.league.eval_interval_s > 0:
@@ -456,6 +466,16 @@ def _finish(p: LearnerProcess, interval: Interval, finished: bool, paused: bool 
         p.metrics.close()
         if p.checkpointer is not None:
             p.checkpointer.close()
+
+
+def _exploration(config, env_steps: int) -> Exploration | None:
+    """A replay algorithm's per-identity epsilons (None for the others), its annealing counted
+    from the run's first env step."""
+    if not ALGORITHMS[config.algo].replay:
+        return None
+    exploration = Exploration.from_config(config[config.algo])
+    exploration.steps_before = int(env_steps)
+    return exploration
 
 
 def _console_label(config, logdir: str) -> str:
@@ -620,6 +640,14 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
     row.update({f"latency_ms/{k}": v for k, v in stats["segments_ms"].items()})
     # Learner values are null in an interval without updates, so every row has the same keys.
     row.update({k: float("nan") for k in p.learner.metric_keys})
+    if p.service.exploration is not None:
+        held = p.service.exploration.held(p.service.env_steps)
+        row.update(
+            {
+                f"exploration/epsilon_{s}": held.get(s, float("nan"))
+                for s in range(len(p.service.exploration.rates))
+            }
+        )
     if p.service.matchmaker.annealing is not None:
         row["anneal_fraction"] = p.service.matchmaker.annealing.fraction(p.learner.policy_version)
     curriculum = p.service.matchmaker.curriculum

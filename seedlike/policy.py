@@ -104,11 +104,12 @@ class PolicyRunner:
         self._guard = guard or (lambda fn, *args: fn(*args))
         self._continuous = bool(network.spec.continuous)
 
-        def step(policy_params, obs, extras, carry, first, key_bits):
+        def step(policy_params, obs, extras, carry, first, key_bits, epsilon):
             key, sample = jax.random.split(jax.random.wrap_key_data(key_bits))
             params, obs_norm = policy_params["params"], policy_params["obs_norm"]
+            kwargs = {} if epsilon is None else {"epsilon": epsilon}
             action, logp, value, carry = network.act(
-                params, obs_norm, obs, extras, carry, first, sample, greedy
+                params, obs_norm, obs, extras, carry, first, sample, greedy, **kwargs
             )
             if action.ndim == 1:
                 action = jax.lax.bitcast_convert_type(action.astype(jnp.int32), jnp.float32)[None]
@@ -124,22 +125,25 @@ class PolicyRunner:
         self._step = jax.jit(step)
         self._evaluate = jax.jit(evaluate)
 
-    def dispatch(self, policy_params, obs, extras, carry, first) -> Pending:
+    def dispatch(self, policy_params, obs, extras, carry, first, epsilon=None) -> Pending:
         """Starts one policy step for n rows: obs/extras [n, ...], carry [n, ...], first bool [n]
-        (the step starts an episode: a recurrent core resets)."""
+        (the step starts an episode: a recurrent core resets); epsilon float32 [n]: each row's
+        exploration rate for a Q network (Network.act; None: greedy)."""
         rows = first.shape[0]
         size = bucket_size(rows)
         obs, extras, carry = pad_rows((obs, extras, carry), rows, size)
         first = np.concatenate([first, np.ones(size - rows, np.bool_)])
+        if epsilon is not None:
+            epsilon = pad_rows(np.asarray(epsilon, np.float32), rows, size)
         with self._key_lock:
             packed, carry, self._key = self._guard(
-                self._step, policy_params, obs, extras, carry, first, self._key
+                self._step, policy_params, obs, extras, carry, first, self._key, epsilon
             )
         return Pending(packed, carry, rows, self._continuous)
 
-    def step(self, policy_params, obs, extras, carry, first) -> PolicyOutput:
+    def step(self, policy_params, obs, extras, carry, first, epsilon=None) -> PolicyOutput:
         """`dispatch(...).fetch()`: one policy step, outputs on the host."""
-        return self.dispatch(policy_params, obs, extras, carry, first).fetch()
+        return self.dispatch(policy_params, obs, extras, carry, first, epsilon).fetch()
 
     def evaluate(self, policy_params, obs, extras, chunk: int = 4096):
         """Logits [m, A] and values [m] of m positions (feed-forward networks), `chunk` at a time

@@ -15,6 +15,15 @@ math lives in the module it names, which the learner imports:
 A new algorithm is a module with those two functions and a record below: its config section (from
 `common_settings`, a comment per setting: the configs' documentation), its checks, its metrics.
 tests/integration/test_extending.py adds one from outside the library.
+
+A replay algorithm (`replay=True`, e.g. rainbow) learns from a replay the learner host keeps
+(seedlike.learning.replay) instead of each batch once: its module has
+
+    make_loss(network, section, axis_name) -> loss_fn(params, target_params, obs_norm,
+        transitions) -> (loss, (metrics, priority [S])),
+
+its section the replay settings of `replay_settings`, and its network a Q head with target
+parameters (seedlike.learning.offpolicy.ReplayLearner runs it).
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ class Algorithm:
       sequences: it needs whole unrolls even with a feed-forward network (V-trace's targets run
         along the unroll).
       math: the module of its make_loss and advantages.
+      replay: it learns from the replay, sampling transitions (module docstring).
     """
 
     name: str
@@ -47,19 +57,17 @@ class Algorithm:
     metrics: tuple[str, ...]
     sequences: bool
     math: str
+    replay: bool = False
 
     def load(self) -> ModuleType:
         """The module of its math (imports jax)."""
         return importlib.import_module(self.math)
 
 
-def common_settings(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """The settings every algorithm's section starts from, which the learner reads around the
-    loss: discount, loss weights, reward clipping and scaling; an algorithm adds its passes over a
-    batch (epochs, num_minibatches) and its own."""
+def reward_settings(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The settings every algorithm's section starts from, which the learner and the recorder
+    read around the loss: discount, reward clipping and scaling."""
     c.gamma = 0.99
-    c.vf_coef = 0.5
-    c.ent_coef = 0.01
     c.reward_clip = 0.0  # clip rewards to +-reward_clip for learning (0 = off; returns stay raw)
     # Divide rewards learned from by the running std of the discounted return (gymnasium's
     # NormalizeReward; seedlike/server/return_scale.py), then clip them to +-normalized_reward_clip
@@ -69,8 +77,17 @@ def common_settings(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     return c
 
 
-def check_common(name: str, c: ml_collections.ConfigDict) -> list[str]:
-    """What is wrong with `common_settings` and the passes in section `name`."""
+def common_settings(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """`reward_settings` and the policy-gradient algorithms' loss weights; an algorithm adds its
+    passes over a batch (epochs, num_minibatches) and its own."""
+    c = reward_settings(c)
+    c.vf_coef = 0.5
+    c.ent_coef = 0.01
+    return c
+
+
+def check_rewards(name: str, c: ml_collections.ConfigDict) -> list[str]:
+    """What is wrong with `reward_settings` in section `name`."""
     problems = []
     if not 0.0 < c.gamma <= 1.0:
         problems.append(f"{name}.gamma={c.gamma} must lie in (0, 1]")
@@ -78,6 +95,12 @@ def check_common(name: str, c: ml_collections.ConfigDict) -> list[str]:
         problems.append(f"{name}.normalized_reward_clip must be >= 0 (0: no clip)")
     if c.reward_clip < 0:
         problems.append(f"{name}.reward_clip must be >= 0 (0: off)")
+    return problems
+
+
+def check_common(name: str, c: ml_collections.ConfigDict) -> list[str]:
+    """What is wrong with `common_settings` and the passes in section `name`."""
+    problems = check_rewards(name, c)
     if c.epochs < 1 or c.num_minibatches < 1:
         problems.append(f"{name}.epochs and {name}.num_minibatches must be >= 1")
     return problems
@@ -124,6 +147,79 @@ def check_vtrace(c: ml_collections.ConfigDict) -> list[str]:
     return problems
 
 
+def replay_settings(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The replay on the learner host and its exploration (seedlike.learning.replay,
+    seedlike.server.exploration), for a replay algorithm's section."""
+    # Env steps the replay holds on each learner process (the oldest unrolls go first).
+    c.capacity = 100_000
+    c.min_fill = 5_000  # env steps stored before learning starts
+    # Transitions sampled per env step inserted, held exactly: each learner batch of
+    # batch_unrolls * unroll_length steps is followed by replay_ratio * that / batch_size sgd
+    # steps (a whole number), and acting waits while they run (the batch queue's backpressure).
+    c.replay_ratio = 8.0
+    c.batch_size = 64  # transitions per sgd step, over all devices
+    # Proportional prioritization (Schaul et al. 2016): P(i) ~ (|TD error| + priority_eps)^
+    # priority_exponent, importance weights (N P(i))^-beta / their batch max, beta rising
+    # linearly from importance_exponent to 1 at total_env_steps. False: uniform.
+    c.prioritized = True
+    c.priority_exponent = 0.5
+    c.importance_exponent = 0.4
+    c.priority_eps = 1e-3
+    # Save the replay's contents with every checkpoint (its arrays, written beside the
+    # checkpoint: capacity x bytes per step, see benchmarks/replay.py); False: a resumed run
+    # refills min_fill first.
+    c.save_replay = False
+    # Ape-X exploration (seedlike.server.exploration): identity i of epsilon_slots acts
+    # epsilon-greedily with epsilon ** (1 + epsilon_alpha * i / (epsilon_slots - 1)); with
+    # anneal_steps > 0 every rate starts at 1 and falls linearly to its own over those env steps.
+    c.epsilon = 0.4
+    c.epsilon_alpha = 7.0
+    c.epsilon_slots = 8
+    c.anneal_steps = 0
+    return c
+
+
+def check_replay(name: str, c: ml_collections.ConfigDict) -> list[str]:
+    """What is wrong with `replay_settings` in section `name` (alone; config.validate checks
+    them against the batch shape)."""
+    problems = []
+    if c.capacity < 1 or not 0 <= c.min_fill <= c.capacity:
+        problems.append(f"{name}.capacity must be >= 1 and {name}.min_fill in [0, capacity]")
+    if c.replay_ratio <= 0 or c.batch_size < 1:
+        problems.append(f"{name}.replay_ratio must be > 0 and {name}.batch_size >= 1")
+    if c.priority_exponent < 0 or not 0 <= c.importance_exponent <= 1 or c.priority_eps <= 0:
+        problems.append(
+            f"{name}.priority_exponent must be >= 0, {name}.importance_exponent in [0, 1] and "
+            f"{name}.priority_eps > 0"
+        )
+    if not 0 <= c.epsilon <= 1 or c.epsilon_alpha < 0 or c.epsilon_slots < 1:
+        problems.append(
+            f"{name}.epsilon must lie in [0, 1], {name}.epsilon_alpha >= 0 and "
+            f"{name}.epsilon_slots >= 1"
+        )
+    if c.anneal_steps < 0:
+        problems.append(f"{name}.anneal_steps must be >= 0 (0: no annealing)")
+    return problems
+
+
+def rainbow_defaults() -> ml_collections.ConfigDict:
+    c = replay_settings(reward_settings(ml_collections.ConfigDict()))
+    c.n_step = 3  # rewards summed before bootstrapping
+    c.double_q = True  # the online network chooses the bootstrap action, the target values it
+    c.target_period = 500  # sgd steps between copies of the online parameters to the target
+    c.huber_delta = 1.0  # one atom: Huber loss on the TD error (0: squared error)
+    return c
+
+
+def check_rainbow(c: ml_collections.ConfigDict) -> list[str]:
+    problems = check_rewards("rainbow", c) + check_replay("rainbow", c)
+    if c.n_step < 1 or c.target_period < 1:
+        problems.append("rainbow.n_step and rainbow.target_period must be >= 1")
+    if c.huber_delta < 0:
+        problems.append("rainbow.huber_delta must be >= 0 (0: squared error)")
+    return problems
+
+
 ALGORITHMS = {
     "ppo": Algorithm(
         name="ppo",
@@ -154,5 +250,14 @@ ALGORITHMS = {
         ),
         sequences=True,
         math="seedlike.algos.vtrace",
+    ),
+    "rainbow": Algorithm(
+        name="rainbow",
+        defaults=rainbow_defaults,
+        check=check_rainbow,
+        metrics=("loss/total", "loss/td_abs", "loss/q_mean", "loss/weight_mean"),
+        sequences=False,
+        math="seedlike.algos.rainbow",
+        replay=True,
     ),
 }

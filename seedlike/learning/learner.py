@@ -49,31 +49,12 @@ class Learner:
     """
 
     def __init__(self, config, network, *, window_s: float, devices=None, shuffle_blocks=None):
-        self.config = config
-        self.network = network
-        self.algorithm = ALGORITHMS[config.algo]
-        self.algo_config = config[config.algo]
+        self._init_devices(config, network, window_s, devices, shuffle_blocks)
         math = self.algorithm.load()
         advantages = math.advantages(self.algo_config)
         self.epochs = int(self.algo_config.epochs)
         self.num_minibatches = int(self.algo_config.num_minibatches)
         self.sequences = network.is_recurrent or self.algorithm.sequences
-        self.devices = list(devices or jax.devices())
-        self.num_devices = len(self.devices)
-        me = jax.process_index()
-        self.local_devices = [d for d in self.devices if d.process_index == me]
-        self.num_local = len(self.local_devices)
-        processes = jax.process_count()
-        self.shuffle_blocks = int(shuffle_blocks or processes)
-        if self.shuffle_blocks % processes or self.num_local % (self.shuffle_blocks // processes):
-            raise ValueError(
-                f"shuffle_blocks={self.shuffle_blocks} must be a multiple of the {processes} "
-                f"processes and give each process's {self.num_local} devices whole blocks"
-            )
-        self._local_blocks = self.shuffle_blocks // processes
-        self._first_block = me * self._local_blocks
-        # Unrolls per update from this process's actors.
-        self.local_batch_unrolls = config.batch_unrolls * self.num_local // self.num_devices
         self._check_divisibility()
 
         steps_per_update = config.batch_unrolls * config.unroll_length
@@ -93,12 +74,6 @@ class Learner:
         # An epoch is one call: with small networks, dispatching a call per sgd step cost more
         # than the step (RESULTS.md, "One call per epoch").
         self._sgd_epoch = jax.pmap(sgd_epoch, ts.AXIS, devices=self.devices)
-        self._local_sharding = jax.sharding.NamedSharding(
-            jax.sharding.Mesh(np.array(self.local_devices), (ts.AXIS,)),
-            jax.sharding.PartitionSpec(ts.AXIS),
-        )
-        # Identities are labelled per process; each process's labels get a range of their own.
-        self._identity_offset = me * self.local_batch_unrolls
         prepare = ts.make_prepare(
             advantages,
             groups=int(config.batch_unrolls),
@@ -106,11 +81,41 @@ class Learner:
             score=_score(network) if advantages is not None else None,
         )
         self._advantages = advantages is not None
-        self.obs_window = normalization.IdentityWindow(float(window_s), network.obs_clip)
         self._prepare = jax.pmap(prepare, ts.AXIS, devices=self.devices)
+        self.metric_keys = (*self.algorithm.metrics, "grad_norm", "learning_rate", "nonfinite")
+
+    def _init_devices(self, config, network, window_s, devices, shuffle_blocks) -> None:
+        """What every learner holds: the config, the devices and their share of the batch, the
+        compute guard and the state's place (ReplayLearner shares it)."""
+        self.config = config
+        self.network = network
+        self.algorithm = ALGORITHMS[config.algo]
+        self.algo_config = config[config.algo]
+        self.devices = list(devices or jax.devices())
+        self.num_devices = len(self.devices)
+        me = jax.process_index()
+        self.local_devices = [d for d in self.devices if d.process_index == me]
+        self.num_local = len(self.local_devices)
+        processes = jax.process_count()
+        self.shuffle_blocks = int(shuffle_blocks or processes)
+        if self.shuffle_blocks % processes or self.num_local % (self.shuffle_blocks // processes):
+            raise ValueError(
+                f"shuffle_blocks={self.shuffle_blocks} must be a multiple of the {processes} "
+                f"processes and give each process's {self.num_local} devices whole blocks"
+            )
+        self._local_blocks = self.shuffle_blocks // processes
+        self._first_block = me * self._local_blocks
+        # Unrolls per update from this process's actors.
+        self.local_batch_unrolls = config.batch_unrolls * self.num_local // self.num_devices
+        self._local_sharding = jax.sharding.NamedSharding(
+            jax.sharding.Mesh(np.array(self.local_devices), (ts.AXIS,)),
+            jax.sharding.PartitionSpec(ts.AXIS),
+        )
+        # Identities are labelled per process; each process's labels get a range of their own.
+        self._identity_offset = me * self.local_batch_unrolls
+        self.obs_window = normalization.IdentityWindow(float(window_s), network.obs_clip)
         self._state = None
         self._version = 0
-        self.metric_keys = (*self.algorithm.metrics, "grad_norm", "learning_rate", "nonfinite")
         # Shared with the inference service: see seedlike.runtime.devices.ComputeGuard.
         self.guard = devices_lib.ComputeGuard(self.local_devices)
         # Set: the update in progress stops at its next epoch (Interrupted), unless learner
@@ -174,6 +179,10 @@ class Learner:
     def state(self) -> ts.TrainState:
         """The unreplicated state (device 0's copy)."""
         return self.guard(_first, self._state)
+
+    def samples(self, unrolls: Unroll) -> int:
+        """Steps the last update learned from, every epoch counted (unrolls: its batch)."""
+        return unrolls.reward.size * self.epochs
 
     @property
     def policy_version(self) -> int:

@@ -21,6 +21,9 @@ class TrainState:
     sgd_steps: jax.Array  # int32 scalar: gradient steps taken
     policy_version: jax.Array  # int32 scalar: learner updates made == the published version
     lr_zero_until: jax.Array  # int32 scalar: learning rate is 0 while sgd_steps < this (surgery)
+    # A Q network's target parameters (the replay algorithms, seedlike.algos.rainbow), copied
+    # from params every target_period sgd steps; {} for every other network.
+    target_params: dict = flax.struct.field(default_factory=dict)
 
 
 @flax.struct.dataclass
@@ -87,6 +90,7 @@ def init_train_state(network, optimizer, rng) -> TrainState:
         sgd_steps=zero,
         policy_version=zero,
         lr_zero_until=zero,
+        target_params=jax.tree.map(jnp.copy, params) if network.q else {},
     )
 
 
@@ -105,23 +109,50 @@ def make_sgd_step(loss_fn, optimizer, learning_rate_fn, axis_name: str = AXIS):
     def sgd_step(state: TrainState, batch):
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
         (_, metrics), grads = grad_fn(state.params, state.obs_norm, batch)
-        grads = jax.lax.pmean(grads, axis_name)
-        metrics = jax.lax.pmean(metrics, axis_name)
-
-        lr = jnp.where(
-            state.sgd_steps < state.lr_zero_until, 0.0, learning_rate_fn(state.sgd_steps)
-        )
-        opt_state = state.opt_state
-        opt_state = opt_state._replace(hyperparams={**opt_state.hyperparams, "learning_rate": lr})
-        updates, opt_state = optimizer.update(grads, opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-
-        metrics["grad_norm"] = optax.tree.norm(grads)
-        metrics["learning_rate"] = lr
-        state = state.replace(params=params, opt_state=opt_state, sgd_steps=state.sgd_steps + 1)
-        return state, metrics
+        return apply_gradients(state, grads, metrics, optimizer, learning_rate_fn, axis_name)
 
     return sgd_step
+
+
+def make_replay_step(
+    loss_fn, optimizer, learning_rate_fn, target_period: int, axis_name: str = AXIS
+):
+    """Returns the pure replay_step(state, transitions) -> (state, (metrics, priority)) of a
+    replay algorithm (seedlike.algos: loss_fn(params, target_params, obs_norm, batch)), to be
+    pmapped over axis_name: one sgd step, then the target parameters copied from the new
+    parameters whenever the step count reaches a multiple of target_period."""
+
+    def replay_step(state: TrainState, batch):
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        (_, (metrics, priority)), grads = grad_fn(
+            state.params, state.target_params, state.obs_norm, batch
+        )
+        state, metrics = apply_gradients(
+            state, grads, metrics, optimizer, learning_rate_fn, axis_name
+        )
+        copy = state.sgd_steps % target_period == 0
+        target = jax.tree.map(lambda t, p: jnp.where(copy, p, t), state.target_params, state.params)
+        return state.replace(target_params=target), (metrics, priority)
+
+    return replay_step
+
+
+def apply_gradients(state: TrainState, grads, metrics, optimizer, learning_rate_fn, axis_name):
+    """The optimizer step from this device's gradients (averaged over axis_name first): the new
+    state, and the metrics averaged with grad_norm and learning_rate added."""
+    grads = jax.lax.pmean(grads, axis_name)
+    metrics = jax.lax.pmean(metrics, axis_name)
+
+    lr = jnp.where(state.sgd_steps < state.lr_zero_until, 0.0, learning_rate_fn(state.sgd_steps))
+    opt_state = state.opt_state
+    opt_state = opt_state._replace(hyperparams={**opt_state.hyperparams, "learning_rate": lr})
+    updates, opt_state = optimizer.update(grads, opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+
+    metrics["grad_norm"] = optax.tree.norm(grads)
+    metrics["learning_rate"] = lr
+    state = state.replace(params=params, opt_state=opt_state, sgd_steps=state.sgd_steps + 1)
+    return state, metrics
 
 
 # How much more coherent than the median identity's (z of make_prepare) an identity's advantages

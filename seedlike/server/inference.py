@@ -185,6 +185,8 @@ class InferenceService:
     greedy: play the most likely legal action instead of sampling (evaluation; never while
       learning, whose behaviour log-probs assume sampling).
     return_scale: scales the rewards learned from (seedlike.server.return_scale); None: off.
+    exploration: each identity's epsilon for a Q network's policy (seedlike.server.exploration);
+      None: the policy samples (or, greedy, takes) its actions itself.
     """
 
     def __init__(
@@ -199,8 +201,10 @@ class InferenceService:
         guard=None,
         greedy: bool = False,
         return_scale=None,
+        exploration=None,
     ):
         self.spec = spec
+        self.exploration = None if greedy else exploration
         self.registry = registry
         self.store = store
         self.pool = store.pool if store is not None else None
@@ -266,6 +270,8 @@ class InferenceService:
             entry[1] += 1
             identity = entry[0]
             self._sessions[session_id] = (actor_id, name, identity)
+        if self.exploration is not None:
+            self.exploration.join(identity)
         self.batcher.enqueue(Control(session_id, num_envs, identity))
         logging.info("actor %d connected (session %d, %d envs)", actor_id, session_id, num_envs)
         return session_id
@@ -319,6 +325,8 @@ class InferenceService:
                 entry[1] -= 1
                 if not entry[1]:
                     del self._labels[session[1]]
+                    if self.exploration is not None:
+                        self.exploration.leave(entry[0])
         if session is not None:
             self.batcher.enqueue(Control(session_id))
             logging.info("actor %d disconnected (session %d)", session[0], session_id)
@@ -487,7 +495,14 @@ class InferenceService:
                 changed,
                 self.spec.logits_size,
             )
-        groups = self._run_policies(latest, obs, extras, carry, first, policy)
+        epsilon = None
+        if self.exploration is not None:
+            with self._sessions_lock:
+                labels = [self._sessions.get(r.session_id, (0, "", 0))[2] for r in requests]
+            sizes = [r.rows.env_id.shape[0] for r in requests]
+            identity = np.repeat(np.asarray(labels, np.int64), sizes)[ran]
+            epsilon = self.exploration.epsilon(identity, self.env_steps)
+        groups = self._run_policies(latest, obs, extras, carry, first, policy, epsilon)
         placement, written = None, None
         if self.pool is not None:
             placement = self.pool.place(seat, ran)
@@ -509,10 +524,11 @@ class InferenceService:
             placement, written,
         )  # fmt: skip
 
-    def _run_policies(self, latest, obs, extras, carry, first, policy) -> list:
-        """Dispatches each policy on its rows: the learning policy, league snapshots and bots."""
+    def _run_policies(self, latest, obs, extras, carry, first, policy, epsilon=None) -> list:
+        """Dispatches each policy on its rows: the learning policy, league snapshots and bots
+        (`epsilon` [n]: each row's exploration rate, for a Q network)."""
         if (policy == LEARNER).all():  # the common case, without np.unique's sort
-            return [(None, self.runner.dispatch(latest, obs, extras, carry, first))]
+            return [(None, self.runner.dispatch(latest, obs, extras, carry, first, epsilon))]
         ids = np.unique(policy)
         groups = []
         for policy_id in ids:

@@ -22,7 +22,7 @@ from seedlike.config import (
 )
 from seedlike.envs import make_env_spec
 from seedlike.learning import train_state as ts
-from seedlike.learning.learner import Learner
+from seedlike.learning.offpolicy import make_learner
 from seedlike.teams import Teams
 from tests.procs import NEEDS_QT, ROOT, has_qt5
 
@@ -59,14 +59,18 @@ def test_config_builds_on_two_devices(path):
     params = jax.eval_shape(network.init, jax.random.key(0))
     pointers = network.module.head_spec.pointer_heads  # heads whose logits come from pointers_<i>
     dense = sum(n for i, n in enumerate(spec.head_sizes) if i not in pointers)
-    if dense:
+    head = network.module.head_spec
+    if dense and head.q:  # action values: A x atoms outputs (networks.heads.QHead)
+        layer = params["params"]["policy_head"]["advantage" if head.dueling else "q"]
+        assert layer["kernel"].shape[-1] == dense * head.atoms
+    elif dense:
         logits = params["params"]["policy_head"]["logits"]["kernel"]
         assert logits.shape[-1] == dense
     if spec.continuous:
         mean = params["params"]["gaussian_head"]["mean"]["kernel"]
         assert mean.shape[-1] == spec.continuous
     # Batch and minibatches split over the suite's two forced devices (raises if not).
-    learner = Learner(config, network, window_s=config.server.fair_window_s)
+    learner = make_learner(config, network, window_s=config.server.fair_window_s)
     assert learner.num_devices == 2
 
 
@@ -123,12 +127,14 @@ def test_the_algorithm_records_are_the_configs_sections_and_the_losses_metrics()
     from seedlike.algos import ALGORITHMS
     from seedlike.config import base_config
 
-    assert tuple(ALGORITHMS) == ("ppo", "vtrace")
+    assert tuple(ALGORITHMS) == ("ppo", "vtrace", "rainbow")
     config = base_config()
     for name, algorithm in ALGORITHMS.items():
         assert config[name].to_dict() == algorithm.defaults().to_dict()
         math = algorithm.load()
-        assert callable(math.make_loss) and callable(math.advantages)
+        # A replay algorithm's targets come from the replay's transitions (no advantages).
+        assert callable(math.make_loss) and (algorithm.replay or callable(math.advantages))
+    assert [n for n, a in ALGORITHMS.items() if a.replay] == ["rainbow"]
     # V-trace computes its targets inside the loss; PPO's come from GAE beforehand.
     assert ALGORITHMS["vtrace"].load().advantages(config.vtrace) is None
     assert callable(ALGORITHMS["ppo"].load().advantages(config.ppo))

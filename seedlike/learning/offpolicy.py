@@ -1,0 +1,154 @@
+"""The learner of the replay algorithms (seedlike.algos: `Algorithm.replay`): each learner batch
+goes into this host's replay (seedlike.learning.replay), then a fixed number of sgd steps sample
+from it.
+
+One call of `update` is one policy version: insert the batch's B x T steps, then (once the replay
+holds `min_fill` steps) replay_ratio x B x T / batch_size sgd steps, each on `batch_size`
+transitions sampled by priority, all in one pmapped call (a scan), then the priorities they
+computed written back. The replay ratio is thereby held exactly: the learner learns only when a
+batch arrives, and acting waits while it learns (the batch queue's backpressure). Each device
+learns from its share of every sgd step's transitions; with several learner hosts each samples
+its own replay (its own actors' steps) and the gradients are averaged over every device, as for
+the on-policy learner.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import jax
+import numpy as np
+
+from seedlike.algos import ALGORITHMS
+from seedlike.learning import train_state as ts
+from seedlike.learning.learner import Learner
+from seedlike.learning.replay import Replay
+from seedlike.types import Unroll
+
+
+class ReplayLearner(Learner):
+    """A Learner whose update learns from the replay (module docstring); the same state,
+    publishing and guard."""
+
+    def __init__(self, config, network, *, window_s: float, devices=None, shuffle_blocks=None):
+        self._init_devices(config, network, window_s, devices, shuffle_blocks)
+        c = self.algo_config
+        self.batch_device = None  # the replay keeps host arrays
+        self.epochs = 1
+        steps = config.batch_unrolls * config.unroll_length
+        self.sgd_per_update = round(float(c.replay_ratio) * steps / int(c.batch_size))
+        if int(c.batch_size) % self.num_devices:
+            raise ValueError(
+                f"{config.algo}.batch_size={c.batch_size} must be divisible by the "
+                f"{self.num_devices} devices"
+            )
+        # Each process samples its devices' share of every sgd step's transitions.
+        self.local_batch = int(c.batch_size) * self.num_local // self.num_devices
+        total_updates = -(-int(config.total_env_steps) // steps)
+        self.optimizer = ts.make_optimizer(config.optimizer)
+        math_ = self.algorithm.load()
+        loss_fn = math_.make_loss(network, c, ts.AXIS)
+        lr_fn = ts.make_learning_rate_fn(config.optimizer, total_updates * self.sgd_per_update)
+        step = ts.make_replay_step(loss_fn, self.optimizer, lr_fn, int(c.target_period))
+
+        def steps_fn(state, transitions):
+            """sgd_per_update steps: transitions [K, b, ...] on this device."""
+            return jax.lax.scan(step, state, transitions)
+
+        self._steps = jax.pmap(steps_fn, ts.AXIS, devices=self.devices)
+        self.total_env_steps = int(config.total_env_steps)
+        self.min_fill = int(c.min_fill)
+        self.beta0 = float(c.importance_exponent)
+        self.replay: Replay | None = None  # allocated at the first batch (its shapes)
+        self.metric_keys = (
+            *self.algorithm.metrics, "grad_norm", "learning_rate", "nonfinite",
+            "replay/size", "replay/sampled", "replay/inserted", "replay/ratio", "replay/beta",
+        )  # fmt: skip
+        self.consumed = 0  # transitions sampled by the last update
+
+    def make_replay(self, example: Unroll) -> Replay:
+        c = self.algo_config
+        return Replay(
+            example, c.capacity, c.n_step, c.gamma, c.reward_clip, c.prioritized,
+            c.priority_exponent, c.priority_eps, seed=int(self.config.seed) + jax.process_index(),
+        )  # fmt: skip
+
+    def update(self, unrolls: Unroll, identity: np.ndarray | None = None) -> dict[str, float]:
+        """Inserts stacked unrolls [B, T+1, ...] (host arrays) and learns from the replay;
+        returns the averaged metrics (replay counters only, before min_fill). `identity` is not
+        needed: the influence caps' kept-out unrolls arrive invalid and are never sampled."""
+        del identity
+        if self.replay is None:
+            self.replay = self.make_replay(unrolls)
+        replay = self.replay
+        replay.insert(unrolls)
+        self.consumed = 0
+        counters = self._counters()
+        if replay.size < self.min_fill or replay.tree.total <= 0:
+            return {**dict.fromkeys(self.metric_keys, float("nan")), **counters}
+        old_state = self._state
+        try:
+            return self._learn(old_state)
+        except BaseException:
+            self._state = old_state
+            raise
+
+    def _counters(self, beta: float = float("nan")) -> dict[str, float]:
+        r = self.replay
+        return {
+            "replay/size": float(r.size),
+            "replay/sampled": float(r.sampled),
+            "replay/inserted": float(r.inserted),
+            "replay/ratio": r.sampled / r.inserted if r.inserted else float("nan"),
+            "replay/beta": beta,
+        }
+
+    def beta(self) -> float:
+        """The importance exponent now: rising linearly to 1 over the run's env steps (this
+        process's inserted steps times the processes)."""
+        done = self.replay.inserted * jax.process_count() / max(self.total_env_steps, 1)
+        return self.beta0 + (1.0 - self.beta0) * min(done, 1.0)
+
+    def _learn(self, old_state) -> dict[str, float]:
+        replay, n, k = self.replay, self.num_local, self.sgd_per_update
+        beta = self.beta()
+        idx, weight = replay.sample(k * self.local_batch, beta)
+        # [K * b] -> [device, K, b / n]: each sgd step's transitions split over the devices.
+        idx = idx.reshape(k, n, -1).swapaxes(0, 1)
+        weight = weight.reshape(k, n, -1).swapaxes(0, 1)
+        batch = replay.transitions(idx, weight)
+        sharded = jax.tree.map(lambda x: self._shard(x), batch)
+        self._state, (metrics, priority) = self.guard(self._steps, self._state, sharded)
+        metrics, priority = jax.device_get((metrics, priority))
+        self.consumed = k * self.local_batch
+        metrics = {key: float(np.mean(v[0])) for key, v in metrics.items()}
+        counters = self._counters(beta)
+        if not all(math.isfinite(v) for v in metrics.values()):
+            bad = sorted(key for key, v in metrics.items() if not math.isfinite(v))
+            logging.error(
+                "non-finite %s in learner update %d; update discarded", bad, self.policy_version
+            )
+            self._state = old_state
+            return {**metrics, **counters, "nonfinite": 1.0}
+        replay.update(idx, np.asarray(priority))
+        version = self.guard(lambda v: v + 1, self._state.policy_version)
+        self._state = self._state.replace(policy_version=version)
+        self._version += 1
+        return {**metrics, **counters, "nonfinite": 0.0}
+
+    def samples(self, unrolls: Unroll) -> int:
+        """Transitions the last update learned from."""
+        del unrolls
+        return self.consumed
+
+    def _shard(self, x: np.ndarray):
+        """Host array [n, ...] -> one shard per local device (a pmap argument)."""
+        shards = [jax.device_put(x[i : i + 1], d) for i, d in enumerate(self.local_devices)]
+        return jax.make_array_from_single_device_arrays(x.shape, self._local_sharding, shards)
+
+
+def make_learner(config, network, **kwargs) -> Learner:
+    """The learner of the config's algorithm: a ReplayLearner for a replay algorithm."""
+    kind = ReplayLearner if config.algo and ALGORITHMS[config.algo].replay else Learner
+    return kind(config, network, **kwargs)

@@ -1,0 +1,225 @@
+"""The replay a learner host keeps for the replay algorithms (seedlike.algos.rainbow): the unrolls
+of its learner batches, stored whole in a ring of slots, and their steps sampled as n-step
+transitions, uniformly or in proportion to a priority (Schaul et al. 2016).
+
+Each slot holds one unroll's T+1 steps as the trajectory store built it (seedlike.types.Unroll):
+an observation is stored once per unroll it appears in (step T is also the next unroll's step 0:
+(T+1)/T of the bytes per step), and a transition's bootstrap observation is another step of the
+same slot, found when the unroll is inserted (rainbow.n_step_targets), never a copy. A step
+counts as a transition when its action was executed (`valid`): terminal observations and the
+unrolls the influence caps kept out of the loss get priority 0 and are never sampled.
+
+Priorities live in a sum tree over every slot's T steps (`SumTree`): sampling is stratified
+(one draw from each of `count` equal slices of the total), a new step gets the largest priority
+seen so far, and `update` writes the learner's new priorities back. Uniform sampling is the same
+tree with every valid step at 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from seedlike.algos import rainbow
+
+
+class SumTree:
+    """Non-negative leaf values in a complete binary tree of partial sums: prefix-sum search and
+    batched updates in O(log n) per leaf, vectorized over leaves."""
+
+    def __init__(self, size: int):
+        self.size = int(size)
+        self._base = 1 << max(int(np.ceil(np.log2(max(self.size, 1)))), 0)
+        self._tree = np.zeros(2 * self._base, np.float64)  # node i's children: 2i, 2i + 1
+
+    @property
+    def total(self) -> float:
+        return float(self._tree[1])
+
+    def values(self, idx: np.ndarray) -> np.ndarray:
+        return self._tree[self._base + np.asarray(idx, np.int64)]
+
+    def set(self, idx: np.ndarray, values: np.ndarray) -> None:
+        """Sets leaves idx to values (a repeated index keeps its last value)."""
+        node = self._base + np.asarray(idx, np.int64)
+        self._tree[node] = values
+        node = np.unique(node // 2)
+        while node.size and node[0] >= 1:
+            self._tree[node] = self._tree[2 * node] + self._tree[2 * node + 1]
+            node = np.unique(node // 2)
+
+    def find(self, mass: np.ndarray) -> np.ndarray:
+        """The leaf where each prefix sum `mass` (in [0, total)) falls."""
+        node = np.ones(np.shape(mass), np.int64)
+        mass = np.asarray(mass, np.float64).copy()
+        while node[0] < self._base if node.size else False:
+            left = self._tree[2 * node]
+            right = mass >= left
+            # A right child of zero mass (rounding at the very end) is never chosen.
+            right &= self._tree[2 * node + 1] > 0
+            mass = np.where(right, mass - left, mass)
+            node = 2 * node + right
+        return np.minimum(node - self._base, self.size - 1)
+
+
+class Replay:
+    """Unrolls [T+1] in `capacity // T` slots, sampled as n-step transitions.
+
+    Args:
+      example: one unroll's arrays as the learner receives them (any leading batch shape): what
+        the slots are allocated like.
+      capacity: env steps held (slots of T steps; the oldest slot is overwritten first).
+      n_step, gamma, reward_clip: the transitions' targets (rainbow.n_step_targets).
+      prioritized: sample in proportion to (priority + eps) ** exponent; False: uniformly.
+      exponent, eps: the priorities' exponent and floor.
+      seed: the sampling generator's.
+    """
+
+    def __init__(
+        self, example, capacity: int, n_step: int, gamma: float, reward_clip: float = 0.0,
+        prioritized: bool = True, exponent: float = 0.5, eps: float = 1e-3, seed: int = 0,
+    ):  # fmt: skip
+        self.horizon = int(np.shape(example.reward)[-1])
+        self.slots = max(int(capacity) // self.horizon, 1)
+        self.n_step, self.gamma, self.reward_clip = int(n_step), float(gamma), float(reward_clip)
+        self.prioritized = bool(prioritized)
+        self.exponent, self.eps = float(exponent), float(eps)
+        lead = np.ndim(example.reward) - 1  # the example's batch dimensions
+
+        def alloc(x, steps):
+            x = np.asarray(x)
+            return np.zeros((self.slots, steps, *x.shape[lead + 1 :]), x.dtype)
+
+        t1 = self.horizon + 1
+        self.obs = {k: alloc(v, t1) for k, v in example.obs.items()}
+        self.extras = {k: alloc(v, t1) for k, v in example.extras.items()}
+        self.action = alloc(example.action, t1)
+        self.reward = np.zeros((self.slots, self.horizon), np.float32)
+        self.discount = np.zeros((self.slots, self.horizon), np.float32)
+        self.boot = np.zeros((self.slots, self.horizon), np.int32)
+        self.tree = SumTree(self.slots * self.horizon)
+        self.max_priority = 1.0
+        self.next_slot = 0
+        self.filled = 0  # slots written
+        self.inserted = 0  # valid steps inserted, all time
+        self.sampled = 0  # transitions sampled, all time
+        self._valid = np.zeros((self.slots, self.horizon), bool)
+        self._rng = np.random.default_rng(seed)
+
+    @property
+    def size(self) -> int:
+        """Transitions the replay can sample now (valid steps stored)."""
+        return int(self._valid.sum())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the stored arrays."""
+        arrays = [*self.obs.values(), *self.extras.values(), self.action, self.reward]
+        arrays += [self.discount, self.boot, self._valid]
+        return sum(a.nbytes for a in arrays) + self.tree._tree.nbytes
+
+    def insert(self, unrolls) -> int:
+        """Stores stacked unrolls [B, T+1, ...] (host arrays); returns the valid steps added."""
+        batch = int(np.shape(unrolls.reward)[0])
+        total, discount, boot = rainbow.n_step_targets(
+            unrolls.reward, unrolls.terminated, unrolls.truncated, self.gamma, self.n_step,
+            self.reward_clip,
+        )  # fmt: skip
+        valid = np.asarray(unrolls.valid)[:, : self.horizon]
+        slots = (self.next_slot + np.arange(batch)) % self.slots
+        for k, v in unrolls.obs.items():
+            self.obs[k][slots] = v
+        for k, v in unrolls.extras.items():
+            self.extras[k][slots] = v
+        self.action[slots] = unrolls.action
+        self.reward[slots], self.discount[slots], self.boot[slots] = total, discount, boot
+        self._valid[slots] = valid
+        leaves = (slots[:, None] * self.horizon + np.arange(self.horizon)).reshape(-1)
+        first = self.max_priority if self.prioritized else 1.0
+        self.tree.set(leaves, np.where(valid.reshape(-1), first, 0.0))
+        self.next_slot = int((self.next_slot + batch) % self.slots)
+        self.filled = min(self.filled + batch, self.slots)
+        added = int(valid.sum())
+        self.inserted += added
+        return added
+
+    def sample(self, count: int, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """(leaf indices int64 [count], importance weights float32 [count]): stratified draws in
+        proportion to the priorities; weights (N P(i)) ** -beta over their largest."""
+        total = self.tree.total
+        if total <= 0:
+            raise ValueError("the replay holds no transition to sample")
+        edges = (np.arange(count) + self._rng.random(count)) * (total / count)
+        idx = self.tree.find(edges)
+        self.sampled += int(count)
+        if not self.prioritized:
+            return idx, np.ones(count, np.float32)
+        probs = self.tree.values(idx) / total
+        weight = np.power(np.maximum(self.size * probs, 1e-12), -float(beta))
+        return idx, (weight / weight.max()).astype(np.float32)
+
+    def transitions(self, idx: np.ndarray, weight: np.ndarray) -> rainbow.Transitions:
+        """The transitions at leaf indices idx [...] (any shape), with their weights."""
+        slot, t = np.divmod(np.asarray(idx, np.int64), self.horizon)
+        boot = self.boot[slot, t]
+        return rainbow.Transitions(
+            obs={k: v[slot, t] for k, v in self.obs.items()},
+            extras={k: v[slot, t] for k, v in self.extras.items()},
+            action=self.action[slot, t].astype(np.int32),
+            reward=self.reward[slot, t],
+            discount=self.discount[slot, t],
+            next_obs={k: v[slot, boot] for k, v in self.obs.items()},
+            next_extras={k: v[slot, boot] for k, v in self.extras.items()},
+            weight=np.asarray(weight, np.float32),
+        )
+
+    def update(self, idx: np.ndarray, priority: np.ndarray) -> None:
+        """Writes the learner's new priorities (|TD error| or loss per sample) back."""
+        if not self.prioritized:
+            return
+        idx = np.asarray(idx, np.int64).reshape(-1)
+        priority = np.asarray(priority, np.float64).reshape(-1)
+        priority = np.where(np.isfinite(priority), priority, 0.0)
+        value = np.power(priority + self.eps, self.exponent)
+        # A slot overwritten since the sample keeps its new steps' priorities.
+        live = self.tree.values(idx) > 0
+        self.tree.set(idx[live], value[live])
+        self.max_priority = max(self.max_priority, float(value.max(initial=0.0)))
+
+    # Checkpoints -----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every array and counter, for save_replay (np.savez)."""
+        state = {f"obs/{k}": v for k, v in self.obs.items()}
+        state.update({f"extras/{k}": v for k, v in self.extras.items()})
+        state.update(
+            action=self.action, reward=self.reward, discount=self.discount, boot=self.boot,
+            valid=self._valid, tree=self.tree._tree,
+            counters=np.array([self.next_slot, self.filled, self.inserted, self.sampled]),
+            max_priority=np.array(self.max_priority),
+        )  # fmt: skip
+        return state
+
+    def load_state_dict(self, state) -> None:
+        """Restores `state_dict`'s arrays (ValueError where a shape differs)."""
+        mine = self.state_dict()
+        if set(mine) != set(state.keys()):
+            raise ValueError(f"the saved replay holds {sorted(state.keys())}, not {sorted(mine)}")
+        for key, have in mine.items():
+            got = np.asarray(state[key])
+            if got.shape != have.shape or got.dtype != have.dtype:
+                raise ValueError(
+                    f"the saved replay's {key} is {got.dtype}{list(got.shape)}, this config's "
+                    f"{have.dtype}{list(have.shape)} (replay capacity, unroll_length or the env "
+                    "changed)"
+                )
+        for k in self.obs:
+            self.obs[k][...] = state[f"obs/{k}"]
+        for k in self.extras:
+            self.extras[k][...] = state[f"extras/{k}"]
+        self.action[...], self.reward[...] = state["action"], state["reward"]
+        self.discount[...], self.boot[...] = state["discount"], state["boot"]
+        self._valid[...], self.tree._tree[...] = state["valid"], state["tree"]
+        self.next_slot, self.filled, self.inserted, self.sampled = (
+            int(x) for x in state["counters"]
+        )
+        self.max_priority = float(state["max_priority"])
