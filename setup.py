@@ -25,6 +25,7 @@ INSTALL_REQUIRES = [
     "tensorboardX==2.6.5",  # config log.tensorboard
     "pyyaml==6.0.3",  # deploy.py's Kubernetes manifests
     "scipy==1.17.1",  # python -m seedlike.launch.sweep's Student-t intervals (jax needs it too)
+    "minatar==1.0.15",  # MinAtar/<Game>-v1 through env.backend=gymnasium (configs/minatar_*.py)
 ]
 
 # What an actor process imports (seedlike.actor, seedlike.envs, seedlike.rpc, seedlike.config):

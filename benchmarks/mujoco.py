@@ -11,7 +11,6 @@ mujoco.md and mujoco.png (curves, every seed).
 """
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -24,6 +23,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from seedlike.launch import jobs  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from results_io import run_summary  # noqa: E402
 
 # CleanRL ppo_continuous_action, Gymnasium MuJoCo v4, 1M steps, 3 seeds (its docs' table).
 CLEANRL = {"HalfCheetah-v4": (1442, 46), "Hopper-v4": (2383, 272), "Walker2d-v4": (2288, 572)}
@@ -53,35 +55,6 @@ def envpool_ceiling(task: str, num_envs: int, seconds: float) -> float:
     rate = steps / (time.perf_counter() - start)
     env.close()
     return rate
-
-
-def final_return(rows: list[dict], share: float = 0.1) -> float:
-    """The mean return of the last `share` of the run's episodes, from the metrics rows' per-row
-    episode counts and means (the episodes of a row weigh alike)."""
-    rows = [r for r in rows if r.get("episode_return_mean") is not None and r.get("episodes")]
-    need = share * sum(r["episodes"] for r in rows)
-    total = taken = 0.0
-    for r in reversed(rows):
-        take = min(r["episodes"], need - taken)
-        total, taken = total + take * r["episode_return_mean"], taken + take
-        if taken >= need:
-            break
-    return total / taken if taken else math.nan
-
-
-def run_summary(run_dir: str) -> dict:
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        rows = [json.loads(line) for line in f]
-    started = os.path.getmtime(os.path.join(run_dir, "server_address"))
-    wall = rows[-1]["time"] - started
-    return {
-        "final": final_return(rows),
-        "best_row": max(r["episode_return_mean"] for r in rows if r["episode_return_mean"]),
-        "env_steps": rows[-1]["env_steps"],
-        "wall_s": wall,
-        "sps": rows[-1]["env_steps"] / wall,
-        "curve": [(r["env_steps"], r["episode_return_mean"]) for r in rows],
-    }
 
 
 def main(argv):

@@ -32,6 +32,7 @@ import orbax.checkpoint as ocp
 from networks import Network, make_network
 from seedlike import checkpoint as ckpt_lib
 from seedlike import config as config_lib
+from seedlike.algos import sgd_steps_per_update
 from seedlike.learning import train_state as ts
 from surgery import ops
 from surgery.optimizer import reset_opt_state, set_lr_zero, transform_opt_state
@@ -130,6 +131,9 @@ class PolicySurgery:
             opt_state=opt_state,
             obs_norm=self.transform_obs_norm(state.obs_norm),
         )
+        if state.target_params:  # a Q network's target: the same function-preserving plan
+            target = self.transform_params(state.target_params, state.obs_norm).params
+            new = new.replace(target_params=target)
         return set_lr_zero(new, lr_zero_sgd_steps), result
 
     @functools.cached_property
@@ -334,8 +338,7 @@ def run_surgery(
         plan = derive_plan(old_network, new_network, mode=mode, lstm_noise=lstm_noise)
     surgery = PolicySurgery(plan, old_network, new_network, seed)
 
-    algo = new_config[new_config.algo]
-    sgd_per_update = int(algo.epochs) * int(algo.num_minibatches)
+    sgd_per_update = sgd_steps_per_update(new_config)
     new_state, result = surgery.transform_state(
         state,
         reset_optimizer=reset_optimizer,

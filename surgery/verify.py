@@ -213,6 +213,19 @@ def _compare_gaussian(old, new, dims: int):
     return d_mean, d_log_std, kl.ravel()
 
 
+def _per_atom(outputs, atoms: int):
+    """A C51 Q head's (logits [R, ..., A * atoms], value [R, ...]) as `atoms` times the rows,
+    each with one logit per action: every atom's logits are compared, action by action."""
+    logits, value = np.asarray(outputs[0]), np.asarray(outputs[1])
+    lead = logits.shape[:-1]
+    per = np.moveaxis(logits.reshape(*lead, -1, atoms), -1, 0)  # [atoms, R, ..., A]
+    value = np.broadcast_to(value, (atoms, *value.shape))
+    return (
+        per.reshape(atoms * lead[0], *lead[1:], per.shape[-1]),
+        value.reshape(atoms * lead[0], *lead[1:]),
+    )
+
+
 def _compare_all(old, new, positions, sizes, old_spec, new_spec):
     """_compare for the categoricals' logits and _compare_gaussian for the continuous part:
     (max |Δ logits|, max |Δ value|, KL per row, new actions' mass, scales, Δ mean, Δ log-std)."""
@@ -409,6 +422,11 @@ class Verifier:
         old_s, new_s, old_u, new_u = self._outputs(
             old_params, old_obs_norm, new_params, new_obs_norm, step_inputs, unroll_inputs
         )
+        head = self.old_network.module.head_spec
+        if head.q and head.atoms > 1:
+            old_s, new_s, old_u, new_u = (
+                _per_atom(x, head.atoms) for x in (old_s, new_s, old_u, new_u)
+            )
         step = _compare_all(old_s, new_s, positions, sizes, old_spec, new_spec)
         unroll = _compare_all(old_u, new_u, positions, sizes, old_spec, new_spec)
         kl = np.concatenate([step[2], unroll[2]])

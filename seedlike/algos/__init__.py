@@ -220,6 +220,16 @@ def check_rainbow(c: ml_collections.ConfigDict) -> list[str]:
     return problems
 
 
+def sgd_steps_per_update(config) -> int:
+    """Gradient steps in one policy version of a run's config: epochs x num_minibatches, or a
+    replay algorithm's replay_ratio x steps per learner batch / batch_size."""
+    c = config[config.algo]
+    if ALGORITHMS[config.algo].replay:
+        steps = config.batch_unrolls * config.unroll_length
+        return round(float(c.replay_ratio) * steps / int(c.batch_size))
+    return int(c.epochs) * int(c.num_minibatches)
+
+
 ALGORITHMS = {
     "ppo": Algorithm(
         name="ppo",

@@ -28,10 +28,32 @@ import numpy as np
 from seedlike.envs.spaces import env_actions, spec_from_spaces
 from seedlike.types import ArraySpec, EnvSpec, Rows
 
+# Packages that register their ids only when asked: an id with the prefix has the function called
+# first (PyPI minatar registers MinAtar/<Game>-v1, sticky actions 0.1, in register_envs()).
+REGISTRARS = {"MinAtar/": ("minatar.gym", "register_envs", "pip install minatar==1.0.15")}
+
+
+def _register(name: str) -> None:
+    for prefix, (module_name, function, install) in REGISTRARS.items():
+        if not name.startswith(prefix):
+            continue
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise ValueError(
+                f"env.name={name!r} (env.backend=gymnasium) needs {module_name} ({e}): {install}"
+            ) from None
+        import gymnasium
+
+        if name not in gymnasium.registry:
+            getattr(module, function)()
+
 
 def make_one(name: str, kwargs: dict):
     """One env of `name`: a registered id or a module:attribute entry point."""
     import gymnasium
+
+    _register(name)
 
     module_name, sep, attr = name.partition(":")
     if sep and attr.isidentifier():  # "module:Attribute" (gymnasium's own "module:Id-v0" below)

@@ -20,7 +20,7 @@ import math
 import jax
 import numpy as np
 
-from seedlike.algos import ALGORITHMS
+from seedlike.algos import ALGORITHMS, sgd_steps_per_update
 from seedlike.learning import train_state as ts
 from seedlike.learning.learner import Learner
 from seedlike.learning.replay import Replay
@@ -37,7 +37,7 @@ class ReplayLearner(Learner):
         self.batch_device = None  # the replay keeps host arrays
         self.epochs = 1
         steps = config.batch_unrolls * config.unroll_length
-        self.sgd_per_update = round(float(c.replay_ratio) * steps / int(c.batch_size))
+        self.sgd_per_update = sgd_steps_per_update(config)
         if int(c.batch_size) % self.num_devices:
             raise ValueError(
                 f"{config.algo}.batch_size={c.batch_size} must be divisible by the "

@@ -23,9 +23,10 @@ from seedlike.types import ArraySpec, EnvSpec
 SPEC = EnvSpec("test", {"obs": ArraySpec(np.float32, (4,))}, num_actions=2)
 
 
-def make_state(hidden=(8, 8), seed=0):
+def make_state(hidden=(8, 8), seed=0, **network):
     c = base_config()
     c.network.hidden_sizes = hidden
+    c.network.update(network)
     network = make_network(c.network, SPEC)
     return ts.init_train_state(network, ts.make_optimizer(c.optimizer), jax.random.key(seed))
 
@@ -41,6 +42,19 @@ def test_round_trip_is_exact(tmp_path):
     jax.tree.map(np.testing.assert_array_equal, restored, state)
     assert params_fingerprint(restored.params) == params_fingerprint(state.params)
     assert params_fingerprint(make_state(seed=2).params) != params_fingerprint(state.params)
+
+
+def test_a_q_networks_target_parameters_round_trip(tmp_path):
+    q = dict(policy_head="q", dueling=True, atoms=3, normalize_obs=False)
+    state = make_state(seed=1, **q)
+    state = state.replace(target_params=make_state(seed=3, **q).params)
+    ckpt = Checkpointer(str(tmp_path))
+    ckpt.save(1, state, {})
+    ckpt.wait()
+    restored, _ = Checkpointer(str(tmp_path)).restore(make_state(seed=2, **q))
+    jax.tree.map(np.testing.assert_array_equal, restored.target_params, state.target_params)
+    jax.tree.map(np.testing.assert_array_equal, restored.params, state.params)
+    assert params_fingerprint(restored.target_params) != params_fingerprint(restored.params)
 
 
 def test_orbax_info_lines_stay_off_the_console_and_other_lines_pass(tmp_path, caplog):

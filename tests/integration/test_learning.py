@@ -2,6 +2,7 @@
 
 import os
 
+import numpy as np
 import pytest
 
 from tests.procs import ROOT, returns, train
@@ -11,6 +12,7 @@ pytestmark = pytest.mark.slow
 
 POMDP = os.path.join(ROOT, "configs", "cartpole_pomdp_lstm.py")
 VTRACE = os.path.join(ROOT, "configs", "cartpole_vtrace.py")
+RAINBOW = os.path.join(ROOT, "configs", "cartpole_rainbow.py")
 TICTACTOE = os.path.join(ROOT, "configs", "tictactoe_selfplay.py")
 QUICK = ["--config.log.interval_s=2", "--config.log.wandb_mode=disabled"]
 ONE_DEVICE = {**os.environ, "XLA_FLAGS": ""}
@@ -61,6 +63,26 @@ def test_vtrace_learns_cartpole(tmp_path):
     reached = [i for i, r in enumerate(rows) if (r["episode_return_mean"] or 0) >= 160]
     assert reached and reached[-1] >= len(rows) - 2, returns(rows)
     assert rows[-1]["env_steps"] < 200000, rows[-1]
+
+
+def test_rainbow_learns_cartpole_at_the_replay_ratio_it_is_given(tmp_path):
+    rows = train(
+        tmp_path / "rainbow",
+        RAINBOW,
+        "--config.total_env_steps=150000",
+        "--config.stop_at_return=200",
+        "--config.log.stop_hold_s=1",
+        *QUICK,
+    )
+    assert max(returns(rows)) >= 190, returns(rows)
+    assert rows[-1]["env_steps"] < 150_000  # stopped at the return, not the budget
+    # Sampled transitions per received env step, each interval once learning runs (the replay
+    # holds rainbow.min_fill): the configured 8 within 10% (a batch's sgd steps may fall in the
+    # next interval).
+    learning = [r["sample_reuse"] for r in rows if r["replay/size"] and r["replay/size"] > 6000]
+    learning = [x for x in learning if x == x]
+    assert len(learning) >= 3 and abs(np.mean(learning) - 8) <= 0.8, learning
+    assert all(r["exploration/epsilon_0"] >= r["exploration/epsilon_1"] for r in rows[1:-1])
 
 
 def test_selfplay_tictactoe_beats_the_random_agent(tmp_path):

@@ -8,6 +8,7 @@ from networks import make_network
 from seedlike.config import base_config
 from seedlike.learning import train_state as ts
 from seedlike.learning.learner import Learner
+from seedlike.learning.offpolicy import make_learner
 from tests.helpers import LEARNER_SPEC as SPEC
 from tests.helpers import VARIANTS, random_unrolls, variant_config
 from tests.helpers import learner_config as small_config
@@ -188,3 +189,58 @@ def test_a_stop_request_abandons_the_update_and_keeps_the_last_complete_version(
     learner.interrupt.clear()
     learner.update(unrolls)
     assert learner.policy_version == 1
+
+
+def rainbow_config(atoms: int):
+    c = small_config(algo="rainbow")
+    c.network.update(policy_head="q", dueling=True, atoms=atoms, normalize_obs=False)
+    # 32 steps per batch, 2 sgd steps of 16 transitions each; the target follows every 3 steps.
+    c.rainbow.update(min_fill=0, batch_size=16, replay_ratio=1.0, target_period=3)
+    return c
+
+
+def run_replay_updates(devices, config, updates=2):
+    network = make_network(config.network, SPEC)
+    learner = make_learner(config, network, window_s=1e9, devices=devices)
+    initial = learner.init_state(jax.random.key(0))
+    learner.set_state(initial)
+    states, metrics = [], []
+    for i in range(updates):
+        unrolls = random_unrolls(
+            network, initial.params, {}, config.batch_unrolls, config.unroll_length, i
+        )
+        metrics.append(learner.update(unrolls))
+        states.append(learner.state())
+    return states, metrics, initial
+
+
+@pytest.mark.parametrize("atoms", [1, 5], ids=["q", "c51"])
+def test_replay_learner_is_the_same_on_one_and_two_devices(atoms):
+    config = rainbow_config(atoms)
+    one, metrics_one, initial = run_replay_updates(jax.local_devices()[:1], config)
+    two, metrics_two, _ = run_replay_updates(jax.local_devices()[:2], config)
+
+    def close(a, b):
+        return jax.tree.map(
+            lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), a, b
+        )
+
+    close(one[-1].params, two[-1].params)
+    close(one[-1].target_params, two[-1].target_params)
+    close(one[-1].opt_state, two[-1].opt_state)
+    for a, b in zip(metrics_one, metrics_two):
+        assert a.keys() == b.keys()
+        np.testing.assert_allclose([a[k] for k in a], [b[k] for k in a], rtol=1e-4, atol=1e-6)
+    assert int(one[-1].sgd_steps) == 4 and int(one[-1].policy_version) == 2
+    # Target parameters: the initial ones until sgd step 3 copies the online ones.
+    jax.tree.map(np.testing.assert_array_equal, one[0].target_params, initial.params)
+    moved = jax.tree.map(
+        lambda a, b: float(np.max(np.abs(a - b))), one[-1].target_params, initial.params
+    )
+    assert max(jax.tree.leaves(moved)) > 1e-4
+    assert metrics_one[-1]["replay/inserted"] == sum(
+        int(random_unrolls(make_network(config.network, SPEC), initial.params, {}, 4, 8, i)
+            .valid[:, :8].sum())
+        for i in range(2)
+    )  # fmt: skip
+    assert metrics_one[-1]["replay/sampled"] == 4 * 16

@@ -808,3 +808,21 @@ def test_a_changed_policy_head_is_refused_by_name(monkeypatch):
     changed = "network.policy_head changes from 'categorical' to 'other'"
     with pytest.raises(surgery.PlanError, match=changed):
         surgery.derive_plan(make_net(), make_net(policy_head="other"))
+
+
+@pytest.mark.parametrize(
+    "head",
+    [dict(), dict(dueling=True), dict(dueling=True, atoms=7, value_range=(-3.0, 3.0))],
+    ids=["q", "dueling", "dueling-c51"],
+)
+def test_widening_a_q_network_keeps_its_action_values_exact(head):
+    """A Q head reads the torso like a policy head: widening the torso (new observations too)
+    leaves every action's value (each atom's logit) and the greedy value as they were."""
+    arch = dict(policy_head="q", normalize_obs=False, activation="relu", **head)
+    old_net = make_net(hidden_sizes=(6, 5), **arch)
+    new_net = make_net(SPEC_MORE_OBS, hidden_sizes=(9, 8), **arch)
+    assert old_net.module.torso_spec.shared  # one torso: a Q network has no value head
+    params = random_params(old_net, 5)
+    plan, result = derive_and_apply(old_net, new_net, params)
+    assert {op.kind for op in plan.ops} >= {"widen_dense", "add_observations"}
+    assert_exact(check(old_net, new_net, params, {}, result))
