@@ -160,8 +160,8 @@ class HeadSpec:
       continuous: D continuous action dimensions (EnvSpec.continuous): a diagonal Gaussian head
         whose mean and log-std follow the categoricals' logits.
       state_dependent_std, log_std_init: the Gaussian's log-std (heads.GaussianHead).
-      atoms, dueling, value_range: a Q head's (policy "q", heads.QHead); such a network has no
-        value head: its value is the greedy action's Q.
+      atoms, dueling, value_range, noisy: a Q head's (policy "q", heads.QHead); such a network
+        has no value head: its value is the greedy action's Q.
     """
 
     num_actions: int
@@ -175,6 +175,7 @@ class HeadSpec:
     atoms: int = 1
     dueling: bool = False
     value_range: tuple[float, float] = (-10.0, 10.0)
+    noisy: bool = False
 
     @property
     def q(self) -> bool:
@@ -247,9 +248,8 @@ class ActorCritic(nn.Module):
         sizes, out = self.head_sizes, {}
         dense = sum(n for i, n in enumerate(sizes) if i not in self.head_spec.pointer_heads)
         if dense and self.head_spec.q:
-            out["policy_head"] = heads.QHead(
-                dense, self.head_spec.atoms, self.head_spec.dueling, **kwargs
-            )
+            h = self.head_spec
+            out["policy_head"] = heads.QHead(dense, h.atoms, h.dueling, h.noisy, **kwargs)
         elif dense:
             out["policy_head"] = heads.POLICY_HEADS[self.head_spec.policy](dense, **kwargs)
         if self.head_spec.continuous:
@@ -570,6 +570,11 @@ def layer_graph(
     )
 
 
+def _noise(key) -> dict:
+    """The rngs of a module call: a noisy Q head's "noise" key where one is given."""
+    return {} if key is None else {"noise": key}
+
+
 def mirror_actions(kind: str, num_actions: int, width: int) -> np.ndarray:
     """Index array m with m[a] = the action that mirrors a left-right on a board W wide.
 
@@ -691,15 +696,18 @@ class Network:
         actions = jnp.reshape(actions, (n,))
         return jnp.stack(heads.digits(actions, self.spec.head_sizes), axis=-1)
 
-    def step(self, params, obs_norm, obs, extras, carry, first, actions=None):
+    def step(self, params, obs_norm, obs, extras, carry, first, actions=None, noise=None):
         """One step for a batch: obs [N, ...], carry [N, ...], first bool [N].
 
         Returns masked logits [N, A], values [N] and the new carry. An autoregressive network
         needs the actions taken [N] (its logits are those of each argument given the ones before).
+        `noise`: a key for a noisy Q head's weight noise (None: its mean weights).
         """
         inputs = self._inputs(obs_norm, obs, 1)
         args = self._args(actions, first.shape)
-        logits, value, carry = self.module.apply(params, inputs, carry, first, args)
+        logits, value, carry = self.module.apply(
+            params, inputs, carry, first, args, rngs=_noise(noise)
+        )
         mask = (extras or {}).get("legal_action_mask")
         return heads.apply_mask(logits, mask, self.action_sizes), value, carry
 
@@ -720,7 +728,11 @@ class Network:
         value [N], carry). Autoregressive networks choose argument by argument. A Q network acts
         epsilon-greedily with each row's epsilon [N] (None: greedily)."""
         if self.q:
-            outputs, value, carry = self.step(params, obs_norm, obs, extras, carry, first)
+            noisy = self.module.head_spec.noisy and not greedy
+            key, noise = jax.random.split(key)
+            outputs, value, carry = self.step(
+                params, obs_norm, obs, extras, carry, first, noise=noise if noisy else None
+            )
             q = self.q_values(outputs)
             if greedy or epsilon is None:
                 return q.argmax(-1).astype(jnp.int32), jnp.zeros_like(value), value, carry
@@ -766,9 +778,9 @@ class Network:
         mask = (extras or {}).get("legal_action_mask")
         return heads.apply_mask(logits, mask, self.action_sizes), value.reshape((b, t)), carry
 
-    def apply(self, params, obs_norm, obs, extras=None, actions=None):
+    def apply(self, params, obs_norm, obs, extras=None, actions=None, noise=None):
         """Feed-forward networks only: logits [*batch, A] and values [*batch] for any batch dims
-        (`actions` [*batch]: as in `step`)."""
+        (`actions` [*batch] and `noise`: as in `step`)."""
         if self.is_recurrent:
             raise ValueError("a recurrent network needs step() or unroll() with a carry")
         key = next(iter(self.spec.observation))
@@ -776,7 +788,9 @@ class Network:
         n = int(np.prod(batch_shape, dtype=np.int64))
         flat = jax.tree.map(lambda x: x.reshape((n,) + x.shape[len(batch_shape) :]), obs)
         inputs = self._inputs(obs_norm, flat, 1)
-        logits, value, _ = self.module.apply(params, inputs, (), None, self._args(actions, (n,)))
+        logits, value, _ = self.module.apply(
+            params, inputs, (), None, self._args(actions, (n,)), rngs=_noise(noise)
+        )
         logits = logits.reshape(batch_shape + (-1,))
         mask = (extras or {}).get("legal_action_mask")
         return heads.apply_mask(logits, mask, self.action_sizes), value.reshape(batch_shape)

@@ -255,6 +255,7 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         atoms=int(c.atoms),
         dueling=bool(c.dueling),
         value_range=tuple(float(v) for v in c.value_range),
+        noisy=bool(c.noisy),
     )
     core = CoreSpec(size=int(c.core_size) if lstm else 0)
     lines = int(c.board_lines)

@@ -43,6 +43,38 @@ class CategoricalHead(nn.Module):
         return Part(readers=(Reader(layer),), spaces=spaces, logits=layer)
 
 
+class NoisyDense(nn.Module):
+    """A dense layer with factorised Gaussian noise on its weights (NoisyNet, Fortunato et al.
+    2018): w = mu + sigma * f(e_in) f(e_out)^T, b = mu_b + sigma_b * f(e_out), f(e) =
+    sign(e) sqrt|e|, one noise draw per call from the "noise" rng; without that rng (greedy
+    evaluation) the layer is its mean. The means are `kernel` and `bias`, as a Dense layer's."""
+
+    features: int
+    sigma0: float = 0.5
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        n_in = x.shape[-1]
+        bound = 1.0 / math.sqrt(n_in)
+        uniform = functools.partial(jax.random.uniform, minval=-bound, maxval=bound)
+        sigma = nn.initializers.constant(self.sigma0 / math.sqrt(n_in))
+        kernel = self.param("kernel", lambda k, s: uniform(k, s), (n_in, self.features))
+        bias = self.param("bias", lambda k, s: uniform(k, s), (self.features,))
+        kernel_sigma = self.param("kernel_sigma", sigma, (n_in, self.features))
+        bias_sigma = self.param("bias_sigma", sigma, (self.features,))
+        y = x @ kernel + bias
+        if not self.has_rng("noise"):
+            return y
+        noise_in, noise_out = jax.random.split(self.make_rng("noise"))
+
+        def f(e):
+            return jnp.sign(e) * jnp.sqrt(jnp.abs(e))
+
+        e_in = f(jax.random.normal(noise_in, (n_in,), x.dtype))
+        e_out = f(jax.random.normal(noise_out, (self.features,), x.dtype))
+        return y + ((x * e_in) @ kernel_sigma) * e_out + bias_sigma * e_out
+
+
 class QHead(nn.Module):
     """Action values: Q(s, a) [N, A], or with `atoms` > 1 the logits [N, A * atoms] of each
     action's return distribution over `atoms` fixed returns spread evenly over `value_range`
@@ -56,15 +88,22 @@ class QHead(nn.Module):
     num_actions: int
     atoms: int = 1
     dueling: bool = False
+    noisy: bool = False  # NoisyDense layers: exploration by parameter noise
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         a, k = self.num_actions, self.atoms
-        dense = functools.partial(nn.Dense, bias_init=nn.initializers.zeros)
+
+        def dense(n, scale, name):
+            if self.noisy:
+                return NoisyDense(n, name=name)
+            init = nn.initializers.orthogonal(scale)
+            return nn.Dense(n, kernel_init=init, bias_init=nn.initializers.zeros, name=name)
+
         if not self.dueling:
-            return dense(a * k, kernel_init=nn.initializers.orthogonal(0.01), name="q")(x)
-        value = dense(k, kernel_init=nn.initializers.orthogonal(1.0), name="value")(x)
-        adv = dense(a * k, kernel_init=nn.initializers.orthogonal(0.01), name="advantage")(x)
+            return dense(a * k, 0.01, "q")(x)
+        value = dense(k, 1.0, "value")(x)
+        adv = dense(a * k, 0.01, "advantage")(x)
         adv = adv.reshape(*adv.shape[:-1], a, k)
         q = value[..., None, :] + adv - jnp.mean(adv, axis=-2, keepdims=True)
         return q.reshape(*q.shape[:-2], a * k)

@@ -221,6 +221,9 @@ def network_section() -> ml_collections.ConfigDict:
     c.atoms = 1  # q: atoms of each action's return distribution (C51: 51); 1: expected values
     c.dueling = False  # q: a state value and action advantages, Q = V + A - mean A
     c.value_range = (-10.0, 10.0)  # q with atoms > 1: the returns the atoms span
+    # q: noisy linear layers (NoisyNet) explore by weight noise while acting and learning; greedy
+    # evaluation uses their mean weights. Usually with rainbow.epsilon = 0.
+    c.noisy = False
     # Factorized actions: each head also reads the arguments chosen before it (a zero-initialized
     # table per argument added to its input; OpenAI Five's target head reads the action type).
     # Acting then samples head by head, and learning conditions on the actions taken.

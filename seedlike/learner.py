@@ -57,6 +57,7 @@ from seedlike.teams import Teams
 from seedlike.types import LEGAL_ACTION_MASK
 
 ADDRESS_FILE = "server_address"
+REPLAY_FILE = "replay.npz"  # a replay algorithm's contents, with save_replay (checkpoints/)
 
 
 def make_return_scale(config, meta: dict) -> ReturnScale | None:
@@ -202,6 +203,8 @@ class LearnerProcess:
             if self.evaluator is not None:
                 meta["evaluation"] = self.evaluator.state_dict()
         self.checkpointer.save(self.learner.policy_version, state, meta)
+        if getattr(self.learner, "save_replay", False):
+            self.learner.write_replay(os.path.join(self.checkpointer.directory, REPLAY_FILE))
         if reason != "interval":
             self.checkpointer.wait()  # the last save: committed before the process ends
         logging.info(
@@ -253,6 +256,8 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         _check_resumed_config(config, meta, logdir)
         if not meta and config.init_from:
             state = _init_from(config.init_from, state)
+    if primary and meta and getattr(learner, "save_replay", False):
+        learner.read_replay(os.path.join(checkpointer.directory, REPLAY_FILE))
     counters = {k: int(meta.get(k, 0)) for k in ("env_steps", "episodes")}
     state, counters = distributed.broadcast_start(state, counters)
     learner.set_state(state)

@@ -8,6 +8,22 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+# A stack of frames: uint8 [S, H, W] with 2 <= S <= 16 and H, W >= 32 (Atari's [4, 84, 84]), not an
+# image's [H, W, C] or a board's planes. Actors send such keys' newest frame only
+# (seedlike/rpc/frames.py) and the replay stores each frame once (seedlike.learning.replay).
+MAX_STACK, MIN_FRAME = 16, 32
+
+
+def frame_stack(dtype, shape) -> bool:
+    """Whether an observation of this dtype and shape is a stack of frames, oldest first."""
+    return (
+        np.dtype(dtype) == np.uint8
+        and len(shape) == 3
+        and 2 <= shape[0] <= MAX_STACK
+        and min(shape[1:]) >= MIN_FRAME
+    )
+
+
 # The extras key of a row's legal actions, bool [logits_size]: a two-player game's legal moves, or
 # one mask per argument of a factorized action, side by side (EnvSpec.action_heads).
 LEGAL_ACTION_MASK = "legal_action_mask"

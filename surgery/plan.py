@@ -598,6 +598,15 @@ def derive_plan(
     same("network.entity_heads", om.encoders.entity_heads, nm.encoders.entity_heads)
     same("network.autoregressive", om.head_spec.autoregressive, nm.head_spec.autoregressive)
     same("network.policy_head", om.head_spec.policy, nm.head_spec.policy)
+    if om.head_spec.q or nm.head_spec.q:
+        same("network.atoms", om.head_spec.atoms, nm.head_spec.atoms)
+        same("network.dueling", om.head_spec.dueling, nm.head_spec.dueling)
+        same("network.value_range", om.head_spec.value_range, nm.head_spec.value_range)
+        if om.head_spec.noisy or nm.head_spec.noisy:
+            problems.append(
+                "network.noisy: the noise of a noisy Q head's layers spans every input unit, so "
+                "new units would change its outputs; surgery takes Q heads without noise"
+            )
     same("network.cnn_kernel", om.torso_spec.cnn_kernel, nm.torso_spec.cnn_kernel)
     same("network.cnn_padding", om.torso_spec.cnn_padding, nm.torso_spec.cnn_padding)
     same("network.action_squash", old.action_squash, new.action_squash)

@@ -20,7 +20,7 @@ A replay algorithm (`replay=True`, e.g. rainbow) learns from a replay the learne
 (seedlike.learning.replay) instead of each batch once: its module has
 
     make_loss(network, section, axis_name) -> loss_fn(params, target_params, obs_norm,
-        transitions) -> (loss, (metrics, priority [S])),
+        transitions, key) -> (loss, (metrics, priority [S])),
 
 its section the replay settings of `replay_settings`, and its network a Q head with target
 parameters (seedlike.learning.offpolicy.ReplayLearner runs it).

@@ -95,8 +95,9 @@ def categorical_projection(values: jax.Array, probs: jax.Array, support: jax.Arr
 
 
 def make_rainbow_loss(network, config, axis_name: str | None = None):
-    """Returns loss_fn(params, target_params, obs_norm, batch: Transitions) ->
-    (loss, (metrics: ALGORITHMS["rainbow"].metrics, priority [S])): the importance-weighted mean
+    """Returns loss_fn(params, target_params, obs_norm, batch: Transitions, key) ->
+    (loss, (metrics: ALGORITHMS["rainbow"].metrics, priority [S])) (`key`: a noisy head's weight
+    noise, one draw for the online network and one for the target): the importance-weighted mean
     of the per-sample losses (Huber on the TD error with one atom; the cross-entropy to the
     projected target distribution with atoms), and each sample's new priority (|TD error|, or
     that cross-entropy).
@@ -112,19 +113,22 @@ def make_rainbow_loss(network, config, axis_name: str | None = None):
     def pmean(x):
         return x if axis_name is None else jax.lax.pmean(x, axis_name)
 
-    def outputs(params, obs_norm, obs, extras):
-        return network.apply(params, obs_norm, obs, extras)[0]
+    noisy = bool(head.noisy)
 
-    def loss_fn(params, target_params, obs_norm, batch: Transitions):
+    def outputs(params, obs_norm, obs, extras, key):
+        return network.apply(params, obs_norm, obs, extras, noise=key if noisy else None)[0]
+
+    def loss_fn(params, target_params, obs_norm, batch: Transitions, key):
+        online_key, target_key = jax.random.split(key)
         size = batch.action.shape[0]
         both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), batch.obs, batch.next_obs)
         both_extras = jax.tree.map(
             lambda a, b: jnp.concatenate([a, b]), batch.extras, batch.next_extras
         )
-        online = outputs(params, obs_norm, both, both_extras)
+        online = outputs(params, obs_norm, both, both_extras, online_key)
         now, after = online[:size], jax.lax.stop_gradient(online[size:])
         target = jax.lax.stop_gradient(
-            outputs(target_params, obs_norm, batch.next_obs, batch.next_extras)
+            outputs(target_params, obs_norm, batch.next_obs, batch.next_extras, target_key)
         )
         chooser = after if double else target
         best = network.q_values(chooser).argmax(-1)

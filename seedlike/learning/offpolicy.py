@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import time
 
 import jax
 import numpy as np
@@ -50,7 +52,9 @@ class ReplayLearner(Learner):
         math_ = self.algorithm.load()
         loss_fn = math_.make_loss(network, c, ts.AXIS)
         lr_fn = ts.make_learning_rate_fn(config.optimizer, total_updates * self.sgd_per_update)
-        step = ts.make_replay_step(loss_fn, self.optimizer, lr_fn, int(c.target_period))
+        step = ts.make_replay_step(
+            loss_fn, self.optimizer, lr_fn, int(c.target_period), int(config.seed)
+        )
 
         def steps_fn(state, transitions):
             """sgd_per_update steps: transitions [K, b, ...] on this device."""
@@ -63,9 +67,11 @@ class ReplayLearner(Learner):
         self.replay: Replay | None = None  # allocated at the first batch (its shapes)
         self.metric_keys = (
             *self.algorithm.metrics, "grad_norm", "learning_rate", "nonfinite",
-            "replay/size", "replay/sampled", "replay/inserted", "replay/ratio", "replay/beta",
+            "replay/size", "replay/ratio", "replay/beta",
         )  # fmt: skip
         self.consumed = 0  # transitions sampled by the last update
+        self.save_replay = bool(c.save_replay)
+        self._saved = None  # a saved replay's arrays, loaded into the replay once it exists
 
     def make_replay(self, example: Unroll) -> Replay:
         c = self.algo_config
@@ -81,6 +87,13 @@ class ReplayLearner(Learner):
         del identity
         if self.replay is None:
             self.replay = self.make_replay(unrolls)
+            if self._saved is not None:
+                try:
+                    self.replay.load_state_dict(self._saved)
+                    logging.info("replay restored: %d transitions", self.replay.size)
+                except ValueError as e:
+                    logging.warning("the saved replay is not loaded (%s); refilling", e)
+                self._saved = None
         replay = self.replay
         replay.insert(unrolls)
         self.consumed = 0
@@ -94,12 +107,37 @@ class ReplayLearner(Learner):
             self._state = old_state
             raise
 
+    def write_replay(self, path: str) -> None:
+        """Saves the replay's arrays to `path` (written whole, then renamed into place); the
+        learner loop waits for it: capacity x the bytes per stored step."""
+        if self.replay is None:
+            return
+        partial = path + ".partial.npz"
+        start = time.perf_counter()
+        np.savez(partial, **self.replay.state_dict())
+        os.replace(partial, path)
+        logging.info(
+            "replay saved: %d transitions, %.0f MB in %.1f s",
+            self.replay.size,
+            os.path.getsize(path) / 2**20,
+            time.perf_counter() - start,
+        )
+
+    def read_replay(self, path: str) -> None:
+        """Loads a replay saved by write_replay when the first batch allocates the replay (a
+        missing file: the replay refills)."""
+        if not os.path.exists(path):
+            logging.warning("no saved replay at %s: refilling %d steps first", path, self.min_fill)
+            return
+        with np.load(path) as saved:
+            self._saved = {k: saved[k] for k in saved.files}
+
     def _counters(self, beta: float = float("nan")) -> dict[str, float]:
         r = self.replay
+        # The row's rfps and cfps are the insert and sample rates, sample_reuse their ratio
+        # over the interval; replay/ratio is the run's (this process's) since the start.
         return {
             "replay/size": float(r.size),
-            "replay/sampled": float(r.sampled),
-            "replay/inserted": float(r.inserted),
             "replay/ratio": r.sampled / r.inserted if r.inserted else float("nan"),
             "replay/beta": beta,
         }

@@ -5,7 +5,10 @@ transitions, uniformly or in proportion to a priority (Schaul et al. 2016).
 Each slot holds one unroll's T+1 steps as the trajectory store built it (seedlike.types.Unroll):
 an observation is stored once per unroll it appears in (step T is also the next unroll's step 0:
 (T+1)/T of the bytes per step), and a transition's bootstrap observation is another step of the
-same slot, found when the unroll is inserted (rainbow.n_step_targets), never a copy. A step
+same slot, found when the unroll is inserted (rainbow.n_step_targets), never a copy. A stack of
+frames (seedlike.types.frame_stack: Atari's uint8 [4, 84, 84]) is stored as each step's newest
+frame once, and stacks are rebuilt when sampled (`StackedFrames`): (T + S) / T frames per step
+instead of S. A step
 counts as a transition when its action was executed (`valid`): terminal observations and the
 unrolls the influence caps kept out of the loss get priority 0 and are never sampled.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from seedlike.algos import rainbow
+from seedlike.types import frame_stack
 
 
 class SumTree:
@@ -61,6 +65,56 @@ class SumTree:
         return np.minimum(node - self._base, self.size - 1)
 
 
+class StackedFrames:
+    """One stacked-frames observation key of the replay's slots: [T+1, S, H, W] stacks kept as
+    the S-1 frames before step 0 and each step's newest frame, [S-1 + T+1, H, W].
+
+    A stack continues the one before (its older frames are the previous stack's newer ones) or
+    starts an episode (envpool fills a new episode's stack with its first frame): `restart`
+    marks the second kind, and rebuilding a stack repeats the latest restart's frame over the
+    frames before it. A slot with a stack that follows neither rule keeps its stacks whole.
+    """
+
+    def __init__(self, slots: int, horizon: int, shape: tuple[int, ...]):
+        self.stack = int(shape[0])
+        self.frames = np.zeros((slots, self.stack - 1 + horizon + 1, *shape[1:]), np.uint8)
+        self.restart = np.zeros((slots, horizon + 1), bool)
+        self.whole: dict[int, np.ndarray] = {}  # slot -> its stacks [T+1, S, H, W]
+
+    @property
+    def nbytes(self) -> int:
+        return self.frames.nbytes + self.restart.nbytes + sum(a.nbytes for a in self.whole.values())
+
+    def write(self, slots: np.ndarray, stacks: np.ndarray) -> None:
+        """Stores stacks [B, T+1, S, H, W] into `slots`."""
+        s = self.stack
+        continues = np.all(stacks[:, 1:, :-1] == stacks[:, :-1, 1:], axis=(2, 3, 4))
+        restarts = np.all(stacks[:, 1:] == stacks[:, 1:, -1:], axis=(2, 3, 4))
+        self.frames[slots, : s - 1] = stacks[:, 0, :-1]
+        self.frames[slots, s - 1 :] = stacks[:, :, -1]
+        self.restart[slots, 0] = False
+        self.restart[slots, 1:] = ~continues & restarts
+        rebuilt = (continues | restarts).all(axis=1)
+        for b, slot in enumerate(slots.tolist()):
+            if rebuilt[b]:
+                self.whole.pop(slot, None)
+            else:
+                self.whole[slot] = stacks[b].copy()
+
+    def read(self, slot: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """The stacks [..., S, H, W] at steps t of slots `slot` (any equal shapes)."""
+        s = self.stack
+        step = t[..., None] - (s - 1) + np.arange(s)  # the steps whose newest frames form it
+        restart = (step >= 1) & self.restart[slot[..., None], np.maximum(step, 0)]
+        latest = np.where(restart, step, -s).max(-1, keepdims=True)
+        stacks = self.frames[slot[..., None], np.maximum(step, latest) + s - 1]
+        for kept, whole in self.whole.items():
+            hit = slot == kept
+            if hit.any():
+                stacks[hit] = whole[t[hit]]
+        return stacks
+
+
 class Replay:
     """Unrolls [T+1] in `capacity // T` slots, sampled as n-step transitions.
 
@@ -90,7 +144,13 @@ class Replay:
             return np.zeros((self.slots, steps, *x.shape[lead + 1 :]), x.dtype)
 
         t1 = self.horizon + 1
-        self.obs = {k: alloc(v, t1) for k, v in example.obs.items()}
+        shapes = {k: np.shape(v)[lead + 1 :] for k, v in example.obs.items()}
+        self.stacks = {
+            k: StackedFrames(self.slots, self.horizon, shapes[k])
+            for k, v in example.obs.items()
+            if frame_stack(np.asarray(v).dtype, shapes[k])
+        }
+        self.obs = {k: alloc(v, t1) for k, v in example.obs.items() if k not in self.stacks}
         self.extras = {k: alloc(v, t1) for k, v in example.extras.items()}
         self.action = alloc(example.action, t1)
         self.reward = np.zeros((self.slots, self.horizon), np.float32)
@@ -115,7 +175,8 @@ class Replay:
         """Bytes of the stored arrays."""
         arrays = [*self.obs.values(), *self.extras.values(), self.action, self.reward]
         arrays += [self.discount, self.boot, self._valid]
-        return sum(a.nbytes for a in arrays) + self.tree._tree.nbytes
+        stacks = sum(s.nbytes for s in self.stacks.values())
+        return sum(a.nbytes for a in arrays) + self.tree._tree.nbytes + stacks
 
     def insert(self, unrolls) -> int:
         """Stores stacked unrolls [B, T+1, ...] (host arrays); returns the valid steps added."""
@@ -127,7 +188,10 @@ class Replay:
         valid = np.asarray(unrolls.valid)[:, : self.horizon]
         slots = (self.next_slot + np.arange(batch)) % self.slots
         for k, v in unrolls.obs.items():
-            self.obs[k][slots] = v
+            if k in self.stacks:
+                self.stacks[k].write(slots, np.asarray(v))
+            else:
+                self.obs[k][slots] = v
         for k, v in unrolls.extras.items():
             self.extras[k][slots] = v
         self.action[slots] = unrolls.action
@@ -161,13 +225,19 @@ class Replay:
         """The transitions at leaf indices idx [...] (any shape), with their weights."""
         slot, t = np.divmod(np.asarray(idx, np.int64), self.horizon)
         boot = self.boot[slot, t]
+
+        def observations(step):
+            obs = {k: v[slot, step] for k, v in self.obs.items()}
+            obs.update({k: s.read(slot, step) for k, s in self.stacks.items()})
+            return obs
+
         return rainbow.Transitions(
-            obs={k: v[slot, t] for k, v in self.obs.items()},
+            obs=observations(t),
             extras={k: v[slot, t] for k, v in self.extras.items()},
             action=self.action[slot, t].astype(np.int32),
             reward=self.reward[slot, t],
             discount=self.discount[slot, t],
-            next_obs={k: v[slot, boot] for k, v in self.obs.items()},
+            next_obs=observations(boot),
             next_extras={k: v[slot, boot] for k, v in self.extras.items()},
             weight=np.asarray(weight, np.float32),
         )
@@ -190,6 +260,9 @@ class Replay:
     def state_dict(self) -> dict[str, np.ndarray]:
         """Every array and counter, for save_replay (np.savez)."""
         state = {f"obs/{k}": v for k, v in self.obs.items()}
+        for k, s in self.stacks.items():
+            state.update({f"frames/{k}": s.frames, f"restart/{k}": s.restart})
+            state.update({f"whole/{k}/{slot}": a for slot, a in s.whole.items()})
         state.update({f"extras/{k}": v for k, v in self.extras.items()})
         state.update(
             action=self.action, reward=self.reward, discount=self.discount, boot=self.boot,
@@ -201,8 +274,9 @@ class Replay:
 
     def load_state_dict(self, state) -> None:
         """Restores `state_dict`'s arrays (ValueError where a shape differs)."""
-        mine = self.state_dict()
-        if set(mine) != set(state.keys()):
+        mine = {k: v for k, v in self.state_dict().items() if not k.startswith("whole/")}
+        saved = {k for k in state.keys() if not k.startswith("whole/")}
+        if set(mine) != saved:
             raise ValueError(f"the saved replay holds {sorted(state.keys())}, not {sorted(mine)}")
         for key, have in mine.items():
             got = np.asarray(state[key])
@@ -214,6 +288,12 @@ class Replay:
                 )
         for k in self.obs:
             self.obs[k][...] = state[f"obs/{k}"]
+        for k, s in self.stacks.items():
+            s.frames[...], s.restart[...] = state[f"frames/{k}"], state[f"restart/{k}"]
+            prefix = f"whole/{k}/"
+            s.whole = {
+                int(n[len(prefix) :]): np.asarray(state[n]) for n in state if n.startswith(prefix)
+            }
         for k in self.extras:
             self.extras[k][...] = state[f"extras/{k}"]
         self.action[...], self.reward[...] = state["action"], state["reward"]

@@ -115,17 +115,20 @@ def make_sgd_step(loss_fn, optimizer, learning_rate_fn, axis_name: str = AXIS):
 
 
 def make_replay_step(
-    loss_fn, optimizer, learning_rate_fn, target_period: int, axis_name: str = AXIS
+    loss_fn, optimizer, learning_rate_fn, target_period: int, seed: int = 0, axis_name: str = AXIS
 ):
     """Returns the pure replay_step(state, transitions) -> (state, (metrics, priority)) of a
-    replay algorithm (seedlike.algos: loss_fn(params, target_params, obs_norm, batch)), to be
-    pmapped over axis_name: one sgd step, then the target parameters copied from the new
-    parameters whenever the step count reaches a multiple of target_period."""
+    replay algorithm (seedlike.algos: loss_fn(params, target_params, obs_norm, batch, key)), to
+    be pmapped over axis_name: one sgd step, then the target parameters copied from the new
+    parameters whenever the step count reaches a multiple of target_period. The loss's key (a
+    noisy head's weight noise) is the step count folded into `seed`'s: the same on every device,
+    a new one every step."""
 
     def replay_step(state: TrainState, batch):
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        key = jax.random.fold_in(jax.random.key(seed), state.sgd_steps)
         (_, (metrics, priority)), grads = grad_fn(
-            state.params, state.target_params, state.obs_norm, batch
+            state.params, state.target_params, state.obs_norm, batch, key
         )
         state, metrics = apply_gradients(
             state, grads, metrics, optimizer, learning_rate_fn, axis_name

@@ -30,11 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from seedlike.types import ArraySpec, EnvSpec, Rows
-
-# `actor.stack_once = "auto"` picks keys shaped like a stack of frames: uint8 [S, H, W] with
-# 2 <= S <= 16 and H, W >= 32 (Atari's [4, 84, 84]), not an image's [H, W, C] or a board's planes.
-AUTO_MAX_STACK, AUTO_MIN_FRAME = 16, 32
+from seedlike.types import ArraySpec, EnvSpec, Rows, frame_stack
 
 
 def stackable(spec: ArraySpec) -> bool:
@@ -43,14 +39,8 @@ def stackable(spec: ArraySpec) -> bool:
 
 
 def auto_keys(spec: EnvSpec) -> tuple[str, ...]:
-    return tuple(
-        key
-        for key, s in spec.observation.items()
-        if s.dtype == np.uint8
-        and len(s.shape) == 3
-        and 2 <= s.shape[0] <= AUTO_MAX_STACK
-        and min(s.shape[1:]) >= AUTO_MIN_FRAME
-    )
+    """`actor.stack_once = "auto"`: the keys shaped like a stack of frames (types.frame_stack)."""
+    return tuple(key for key, s in spec.observation.items() if frame_stack(s.dtype, s.shape))
 
 
 def keys_from_config(setting: str, spec: EnvSpec) -> tuple[str, ...]:

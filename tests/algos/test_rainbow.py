@@ -95,7 +95,7 @@ def test_td_errors_are_double_q_from_the_networks_outputs(double, dueling):
     config.double_q = double
     batch = _batch(network, np.random.default_rng(0))
     loss_fn = rainbow.make_rainbow_loss(network, config)
-    loss, (metrics, priority) = loss_fn(params, target, {}, batch)
+    loss, (metrics, priority) = loss_fn(params, target, {}, batch, jax.random.key(0))
 
     def q(p, obs):
         return np.asarray(network.apply(p, {}, obs, {})[0], np.float64)
@@ -139,7 +139,9 @@ def test_c51_loss_is_the_cross_entropy_to_the_projected_target():
     params, target = random_params(network, 3), random_params(network, 4)
     config = base_config().rainbow
     batch = _batch(network, np.random.default_rng(2))
-    _, (_, priority) = rainbow.make_rainbow_loss(network, config)(params, target, {}, batch)
+    _, (_, priority) = rainbow.make_rainbow_loss(network, config)(
+        params, target, {}, batch, jax.random.key(0)
+    )
 
     support = np.linspace(*value_range, atoms)
     size = len(batch.action)
@@ -182,3 +184,44 @@ def test_epsilon_greedy_takes_the_greedy_action_or_a_uniform_one():
     np.testing.assert_allclose(np.exp(logp[action == 0]), 0.1, rtol=1e-6)
     greedy, _ = heads.epsilon_greedy(jax.random.key(1), q[:5], jnp.zeros(5))
     assert (np.asarray(greedy) == 1).all()
+
+
+def test_noisy_layers_are_their_mean_without_noise_and_factorised_gaussian_with_it():
+    from networks import heads
+
+    layer = heads.NoisyDense(3)
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(5, 4)), jnp.float32)
+    params = layer.init(jax.random.key(0), x)["params"]
+    k, b = params["kernel"], params["bias"]
+    np.testing.assert_allclose(layer.apply({"params": params}, x), x @ k + b, rtol=1e-6)
+    # One noise draw for a batch of a zero input, the unit vectors and x: the zero row gives
+    # f(e_out), unit vector i then f(e_in)_i; x's outputs must be those of w = mu + sigma * outer.
+    batch = jnp.concatenate([jnp.zeros((1, 4)), jnp.eye(4), x])
+    out = np.asarray(layer.apply({"params": params}, batch, rngs={"noise": jax.random.key(7)}))
+    e_out = (out[0] - b) / params["bias_sigma"]
+    unit = out[1:5] - np.asarray(k) - np.asarray(b) - params["bias_sigma"] * e_out
+    e_in = unit[:, 0] / (params["kernel_sigma"][:, 0] * e_out[0])
+    w = k + params["kernel_sigma"] * np.outer(e_in, e_out)
+    noisy = out[5:]
+    np.testing.assert_allclose(
+        noisy, x @ w + b + params["bias_sigma"] * e_out, rtol=1e-4, atol=1e-5
+    )
+    assert np.abs(np.asarray(noisy) - np.asarray(x @ k + b)).max() > 1e-3
+
+
+def test_a_noisy_q_network_acts_with_noise_and_evaluates_with_its_mean():
+    network = make_net(policy_head="q", noisy=True, normalize_obs=False)
+    params = network.init(jax.random.key(0))
+    obs = {k: jnp.ones((64, *s.shape)) * 0.3 for k, s in network.spec.observation.items()}
+    first = jnp.ones(64, bool)
+    act = jax.jit(network.act, static_argnames="greedy")
+    zero = jnp.zeros(64)
+    # Epsilon 0: only the weight noise varies the action; greedy: the mean weights alone.
+    actions = [
+        act(params, {}, obs, {}, (), first, jax.random.key(i), epsilon=zero)[0] for i in range(8)
+    ]
+    greedy = act(params, {}, obs, {}, (), first, jax.random.key(0), greedy=True)
+    mean_q = network.apply(params, {}, obs, {})[0]
+    np.testing.assert_array_equal(greedy[0], np.asarray(mean_q).argmax(-1))
+    np.testing.assert_allclose(greedy[2], np.asarray(mean_q).max(-1), rtol=1e-6)
+    assert len({int(a[0]) for a in actions}) > 1 or len({tuple(np.asarray(a)) for a in actions}) > 1

@@ -135,3 +135,45 @@ def test_apex_epsilons_and_slots_as_identities_come_and_go():
     annealed.join(0)
     np.testing.assert_allclose(annealed.epsilon(np.array([0]), 25), [0.1 + 0.9 * 0.75])
     np.testing.assert_allclose(annealed.epsilon(np.array([0]), 400), [0.1])
+
+
+def frame_stacks(steps, stack=4, size=32, seed=0):
+    """Stacks [steps, S, H, W] as envpool builds them: each continues the one before, and a new
+    episode's (every 7th to 12th step) is its first frame repeated."""
+    rng = np.random.default_rng(seed)
+    frames = rng.integers(0, 255, (steps, size, size), np.uint8)
+    out, current = [], None
+    for i in range(steps):
+        if current is None or rng.random() < 0.1:
+            current = np.repeat(frames[i][None], stack, 0)
+        else:
+            current = np.concatenate([current[1:], frames[i][None]])
+        out.append(current)
+    return np.stack(out)
+
+
+def test_stacked_frames_are_stored_once_and_rebuilt_exactly():
+    horizon, batch = 8, 3
+    stacks = frame_stacks(batch * horizon + 1)
+    # Unroll b holds steps b*T .. b*T + T (its last step is the next one's first).
+    obs = np.stack([stacks[b * horizon : b * horizon + horizon + 1] for b in range(batch)])
+    obs[2, 5, 0] = 7  # a stack that follows neither rule: that unroll is kept whole
+    data = unrolls(batch, horizon)._replace(obs={"obs": obs})
+    data = data._replace(valid=np.ones_like(data.valid))
+    replay = Replay(unrolls(1, horizon)._replace(obs={"obs": obs[:1]}), 64, 2, 0.9)
+    assert set(replay.stacks) == {"obs"} and not replay.obs
+    replay.insert(data)
+    assert set(replay.stacks["obs"].whole) == {2}
+    idx = np.arange(batch * horizon)
+    got = replay.transitions(idx, np.ones(idx.size))
+    slot, t = np.divmod(idx, horizon)
+    np.testing.assert_array_equal(got.obs["obs"], obs[slot, t])
+    np.testing.assert_array_equal(got.next_obs["obs"], obs[slot, replay.boot[slot, t]])
+    # One frame per step and the S-1 before each slot, not S frames per step.
+    frames = replay.stacks["obs"].frames
+    assert frames.shape == (8, 3 + horizon + 1, 32, 32)
+    restored = Replay(unrolls(1, horizon)._replace(obs={"obs": obs[:1]}), 64, 2, 0.9)
+    restored.load_state_dict(replay.state_dict())
+    np.testing.assert_array_equal(
+        restored.transitions(idx, np.ones(idx.size)).obs["obs"], obs[slot, t]
+    )
