@@ -548,7 +548,10 @@ def _init_from(path: str, state):
         meta.get("policy_version"),
         ckpt_lib.params_fingerprint(source.params),
     )
-    return state.replace(params=source.params, obs_norm=source.obs_norm)
+    state = state.replace(params=source.params, obs_norm=source.obs_norm)
+    if state.target_params:  # a Q network's target starts where its parameters do
+        state = state.replace(target_params=source.params)
+    return state
 
 
 def _make_league(config, logdir, network, learner, meta, teams):

@@ -65,6 +65,9 @@ _MODE = flags.DEFINE_enum(
 _LSTM_NOISE = flags.DEFINE_float(
     "lstm_noise", 0.0, "Derived plans: noise of LSTM widening (0 = exact, > 0 approximate)."
 )
+_NEW_ACTION_VALUE = flags.DEFINE_float(
+    "new_action_value", 0.0, "Derived plans: a Q head's new actions' value (dueling: V(s))."
+)
 flags.mark_flags_as_required(["checkpoint", "out"])
 
 
@@ -93,6 +96,7 @@ def main(argv):
             seed=_SEED.value,
             mode=_MODE.value,
             lstm_noise=_LSTM_NOISE.value,
+            new_action_value=_NEW_ACTION_VALUE.value,
         )
     except SurgeryRefused as e:
         for name, report in e.reports.items():

@@ -273,6 +273,7 @@ def run_surgery(
     mode: str = "random",
     lstm_noise: float = 0.0,
     spec_fn: Callable | None = None,
+    new_action_value: float = 0.0,
 ) -> SurgeryOutcome:
     """Applies a plan to a run checkpoint and writes a new run directory `out`.
 
@@ -291,7 +292,7 @@ def run_surgery(
       force: write even above tolerance.
       dry_run: transform and verify, write nothing.
       seed: seeds the new weights and the verification batch.
-      mode, lstm_noise: derive_plan settings when the plan is derived.
+      mode, lstm_noise, new_action_value: derive_plan settings when the plan is derived.
       spec_fn: config.env -> EnvSpec (default: seedlike.envs.make_env_spec).
 
     Raises:
@@ -335,7 +336,10 @@ def run_surgery(
     if problems:
         raise ops.SurgeryError("; ".join(problems))
     if plan is None:
-        plan = derive_plan(old_network, new_network, mode=mode, lstm_noise=lstm_noise)
+        plan = derive_plan(
+            old_network, new_network, mode=mode, lstm_noise=lstm_noise,
+            new_action_value=new_action_value,
+        )  # fmt: skip
     surgery = PolicySurgery(plan, old_network, new_network, seed)
 
     sgd_per_update = sgd_steps_per_update(new_config)

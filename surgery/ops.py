@@ -976,6 +976,65 @@ def add_actions(
     return OpResult(new, pmap, action_map=logit_map, action_info=info)
 
 
+def add_q_actions(
+    params, num_new: int = 1, *, num_actions: int, atoms: int = 1, dueling: bool = False,
+    value_range=(-10.0, 10.0), value: float = 0.0,
+) -> OpResult:  # fmt: skip
+    """Appends actions to a Q head (networks.heads.QHead) with the old actions' values exact.
+
+    Plain head: zero kernel columns and a bias that makes each new action's value `value` for
+    every input (with atoms, a distribution on the two atoms around it whose mean is `value`).
+    Dueling head: Q = V + A - mean A, so any new advantage column but the old columns' mean
+    would move every old action's value through the mean; the new columns are that mean (kernel
+    and bias, atom by atom), and each new action's value is the state value V(s) (`value` is
+    not used).
+    """
+    if num_new < 1:
+        raise SurgeryError(f"add_actions: num_new={num_new} must be >= 1")
+    flat = flatten_params(params)
+    layer = ("params", "policy_head", "advantage" if dueling else "q")
+    kernel, bias = _kernel(flat, layer), np.asarray(flat[layer + ("bias",)])
+    k, a_old = int(atoms), int(num_actions)
+    if kernel.shape[1] != a_old * k:
+        raise SurgeryError(
+            f"{path_str(layer)} has {kernel.shape[1]} outputs, not {a_old} actions x {k} atoms"
+        )
+    a_new = a_old + int(num_new)
+    head_map = AxisMap.append(a_old, a_new)
+    src = np.where(head_map.src[:, None] >= 0, head_map.src[:, None] * k + np.arange(k), -1)
+    columns = AxisMap.from_src(src.reshape(-1), a_old * k)
+    new, pmap = _new_head_columns(flat, layer, kernel, bias, columns, 0.0)
+    new = flatten_params(new)
+    fresh = columns.new_entries
+    if dueling:
+        mean_k = kernel.reshape(kernel.shape[0], a_old, k).mean(axis=1)
+        mean_b = bias.reshape(a_old, k).mean(axis=0)
+        new[layer + ("kernel",)][:, fresh] = np.tile(mean_k, (1, int(num_new)))
+        new[layer + ("bias",)][fresh] = np.tile(mean_b, int(num_new))
+        start = float("nan")
+    else:
+        if k == 1:
+            logits = np.array([value], np.float64)
+        else:
+            support = np.linspace(float(value_range[0]), float(value_range[1]), k)
+            z = float(np.clip(value, support[0], support[-1]))
+            weight = np.clip(1.0 - np.abs(z - support) / (support[1] - support[0]), 0.0, 1.0)
+            # A finite stand-in for log 0, as heads.MASKED_LOGIT: the mean is `value` to ~1e-9.
+            logits = np.log(np.maximum(weight, 1e-12))
+        new[layer + ("bias",)][fresh] = np.tile(logits, int(num_new)).astype(bias.dtype)
+        start = float(value)
+    info = ActionInfo(
+        num_actions_old=a_old,
+        num_actions_new=a_new,
+        new_actions=tuple(int(p) for p in head_map.new_entries),
+        bias=start,
+        rule="q_value" if not dueling else "q_state_value",
+        max_new_prob=float("nan"),
+        kl_bound=float("nan"),
+    )
+    return OpResult(unflatten_params(new), pmap, action_map=head_map, action_info=info)
+
+
 def add_action_dims(params, num_new: int = 1, *, graph: LayerGraph, mean=0.0, std=1.0):
     """Adds continuous action dimensions to a Gaussian head: zero kernel columns in its mean
     layer with bias `mean`, and log-std log(`std`) (a new entry of the log-std vector, or zero

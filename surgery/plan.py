@@ -270,6 +270,29 @@ class AddActions:
 
 
 @dataclasses.dataclass(frozen=True)
+class AddQActions:
+    """ops.add_q_actions: `num_new` actions appended to a Q head of `num_actions` (atoms,
+    dueling and value_range as the network's), each worth `value` (a dueling head's: V(s))."""
+
+    kind: ClassVar[str] = "add_q_actions"
+    num_new: int
+    num_actions: int
+    atoms: int = 1
+    dueling: bool = False
+    value_range: tuple[float, float] = (-10.0, 10.0)
+    value: float = 0.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "value_range", tuple(float(v) for v in self.value_range))
+
+    def apply(self, params, rng, ctx: Context) -> OpResult:
+        return ops.add_q_actions(
+            params, self.num_new, num_actions=self.num_actions, atoms=self.atoms,
+            dueling=self.dueling, value_range=self.value_range, value=self.value,
+        )  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
 class AddActionHead:
     """ops.add_action_head: a new argument of `size` choices at head position `index` (default
     last); its choice 0 is what the env did without it."""
@@ -368,6 +391,7 @@ OPS = {
         WidenLSTM,
         AddObservations,
         AddActions,
+        AddQActions,
         AddActionHead,
         AddActionDims,
         AddResidualBlock,
@@ -381,6 +405,7 @@ Op = (
     | WidenLSTM
     | AddObservations
     | AddActions
+    | AddQActions
     | AddActionHead
     | AddActionDims
     | AddResidualBlock
@@ -563,6 +588,7 @@ def derive_plan(
     lstm_mode: str = "random",
     lstm_noise: float = 0.0,
     action_tolerance: float = 1e-6,
+    new_action_value: float = 0.0,
 ) -> Plan:
     """The plan that turns networks.Network `old` into `new` (same function), or PlanError.
 
@@ -577,6 +603,8 @@ def derive_plan(
       init_scale: scale of new units' incoming weights relative to the layer's RMS.
       lstm_mode, lstm_noise: WidenLSTM settings (noise > 0 with "random" is approximate).
       action_tolerance: KL bound for new actions (AddActions.tolerance).
+      new_action_value: a Q head's new actions' value (AddQActions; a dueling head's start at
+        the state value).
     """
     om, nm = old.module, new.module
     problems: list[str] = []
@@ -657,7 +685,10 @@ def derive_plan(
         else:
             plan.append(WidenLSTM(nm.core_spec.size, lstm_mode, lstm_noise, init_scale))
     _derive_entities(old, new, init_scale, problems, plan)
-    _derive_actions(old, new, action_tolerance, problems, plan)
+    if om.head_spec.q:
+        _derive_q_actions(old, new, new_action_value, problems, plan)
+    else:
+        _derive_actions(old, new, action_tolerance, problems, plan)
     if problems:
         raise PlanError("; ".join(problems))
     return Plan(tuple(plan))
@@ -688,6 +719,19 @@ def _derive_entities(old, new, init_scale: float, problems: list[str], plan: lis
         )
     elif nm.encoders.entity_size > om.encoders.entity_size:
         plan.append(WidenEntities(nm.encoders.entity_size, init_scale))
+
+
+def _derive_q_actions(old, new, value: float, problems: list[str], plan: list) -> None:
+    """More actions for a Q head: AddQActions (appended)."""
+    a, b = old.spec.num_actions, new.spec.num_actions
+    if b < a or len(new.spec.head_sizes) != 1:
+        problems.append(
+            f"num_actions {a} -> {b} ({len(new.spec.head_sizes)} heads): a Q head gains actions "
+            "(appended) and loses none"
+        )
+    elif b > a:
+        h = old.module.head_spec
+        plan.append(AddQActions(b - a, a, h.atoms, h.dueling, h.value_range, value))
 
 
 def _derive_actions(old, new, tolerance: float, problems: list[str], plan: list) -> None:
@@ -898,6 +942,7 @@ __all__ = [
     "AddActionDims",
     "AddActionHead",
     "AddActions",
+    "AddQActions",
     "AddObservations",
     "AddResidualBlock",
     "Context",

@@ -226,6 +226,14 @@ def _per_atom(outputs, atoms: int):
     )
 
 
+def _values_only(compared: tuple) -> tuple:
+    """_compare_all's result for a Q head: KL and new actions' probability are not defined
+    (softmax of action values is no policy), and its value is the largest action value, new
+    actions' included: the old actions' values (each atom's logits) are the comparison."""
+    d_l, _, kl, _, scales, d_mean, d_log_std = compared
+    return d_l, 0.0, np.zeros_like(kl), 0.0, scales, d_mean, d_log_std
+
+
 def _compare_all(old, new, positions, sizes, old_spec, new_spec):
     """_compare for the categoricals' logits and _compare_gaussian for the continuous part:
     (max |Δ logits|, max |Δ value|, KL per row, new actions' mass, scales, Δ mean, Δ log-std)."""
@@ -429,6 +437,8 @@ class Verifier:
             )
         step = _compare_all(old_s, new_s, positions, sizes, old_spec, new_spec)
         unroll = _compare_all(old_u, new_u, positions, sizes, old_spec, new_spec)
+        if head.q:  # action values: the old actions' values are compared, no distribution
+            step, unroll = (_values_only(x) for x in (step, unroll))
         kl = np.concatenate([step[2], unroll[2]])
         return VerifyReport(
             step_max_abs_logits=step[0],

@@ -826,3 +826,32 @@ def test_widening_a_q_network_keeps_its_action_values_exact(head):
     plan, result = derive_and_apply(old_net, new_net, params)
     assert {op.kind for op in plan.ops} >= {"widen_dense", "add_observations"}
     assert_exact(check(old_net, new_net, params, {}, result))
+
+
+@pytest.mark.parametrize(
+    "head",
+    [dict(), dict(atoms=11, value_range=(-4.0, 4.0)), dict(dueling=True, atoms=5)],
+    ids=["q", "c51", "dueling-c51"],
+)
+def test_new_q_actions_keep_the_old_values_and_start_at_the_configured_value(head):
+    arch = dict(policy_head="q", normalize_obs=False, hidden_sizes=(6,), **head)
+    old_net = make_net(**arch)
+    new_net = make_net(dataclasses.replace(SPEC, num_actions=5), **arch)
+    params = random_params(old_net, 6)
+    plan = surgery.derive_plan(old_net, new_net, new_action_value=1.5)
+    assert [op.kind for op in plan.ops] == ["add_q_actions"]
+    result = plan.apply(params, 3, Context(layout_of(old_net)))
+    assert_exact(check(old_net, new_net, params, {}, result))
+    obs = {k: np.random.default_rng(0).normal(size=(16, *s.shape)).astype(F32)
+           for k, s in SPEC.observation.items()}  # fmt: skip
+    q_new = np.asarray(new_net.q_values(new_net.apply(result.params, {}, obs)[0]))
+    if head.get("dueling"):  # a dueling head's new actions start at the state's value V(s)
+        features = old_net.module.apply(
+            params, old_net._inputs({}, obs, 1), method=type(old_net.module).encode
+        )[0]
+        v = np.asarray(features) @ params["params"]["policy_head"]["value"]["kernel"]
+        v = v + params["params"]["policy_head"]["value"]["bias"]
+        v_mean = (jax.nn.softmax(v, -1) * np.linspace(-10, 10, 5)).sum(-1)
+        np.testing.assert_allclose(q_new[:, 3:], np.repeat(v_mean[:, None], 2, 1), atol=1e-5)
+    else:
+        np.testing.assert_allclose(q_new[:, 3:], 1.5, atol=1e-5)
