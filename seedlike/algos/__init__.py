@@ -165,9 +165,10 @@ def replay_settings(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.priority_exponent = 0.5
     c.importance_exponent = 0.4
     c.priority_eps = 1e-3
-    # Save the replay's contents with every checkpoint (its arrays, written beside the
-    # checkpoint: capacity x bytes per step, see benchmarks/replay.py); False: a resumed run
-    # refills min_fill first.
+    # Save the replay's contents with every checkpoint (checkpoints/replay.npz, written by the
+    # learner loop: capacity x the bytes per step of benchmarks/replay.py; learner process 0's
+    # only). A resumed run waits for min_fill new steps either way, then samples the restored
+    # steps too; False: it starts from an empty replay.
     c.save_replay = False
     # Ape-X exploration (seedlike.server.exploration): identity i of epsilon_slots acts
     # epsilon-greedily with epsilon ** (1 + epsilon_alpha * i / (epsilon_slots - 1)); with

@@ -71,6 +71,8 @@ class ReplayLearner(Learner):
         )  # fmt: skip
         self.consumed = 0  # transitions sampled by the last update
         self.save_replay = bool(c.save_replay)
+        self._batches = 0  # learner batches inserted by this process
+        self._batch_steps = self.local_batch_unrolls * int(config.unroll_length)
         self._saved = None  # a saved replay's arrays, loaded into the replay once it exists
 
     def make_replay(self, example: Unroll) -> Replay:
@@ -85,6 +87,7 @@ class ReplayLearner(Learner):
         returns the averaged metrics (replay counters only, before min_fill). `identity` is not
         needed: the influence caps' kept-out unrolls arrive invalid and are never sampled."""
         del identity
+        self._batches += 1
         if self.replay is None:
             self.replay = self.make_replay(unrolls)
             if self._saved is not None:
@@ -98,7 +101,9 @@ class ReplayLearner(Learner):
         replay.insert(unrolls)
         self.consumed = 0
         counters = self._counters()
-        if replay.size < self.min_fill or replay.tree.total <= 0:
+        # Counted in batches, not in what this host's replay holds: learner hosts decide alike
+        # and enter every collective of the update together.
+        if self._batches * self._batch_steps < self.min_fill:
             return {**dict.fromkeys(self.metric_keys, float("nan")), **counters}
         old_state = self._state
         try:

@@ -208,10 +208,11 @@ class Replay:
 
     def sample(self, count: int, beta: float) -> tuple[np.ndarray, np.ndarray]:
         """(leaf indices int64 [count], importance weights float32 [count]): stratified draws in
-        proportion to the priorities; weights (N P(i)) ** -beta over their largest."""
+        proportion to the priorities; weights (N P(i)) ** -beta over their largest (all 0 while
+        nothing can be sampled)."""
         total = self.tree.total
-        if total <= 0:
-            raise ValueError("the replay holds no transition to sample")
+        if total <= 0:  # nothing valid yet: weight 0 learns nothing, and the update goes on
+            return np.zeros(count, np.int64), np.zeros(count, np.float32)
         edges = (np.arange(count) + self._rng.random(count)) * (total / count)
         idx = self.tree.find(edges)
         self.sampled += int(count)
