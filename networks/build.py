@@ -20,8 +20,8 @@ from networks.actor_critic import (
     Network,
     TorsoSpec,
 )
+from seedlike.types import LEGAL_ACTION_MASK, EnvSpec
 from seedlike.types import TEAMMATES_PRESENT as PRESENT
-from seedlike.types import EnvSpec
 
 TORSOS = ("mlp", *torsos.CNN_TORSOS)
 CORES = ("none", "lstm")
@@ -100,6 +100,11 @@ def network_problems(network_config, spec: EnvSpec) -> list[str]:
 def _q_problems(c, spec: EnvSpec) -> list[str]:
     """What keeps a Q head (network.policy_head="q") from this config and env."""
     problems = []
+    if LEGAL_ACTION_MASK in spec.extras:
+        problems.append(
+            f"network.policy_head='q': {spec.name} masks illegal actions, which the Q head's "
+            "targets do not handle; use ppo or vtrace"
+        )
     if spec.continuous or len(spec.head_sizes) != 1:
         problems.append(
             f"network.policy_head='q' values each of one set of discrete actions; {spec.name} has "

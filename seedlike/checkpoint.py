@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 
+import flax
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -237,14 +238,14 @@ class Checkpointer:
         try:
             self.check_compatible(step, target)
         except IncompatibleCheckpoint as first:
-            if older is None:
+            layout = older(target) if older is not None else None
+            if layout is None:
                 raise
-            old_target, upgrade = older(target)
+            old_target, upgrade = layout  # the layout before this one, and back to it
             try:
-                self.check_compatible(step, old_target)
+                state, meta = self._restore_step(step, old_target, older)
             except IncompatibleCheckpoint:
                 raise first from None  # it names what differs from today's layout
-            state, meta = self._restore_step(step, old_target)
             return upgrade(state), meta
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
         restored = self._manager.restore(
@@ -280,6 +281,11 @@ class Checkpointer:
         }
         wanted = shapes_by_name(target)
         problems = []
+        # Fields with no arrays (a TrainState's empty target_params) are in the tree too.
+        fields = set(flax.serialization.to_state_dict(target))
+        if isinstance(metadata.tree, dict) and set(metadata.tree) != fields:
+            differ = sorted(set(metadata.tree) ^ fields)
+            problems.append(f"the state's fields differ at {', '.join(differ)}")
         # Parameters first: they say what changed; optimizer moments follow from them.
         names = sorted(set(stored) | set(wanted), key=lambda n: (not n.startswith("params."), n))
         for name in names:

@@ -727,6 +727,12 @@ def _validate_replay(config, need) -> None:
         "would move under its targets; set network.normalize_obs=False",
     )
     need(
+        not c.normalize_rewards,
+        f"algo={config.algo!r}: the replay keeps rewards scaled by the running return statistics "
+        f"of their time, which move; set {config.algo}.normalize_rewards=False (reward_clip "
+        "bounds them instead)",
+    )
+    need(
         config.network.core == "none",
         f"algo={config.algo!r} learns from single transitions: network.core='lstm' needs "
         "sequence replay with burn-in (R2D2, not yet in seedlike); set network.core='none'",

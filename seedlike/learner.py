@@ -259,6 +259,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     if primary and meta and getattr(learner, "save_replay", False):
         learner.read_replay(os.path.join(checkpointer.directory, REPLAY_FILE))
     counters = {k: int(meta.get(k, 0)) for k in ("env_steps", "episodes")}
+    learner.steps_before = counters["env_steps"]  # schedules that count the run's env steps
     state, counters = distributed.broadcast_start(state, counters)
     learner.set_state(state)
     if not primary:
@@ -587,6 +588,11 @@ def _mean(values) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
 
+def _finite_mean(values) -> float:
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.mean(finite)) if finite else float("nan")
+
+
 # Metrics renamed since an earlier release, old name -> new: rows carry both for one release.
 METRIC_ALIASES = {"actor_share_max": "identity_share_max"}
 
@@ -671,7 +677,8 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         row["episode_success_rate"] = recent["success"]
     if interval.updates:
         keys = interval.updates[0].keys()
-        row.update({k: float(np.mean([u[k] for u in interval.updates])) for k in keys})
+        # Over the updates that have the value (a replay learner's before min_fill have none).
+        row.update({k: _finite_mean([u[k] for u in interval.updates]) for k in keys})
     return row
 
 

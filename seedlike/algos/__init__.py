@@ -159,8 +159,9 @@ def replay_settings(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.replay_ratio = 8.0
     c.batch_size = 64  # transitions per sgd step, over all devices
     # Proportional prioritization (Schaul et al. 2016): P(i) ~ (|TD error| + priority_eps)^
-    # priority_exponent, importance weights (N P(i))^-beta / their batch max, beta rising
-    # linearly from importance_exponent to 1 at total_env_steps. False: uniform.
+    # priority_exponent, importance weights (N P(i))^-beta over the sgd batch's largest (every
+    # device's), beta rising linearly from importance_exponent to 1 at total_env_steps.
+    # False: uniform.
     c.prioritized = True
     c.priority_exponent = 0.5
     c.importance_exponent = 0.4

@@ -29,7 +29,8 @@ class Transitions(NamedTuple):
 
     obs/extras, next_obs/next_extras: dict key -> [S, *spec.shape]; action int32; reward float32
     (the discounted n-step sum); discount float32 (gamma^m, 0 after a termination); weight
-    float32, the importance weight of prioritized sampling (1 when uniform).
+    float32, the importance weight of prioritized sampling, (N P(i))^-beta (1 when uniform; the
+    loss divides by the batch's largest).
     """
 
     obs: dict
@@ -155,12 +156,16 @@ def make_rainbow_loss(network, config, axis_name: str | None = None):
         def mean(x):
             return jnp.sum(x) / count
 
-        loss = mean(batch.weight * per_sample)
+        # Importance weights over the sgd batch's largest, on every device alike.
+        largest = jnp.max(batch.weight)
+        largest = largest if axis_name is None else jax.lax.pmax(largest, axis_name)
+        weight = batch.weight / jnp.maximum(largest, 1e-12)
+        loss = mean(weight * per_sample)
         metrics = {
             "loss/total": loss,
             "loss/td_abs": mean(priority),
             "loss/q_mean": mean(q_taken),
-            "loss/weight_mean": mean(batch.weight),
+            "loss/weight_mean": mean(weight),
         }
         return loss, (metrics, jax.lax.stop_gradient(priority))
 

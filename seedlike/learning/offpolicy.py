@@ -104,7 +104,7 @@ class ReplayLearner(Learner):
         # Counted in batches, not in what this host's replay holds: learner hosts decide alike
         # and enter every collective of the update together.
         if self._batches * self._batch_steps < self.min_fill:
-            return {**dict.fromkeys(self.metric_keys, float("nan")), **counters}
+            return {**dict.fromkeys(self.metric_keys, float("nan")), **counters, "nonfinite": 0.0}
         old_state = self._state
         try:
             return self._learn(old_state)
@@ -148,9 +148,10 @@ class ReplayLearner(Learner):
         }
 
     def beta(self) -> float:
-        """The importance exponent now: rising linearly to 1 over the run's env steps (this
-        process's inserted steps times the processes)."""
-        done = self.replay.inserted * jax.process_count() / max(self.total_env_steps, 1)
+        """The importance exponent now: rising linearly to 1 over the run's env steps (those
+        before this process, then the batches' steps on every learner host alike)."""
+        steps = self.steps_before + self._batches * self._batch_steps * jax.process_count()
+        done = steps / max(self.total_env_steps, 1)
         return self.beta0 + (1.0 - self.beta0) * min(done, 1.0)
 
     def _learn(self, old_state) -> dict[str, float]:

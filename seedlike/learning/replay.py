@@ -208,8 +208,8 @@ class Replay:
 
     def sample(self, count: int, beta: float) -> tuple[np.ndarray, np.ndarray]:
         """(leaf indices int64 [count], importance weights float32 [count]): stratified draws in
-        proportion to the priorities; weights (N P(i)) ** -beta over their largest (all 0 while
-        nothing can be sampled)."""
+        proportion to the priorities, and their weights (N P(i)) ** -beta (the loss divides them
+        by the sgd batch's largest, over every device; all 0 while nothing can be sampled)."""
         total = self.tree.total
         if total <= 0:  # nothing valid yet: weight 0 learns nothing, and the update goes on
             return np.zeros(count, np.int64), np.zeros(count, np.float32)
@@ -220,7 +220,7 @@ class Replay:
             return idx, np.ones(count, np.float32)
         probs = self.tree.values(idx) / total
         weight = np.power(np.maximum(self.size * probs, 1e-12), -float(beta))
-        return idx, (weight / weight.max()).astype(np.float32)
+        return idx, weight.astype(np.float32)
 
     def transitions(self, idx: np.ndarray, weight: np.ndarray) -> rainbow.Transitions:
         """The transitions at leaf indices idx [...] (any shape), with their weights."""
@@ -251,7 +251,9 @@ class Replay:
         priority = np.asarray(priority, np.float64).reshape(-1)
         priority = np.where(np.isfinite(priority), priority, 0.0)
         value = np.power(priority + self.eps, self.exponent)
-        # A slot overwritten since the sample keeps its new steps' priorities.
+        # A step of priority 0 (invalid: never sampled, or the weight-0 draws of an empty
+        # replay) stays at 0. (Sampling and this write-back happen within one update, so no
+        # slot is overwritten in between.)
         live = self.tree.values(idx) > 0
         self.tree.set(idx[live], value[live])
         self.max_priority = max(self.max_priority, float(value.max(initial=0.0)))

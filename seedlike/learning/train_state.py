@@ -27,6 +27,25 @@ class TrainState:
 
 
 @flax.struct.dataclass
+class TrainStateV2:
+    """TrainState as checkpoints of commit 0624281 and earlier (after d4cf845) hold it: no
+    target parameters (tests/fixtures/0624281). Restored into this, then upgraded."""
+
+    params: dict
+    opt_state: optax.OptState
+    obs_norm: dict
+    sgd_steps: jax.Array
+    policy_version: jax.Array
+    lr_zero_until: jax.Array
+
+    def upgrade(self) -> TrainState:
+        return TrainState(
+            self.params, self.opt_state, self.obs_norm, self.sgd_steps, self.policy_version,
+            self.lr_zero_until,
+        )  # fmt: skip
+
+
+@flax.struct.dataclass
 class TrainStateV1:
     """TrainState as checkpoints of commit d4cf845 and earlier hold it: the policy version was
     called `updates` (tests/fixtures/d4cf845). Restored into this, then upgraded."""
@@ -38,20 +57,32 @@ class TrainStateV1:
     updates: jax.Array
     lr_zero_until: jax.Array
 
-    def upgrade(self) -> TrainState:
-        return TrainState(
+    def upgrade(self) -> TrainStateV2:
+        return TrainStateV2(
             self.params, self.opt_state, self.obs_norm, self.sgd_steps, self.updates,
             self.lr_zero_until,
         )  # fmt: skip
 
 
-def older_layout(state: TrainState) -> tuple[TrainStateV1, object]:
-    """The layout older checkpoints hold `state` in, and its upgrade (Checkpointer.restore)."""
-    old = TrainStateV1(
-        state.params, state.opt_state, state.obs_norm, state.sgd_steps, state.policy_version,
-        state.lr_zero_until,
-    )  # fmt: skip
-    return old, TrainStateV1.upgrade
+def older_layout(state) -> tuple[object, object] | None:
+    """The layout checkpoints before `state`'s held it in, and the upgrade back to `state`'s
+    (Checkpointer.restore goes back one layout at a time); None before the oldest. Only
+    networks without a Q head existed before target_params."""
+    if isinstance(state, TrainState):
+        if state.target_params:
+            return None
+        old = TrainStateV2(
+            state.params, state.opt_state, state.obs_norm, state.sgd_steps,
+            state.policy_version, state.lr_zero_until,
+        )  # fmt: skip
+        return old, TrainStateV2.upgrade
+    if isinstance(state, TrainStateV2):
+        old = TrainStateV1(
+            state.params, state.opt_state, state.obs_norm, state.sgd_steps,
+            state.policy_version, state.lr_zero_until,
+        )  # fmt: skip
+        return old, TrainStateV1.upgrade
+    return None
 
 
 def make_optimizer(optimizer_config) -> optax.GradientTransformation:

@@ -5,8 +5,8 @@ much, most a little, and the replay holds both. i is a slot in [0, N): an identi
 lowest slot no connected identity holds when its first session opens and keeps it while any of
 its sessions stays open; its slot is freed with its last session (identities are forgotten then,
 seedlike.server.inference). With more than N identities connected, a newcomer shares slot
-(label mod N). So the connected identities always cover the spread from the most exploring one
-down, however they come and go.
+(label mod N). An identity keeps its rate while it stays; a freed slot goes to the next one to
+connect, so the most exploring slots are the first filled.
 
 With `anneal_steps`, every identity's rate starts at 1 and falls linearly to its eps_i over the
 first anneal_steps env steps of the run (one actor's DQN schedule, e.g. CartPole).

@@ -158,6 +158,32 @@ def test_distributed_settings_that_cannot_work_are_refused(setting, message):
         validate(config)
 
 
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"network.policy_head": "categorical"}, "set network.policy_head='q'"),
+        ({"network.normalize_obs": True}, "set network.normalize_obs=False"),
+        ({"rainbow.normalize_rewards": True}, "set rainbow.normalize_rewards=False"),
+        ({"network.core": "lstm"}, "needs sequence replay with burn-in"),
+        ({"rainbow.replay_ratio": 0.5}, "= 0.5 sgd steps per batch: it must be a whole number"),
+        (
+            {"rainbow.capacity": 100, "rainbow.min_fill": 0},
+            "rainbow.capacity=100 must hold one learner batch",
+        ),
+    ],
+)
+def test_replay_settings_that_cannot_work_are_refused(setting, message):
+    config = load_config_file(os.path.join(ROOT, "configs", "cartpole_rainbow.py"))
+    for key, value in setting.items():
+        section, _, field = key.rpartition(".")
+        config[section][field] = value
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate(config)
+    config = load_config_file(os.path.join(ROOT, "configs", "cartpole_rainbow.py"))
+    config.rainbow.replay_ratio = 3.0  # 3 x 128 steps / 128 per sgd step: 3, a whole number
+    validate(config)
+
+
 def test_of_run_is_the_config_a_run_was_trained_with(tmp_path):
     """configs/of_run.py:RUN lays a checkpoint's stored config over the defaults, so its fields
     keep their types for overrides; a path without a run is a one-line exit."""

@@ -36,6 +36,15 @@ def test_a_checkpoint_of_an_earlier_commit_loads_as_it_was_saved():
     assert network.is_recurrent and config.network.core_size == 16
 
 
+def test_a_checkpoint_from_before_the_target_parameters_loads_as_it_was_saved():
+    # tests/fixtures/0624281: a PPO run saved before TrainState had target_params.
+    run = os.path.join(ROOT, "tests", "fixtures", "0624281", "run")
+    config, network, state, meta = load_checkpoint(run)
+    assert params_fingerprint(state.params) == "46c90883124cca49"
+    assert meta["policy_version"] == int(state.policy_version) == 2
+    assert state.target_params == {} and config.algo == "ppo" and not network.q
+
+
 def test_a_plan_of_an_earlier_commit_applies_exactly(tmp_path):
     with open(os.path.join(FIXTURES, "plan.json")) as f:
         plan = Plan.from_json(f.read())

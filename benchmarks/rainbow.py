@@ -1,14 +1,20 @@
-"""MinAtar (Young & Tian 2019) at 2M env steps: configs/minatar_rainbow.py on several seeds and
-configs/minatar_ppo.py beside it, against MinAtar's own DQN curves at 5M frames (read from the
-repository's plot: about 10 on Breakout, 43 on SpaceInvaders).
+"""The Rainbow-style learner's full-size results, beside PPO, with seeds and curves.
 
-    python benchmarks/minatar.py --logdir=runs/minatar                      # 2 games, 3 + 1 seeds
-    python benchmarks/minatar.py --logdir=runs/m --games=Breakout --rainbow_seeds=1 --ppo_seeds=0
+    python benchmarks/rainbow.py --logdir=runs/minatar                      # MinAtar, 2 games
+    python benchmarks/rainbow.py --logdir=runs/m --games=Breakout --rainbow_seeds=1 --ppo_seeds=0
+    python benchmarks/rainbow.py --logdir=runs/cartpole --games=CartPole --steps=500000 \
+        --rainbow_seeds=3 --ppo_seeds=0
+
+MinAtar (Young & Tian 2019): configs/minatar_rainbow.py:GAME and configs/minatar_ppo.py:GAME at
+2M env steps, against MinAtar's own DQN curves at 5M frames (read from the repository's plot:
+about 10 on Breakout, 43 on SpaceInvaders). CartPole: configs/cartpole_rainbow.py (and
+cartpole_ppo.py), against CleanRL's dqn.py (488.7 +- 16.1 at 500k steps).
 
 Runs go one after another through scripts/train.sh (rerun the same command to resume: a finished
-run is read, an interrupted one continues from its checkpoint). Writes <logdir>/minatar.json,
-minatar.md (per-seed final returns: the mean of the last 10% of a run's episodes, wall times)
-and minatar.png (every run's curve).
+run is read, an interrupted one continues from its checkpoint); each finished run's last
+checkpoint is then played greedily (evaluate.py --greedy, --eval_episodes). Writes
+<logdir>/rainbow.json, rainbow.md (per-seed final returns: the mean of the last 10% of a run's
+training episodes, the greedy evaluation, wall times) and rainbow.png (every run's curve).
 """
 
 import json
@@ -25,15 +31,23 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from results_io import run_summary  # noqa: E402
 
-DQN_5M = {"Breakout": 10.0, "SpaceInvaders": 43.0}  # MinAtar's DQN, 5M frames (plot)
+# MinAtar's DQN at 5M frames (its plot); CleanRL dqn.py on CartPole-v1 at 500k steps.
+REFERENCE = {"Breakout": 10.0, "SpaceInvaders": 43.0, "CartPole": 488.7}
 
 _LOGDIR = flags.DEFINE_string("logdir", None, "Where the runs and the results go.")
-_GAMES = flags.DEFINE_list("games", list(DQN_5M), "MinAtar games.")
+_GAMES = flags.DEFINE_list("games", ["Breakout", "SpaceInvaders"], "MinAtar games or CartPole.")
 _RAINBOW = flags.DEFINE_integer("rainbow_seeds", 3, "Rainbow runs per game.")
 _PPO = flags.DEFINE_integer("ppo_seeds", 1, "PPO runs per game.")
 _STEPS = flags.DEFINE_integer("steps", 2_000_000, "Env steps per run.")
 _ACTORS = flags.DEFINE_integer("actors", 2, "Actor processes per run.")
 _FLAGS = flags.DEFINE_multi_string("flag", [], "Extra --config.x=v flags for every run.")
+_EVAL = flags.DEFINE_integer("eval_episodes", 20, "Greedy episodes of each final checkpoint.")
+
+
+def config_path(algo: str, game: str) -> str:
+    if game == "CartPole":
+        return f"configs/cartpole_{algo}.py"
+    return f"configs/minatar_{algo}.py:{game}"
 
 
 def finished(run_dir: str) -> bool:
@@ -50,12 +64,25 @@ def run(algo: str, game: str, seed: int, run_dir: str) -> None:
         return
     command = [
         "scripts/train.sh", f"--logdir={run_dir}", f"--num_actors={_ACTORS.value}",
-        f"--config=configs/minatar_{algo}.py:{game}", f"--config.seed={seed}",
+        f"--config={config_path(algo, game)}", f"--config.seed={seed}",
         f"--config.total_env_steps={_STEPS.value}", "--config.log.wandb_mode=disabled",
         *_FLAGS.value,
     ]  # fmt: skip
     print(" ".join(command), flush=True)
     subprocess.run(command, cwd=ROOT, check=True)
+
+
+def greedy_return(run_dir: str) -> float:
+    """The mean return of --eval_episodes greedy episodes of the run's last checkpoint."""
+    out = os.path.join(run_dir, "evaluation_greedy.json")
+    if not os.path.exists(out):
+        command = [
+            sys.executable, "evaluate.py", f"--checkpoint={run_dir}", "--greedy",
+            f"--episodes={_EVAL.value}", f"--out={out}",
+        ]  # fmt: skip
+        subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+    with open(out) as f:
+        return float(json.load(f)["return"]["mean"])
 
 
 def main(argv):
@@ -68,33 +95,38 @@ def main(argv):
             for seed in range(seeds):
                 run_dir = os.path.join(logdir, game, algo, f"seed_{seed}")
                 run(algo, game, seed, run_dir)
-                runs.append(run_summary(run_dir))
+                runs.append({**run_summary(run_dir), "greedy": greedy_return(run_dir)})
             if runs:
                 finals = [r["final"] for r in runs]
                 results[f"{game}/{algo}"] = {
                     "finals": finals,
                     "mean": float(np.mean(finals)),
+                    "greedy": [r["greedy"] for r in runs],
+                    "best_row": [r["best_row"] for r in runs],
                     "wall_s": [r["wall_s"] for r in runs],
                     "sps": [r["sps"] for r in runs],
-                    "dqn_5m": DQN_5M.get(game),
+                    "reference": REFERENCE.get(game),
                     "curves": [r["curve"] for r in runs],
                 }
-    with open(os.path.join(logdir, "minatar.json"), "w") as f:
+    with open(os.path.join(logdir, "rainbow.json"), "w") as f:
         json.dump({"steps": _STEPS.value, "flags": _FLAGS.value, "runs": results}, f, indent=1)
     lines = [
-        "| game / algo | seeds (final) | mean | MinAtar DQN 5M | wall min/run | env steps/s |",
-        "| --- | --- | ---: | ---: | ---: | ---: |",
+        "| game / algo | seeds (final) | mean | greedy | best row | reference | wall min/run "
+        "| env steps/s |",
+        "| --- | --- | ---: | --- | --- | ---: | ---: | ---: |",
     ]
     for key, r in results.items():
         lines.append(
             f"| {key} | {' / '.join(f'{x:.1f}' for x in r['finals'])} | {r['mean']:.1f} | "
-            f"{r['dqn_5m'] or '-'} | {np.mean(r['wall_s']) / 60:.0f} | {np.mean(r['sps']):,.0f} |"
+            f"{' / '.join(f'{x:.1f}' for x in r['greedy'])} | "
+            f"{' / '.join(f'{x:.1f}' for x in r['best_row'])} | {r['reference'] or '-'} | "
+            f"{np.mean(r['wall_s']) / 60:.0f} | {np.mean(r['sps']):,.0f} |"
         )
     table = "\n".join(lines)
-    with open(os.path.join(logdir, "minatar.md"), "w") as f:
+    with open(os.path.join(logdir, "rainbow.md"), "w") as f:
         f.write(table + "\n")
     print(table)
-    plot(results, os.path.join(logdir, "minatar.png"))
+    plot(results, os.path.join(logdir, "rainbow.png"))
     return 0
 
 
@@ -113,8 +145,8 @@ def plot(results: dict, path: str) -> None:
             for k, curve in enumerate(r["curves"]):
                 x, y = zip(*[(s, v) for s, v in curve if v is not None])
                 ax.plot(np.asarray(x) / 1e6, y, label=f"{key.split('/')[1]} seed {k}")
-        if DQN_5M.get(game):
-            ax.axhline(DQN_5M[game], color="gray", ls="--", label="MinAtar DQN at 5M frames")
+        if REFERENCE.get(game):
+            ax.axhline(REFERENCE[game], color="gray", ls="--", label="reference (docstring)")
         ax.set_title(game)
         ax.set_xlabel("env steps (M)")
         ax.set_ylabel("episode return")
