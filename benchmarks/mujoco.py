@@ -25,7 +25,7 @@ sys.path.insert(0, ROOT)
 from seedlike.launch import jobs  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from results_io import run_summary  # noqa: E402
+from results_io import plot_curves, run_summary  # noqa: E402
 
 # CleanRL ppo_continuous_action, Gymnasium MuJoCo v4, 1M steps, 3 seeds (its docs' table).
 CLEANRL = {"HalfCheetah-v4": (1442, 46), "Hopper-v4": (2383, 272), "Walker2d-v4": (2288, 572)}
@@ -111,24 +111,14 @@ def main(argv):
 
 
 def plot(results: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 3.4), squeeze=False)
-    for ax, (task, r) in zip(axes[0], results.items()):
-        for k, curve in enumerate(r["curves"]):
-            x, y = zip(*[(s, v) for s, v in curve if v is not None])
-            ax.plot(np.asarray(x) / 1e6, y, label=f"seed {k}")
-        if r["cleanrl"]:
-            ax.axhline(r["cleanrl"][0], color="k", ls="--", lw=1, label="CleanRL 1M")
-        ax.set_title(task)
-        ax.set_xlabel("env steps (M)")
-        ax.set_ylabel("episode return")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    panels = {
+        task: (
+            [(f"seed {k}", curve) for k, curve in enumerate(r["curves"])],
+            (r["cleanrl"][0], "CleanRL 1M") if r["cleanrl"] else None,
+        )
+        for task, r in results.items()
+    }
+    plot_curves(panels, path)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from results_io import run_summary  # noqa: E402
+from results_io import plot_curves, run_summary  # noqa: E402
 
 # MinAtar's DQN at 5M frames (its plot); CleanRL dqn.py on CartPole-v1 at 500k steps.
 REFERENCE = {"Breakout": 10.0, "SpaceInvaders": 43.0, "CartPole": 488.7}
@@ -131,28 +131,14 @@ def main(argv):
 
 
 def plot(results: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    games = sorted({k.split("/")[0] for k in results})
-    fig, axes = plt.subplots(1, len(games), figsize=(5 * len(games), 3.4), squeeze=False)
-    for ax, game in zip(axes[0], games):
-        for key, r in results.items():
-            if not key.startswith(game + "/"):
-                continue
-            for k, curve in enumerate(r["curves"]):
-                x, y = zip(*[(s, v) for s, v in curve if v is not None])
-                ax.plot(np.asarray(x) / 1e6, y, label=f"{key.split('/')[1]} seed {k}")
+    panels = {}
+    for key, r in results.items():
+        game, algo = key.split("/")
+        curves, _ = panels.setdefault(game, ([], None))
+        curves += [(f"{algo} seed {k}", curve) for k, curve in enumerate(r["curves"])]
         if REFERENCE.get(game):
-            ax.axhline(REFERENCE[game], color="gray", ls="--", label="reference (docstring)")
-        ax.set_title(game)
-        ax.set_xlabel("env steps (M)")
-        ax.set_ylabel("episode return")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+            panels[game] = (curves, (REFERENCE[game], "reference (docstring)"))
+    plot_curves(panels, path)
 
 
 if __name__ == "__main__":

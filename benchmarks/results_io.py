@@ -45,3 +45,26 @@ def run_summary(run_dir: str) -> dict:
         "sps": rows[-1]["env_steps"] / wall,
         "curve": [(r["env_steps"], r["episode_return_mean"]) for r in rows],
     }
+
+
+def plot_curves(panels: dict, path: str) -> None:
+    """One panel per title: {title: ([(label, [(env_steps, return or None), ...]), ...],
+    (reference, its label) or None)}, return against millions of env steps, into a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels), 3.4), squeeze=False)
+    for ax, (title, (curves, reference)) in zip(axes[0], panels.items()):
+        for label, curve in curves:
+            x, y = zip(*[(s, v) for s, v in curve if v is not None])
+            ax.plot([s / 1e6 for s in x], y, label=label)
+        if reference is not None:
+            ax.axhline(reference[0], color="k", ls="--", lw=1, label=reference[1])
+        ax.set_title(title)
+        ax.set_xlabel("env steps (M)")
+        ax.set_ylabel("episode return")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
