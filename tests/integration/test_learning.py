@@ -70,6 +70,7 @@ def test_rainbow_learns_cartpole_at_the_replay_ratio_it_is_given(tmp_path):
         tmp_path / "rainbow",
         RAINBOW,
         "--config.total_env_steps=150000",
+        "--config.optimizer.anneal_lr=False",  # the rate of the first 150k steps of 500k
         "--config.stop_at_return=200",
         "--config.log.stop_hold_s=1",
         *QUICK,
