@@ -709,7 +709,7 @@ class Network:
             params, inputs, carry, first, args, rngs=_noise(noise)
         )
         mask = (extras or {}).get("legal_action_mask")
-        return heads.apply_mask(logits, mask, self.action_sizes), value, carry
+        return self._masked(logits, mask), value, carry
 
     @property
     def q(self) -> bool:
@@ -776,7 +776,7 @@ class Network:
         )
         logits = logits.reshape((b, t, -1))
         mask = (extras or {}).get("legal_action_mask")
-        return heads.apply_mask(logits, mask, self.action_sizes), value.reshape((b, t)), carry
+        return self._masked(logits, mask), value.reshape((b, t)), carry
 
     def apply(self, params, obs_norm, obs, extras=None, actions=None, noise=None):
         """Feed-forward networks only: logits [*batch, A] and values [*batch] for any batch dims
@@ -793,7 +793,13 @@ class Network:
         )
         logits = logits.reshape(batch_shape + (-1,))
         mask = (extras or {}).get("legal_action_mask")
-        return heads.apply_mask(logits, mask, self.action_sizes), value.reshape(batch_shape)
+        return self._masked(logits, mask), value.reshape(batch_shape)
+
+    def _masked(self, logits: jax.Array, mask) -> jax.Array:
+        """The logits with illegal choices masked; a Q head's outputs as they are (its networks
+        are refused for envs that mask actions: an all-legal mask, as games.NetworkAgent passes
+        for every env, changes nothing)."""
+        return logits if self.q else heads.apply_mask(logits, mask, self.action_sizes)
 
     def _inputs(self, obs_norm, obs, batch_ndim: int) -> dict:
         inputs = {}

@@ -227,3 +227,18 @@ def test_a_noisy_q_network_acts_with_noise_and_evaluates_with_its_mean():
     np.testing.assert_array_equal(greedy[0], np.asarray(mean_q).argmax(-1))
     np.testing.assert_allclose(greedy[2], np.asarray(mean_q).max(-1), rtol=1e-6)
     assert len({int(a[0]) for a in actions}) > 1 or len({tuple(np.asarray(a)) for a in actions}) > 1
+
+
+def test_a_c51_network_plays_where_every_action_is_legal():
+    """games.NetworkAgent (evaluate.py, watch.py) passes an all-legal mask for every env: a Q
+    head's outputs (A x atoms) are not masked (Q heads are refused where actions are masked)."""
+    network = make_net(policy_head="q", atoms=5, normalize_obs=False)
+    params = network.init(jax.random.key(0))
+    obs = {k: jnp.ones((4, *s.shape)) for k, s in network.spec.observation.items()}
+    extras = {"legal_action_mask": jnp.ones((4, 3), bool)}
+    action, _, value, _ = network.act(
+        params, {}, obs, extras, (), jnp.ones(4, bool), jax.random.key(0), greedy=True
+    )
+    q = network.q_values(network.apply(params, {}, obs)[0])
+    np.testing.assert_array_equal(action, np.asarray(q).argmax(-1))
+    np.testing.assert_allclose(value, np.asarray(q).max(-1), rtol=1e-6)
