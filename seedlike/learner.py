@@ -203,7 +203,7 @@ class LearnerProcess:
             if self.evaluator is not None:
                 meta["evaluation"] = self.evaluator.state_dict()
         self.checkpointer.save(self.learner.policy_version, state, meta)
-        if getattr(self.learner, "save_replay", False):
+        if self.learner.save_replay:
             self.learner.write_replay(os.path.join(self.checkpointer.directory, REPLAY_FILE))
         if reason != "interval":
             self.checkpointer.wait()  # the last save: committed before the process ends
@@ -256,7 +256,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         _check_resumed_config(config, meta, logdir)
         if not meta and config.init_from:
             state = _init_from(config.init_from, state)
-    if primary and meta and getattr(learner, "save_replay", False):
+    if primary and meta and learner.save_replay:
         learner.read_replay(os.path.join(checkpointer.directory, REPLAY_FILE))
     counters = {k: int(meta.get(k, 0)) for k in ("env_steps", "episodes")}
     learner.steps_before = counters["env_steps"]  # schedules that count the run's env steps

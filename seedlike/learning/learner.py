@@ -117,6 +117,7 @@ class Learner:
         self._state = None
         self._version = 0
         self.steps_before = 0  # the run's env steps before this process (a resumed run)
+        self.save_replay = False  # a ReplayLearner's replay is saved with its checkpoints
         # Shared with the inference service: see seedlike.runtime.devices.ComputeGuard.
         self.guard = devices_lib.ComputeGuard(self.local_devices)
         # Set: the update in progress stops at its next epoch (Interrupted), unless learner

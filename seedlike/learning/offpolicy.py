@@ -161,9 +161,9 @@ class ReplayLearner(Learner):
         # [K * b] -> [device, K, b / n]: each sgd step's transitions split over the devices.
         idx = idx.reshape(k, n, -1).swapaxes(0, 1)
         weight = weight.reshape(k, n, -1).swapaxes(0, 1)
+        # Host arrays [device, K, b / n]: the pmap gives each local device its row.
         batch = replay.transitions(idx, weight)
-        sharded = jax.tree.map(lambda x: self._shard(x), batch)
-        self._state, (metrics, priority) = self.guard(self._steps, self._state, sharded)
+        self._state, (metrics, priority) = self.guard(self._steps, self._state, batch)
         metrics, priority = jax.device_get((metrics, priority))
         self.consumed = k * self.local_batch
         metrics = {key: float(np.mean(v[0])) for key, v in metrics.items()}
@@ -185,11 +185,6 @@ class ReplayLearner(Learner):
         """Transitions the last update learned from."""
         del unrolls
         return self.consumed
-
-    def _shard(self, x: np.ndarray):
-        """Host array [n, ...] -> one shard per local device (a pmap argument)."""
-        shards = [jax.device_put(x[i : i + 1], d) for i, d in enumerate(self.local_devices)]
-        return jax.make_array_from_single_device_arrays(x.shape, self._local_sharding, shards)
 
 
 def make_learner(config, network, **kwargs) -> Learner:
