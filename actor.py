@@ -26,6 +26,7 @@ from seedlike.config import (
     validate,
 )
 from seedlike.rpc.security import TransportError
+from seedlike.runtime import console
 
 DEFAULT_CONFIG = os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "configs", "cartpole_ppo.py"
@@ -68,6 +69,7 @@ flags.register_validator(
 
 def main(argv):
     del argv
+    console.setup()
     stop = threading.Event()
 
     def request_stop(*_):

@@ -24,6 +24,7 @@ from seedlike.config import (
     validate,
 )
 from seedlike.launch.deploy import read_credentials, render, to_yaml
+from seedlike.runtime import console
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CONFIG = os.path.join(ROOT, "configs", "cartpole_ppo.py")
@@ -103,6 +104,7 @@ def issue_actor_certificates(directory: str, actors: int) -> None:
 
 def main(argv):
     del argv
+    console.setup()
     name = _NAME.value
     if not (name.replace("-", "").isalnum() and name == name.lower() and len(name) <= 40):
         raise app.UsageError(f"--name={name!r}: use lowercase letters, digits and '-' (<= 40)")

@@ -33,6 +33,7 @@ from absl import app, flags
 
 from seedlike import generalization as gen
 from seedlike.checkpoint import CheckpointError, load_checkpoint
+from seedlike.runtime import console
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Run, checkpoints/ or step directory.")
@@ -103,6 +104,7 @@ def finetune(run, config, network, params, level, out_dir):
 
 def main(argv):
     del argv
+    console.setup()
     if not _CHECKPOINT.value:
         raise SystemExit("error: --checkpoint=RUN is required (a run, checkpoints/ or step dir)")
     if not _TEST.value:

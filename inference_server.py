@@ -16,7 +16,7 @@ from absl import app, flags, logging
 
 from seedlike.checkpoint import CheckpointError
 from seedlike.rpc.security import TransportError
-from seedlike.runtime import xla_flags
+from seedlike.runtime import console, xla_flags
 from seedlike.serving import serve_checkpoint
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Run dir, checkpoints dir or step dir.")
@@ -41,6 +41,7 @@ flags.mark_flag_as_required("checkpoint")
 
 def main(argv):
     del argv
+    console.setup()
     xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
     xla_flags.cache_compilations()
     stop = threading.Event()

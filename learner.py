@@ -17,6 +17,7 @@ from ml_collections import config_flags
 
 from seedlike import learner
 from seedlike.config import add_env_kwargs, check_override_flags
+from seedlike.runtime import console
 
 DEFAULT_CONFIG = os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "configs", "cartpole_ppo.py"
@@ -35,6 +36,7 @@ _PORT = flags.DEFINE_integer("port", 50051, "Port to serve actors on (0 = any fr
 
 def main(argv):
     del argv
+    console.setup()
     add_env_kwargs(_CONFIG.value, _ENV_KWARGS)
     learner.main(_CONFIG.value, _LOGDIR.value, _BIND.value, _PORT.value)
 

@@ -20,7 +20,7 @@ from absl import app, flags
 
 from seedlike.checkpoint import CheckpointError
 from seedlike.league import games
-from seedlike.runtime import xla_flags
+from seedlike.runtime import console, xla_flags
 
 _A = flags.DEFINE_string(
     "a", None, "First agent: run, checkpoint or snapshot path, random, scripted or human."
@@ -44,6 +44,7 @@ flags.mark_flag_as_required("a")
 
 def main(argv):
     del argv
+    console.setup()
     xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
     xla_flags.cache_compilations()
     try:
@@ -60,6 +61,10 @@ def main(argv):
     summary = games.summarize(result)
     if _JSON.value:
         print(json.dumps(summary))
+        return
+    if summary["games"] < _GAMES.value:
+        print(f"the match ended after {summary['games']} of {_GAMES.value} games")
+    if not summary["games"]:
         return
     lo, hi = summary["win_rate_ci95"]
     print(f"{a.name} vs {b.name} on {env}, {summary['games']} games")

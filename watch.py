@@ -11,7 +11,7 @@ two-player games it is player 0; --opponent is `self` (the same policy), `random
 
 from absl import app, flags
 
-from seedlike.runtime import xla_flags
+from seedlike.runtime import console, xla_flags
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Run dir, checkpoints dir or step dir.")
 _OUT = flags.DEFINE_string("out", "episode.gif", "GIF to write.")
@@ -26,6 +26,7 @@ flags.mark_flag_as_required("checkpoint")
 
 def main(argv):
     del argv
+    console.setup()
     xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
     xla_flags.cache_compilations()
     from seedlike import watch

@@ -78,6 +78,18 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+# A mistyped flag of this script would reach learner.py, whose error cannot suggest ours.
+for flag in "${learner_flags[@]}"; do
+  name="${flag%%=*}"; name="${name#--}"
+  case "$name" in config | logdir | bind | port | helpfull | v | verbosity | alsologtostderr) continue ;; esac
+  near="$("$SEEDLIKE_PY" -c 'import difflib, sys
+print(*difflib.get_close_matches(sys.argv[1], sys.argv[2:], 1, 0.75))' "$name" \
+    num_actors learners population max_actor_restarts actor_python config logdir)"
+  if [ -n "$near" ]; then
+    echo "unknown flag --$name; did you mean --$near? (scripts/train.sh --help lists the flags)" >&2
+    exit 2
+  fi
+done
 if [ -n "$actor_py" ] && [ ! -x "$actor_py" ]; then
   echo "--actor_python=$actor_py is not an executable; make the venv first (scripts/actor_venv.sh DIR, scripts/nmmo_venv.sh)" >&2
   exit 2
@@ -102,17 +114,53 @@ for dir in "${learner_dirs[@]}"; do rm -f "$dir/server_address"; done
 
 pids=()
 learner_pids=()
+alive() {  # any of the given pids still running
+  local pid
+  for pid in "$@"; do
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then return 0; fi
+  done
+  return 1
+}
+# Stopping never returns the prompt while a process of the job lives: Ctrl-C reaches the whole
+# process group, and a second one (as impatient users and terminals send) used to end this script
+# mid-cleanup with the learner and actors still running. A repeat within 2 s is the same request
+# (the learner counts it so too); a later one stops the learner without its final checkpoint.
+stop_started=0
+force=""
 cleanup() {
-  trap - INT TERM EXIT
+  trap - EXIT
+  set +e  # a sleep below that a Ctrl-C interrupts fails: that must not end the stop
+  stop_started=$SECONDS
+  trap 'if [ $((SECONDS - stop_started)) -ge 2 ] && [ -z "$force" ]; then force=1;
+    echo "stopping now, without a final checkpoint (the previous one stands)..." >&2; fi' INT TERM
+  local pid forced=""
   for pid in "${learner_pids[@]}"; do
     if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; fi
   done
-  for pid in "${learner_pids[@]}"; do
-    if [ -n "$pid" ]; then wait "$pid" 2>/dev/null || true; fi
+  # The learner bounds its own stop (checkpoint.stop_grace_s); a forced stop gets 5 s more.
+  while alive "${learner_pids[@]}"; do
+    if [ -n "$force" ] && [ -z "$forced" ]; then
+      forced=$SECONDS
+      for pid in "${learner_pids[@]}"; do
+        if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; fi
+      done
+    fi
+    if [ -n "$forced" ] && [ $((SECONDS - forced)) -ge 5 ]; then
+      for pid in "${learner_pids[@]}"; do
+        if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null || true; fi
+      done
+    fi
+    sleep 0.2
   done
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  sleep 0.5
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do
+    if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; fi
+  done
+  local waited=0
+  while alive "${pids[@]}" && [ "$waited" -lt 10 ]; do sleep 0.2; waited=$((waited + 1)); done
+  for pid in "${pids[@]}"; do
+    if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null || true; fi
+  done
+  while alive "${learner_pids[@]}" "${pids[@]}"; do sleep 0.1; done
   wait 2>/dev/null || true
 }
 trap cleanup EXIT

@@ -971,7 +971,46 @@ def check_override_flags(argv: list[str], default_config: str) -> list[str]:
                     f"{part!r} at {where}; known keys there: {', '.join(known) or '(none)'}"
                 )
             node = node[part]
+        if "=" in arg:
+            problem = _value_problem(node, arg.split("=", 1)[1])
+            if problem:
+                sys.exit(f"error: {arg}: {problem} ({path} has {key}={node!r})")
     return kwargs
+
+
+_BOOLS = ("true", "false", "t", "f", "1", "0")  # what absl's boolean flags accept
+
+
+def _value_problem(default, text: str) -> str:
+    """Why `text` cannot set a config field whose value is `default` (ml_collections parses it
+    by the field's type and would fail deep in absl with a traceback-like line), or ""."""
+    import ast
+
+    if isinstance(default, bool):
+        return "" if text.lower() in _BOOLS else "not a boolean: write true or false"
+    if isinstance(default, int | float):
+        kind = int if isinstance(default, int) else float
+        try:
+            kind(text)
+            return ""
+        except ValueError:
+            pass
+        try:  # 1e6 for an int: say what to write
+            number = float(text)
+        except ValueError:
+            return f"not a number: the setting is {'a whole number' if kind is int else 'a float'}"
+        return f"not a whole number{f': write {int(number)}' if number.is_integer() else ''}"
+    if isinstance(default, tuple) and default:
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        kinds = {type(x) for x in default}
+        items = value if isinstance(value, tuple | list) else (value,)
+        if all(type(x) in kinds or (float in kinds and type(x) is int) for x in items):
+            return ""
+        return f"not a tuple like {default!r}: write e.g. {','.join(map(repr, default))}"
+    return ""
 
 
 ENV_KWARGS = "env.kwargs."

@@ -19,6 +19,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from seedlike.config import check_override_flags, renamed
+from seedlike.runtime import console
 
 
 def _check_config_overrides(argv, prefix):
@@ -73,6 +74,7 @@ flags.mark_flags_as_required(["checkpoint", "out"])
 
 def main(argv):
     del argv
+    console.setup()
     logging.set_verbosity(logging.WARNING)  # orbax logs every step of every save at INFO
     from seedlike.checkpoint import CheckpointError
     from surgery import Plan, SurgeryError, SurgeryRefused, run_surgery

@@ -107,6 +107,25 @@ def pids_matching(pattern: str) -> list[int]:
     return [int(pid) for pid in found.stdout.split()]
 
 
+def group_members(pgid: int) -> list[str]:
+    """The command lines of the living processes in process group `pgid` (zombies excluded)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                # The command name (field 2) may hold spaces: fields after its ")" are plain.
+                state, _, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(pgrp) == pgid and state != "Z":
+            found.append(cmdline)
+    return found
+
+
 def log_text(proc) -> str:
     with open(proc.log_path, errors="replace") as f:
         return f.read()

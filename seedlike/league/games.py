@@ -153,7 +153,9 @@ def play_match(
 
     envpool picks the first mover at random every game, so both agents play both colours. With an
     interactive agent (a person) one game runs at a time. Agents with a `game_over` method hear
-    each of their games' outcome. Raises Interrupted as soon as the threading.Event `stop` is set.
+    each of their games' outcome (and see its last board); an agent that raises
+    players.MatchEnded ends the match with the games finished so far. Raises Interrupted as soon
+    as the threading.Event `stop` is set.
     """
     if any(getattr(agent, "interactive", False) for agent in (agent_a, agent_b)):
         num_envs = 1
@@ -184,9 +186,11 @@ def play_match(
                 outcome = int(np.sign(rows.reward[i]))
                 result.outcomes.append(outcome)
                 result.first_mover.append(bool(first_mover[e] == 0))
-                for agent, sign in zip(agents, (1, -1)):
+                for p, (agent, sign) in enumerate(zip(agents, (1, -1))):
                     if hasattr(agent, "game_over"):
-                        agent.game_over(sign * outcome)
+                        final = np.flatnonzero((rows.env_id == e) & (rows.player_id == p) & done)
+                        board = rows.obs["obs"][final[0]] if final.size else None
+                        agent.game_over(sign * outcome, board)
             first_mover[e], first[:, e] = -1, True
         for p, agent in enumerate(agents):
             mine = rows.acting & (rows.player_id == p)
@@ -197,7 +201,11 @@ def play_match(
             first_mover[env_ids[fresh]] = p
             obs = {k: v[mine] for k, v in rows.obs.items()}
             mask = rows.extras[LEGAL_ACTION_MASK][mine]
-            actions[mine] = agent.act(obs, mask, env_ids, first[p, env_ids], rng)
+            try:
+                actions[mine] = agent.act(obs, mask, env_ids, first[p, env_ids], rng)
+            except players.MatchEnded:
+                env.close()
+                return result
             first[p, env_ids] = False
         env.send(actions, rows)
     env.close()

@@ -74,13 +74,19 @@ class ScriptedConnectFour:
         return connect_four.scripted_actions(obs["obs"], legal_mask, rng)
 
 
+class MatchEnded(Exception):
+    """Raised by an agent that ends the match (a person typing end-of-input): play_match returns
+    the games finished so far."""
+
+
 class HumanAgent:
     """A person at the keyboard (play.py --b=human): shows the board from their side and reads
     a legal move. Games with a drop rule (Connect Four) take a column, the others a cell; both
-    are numbered from 1 on screen. play_match plays one game at a time with an interactive agent.
+    are numbered from 1 on screen. Each game starts with who is who, and ends with its last
+    position. play_match plays one game at a time with an interactive agent.
 
     Args:
-      read: returns the next line typed (`input` by default; EOF ends the match).
+      read: returns the next line typed (`input` by default; end-of-input ends the match).
       write: prints a line.
     """
 
@@ -90,20 +96,30 @@ class HumanAgent:
     def __init__(self, read: Callable[[str], str] = input, write: Callable[[str], None] = print):
         self._read = read
         self._write = write
+        self._by_column = False  # the game's moves are columns (Connect Four), not cells
 
     def reset(self, num_envs: int) -> None:
         pass
 
     def act(self, obs, legal_mask, env_id, first, rng) -> np.ndarray:
-        return np.array([self._move(b, m) for b, m in zip(obs["obs"], legal_mask)], np.int32)
+        moves = []
+        for board, mask, new_game in zip(obs["obs"], legal_mask, first):
+            if new_game:
+                order = "first" if not board.any() else "second"
+                self._write(f"New game: X yours, O theirs; you move {order}.")
+            moves.append(self._move(board, mask))
+        return np.array(moves, np.int32)
 
-    def game_over(self, outcome: int) -> None:
-        """Called with +1 / 0 / -1 from this agent's side when one of its games ends."""
+    def game_over(self, outcome: int, board: np.ndarray | None = None) -> None:
+        """Called with +1 / 0 / -1 from this agent's side when one of its games ends, and the
+        final board from its side where the env shows it (the move that decided the game)."""
+        if board is not None:
+            self._write(render_board(board, numbered_cells=not self._by_column))
         self._write({1: "You win.", 0: "Draw.", -1: "You lose."}[int(np.sign(outcome))])
 
     def _move(self, board: np.ndarray, legal: np.ndarray) -> int:
         rows, cols = board.shape[:2]
-        by_column = legal.shape[0] == cols and rows * cols != cols
+        by_column = self._by_column = legal.shape[0] == cols and rows * cols != cols
         self._write(render_board(board, numbered_cells=not by_column))
         what = "column" if by_column else "cell"
         choices = [str(a + 1) for a in np.flatnonzero(legal)]
@@ -111,7 +127,8 @@ class HumanAgent:
             try:
                 typed = self._read(f"your move, {what} {'/'.join(choices)}: ").strip()
             except EOFError:
-                raise SystemExit("no move typed; the match ends") from None
+                self._write("no move typed; the match ends")
+                raise MatchEnded() from None
             if typed in choices:
                 return int(typed) - 1
             self._write(f"{typed!r} is not a legal {what}; type one of {', '.join(choices)}")

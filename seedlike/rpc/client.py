@@ -117,10 +117,18 @@ class Connection:
         state = self._channel.get_state(try_to_connect=True)
         while state != grpc.ChannelConnectivity.READY:
             if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-                if self._credentials is None:
-                    why = " (or it speaks TLS only: set transport.credentials)"
-                    raise Disconnected(f"nothing accepts connections at {self.address}{why}")
                 host, port = _host_port(self.address)
+                if self._credentials is None:
+                    tls = await asyncio.get_running_loop().run_in_executor(
+                        None, security.speaks_tls, host, int(port)
+                    )
+                    if tls:
+                        raise Rejected(
+                            f"the learner at {self.address} speaks TLS only: give this actor the "
+                            "run's credentials (--config.transport.credentials=DIR, from "
+                            "scripts/make_credentials.sh)"
+                        )
+                    raise Disconnected(f"nothing accepts connections at {self.address}")
                 tls = await asyncio.get_running_loop().run_in_executor(
                     None, security.tls_failure, host, int(port), self._credentials
                 )

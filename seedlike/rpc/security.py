@@ -249,6 +249,29 @@ def tls_failure(host: str, port: int, credentials: Credentials, timeout: float =
     return None
 
 
+def speaks_tls(host: str, port: int, timeout: float = 5.0) -> bool:
+    """Whether the server at host:port answers a TLS handshake (an actor without credentials
+    cannot talk to it, however often it retries). A plaintext gRPC server answers a ClientHello
+    with HTTP/2 bytes or a closed connection; a TLS one completes the handshake or sends an alert
+    (our missing certificate); nothing listening is not TLS."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        raw = socket.create_connection((host, port), timeout=timeout)
+    except OSError:
+        return False
+    try:
+        with context.wrap_socket(raw, server_hostname=host):
+            return True
+    except ssl.SSLError as e:
+        return str(e.reason or "").startswith(("TLSV1", "SSLV3_ALERT"))
+    except OSError:
+        return False
+    finally:
+        raw.close()
+
+
 def bind_address(bind: str) -> str:
     """`bind` as gRPC and actors read it in "host:port": IPv6 addresses in brackets ("::1" ->
     "[::1]")."""

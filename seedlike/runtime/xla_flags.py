@@ -9,7 +9,6 @@ reductions stay with YNNPACK. The flag only affects the CPU backend.
 """
 
 import hashlib
-import logging
 import os
 import platform
 
@@ -18,12 +17,10 @@ CONVOLUTIONS_OFF = f"--{YNN_FLAG}=-individual_convolution"
 
 
 def tune_cpu() -> None:
-    """Adds the flag to XLA_FLAGS unless the user set that flag already; keeps JAX's note that a
-    machine has no TPU (logged at INFO by every process) off the console."""
+    """Adds the flag to XLA_FLAGS unless the user set that flag already."""
     flags = os.environ.get("XLA_FLAGS", "")
     if YNN_FLAG not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} {CONVOLUTIONS_OFF}".strip()
-    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
 
 
 def cache_compilations() -> None:

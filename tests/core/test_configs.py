@@ -16,6 +16,7 @@ from seedlike.config import (
     ConfigError,
     actor_sizing,
     base_config,
+    check_override_flags,
     load_config_file,
     meaning_changes,
     validate,
@@ -246,6 +247,45 @@ def test_a_bad_config_flag_is_one_line_before_anything_starts(args, message, tmp
     )  # fmt: skip
     assert done.returncode == 1 and done.stderr.strip().count("\n") == 0, done.stderr
     assert message in done.stderr and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--config.total_env_steps=abc", "not a number: the setting is a whole number"),
+        ("--config.total_env_steps=1e6", "not a whole number: write 1000000"),
+        ("--config.network.normalize_obs=yes", "not a boolean: write true or false"),
+        ("--config.optimizer.learning_rate=fast", "not a number: the setting is a float"),
+        ("--config.network.core_size=2.5", "not a whole number ("),
+    ],
+)
+def test_a_config_value_of_the_wrong_type_is_one_line(flag, message):
+    with pytest.raises(SystemExit) as done:
+        check_override_flags(["learner.py", flag], "configs/cartpole_ppo.py")
+    assert str(done.value).startswith(f"error: {flag}: {message}"), done.value
+    assert "configs/cartpole_ppo.py has " in str(done.value)
+
+
+@pytest.mark.parametrize(
+    "flag",
+    ["--config.total_env_steps=1_000", "--config.optimizer.learning_rate=1",
+     "--config.network.normalize_obs=False", "--config.network.cnn_channels=(16,32)"],
+)  # fmt: skip
+def test_config_values_that_parse_pass(flag):
+    assert check_override_flags(["learner.py", flag], "configs/cartpole_ppo.py") == []
+
+
+def test_a_mistyped_train_sh_flag_names_the_flag_meant(tmp_path):
+    done = subprocess.run(
+        ["scripts/train.sh", "--num_actor=3", f"--logdir={tmp_path / 'r'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "SEEDLIKE_PYTHON": sys.executable},
+    )  # fmt: skip
+    assert done.returncode == 2 and not (tmp_path / "r").exists(), done.stderr
+    assert done.stderr.strip() == (
+        "unknown flag --num_actor; did you mean --num_actors? (scripts/train.sh --help lists "
+        "the flags)"
+    )
 
 
 def test_images_read_by_dense_layers_get_advice():

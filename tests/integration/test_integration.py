@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 
 import grpc
 import jax
@@ -25,6 +26,7 @@ from tests.procs import (
     HAS_NMMO,
     ROOT,
     free_port,
+    group_members,
     last,
     log_text,
     metrics,
@@ -99,19 +101,51 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     last = sum(returns[-3:]) / 3
     assert summary["episode_return_mean"] >= 0.6 * last, (summary, returns)
 
-    # Run.stop is Ctrl-C: the resumed job checkpoints a later version and leaves nothing behind.
-    # (Stopped once it has learned, not while it still compiles, which would only wait for that.)
+    # Ctrl-C twice in a terminal (two SIGINTs to the job's process group, 0.5 s apart): the
+    # resumed job checkpoints a later version, and the script returns only when every process
+    # it started has ended. (Stopped once it has learned, not while it still compiles.)
     done_version = rows[-1]["policy_version"]
-    more = seedlike.train(logdir=str(logdir), overrides={"total_env_steps": 10**9})
+    more = train_as_from_a_terminal(logdir=str(logdir), overrides={"total_env_steps": 10**9})
     more.process.log_path = os.path.join(logdir, "console.log")  # for wait_for's messages
     wait_for(lambda: version(logdir) > done_version, 300, more.process, "the resumed job")
-    assert more.stop() == 130, more.log()  # train.sh's status after Ctrl-C
+    assert ctrl_c_twice(more) == 130, more.log()  # train.sh's status after Ctrl-C
     stacks = logdir / "stop_stacks.txt"  # written only when the learner missed its stop grace
     why = more.log(3000) + (stacks.read_text() if stacks.exists() else "")
     assert Checkpointer(str(logdir / "checkpoints")).steps()[-1] > done_version, why
-    address = open(logdir / "server_address").read().strip()
-    assert not pids_matching(f"--server={address}"), "Run.stop left actor processes behind"
-    assert not pids_matching(f"--logdir={logdir}"), "Run.stop left the learner behind"
+
+
+def train_as_from_a_terminal(**kwargs) -> seedlike.Run:
+    """seedlike.train with SIGINT at its default in the job, as a terminal's foreground job has
+    it (this test process may have inherited it ignored, e.g. from a CI started with `&`, and a
+    shell cannot trap a signal ignored on entry)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return seedlike.train(**kwargs)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def ctrl_c_twice(run: seedlike.Run) -> int:
+    """Two SIGINTs to the job's process group 0.5 s apart; returns train.sh's exit status once it
+    has exited, after checking that no process of the job outlived it."""
+    os.killpg(run.process.pid, signal.SIGINT)
+    time.sleep(0.5)
+    os.killpg(run.process.pid, signal.SIGINT)
+    status = run.process.wait(timeout=120)
+    assert not group_members(run.process.pid), group_members(run.process.pid)
+    return status
+
+
+def test_ctrl_c_twice_during_start_up_leaves_no_process_behind(tmp_path):
+    """Two Ctrl-Cs while the learner is still starting (importing JAX, building the network):
+    the prompt used to come back while the learner went on to serve and save a checkpoint."""
+    logdir = tmp_path / "run"
+    run = train_as_from_a_terminal(logdir=str(logdir), overrides={"total_env_steps": 10**9})
+    # Its stop handler is in place (the first line of its log) and it does not serve yet.
+    console = logdir / "console.log"
+    wait_for(lambda: "device(s)" in console.read_text(), 120, what="the learner's first line")
+    assert ctrl_c_twice(run) == 130, run.log()
+    assert not pids_matching(f"--logdir={logdir}"), run.log()
 
 
 def test_ssh_actors_train_over_tls_and_end_with_the_run(tmp_path, procs):

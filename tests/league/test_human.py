@@ -1,7 +1,6 @@
 """The `human` agent of play.py: the board it shows and the moves it accepts, against envpool."""
 
 import numpy as np
-import pytest
 
 from seedlike.league import games, players
 
@@ -37,11 +36,25 @@ def test_a_person_plays_whole_games_one_at_a_time():
     keys = Keyboard()
     human = players.HumanAgent(keys.read, keys.lines.append)
     result = games.play_match("TicTacToe-v1", human, players.RandomAgent(), 3, seed=4)
-    assert len(result.outcomes) == 3
+    assert len(result.outcomes) == 3 and any(result.outcomes), result.outcomes  # not all draws
     said = [line for line in keys.lines if line.startswith("You ") or line == "Draw."]
     outcome = {1: "You win.", 0: "Draw.", -1: "You lose."}
     assert said == [outcome[o] for o in result.outcomes]
-    assert "'42' is not a legal cell" in keys.lines[1]
+    # Each game opens saying who is who and who moves first (an empty board: the person),
+    # and ends on its last position: a won or lost game shows the three in a row.
+    starts = [i for i, line in enumerate(keys.lines) if line.startswith("New game: ")]
+    assert len(starts) == 3 and keys.lines[starts[0]].startswith("New game: X yours, O theirs;")
+    for start in starts:
+        board = keys.lines[start + 1]
+        moved_first = not any(c in board for c in "XO")
+        assert keys.lines[start].endswith(f"move {'first' if moved_first else 'second'}.")
+    for i, line in enumerate(keys.lines):
+        if line in ("You win.", "You lose."):
+            final = np.array([row.split() for row in keys.lines[i - 1].splitlines()])
+            mark = "X" if line == "You win." else "O"
+            lines = [*final, *final.T, final.diagonal(), np.fliplr(final).diagonal()]
+            assert any((row == mark).all() for row in lines), keys.lines[i - 1]
+    assert "'42' is not a legal cell" in keys.lines[2]
     assert keys.prompts[0].startswith("your move, cell ")
     # One game at a time: within a game every board shown has more stones than the last.
     stones = -1
@@ -58,7 +71,8 @@ def test_connect_four_takes_columns_and_end_of_input_ends_the_match():
         assert prompt == "your move, column 1/2/3/4/5/6/7: "
         raise EOFError
 
-    human = players.HumanAgent(read, lambda line: None)
-    with pytest.raises(SystemExit, match="no move typed"):
-        games.play_match("ConnectFour-v1", human, players.RandomAgent(), 1, seed=0)
+    lines = []
+    human = players.HumanAgent(read, lines.append)
+    result = games.play_match("ConnectFour-v1", human, players.RandomAgent(), 3, seed=0)
+    assert result.outcomes == [] and lines[-1] == "no move typed; the match ends"
     assert isinstance(games.make_agent("human"), players.HumanAgent)

@@ -74,9 +74,16 @@ def test_tls_server_serves_actors_with_the_token_and_refuses_the_rest(tmp_path):
         with pytest.raises(client.Rejected, match="UNAUTHENTICATED: missing or wrong run token"):
             client.Connection(address, hello, credentials=wrong_token)
         # Plaintext, or a certificate from another run's CA, never gets past the TLS handshake;
-        # the latter cannot be fixed by retrying, so it is a Rejected that says why.
-        with pytest.raises(client.Disconnected, match="nothing accepts connections.*TLS only"):
+        # retrying cannot fix either, so each is a Rejected that says why.
+        with pytest.raises(client.Rejected, match="speaks TLS only: give this actor the run's"):
             client.Connection(address, hello, connect_timeout=5.0, credentials=None)
+        assert security.speaks_tls("localhost", port)
+        plain_service = service_of(None)
+        plain, plain_port = serve(plain_service, "127.0.0.1", 0, base_config().server, None)
+        assert not security.speaks_tls("127.0.0.1", plain_port)
+        plain.stop()
+        plain_service.stop(finished=True)
+        assert not security.speaks_tls("127.0.0.1", plain_port)  # nothing listens now
         with pytest.raises(client.Rejected, match="TLS with localhost:.* certificate"):
             client.Connection(address, hello, connect_timeout=5.0, credentials=other)
         assert service.num_sessions == 0
