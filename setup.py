@@ -58,6 +58,7 @@ setup(
         "dev": [
             "magent2==0.3.4",  # tests/envs/test_pettingzoo.py
             "pygame-ce==2.5.8",
+            "minigrid==3.2.0",  # tests/envs/test_gymnasium_env.py: a package's ids (package:Id)
             "pytest==9.2.0",
             "pytest-xdist==3.8.0",  # scripts/test.sh runs two workers
             "ruff==0.17.6",

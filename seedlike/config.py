@@ -823,6 +823,13 @@ def advice(config, spec, backend: str = "") -> list[str]:
             "would take days (benchmarks/RESULTS.md, 'Generalization'); for a CPU use "
             f"--config={config.cpu_variant}"
         )
+    if spec.continuous and config.algo == "ppo" and config.ppo.ent_coef > 0:
+        out.append(
+            f"{spec.name} has continuous actions and this config's settings are for discrete "
+            f"ones (ppo.ent_coef={config.ppo.ent_coef:g}); configs/mujoco_ppo.py is tuned for "
+            "continuous control, with any backend: --config=configs/mujoco_ppo.py "
+            f"--config.env.backend={config.env.backend} --config.env.name={spec.name}"
+        )
     from networks.torsos import CNN_TORSOS
 
     if config.network.torso not in CNN_TORSOS:

@@ -11,22 +11,30 @@ of an episode's last step has terminated or truncated set and does not act; the 
 that env at the next step (its action ignored) and reports the new episode's first observation
 with reward 0 (gymnasium's NEXT_STEP autoreset).
 
-Spaces: observations Box (as their dtype, float64 as float32), Discrete (as a one-hot float32
-vector: an index means nothing to an MLP) and Dict of those; actions Discrete, MultiDiscrete,
-Box, and Dict/Tuple of those (seedlike.envs.spaces). Anything else is refused in one line naming
-the space.
+Spaces: observations Box and MultiBinary (as their dtype, float64 as float32), Discrete (as a
+one-hot float32 vector: an index means nothing to an MLP), and Dict and Tuple of those, nested or
+not, flattened into one named array each (a Dict's keys; a Tuple's parts `obs_0`, `obs_1`, ...; a
+nested part `outer_inner`). Text (MiniGrid's MissionSpace) becomes word ids with
+`env.mission_tokens = L` (seedlike.envs.text, as envpool's BabyAI missions) and is otherwise left
+out with a one-line note. `env.obs_keys` keeps only the named arrays, before anything else is
+checked. Actions: Discrete, MultiDiscrete, Box, and Dict/Tuple of those (seedlike.envs.spaces).
+Anything else is refused in one line naming the space and the fix.
 
 Imports only numpy and gymnasium: actors may run without jax.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import importlib.util
+import logging
 
 import numpy as np
 
+from seedlike.envs import text
 from seedlike.envs.spaces import env_actions, spec_from_spaces
-from seedlike.types import ArraySpec, EnvSpec, Rows
+from seedlike.types import MISSION_VOCAB_SIZE, ArraySpec, EnvSpec, Rows
 
 # Packages that register their ids only when asked: an id with the prefix has the function called
 # first (PyPI minatar registers MinAtar/<Game>-v1, sticky actions 0.1, in register_envs()).
@@ -79,11 +87,24 @@ def make_one(name: str, kwargs: dict):
         return env
     try:
         return gymnasium.make(name, **kwargs)
-    except gymnasium.error.Error as e:
+    except gymnasium.error.NameNotFound as e:
         raise ValueError(
-            f"env.name={name!r} (env.backend=gymnasium): {e} Name a registered id or an entry "
-            "point module:Class"
+            f"env.name={name!r} (env.backend=gymnasium): {e} {_unregistered_hint(name)}"
         ) from None
+    except gymnasium.error.Error as e:
+        raise ValueError(f"env.name={name!r} (env.backend=gymnasium): {e}") from None
+
+
+def _unregistered_hint(name: str) -> str:
+    """What to write for an id nothing registered: a package that registers its ids on import
+    is named with it, gymnasium's `package:Id` (MiniGrid-Empty-5x5-v0 -> minigrid:...)."""
+    package = name.split("-", 1)[0].split("/", 1)[0].lower()
+    if package.isidentifier() and importlib.util.find_spec(package) is not None:
+        return f"If the package {package} registers it, write env.name='{package}:{name}'."
+    return (
+        "Name a registered id, package:Id for an id a package registers when imported, or an "
+        "entry point module:Class"
+    )
 
 
 def takes_render_mode(name: str) -> bool:
@@ -104,31 +125,93 @@ def takes_render_mode(name: str) -> bool:
     )
 
 
-def _one_hot_keys(space) -> list:
-    """Keys (None: the whole observation) whose Discrete values become one-hot vectors."""
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """One named array of the observation: where it is in gymnasium's (batched) observation and
+    how it is read ("array" as it is, "one_hot" a Discrete, "tokens" a Text as word ids)."""
+
+    key: str
+    path: tuple
+    kind: str
+    space: object
+
+
+def _parts(space, path: tuple = (), key: str = "obs") -> list[Part]:
     import gymnasium
 
-    if isinstance(space, gymnasium.spaces.Discrete):
-        return [None]
-    if isinstance(space, gymnasium.spaces.Dict):
-        return [k for k, s in space.items() if isinstance(s, gymnasium.spaces.Discrete)]
-    return []
+    spaces = gymnasium.spaces
+    if isinstance(space, spaces.Dict):
+        named = [(k, s, k if not path else f"{key}_{k}") for k, s in space.items()]
+        return [q for k, s, name in named for q in _parts(s, (*path, k), name)]
+    if isinstance(space, spaces.Tuple):
+        return [q for i, s in enumerate(space.spaces) for q in _parts(s, (*path, i), f"{key}_{i}")]
+    if isinstance(space, spaces.Discrete):
+        return [Part(key, path, "one_hot", space)]
+    if isinstance(space, spaces.Text) or _is_str(space):  # MiniGrid's MissionSpace: str dtype
+        return [Part(key, path, "tokens", space)]
+    return [Part(key, path, "array", space)]
 
 
-def spec_of(name: str, env) -> EnvSpec:
+def _is_str(space) -> bool:
+    try:
+        return space.dtype is not None and np.dtype(space.dtype).kind in "US"
+    except TypeError:
+        return False
+
+
+def observation_parts(name: str, space, env_config) -> list[Part]:
+    """The arrays seedlike reads of an observation space: env.obs_keys applied first, Text parts
+    tokenized (env.mission_tokens) or left out with a note, anything else not an array refused
+    in one line that names the obs_keys to set."""
+    parts = _parts(space)
+    keys = tuple(env_config.obs_keys)
+    if keys:
+        missing = sorted(set(keys) - {p.key for p in parts})
+        if missing:
+            raise ValueError(
+                f"env.obs_keys={keys}: {name} has no observation {missing}; it has "
+                f"{[p.key for p in parts]}"
+            )
+        parts = [p for p in parts if p.key in keys]
+    kept = []
+    for part in parts:
+        if part.kind == "tokens" and not int(env_config.mission_tokens):
+            logging.getLogger(__name__).warning(
+                "%s: observation %r (%s) is text and is left out; --config.env.mission_tokens=L "
+                "reads it as L word ids",
+                name,
+                part.key,
+                type(part.space).__name__,
+            )
+            continue
+        if part.kind == "array" and (part.space.dtype is None or part.space.shape is None):
+            others = tuple(p.key for p in parts if p is not part)
+            raise ValueError(
+                f"{name}[{part.key!r}]: observation space {part.space} is not an array; leave it "
+                f'out with --config.env.obs_keys="{others}" (or wrap the env)'
+            )
+        kept.append(part)
+    if not kept:
+        raise ValueError(f"{name}: no observation left to read (env.obs_keys={keys})")
+    return kept
+
+
+def _array_spec(part: Part, env_config) -> ArraySpec:
+    if part.kind == "one_hot":
+        return ArraySpec(np.float32, (int(part.space.n),))
+    if part.kind == "tokens":
+        return ArraySpec(np.int32, (int(env_config.mission_tokens),), high=MISSION_VOCAB_SIZE)
+    dtype = np.dtype(part.space.dtype)
+    return ArraySpec(np.float32 if dtype == np.float64 else dtype, tuple(part.space.shape))
+
+
+def spec_of(name: str, env, env_config) -> EnvSpec:
     import gymnasium
 
-    obs_space = env.observation_space
-    if not isinstance(obs_space, (gymnasium.spaces.Box, gymnasium.spaces.Discrete,
-                                  gymnasium.spaces.Dict)):  # fmt: skip
-        raise ValueError(
-            f"{name} has observation space {obs_space}; the gymnasium backend reads Box, "
-            "Discrete and Dict of those"
-        )
-    spec = spec_from_spaces(name, obs_space, env.action_space, 1, turn_based=False)
-    for key in _one_hot_keys(obs_space):
-        sub = obs_space if key is None else obs_space[key]
-        spec.observation["obs" if key is None else key] = ArraySpec(np.float32, (int(sub.n),))
+    spec = spec_from_spaces(name, gymnasium.spaces.Dict({}), env.action_space, 1, turn_based=False)
+    parts = observation_parts(name, env.observation_space, env_config)
+    spec.observation.clear()
+    spec.observation.update({p.key: _array_spec(p, env_config) for p in parts})
     return spec
 
 
@@ -141,7 +224,7 @@ def check_env(env_config) -> None:
 def make_env_spec(env_config) -> EnvSpec:
     env = make_one(env_config.name, dict(env_config.kwargs))
     try:
-        return spec_of(env_config.name, env)
+        return spec_of(env_config.name, env, env_config)
     finally:
         env.close()
 
@@ -150,7 +233,6 @@ class GymnasiumAdapter:
     """Steps `env.num_envs` envs of a Gymnasium env in a SyncVectorEnv and reports their rows."""
 
     def __init__(self, env_config, spec: EnvSpec, seed: int):
-        import gymnasium
         from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
         self.spec = spec
@@ -158,12 +240,9 @@ class GymnasiumAdapter:
         name, kwargs = env_config.name, dict(env_config.kwargs)
         # One env first, to read its spaces; the vector env makes the others.
         first = make_one(name, kwargs)
-        self._one_hot = _one_hot_keys(first.observation_space)
-        self._sizes = {
-            k: int((first.observation_space if k is None else first.observation_space[k]).n)
-            for k in self._one_hot
-        }
-        self._dict = isinstance(first.observation_space, gymnasium.spaces.Dict)
+        self._parts = observation_parts(name, first.observation_space, env_config)
+        self._blank = bool(env_config.blank_mission)
+        self._tokens: dict[str, np.ndarray] = {}  # each distinct text's word ids, made once
         others = [lambda: make_one(name, kwargs)] * (self.num_envs - 1)
         self._envs = SyncVectorEnv([lambda: first, *others], autoreset_mode=AutoresetMode.NEXT_STEP)
         self._seed = int(seed)
@@ -191,11 +270,27 @@ class GymnasiumAdapter:
         )
 
     def _observation(self, obs) -> dict:
-        arrays = dict(obs) if self._dict else {"obs": obs}
-        for key in self._one_hot:
-            k = "obs" if key is None else key
-            arrays[k] = np.eye(self._sizes[key], dtype=np.float32)[np.asarray(arrays[k])]
-        return {k: np.asarray(v, self.spec.observation[k].dtype) for k, v in arrays.items()}
+        arrays = {}
+        for part in self._parts:
+            value = obs
+            for step in part.path:
+                value = value[step]
+            if part.kind == "one_hot":
+                index = np.asarray(value, np.int64) - int(part.space.start)
+                value = np.eye(int(part.space.n), dtype=np.float32)[index]
+            elif part.kind == "tokens":
+                value = np.stack([self._token_ids(str(t), part) for t in value])
+            arrays[part.key] = np.asarray(value, self.spec.observation[part.key].dtype)
+        return arrays
+
+    def _token_ids(self, mission: str, part: Part) -> np.ndarray:
+        length = self.spec.observation[part.key].shape[0]
+        if self._blank:
+            return np.zeros(length, np.int32)
+        ids = self._tokens.get(mission)
+        if ids is None:
+            ids = self._tokens[mission] = text.tokenize(mission, length)
+        return ids
 
     def send(self, action: np.ndarray, rows: Rows) -> None:
         """Steps every env; an env whose episode ended resets (its action is ignored)."""

@@ -298,6 +298,21 @@ def test_images_read_by_dense_layers_get_advice():
     assert "'obs' is an image (uint8[4, 84, 84])" in line and "network.torso=nature_cnn" in line
 
 
+def test_a_continuous_env_on_a_discrete_config_is_pointed_to_the_mujoco_config():
+    from seedlike.config import advice
+
+    config = load_config_file(os.path.join(ROOT, "configs", "gymnasium_ppo.py"))
+    config.env.name = "Pendulum-v1"
+    (line,) = advice(config, make_env_spec(config.env))
+    assert line.endswith(
+        "--config=configs/mujoco_ppo.py --config.env.backend=gymnasium "
+        "--config.env.name=Pendulum-v1"
+    )
+    mujoco = load_config_file(os.path.join(ROOT, "configs", "mujoco_ppo.py"))
+    mujoco.env.backend, mujoco.env.name = "gymnasium", "Pendulum-v1"
+    assert advice(mujoco, make_env_spec(mujoco.env)) == []
+
+
 def test_actor_sizing_follows_the_cores_and_leaves_given_values():
     atari = load_config_file(os.path.join(ROOT, "configs", "atari_ppo.py")).env
     # 2 cores: the measured 8 x 64 asynchronous setup of RESULTS ("Breakout on an accelerator

@@ -1,8 +1,11 @@
 """env.backend=gymnasium: registered ids and entry points as rows, spaces, errors, and a user's own
 env trained from one command."""
 
+import json
 import os
 import re
+import subprocess
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -90,6 +93,77 @@ def test_registered_ids_and_dict_observations_have_their_specs(monkeypatch):
     env.close()
 
 
+class Described(gym.Env):
+    """Observations of every shape the backend flattens: a Dict holding a Tuple, a Text, and a
+    space that is no array at all (a Graph)."""
+
+    observation_space = gym.spaces.Dict(
+        {
+            "pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+            "seat": gym.spaces.Tuple((gym.spaces.Discrete(3, start=1), gym.spaces.MultiBinary(2))),
+            "mission": gym.spaces.Text(40),
+            "map": gym.spaces.Graph(gym.spaces.Box(0, 1, (1,)), None),
+        }
+    )
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        return self._obs(), 0.0, True, False, {}
+
+    def _obs(self):
+        graph = gym.spaces.GraphInstance(np.zeros((1, 1), np.float32), None, None)
+        seat = (2, np.array([1, 0], np.int8))
+        return {"pos": np.full(2, 0.5, np.float32), "seat": seat, "mission": "go to the door",
+                "map": graph}  # fmt: skip
+
+
+def test_tuples_and_texts_are_flattened_and_obs_keys_apply_first(monkeypatch):
+    monkeypatch.setattr("examples.corridor.Described", Described, raising=False)
+    name = "examples.corridor:Described"
+    # A Graph is no array: refused in one line that names the obs_keys leaving it out.
+    with pytest.raises(ValueError, match=re.escape("leave it out with --config.env.obs_keys=")):
+        make_env_spec(env_config(name))
+    config = env_config(name, num_envs=2)
+    with config.unlocked():
+        config.obs_keys = ("pos", "seat_0", "seat_1", "mission")
+    spec = make_env_spec(config)  # the text is left out (with a note): no mission_tokens
+    assert {k: (v.dtype, v.shape) for k, v in spec.observation.items()} == {
+        "pos": (np.float32, (2,)),
+        "seat_0": (np.float32, (3,)),  # Discrete(3, start=1): one-hot of value - 1
+        "seat_1": (np.int8, (2,)),
+    }
+    with config.unlocked():
+        config.mission_tokens = 6
+    spec = make_env_spec(config)
+    assert spec.observation["mission"].shape == (6,)
+    env = make_env(config, spec, seed=0)
+    env.reset()
+    obs = env.recv().obs
+    np.testing.assert_array_equal(obs["seat_0"], [[0, 1, 0], [0, 1, 0]])
+    np.testing.assert_array_equal(obs["seat_1"], [[1, 0], [1, 0]])
+    from seedlike.envs.text import tokenize
+
+    np.testing.assert_array_equal(obs["mission"], [tokenize("go to the door", 6)] * 2)
+    env.close()
+    with config.unlocked():
+        config.obs_keys = ("pos", "nothing")
+    with pytest.raises(ValueError, match=re.escape("has no observation ['nothing']; it has")):
+        make_env_spec(config)
+
+
+def test_an_id_a_package_registers_on_import_is_named_with_the_package():
+    # (An id of an importable package that registers nothing: minigrid's ids stay registered
+    # once any test of this process has imported it.)
+    with pytest.raises(ValueError, match=re.escape("write env.name='examples:Examples-Maze-v0'")):
+        make_env_spec(env_config("Examples-Maze-v0"))
+    spec = make_env_spec(env_config("minigrid:MiniGrid-Empty-5x5-v0"))  # its mission left out
+    assert sorted(spec.observation) == ["direction", "image"] and spec.num_actions == 7
+
+
 class Typist(Corridor):
     """An action space seedlike cannot serve: free text."""
 
@@ -158,3 +232,53 @@ def test_the_parallel_envs_the_project_ships_pass_pettingzoos_api_test():
 
     for env in (Coins(), Targets()):
         parallel_api_test(env, num_cycles=100)
+
+
+@pytest.mark.slow
+def test_envs_of_other_packages_and_shapes_train_from_the_readme_commands(tmp_path):
+    """MiniGrid by package:Id (a Dict with a mission), Blackjack (a Tuple observation) and
+    Pendulum (continuous actions, on the MuJoCo config), as README "Your own environment" runs
+    them; each run ends once its return is reached."""
+    minigrid = returns(
+        train(
+            tmp_path / "minigrid",
+            CONFIG,
+            "--config.env.name=minigrid:MiniGrid-Empty-5x5-v0",
+            "--config.total_env_steps=100000",
+            "--config.stop_at_return=0.9",
+            *QUICK,
+        )
+    )
+    assert max(minigrid) >= 0.9, minigrid
+    import minigrid as _  # noqa: F401 (registers MiniGrid-Empty-5x5-v0)
+
+    assert random_play_return(gym.make("MiniGrid-Empty-5x5-v0"), 100) < 0.5
+    pendulum = returns(
+        train(
+            tmp_path / "pendulum",
+            os.path.join(ROOT, "configs", "mujoco_ppo.py"),
+            "--config.env.backend=gymnasium",
+            "--config.env.name=Pendulum-v1",
+            "--config.total_env_steps=300000",
+            "--config.stop_at_return=-400",
+            *QUICK,
+        )
+    )
+    assert max(pendulum) >= -400, pendulum
+    assert random_play_return(gym.make("Pendulum-v1"), 20) < -900
+    logdir = tmp_path / "blackjack"
+    train(logdir, CONFIG, "--config.env.name=Blackjack-v1", "--config.total_env_steps=60000",
+          *QUICK)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "evaluate.py", f"--checkpoint={logdir}", "--greedy", "--episodes=2000",
+         f"--out={tmp_path / 'eval.json'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    greedy = json.loads((tmp_path / "eval.json").read_text())["return"]["mean"]
+    random = random_play_return(gym.make("Blackjack-v1"), 4000)  # about -0.4
+    assert greedy >= random + 0.2, (greedy, random)
+
+
+QUICK = ("--config.log.stop_hold_s=1", "--config.log.interval_s=2",
+         "--config.log.wandb_mode=disabled")  # fmt: skip
