@@ -83,8 +83,10 @@ class MetricsWriter:
         self._start = time.time()
         self._total = total_env_steps
         self._label = label
-        # (time, env_steps) of this process's recent rows, for the rate behind the ETA.
+        # (time, env_steps) of this process's recent rows since its steps began to move, for the
+        # rate behind the ETA (compiling, actors connecting and a resume's restart come before).
         self._recent: collections.deque = collections.deque()
+        self._previous_steps: int | None = None
         self.rows_written = 0
         self.best_return: float | None = None
         self.last: dict = {}  # the last row (values as written)
@@ -146,8 +148,12 @@ class MetricsWriter:
             for key, value in row.items():
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     self._tensorboard.add_scalar(key, value, step)
-        self._recent.append((row["time"], row["env_steps"]))
-        while len(self._recent) > 2 and row["time"] - self._recent[1][0] >= RATE_WINDOW_S:
+        steps = row["env_steps"]
+        moving = self._previous_steps is not None and steps > self._previous_steps
+        self._previous_steps = steps
+        if self._recent or moving:
+            self._recent.append((row["time"], steps))
+        while len(self._recent) > 3 and row["time"] - self._recent[1][0] >= RATE_WINDOW_S:
             self._recent.popleft()
         self.rows_written += 1
         self.last = row
@@ -155,13 +161,17 @@ class MetricsWriter:
         if returns is not None and (self.best_return is None or returns > self.best_return):
             self.best_return = returns
         elapsed = time.time() - self._start
-        line = console_line(row, elapsed, self._total, self._rate())
+        # A row's sps once its whole interval was in motion; an ETA after two such intervals.
+        shown = row if len(self._recent) >= 2 else {**row, "sps": None}
+        line = console_line(shown, elapsed, self._total, self._rate())
         logging.info("%s%s", f"{self._label}: " if self._label else "", line)
 
     def _rate(self) -> float | None:
-        """Env steps per second over this process's rows of the last RATE_WINDOW_S seconds:
-        steadier than one row's `sps`, and it follows the run's speed now (not its start's:
-        compiling, actors connecting, a resume)."""
+        """Env steps per second over this process's rows of the last RATE_WINDOW_S seconds, from
+        the second interval in motion on: steadier than one row's `sps`, and it follows the run's
+        speed now (not its start's: compiling, actors connecting, a resume)."""
+        if len(self._recent) < 3:
+            return None
         (t0, steps0), (t1, steps1) = self._recent[0], self._recent[-1]
         steps, seconds = steps1 - steps0, t1 - t0
         return steps / seconds if steps > 0 and seconds > 0 else None
@@ -173,7 +183,7 @@ class MetricsWriter:
         parts = [
             f"{self._label + ': ' if self._label else ''}{outcome} at "
             f"{_si(row.get('env_steps') or 0)} env steps, policy version "
-            f"{row.get('policy_version', '-')}, after {_duration(elapsed, precise=True)}"
+            f"{row.get('policy_version', '-')}, after {duration(elapsed, precise=True)}"
         ]
         returns = row.get("episode_return_mean")
         if returns is not None or self.best_return is not None:
@@ -240,7 +250,7 @@ def _progress(steps, total, rate) -> str:
         return f"steps {_si(steps)}"
     text = f"steps {_si(steps)} / {_si(total)} {min(steps / total, 1.0):.0%}"
     if rate and steps < total:
-        text += f" ETA {_duration((total - steps) / rate)}"
+        text += f" ETA {duration((total - steps) / rate)}"
     return text
 
 
@@ -252,7 +262,7 @@ def _si(n: float) -> str:
     return f"{n:.0f}"
 
 
-def _duration(seconds: float, precise: bool = False) -> str:
+def duration(seconds: float, precise: bool = False) -> str:
     """1h05m, 14m, 9s; `precise`: 14m05s."""
     minutes = int(seconds // 60)
     if minutes >= 60:

@@ -28,8 +28,10 @@ from seedlike.config import (
     validate_network,
 )
 from seedlike.launch import api
+from seedlike.metrics import duration
 
 POLL_S = 1.0
+PROGRESS_S = 30.0  # a line on the runs in progress this often
 SPACE_KINDS = ("log", "uniform", "int", "choice")
 
 
@@ -253,23 +255,71 @@ def _last_line(run: api.Run) -> str:
     return lines[-1][-200:] if lines else ""
 
 
+def last_row(run_dir: str) -> dict:
+    """The last complete row of a run's metrics.jsonl ({} before its first), read from the end."""
+    try:
+        with open(os.path.join(run_dir, "metrics.jsonl"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    for line in reversed(lines):
+        try:
+            return json.loads(line)
+        except ValueError:  # the first, cut line, or one being written
+            continue
+    return {}
+
+
+@dataclasses.dataclass
+class Pace:
+    """An active run's steps over time in this command, for its progress and ETA: measured from
+    the first sample at which its steps had moved (not from its start: compiling, actors
+    connecting, a resumed run's restart)."""
+
+    started: float
+    seen: int | None = None  # its steps at the last sample
+    steps0: int | None = None  # and at the first sample after they moved
+    time0: float = 0.0
+    samples: int = 0  # samples since then
+
+    def sample(self, steps: int, now: float) -> float | None:
+        """Records a sample; env steps/s once two samples after it began moving measured it."""
+        if self.steps0 is not None:
+            self.samples += 1
+        elif self.seen is not None and steps > self.seen:
+            self.steps0, self.time0 = steps, now
+        self.seen = steps
+        if self.samples < 2 or steps <= self.steps0:
+            return None
+        return (steps - self.steps0) / (now - self.time0)
+
+
 class Runner:
-    """Runs jobs `parallel` at a time, keeping their states in <logdir>/<state_file>.
+    """Runs jobs `parallel` at a time, keeping their states in <logdir>/<state_file>, and prints a
+    line for each run that starts, ends or fails, and every PROGRESS_S a line on the runs in
+    progress with an ETA (once their speed is measured).
 
     runs: {run id (its directory under logdir): (cell: config values, seed)}; `flags`: config
     flags every run gets; `on_change(state)` after each run ends; `train` starts a run
-    (seedlike.launch.api.train's signature); `label` starts the lines it prints; `actors`: {run id:
-    actor processes} where a run has other than `num_actors`; `nice`: {run id: niceness}.
+    (seedlike.launch.api.train's signature); `label` starts the lines it prints; `metric`: the
+    metrics key a finished run's line reports; `actors`: {run id: actor processes} where a run has
+    other than `num_actors`; `nice`: {run id: niceness}.
     """
 
     def __init__(self, config: str, logdir: str, runs: dict, flags: list[str], num_actors: int,
                  parallel: int, retries: int, state_file: str, on_change=lambda state: None,
-                 train=api.train, label: str = "jobs", actors=None, nice=None):  # fmt: skip
+                 train=api.train, label: str = "jobs", actors=None, nice=None,
+                 metric: str = "episode_return_robust"):  # fmt: skip
         self.config, self.logdir, self.flags = config, logdir, flags
         self.actors, self.nice = dict(actors or {}), dict(nice or {})
         self.num_actors, self.parallel, self.retries = num_actors, parallel, retries
         self.on_change, self.state_file, self.train = on_change, state_file, train
-        self.label = label  # what its lines start with
+        self.label, self.metric = label, metric  # what its lines start with, and report
+        self._paces: dict[str, Pace] = {}
+        self._durations: list[float] = []  # wall seconds of the runs finished here
+        self._config_total: int | None = None  # the config file's total_env_steps, when read
         self.state = load_state(logdir, state_file)
         for run_id, (cell, seed) in runs.items():
             entry = self.state["runs"].setdefault(
@@ -295,11 +345,62 @@ class Runner:
             **({"nice": self.nice[run_id]} if self.nice.get(run_id) else {}),
         )
         entry.update(state="running", pid=run.process.pid)
+        self._paces[run_id] = Pace(time.monotonic())
+        index = self.order.index(run_id) + 1
+        again = f", attempt {entry['attempts']}" if entry["attempts"] > 1 else ""
+        print(
+            f"{self.label}: started {run_id} (run {index} of {len(self.order)}{again})", flush=True
+        )
         return run
+
+    def _target(self, run_id: str) -> int | None:
+        """The env steps a run trains to: its pause (PBT's generations), else its total."""
+        cell = self.state["runs"][run_id]["cell"]
+        values = {**config_values(self.flags), **cell}
+        for key in ("pause_at_env_steps", "total_env_steps"):
+            if key in values:
+                return as_int(str(values[key]), key)
+        if self._config_total is None:
+            self._config_total = int(load_config_file(self.config).total_env_steps)
+        return self._config_total
+
+    def progress(self, active: list[str], pending: int) -> str:
+        """One line on the runs: how many done, each active run's steps and return, and an ETA
+        once every active run's speed is measured."""
+        now = time.monotonic()
+        done = sum(self.state["runs"][r]["state"] == "done" for r in self.order)
+        parts, left, estimates = [], [], list(self._durations)
+        for run_id in active:
+            row, pace, target = (
+                last_row(os.path.join(self.logdir, run_id)),
+                self._paces[run_id],
+                self._target(run_id),
+            )
+            steps = int(row.get("env_steps") or 0)
+            text = f"{run_id} {steps / target:.0%}" if target else f"{run_id} {steps} steps"
+            if row.get(self.metric) is not None:
+                text += f" {self.metric} {row[self.metric]:.4g}"
+            parts.append(text)
+            rate = pace.sample(steps, now)
+            if rate is not None and target:
+                left.append(max(target - steps, 0) / rate)
+                estimates.append(now - pace.started + left[-1])
+        line = f"{self.label}: {done} of {len(self.order)} done"
+        if parts:
+            line += f", running {'; '.join(parts)}"
+        if pending:
+            line += f", {pending} waiting"
+        if active and len(left) == len(active) and estimates:
+            # The active runs' time left, then the waiting ones at the mean run's length, shared
+            # among the slots.
+            waiting = pending * float(np.mean(estimates)) / self.parallel
+            line += f"; ETA {duration(max(left) + waiting)}"
+        return line
 
     def run(self) -> dict:
         pending = [r for r in self.order if self.state["runs"][r]["state"] != "done"]
         active: dict[str, api.Run] = {}
+        next_progress = time.monotonic() + PROGRESS_S
         try:
             while (pending or active) and not self.stopping:
                 while pending and len(active) < self.parallel:
@@ -307,6 +408,9 @@ class Runner:
                     active[run_id] = self._start(run_id)
                     save_state(self.logdir, self.state, self.state_file)
                 time.sleep(POLL_S)
+                if time.monotonic() >= next_progress and active:
+                    print(self.progress(list(active), len(pending)), flush=True)
+                    next_progress = time.monotonic() + PROGRESS_S
                 for run_id, job in list(active.items()):
                     code = job.process.poll()
                     if code is None:
@@ -323,8 +427,15 @@ class Runner:
     def _ended(self, run_id: str, job: api.Run, code: int, pending: list) -> None:
         entry = self.state["runs"][run_id]
         entry["exit"] = code
+        pace = self._paces.pop(run_id, None)
         if code == 0:
             entry["state"] = "done"
+            wall = time.monotonic() - pace.started if pace else 0.0
+            self._durations.append(wall)
+            value = last_row(os.path.join(self.logdir, run_id)).get(self.metric)
+            said = f": {self.metric} {value:.4g}" if value is not None else ""
+            took = duration(wall, precise=True)
+            print(f"{self.label}: {run_id} done in {took}{said}", flush=True)
         elif entry["attempts"] <= self.retries and not self.stopping:
             entry["state"] = "pending"
             pending.insert(0, run_id)  # resumes from its checkpoint, in its own logdir

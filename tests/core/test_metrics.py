@@ -54,13 +54,34 @@ def test_metrics_writer_eta_counts_only_this_processes_steps(tmp_path, caplog, m
     monkeypatch.setenv("WANDB_MODE", "disabled")
     writer = metrics.MetricsWriter(str(tmp_path), {}, total_env_steps=1_000_000)
     with caplog.at_level("INFO"):
-        # A resumed run, half done before this process; then 10k steps in 10 s: 490 s left.
-        writer.write(_row(env_steps=500_000, time=1000.0))
-        writer.write(_row(env_steps=510_000, time=1010.0))
+        # A resumed run, half done before this process: its first row's interval holds the
+        # restart (sps 9), the next one's steps may have begun partway through. Then 10k steps
+        # every 10 s: at 530k, 470 s left.
+        writer.write(_row(env_steps=500_000, time=1000.0, sps=9.0))
+        writer.write(_row(env_steps=510_000, time=1010.0, sps=1000.0))
+        writer.write(_row(env_steps=520_000, time=1020.0, sps=1000.0))
+        writer.write(_row(env_steps=530_000, time=1030.0, sps=1000.0))
     writer.close()
-    assert "steps 510k / 1M 51% ETA 8m" in caplog.records[-1].getMessage()
+    lines = [r.getMessage() for r in caplog.records[-4:]]
+    assert all("ETA" not in line for line in lines[:3]) and "sps -" in lines[0]
+    assert "sps -" in lines[1] and "sps 1,000" in lines[2]
+    assert "steps 530k / 1M 53% ETA 7m" in lines[3]
     rows = metrics.read_metrics(str(tmp_path))
-    assert [r["env_steps"] for r in rows] == [500_000, 510_000]
+    assert [r["env_steps"] for r in rows] == [500_000, 510_000, 520_000, 530_000]
+
+
+def test_the_eta_waits_for_steps_to_move(tmp_path, caplog, monkeypatch):
+    """A self-play run: no steps while it compiles and its actors connect, then a slow start;
+    no ETA is guessed from the standstill."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    writer = metrics.MetricsWriter(str(tmp_path), {}, total_env_steps=1_000_000)
+    with caplog.at_level("INFO"):
+        for t, steps in [(0, 0), (10, 0), (20, 0), (30, 200), (40, 10_200), (50, 20_200)]:
+            writer.write(_row(env_steps=steps, time=float(t)))
+    writer.close()
+    lines = [r.getMessage() for r in caplog.records[-6:]]
+    assert all("ETA" not in line for line in lines[:5]), lines
+    assert "steps 20.2k / 1M 2% ETA 16m" in lines[5]  # 979.8k steps at 1,000/s: 980 s
 
 
 def test_resumed_run_logs_to_the_same_wandb_run(tmp_path, monkeypatch):

@@ -3,6 +3,7 @@ results, and a sweep that survives a killed run."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -238,7 +239,7 @@ def test_a_sweep_with_a_bad_value_says_so_in_one_line(tmp_path):
     assert not os.path.exists(os.path.join(tmp_path, sweep.STATE_FILE))
 
 
-def test_the_runner_keeps_parallel_jobs_going_and_retries_a_failure(tmp_path, monkeypatch):
+def test_the_runner_keeps_parallel_jobs_going_and_retries_a_failure(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(jobs, "POLL_S", 0.01)
     started, fails = [], {"b/seed_0": 1}  # b fails once, then succeeds
 
@@ -258,9 +259,45 @@ def test_the_runner_keeps_parallel_jobs_going_and_retries_a_failure(tmp_path, mo
     runner = jobs.Runner(CARTPOLE, str(tmp_path), runs, [], 2, 2, 1, "state.json", train=train)
     state = runner.run()
     assert all(r["state"] == "done" for r in state["runs"].values())
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == "jobs: started a/seed_0 (run 1 of 4)"
+    assert "jobs: b/seed_0 exited with 3; starting it again" in said
+    assert "jobs: started b/seed_0 (run 2 of 4, attempt 2)" in said
+    assert sum(re.fullmatch(r"jobs: ./seed_0 done in 0s", line) is not None for line in said) == 4
     assert [r for r, *_ in started].count("b/seed_0") == 2  # retried once
     assert max(n for *_, n in started) == 1 and started[1][2] == 1  # two at a time, never three
     assert state["runs"]["b/seed_0"]["attempts"] == 2
+
+
+def test_progress_lines_give_each_run_and_an_eta_once_speeds_are_measured(tmp_path, monkeypatch):
+    runs = {f"{c}/seed_0": ({"total_env_steps": "100000"}, 0) for c in "abc"}
+    runner = jobs.Runner(CARTPOLE, str(tmp_path), runs, [], 2, 2, 0, "s.json", label="sweep")
+    clock = {"now": 0.0}
+    monkeypatch.setattr(jobs.time, "monotonic", lambda: clock["now"])
+    runner._paces = {r: jobs.Pace(0.0) for r in ("a/seed_0", "b/seed_0")}
+
+    def at(t, steps):  # both active runs have reached `steps` at time t
+        clock["now"] = t
+        for r, s in zip(("a/seed_0", "b/seed_0"), steps):
+            os.makedirs(tmp_path / r, exist_ok=True)
+            with open(tmp_path / r / "metrics.jsonl", "a") as f:
+                f.write(json.dumps({"env_steps": s, "episode_return_robust": s / 1000}) + "\n")
+        return runner.progress(["a/seed_0", "b/seed_0"], pending=1)
+
+    assert at(30, (0, 0)) == (
+        "sweep: 0 of 3 done, running a/seed_0 0% episode_return_robust 0; b/seed_0 0% "
+        "episode_return_robust 0, 1 waiting"
+    )
+    lines = [at(60, (10_000, 0)), at(90, (20_000, 10_000)), at(120, (30_000, 20_000))]
+    assert all("ETA" not in line for line in lines), lines  # b has moved for one interval only
+    # Each moves 10k steps per 30 s. a: measured from 60 s, 60k left: 180 s; b: from 90 s, 70k
+    # left: 210 s. The waiting run takes the mean of their lengths (330 s, 360 s) on one of the
+    # two slots: 210 + 345 / 2 = 382 s.
+    line = at(150, (40_000, 30_000))
+    assert line == (
+        "sweep: 0 of 3 done, running a/seed_0 40% episode_return_robust 40; b/seed_0 30% "
+        "episode_return_robust 30, 1 waiting; ETA 6m"
+    ), line
 
 
 def test_a_runs_own_values_win_over_the_flags_every_run_gets(tmp_path, monkeypatch):

@@ -177,7 +177,8 @@ class Population:
         jobs.save_state(self.logdir, self.state, STATE_FILE)
         self.runner = jobs.Runner(
             self.config, self.logdir, runs, self.flags, self.num_actors, self.parallel,
-            self.retries, state_file=f"pbt_generation_{g}.json", train=self.train, label="pbt",
+            self.retries, state_file=f"pbt_generation_{g}.json", train=self.train,
+            label=f"pbt generation {g}", metric=self.fitness,
         )  # fmt: skip
         states = self.runner.run()["runs"]
         if self.stopping or any(states[r]["state"] != "done" for r in runs):
@@ -217,6 +218,13 @@ class Population:
         with open(os.path.join(self.logdir, "pbt.jsonl"), "a") as f:
             for record in records:
                 f.write(json.dumps(record) + "\n")
+        copies = [f"{r['member']} <- {r['copied']}" for r in records if "copied" in r]
+        print(
+            f"pbt: generation {g + 1} of {self.generations} done at {pause} env steps; "
+            f"{self.fitness} by member {', '.join(f'{f:.4g}' for f in fitness)}"
+            + (f"; copied {', '.join(copies)}" if copies else ""),
+            flush=True,
+        )
         self.state["generation"] = g + 1
         self.state.pop("started")
         jobs.save_state(self.logdir, self.state, STATE_FILE)

@@ -73,7 +73,7 @@ def main(argv) -> int:
     sweeper = jobs.Runner(
         config, logdir, runs, run_flags, _NUM_ACTORS.value, _PARALLEL.value, _RETRIES.value,
         on_change=lambda state: write_results(state, logdir, *args), state_file=STATE_FILE,
-        label="sweep",
+        label="sweep", metric=_METRIC.value,
     )  # fmt: skip
 
     def stop(signum, frame):
