@@ -22,6 +22,11 @@ INSTALL_REQUIRES = [
     "trueskill==0.4.5",
     "matplotlib==3.11.2",  # python -m seedlike.plot
     "pillow==13.0.0",  # watch.py's GIFs
+    # watch.py's MuJoCo frames on machines without an EGL device: Gymnasium's copy of the task,
+    # rendered by OSMesa (seedlike/watch.py; scripts/setup_venv.sh installs libosmesa6)
+    "mujoco==4.0.0",
+    "PyOpenGL==3.1.10",
+    "imageio==2.38.1",
     "tensorboardX==2.6.5",  # config log.tensorboard
     "pyyaml==6.0.3",  # deploy.py's Kubernetes manifests
     "scipy==1.17.1",  # python -m seedlike.launch.sweep's Student-t intervals (jax needs it too)

@@ -27,18 +27,22 @@ else
   export PATH="$VENV/bin:$PATH"
   SEEDLIKE_PY="$VENV/bin/python"
 fi
-# envpool's Procgen tasks need the system Qt 5 runtime: installed here when this runs as root with
-# apt; otherwise a Procgen run stops with the command to run.
+# System libraries some envs need, installed here when this runs as root with apt; otherwise the
+# run that needs one stops with the command to run: the Qt 5 runtime for envpool's Procgen tasks,
+# OSMesa for watch.py's MuJoCo frames without a GPU (seedlike/watch.py).
 # (The list is read whole before it is searched: `ldconfig -p | grep -q` under pipefail fails
 # whenever grep exits first and ldconfig gets SIGPIPE, about 1 time in 75.)
 libraries="$(ldconfig -p 2>/dev/null || true)"
-if [[ "$libraries" != *libQt5Gui.so.5* ]]; then
+need_library() {  # LIBRARY PACKAGE WHAT
+  if [[ "$libraries" == *"$1"* ]]; then return; fi
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "installing libqt5gui5 (envpool's Procgen)" >&2
-    apt-get install -y -qq --no-install-recommends libqt5gui5 >/dev/null 2>&1 ||
+    echo "installing $2 ($3)" >&2
+    apt-get install -y -qq --no-install-recommends "$2" >/dev/null 2>&1 ||
       { apt-get update -qq >/dev/null 2>&1 &&
-        apt-get install -y -qq --no-install-recommends libqt5gui5 >/dev/null 2>&1; } ||
-      echo "could not install libqt5gui5; Procgen needs: apt-get install -y --no-install-recommends libqt5gui5" >&2
+        apt-get install -y -qq --no-install-recommends "$2" >/dev/null 2>&1; } ||
+      echo "could not install $2; $3 needs: apt-get install -y --no-install-recommends $2" >&2
   fi
-fi
+}
+need_library libQt5Gui.so.5 libqt5gui5 "envpool's Procgen"
+need_library libOSMesa.so libosmesa6 "watch.py's MuJoCo frames without a GPU"
 export SEEDLIKE_PY

@@ -4,11 +4,23 @@ keep envpool's rendered frames (`render_mode="rgb_array"`) for a GIF (`watch.py`
 The env is the checkpoint's own (same task, frame stacking, episodic life, ...), one copy, stepped
 synchronously. In two-player games the checkpoint is player 0 and `opponent` (an Agent: a bot,
 another checkpoint, by default the same policy) player 1; envpool picks who moves first.
+
+MuJoCo without a GPU: envpool renders its MuJoCo tasks through an EGL device of its own, which a
+machine without one (no /dev/dri, no NVIDIA driver: most CPU nodes) lacks, and then it exits the
+process ("gladLoadGL error"). Where a probe in a child process finds that, the policy plays
+Gymnasium's copy of the task instead (the same model and observations, the `mujoco` package),
+rendered in software by OSMesa (the system's libOSMesa, which scripts/setup_venv.sh installs).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
+import logging
+import os
+import subprocess
+import sys
 
 import numpy as np
 
@@ -53,6 +65,7 @@ def record_episodes(
                 "frames; score it without a GIF (python evaluate.py --checkpoint=...)"
             )
         env_config.kwargs = {**env_config.kwargs, "render_mode": "rgb_array"}
+        _software_mujoco(env_config)
     spec = network.spec
     params = {"params": state.params, "obs_norm": state.obs_norm}
     if spec.num_players > 2:  # a multi-agent env: the policy plays every agent of every team
@@ -110,6 +123,72 @@ def record_episodes(
     finally:
         env.close()
     return out
+
+
+def _software_mujoco(env_config) -> None:
+    """Switches an envpool MuJoCo task that cannot render here to Gymnasium's copy rendered by
+    OSMesa (the module docstring says why); ValueError naming what to install where that cannot
+    work either."""
+    if env_config.backend != "envpool" or _envpool_module(env_config.name) != "envpool.mujoco.gym":
+        if _envpool_module(env_config.name) == "envpool.mujoco.dmc" and not _envpool_renders():
+            raise ValueError(
+                f"{env_config.name}: envpool renders MuJoCo through an EGL device, which this "
+                "machine lacks (no GPU driver); record it where one is, or score it without a "
+                "GIF (python evaluate.py --checkpoint=...)"
+            )
+        return
+    if _envpool_renders():
+        return
+    import gymnasium
+
+    missing = [m for m in ("mujoco", "OpenGL", "imageio") if importlib.util.find_spec(m) is None]
+    if missing or env_config.name not in gymnasium.registry or not _has_osmesa():
+        raise ValueError(
+            f"{env_config.name}: envpool renders MuJoCo through an EGL device, which this machine "
+            "lacks (no GPU driver), and the software renderer needs `apt-get install libosmesa6` "
+            "and `pip install mujoco PyOpenGL imageio` (scripts/setup_venv.sh does both)"
+        )
+    logging.info(
+        "%s: envpool cannot render MuJoCo here (no EGL device); recording Gymnasium's copy of "
+        "the task, rendered by OSMesa",
+        env_config.name,
+    )
+    # Before the mujoco package first loads (it picks its GL backend once).
+    os.environ["MUJOCO_GL"] = os.environ["PYOPENGL_PLATFORM"] = "osmesa"
+    env_config.backend = "gymnasium"
+    env_config.kwargs = {"render_mode": "rgb_array"}
+
+
+def _envpool_module(name: str) -> str | None:
+    try:
+        from envpool.registration import registry
+    except ImportError:
+        return None
+    entry = registry.specs.get(name)
+    return entry[0] if entry else None
+
+
+@functools.cache
+def _envpool_renders() -> bool:
+    """Whether envpool's MuJoCo renderer works on this machine: tried in a child process, since
+    where it does not, it ends the process it runs in."""
+    probe = (
+        "import envpool; e = envpool.make('Hopper-v4', env_type='gymnasium', num_envs=1, "
+        "render_mode='rgb_array'); e.reset(); assert e.render().size; print('rendered')"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0 and "rendered" in done.stdout
+
+
+def _has_osmesa() -> bool:
+    import ctypes.util
+
+    return ctypes.util.find_library("OSMesa") is not None
 
 
 def _record_team_game(

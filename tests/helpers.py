@@ -295,8 +295,10 @@ def credentials_script(mode, directory, *names):
 
 
 # Runs on disk (test_watch) --------------------
-def save_untrained_run(run_dir, config_module: str):
+def save_untrained_run(run_dir, config_module: str, env_name: str | None = None):
     config = importlib.import_module(f"configs.{config_module}").get_config()
+    if env_name:
+        config.env.name = env_name
     network = make_network(config.network, make_env_spec(config.env))
     state = ts.init_train_state(network, ts.make_optimizer(config.optimizer), jax.random.key(0))
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"))

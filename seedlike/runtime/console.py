@@ -3,7 +3,7 @@
 absl's prefix (level, date, microseconds, thread id, file:line; about 60 characters) is for
 reading a process's log in a debugger, not a console: the message is what a researcher reads.
 Warnings and errors keep a word that says so. JAX's note that a machine has no TPU (INFO, from
-every process) is left out.
+every process) and PyOpenGL's on its optional accelerator module are left out.
 """
 
 import logging
@@ -25,4 +25,5 @@ def setup() -> None:
     from absl import logging as absl_logging
 
     absl_logging.get_absl_handler().setFormatter(ShortFormatter())
-    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    for noisy in ("jax._src.xla_bridge", "OpenGL"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

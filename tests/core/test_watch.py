@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from seedlike import watch
@@ -45,6 +46,27 @@ def test_a_board_game_is_recorded_against_a_bot(tmp_path):
     assert set(rec.returns) <= {-1.0, 0.0, 1.0}
     # A game is 5-9 moves (the recorded player makes 2-5 of them), plus its first board.
     assert all(2 <= n <= 5 for n in rec.lengths) and 12 <= len(rec.frames) <= 20
+
+
+@pytest.mark.slow  # watch.py and envpool's renderer probe in processes of their own
+def test_watch_py_records_mujoco_on_a_machine_without_a_display(tmp_path):
+    """envpool's MuJoCo renderer needs an EGL device; where it has none, Gymnasium's copy of the
+    task is rendered by OSMesa. Either way the GIF shows the hopper moving."""
+    save_untrained_run(tmp_path, "mujoco_ppo", env_name="Hopper-v4")
+    done = subprocess.run(
+        [sys.executable, "watch.py", f"--checkpoint={tmp_path}", f"--out={tmp_path / 'h.gif'}",
+         "--max_frames=40"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "frames of Hopper-v4" in done.stdout
+    gif = Image.open(tmp_path / "h.gif")
+    frames = []
+    for i in range(gif.n_frames):
+        gif.seek(i)
+        frames.append(np.asarray(gif.convert("RGB")))
+    assert len(frames) > 5 and frames[0].std() > 10  # a scene, not a blank
+    assert not np.array_equal(frames[0], frames[-1])
 
 
 def test_watch_cli_rejects_missing_paths_in_one_line(tmp_path):
