@@ -73,6 +73,7 @@ setup(
             "nbformat==5.11.1",
             "ipykernel==7.4.0",
             "kubernetes-validate==1.37.0",  # tests/launch/test_deploy.py, offline schemas
+            "mkdocs==1.6.1",  # the documentation site (docs/, mkdocs.yml; tests/core/test_docs.py)
         ],
     },
 )

@@ -131,7 +131,7 @@ _LEARNER_FLAGS = flags.DEFINE_list(
 )
 
 CONFIG = os.path.join(ROOT, "configs", "cartpole_ppo.py")
-RETURN = "episode_return_robust"  # what decisions read (README "Metrics")
+RETURN = "episode_return_robust"  # what decisions read (docs/metrics.md)
 COMMON = [
     f"--config={CONFIG}",
     "--config.total_env_steps=100000000",
@@ -160,7 +160,7 @@ class Run:
     """A learner and its honest actors in a fresh logdir; every process is killed on close.
 
     secure (the default): TLS with a certificate per actor, as a run that takes actors from other
-    machines has (README "Security"): actor i is identity actor-<i>, and `attacker` streams (one
+    machines has (docs/security.md): actor i is identity actor-<i>, and `attacker` streams (one
     certificate, "attacker") are one identity however many streams and actor ids they use.
     secure False: plaintext on loopback, every stream of this machine one identity."""
 

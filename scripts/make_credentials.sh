@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A run's credentials (seedlike/rpc/security.py; README "Security"): a CA of the run's own, the
+# A run's credentials (seedlike/rpc/security.py; docs/security.md): a CA of the run's own, the
 # learner's certificate, a run token, and one certificate per actor, each naming its identity.
 #
 #   scripts/make_credentials.sh DIR HOST [HOST ...]           a new run: CA, learner certificate

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs actors on other machines over SSH for a learner that serves them (learner.py --bind=0.0.0.0
-# with --config.transport.credentials=DIR; README "Scaling out").
+# with --config.transport.credentials=DIR; docs/scaling-out.md).
 #
 #   scripts/ssh_actors.sh --hosts=actor1,actor2 --per_host=8 --server=learner.example.com:50051 \
 #       --config=configs/atari_ppo.py --credentials='creds/{host}' [--remote_dir=seedlike] \
@@ -11,7 +11,7 @@
 # to --remote_dir, where "{host}" stands for the host's name: e.g. after
 # `scripts/make_credentials.sh --actors creds actor1 actor2`, copy creds/actors/actor1 to actor1
 # as creds/actor1 and pass --credentials='creds/{host}'. One certificate per host: the learner
-# counts each host as one actor identity, however many actors it runs (README "Security").
+# counts each host as one actor identity, however many actors it runs (docs/security.md).
 # Actor ids run from --first_actor_id: host k's i-th actor is first + k * per_host + i. Each actor
 # is one `ssh -tt` session (the $SSH command, ssh by default) logging to <logdir>/<host>_<id>.log;
 # Ctrl-C ends the sessions, and with them the remote actors. The script exits when every actor

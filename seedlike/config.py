@@ -473,11 +473,11 @@ def log_section() -> ml_collections.ConfigDict:
 
 
 def distributed_section() -> ml_collections.ConfigDict:
-    """Several learner hosts as one learner (seedlike/runtime/distributed.py, README "Several
-    learner hosts"): start learner.py on each host with the same coordinator (process 0's host
-    and a free port there) and its own process_id. Each host serves its own actors and learns
-    from batch_unrolls / num_processes of their unrolls per update; gradients are averaged over
-    every host's devices. Process 0 writes checkpoints and the run's metrics."""
+    """Several learner hosts as one learner (seedlike/runtime/distributed.py; docs/scaling-out.md,
+    "Several learner hosts"): start learner.py on each host with the same coordinator (process
+    0's host and a free port there) and its own process_id. Each host serves its own actors and
+    learns from batch_unrolls / num_processes of their unrolls per update; gradients are averaged
+    over every host's devices. Process 0 writes checkpoints and the run's metrics."""
     c = ml_collections.ConfigDict()
     c.coordinator = ""  # host:port; "" = one learner process
     c.num_processes = 1

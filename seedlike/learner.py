@@ -598,7 +598,7 @@ METRIC_ALIASES = {"actor_share_max": "identity_share_max"}
 
 
 def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
-    """One metrics row (README, "Metrics") for the interval that ends `now`."""
+    """One metrics row (docs/metrics.md) for the interval that ends `now`."""
     dt = max(now - interval.start, 1e-9)
     stats = p.service.stats.take()
     episodes = stats["episodes"]

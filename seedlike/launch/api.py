@@ -40,7 +40,7 @@ class Run:
         return self.process.poll() is None
 
     def metrics(self) -> list[dict]:
-        """The metrics rows written so far (README, "Metrics")."""
+        """The metrics rows written so far (docs/metrics.md)."""
         return read_metrics(self.logdir)
 
     def latest(self, *keys: str) -> dict:

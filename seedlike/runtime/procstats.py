@@ -2,7 +2,7 @@
 
 A run that lasts days fails on what grows slowly: a cache without a bound, a thread per
 reconnecting actor, a file left open per snapshot. The learner writes its own usage into every
-metrics row (README, "Metrics") and benchmarks/soak.py follows every process of a run this way.
+metrics row (docs/metrics.md) and benchmarks/soak.py follows every process of a run this way.
 
 Linux reads /proc/<pid>; elsewhere only the calling process is known, and only what `resource`
 (POSIX) and `threading` say of it (peak memory, Python threads); values not known are NaN.

@@ -24,7 +24,7 @@ _QUANTILE = flags.DEFINE_float("quantile", 0.25, "Share of the population replac
 _PERTURB = flags.DEFINE_list("perturb", ["0.8", "1.2"], "Factors explore multiplies values by.")
 _RESAMPLE = flags.DEFINE_float("resample", 0.25, "Chance that explore draws a choice again.")
 _FITNESS = flags.DEFINE_string(
-    "fitness", "episode_return_robust", 'Metrics key ranking members (README, "Metrics").'
+    "fitness", "episode_return_robust", "Metrics key ranking members (docs/metrics.md)."
 )
 _MODE = flags.DEFINE_enum("mode", "max", ["max", "min"], "Whether more fitness is better.")
 _PBT_SEED = flags.DEFINE_integer("pbt_seed", 0, "Seeds the initial draws and every choice.")

@@ -25,7 +25,7 @@ _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at a time.")
 _NUM_ACTORS = flags.DEFINE_integer("num_actors", 2, "Actor processes per run.")
 _RETRIES = flags.DEFINE_integer("retries", 1, "Restarts of a failed run before it counts failed.")
 _METRIC = flags.DEFINE_string(
-    "metric", "episode_return_robust", 'The metrics key the table ranks (README, "Metrics").'
+    "metric", "episode_return_robust", "The metrics key the table ranks (docs/metrics.md)."
 )
 _MODE = flags.DEFINE_enum("mode", "max", ["max", "min"], "Whether more of --metric is better.")
 _FINAL_FRACTION = flags.DEFINE_float(

@@ -1,0 +1,85 @@
+"""The README and the documentation site (docs/, mkdocs.yml): the site builds with every internal
+link checked, and every relative link of the README and the pages leads to a file and heading
+that exist."""
+
+import os
+import re
+import subprocess
+import sys
+
+from tests.procs import ROOT
+
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub and mkdocs make it: lowercase, punctuation dropped, spaces
+    as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def headings(path: str) -> set[str]:
+    found, fence = set(), False
+    with open(path) as f:
+        for line in f:
+            if line.startswith("```"):
+                fence = not fence
+            elif not fence and line.startswith("#"):
+                found.add(slug(line.lstrip("#")))
+    return found
+
+
+def broken_links(path: str) -> list[str]:
+    """The relative links of a Markdown file whose file or heading does not exist."""
+    out, fence = [], False
+    with open(path) as f:
+        text = []
+        for line in f:
+            if line.startswith("```"):
+                fence = not fence
+            elif not fence:
+                text.append(line)
+    for target in LINK.findall("".join(text)):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        full = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+        if not os.path.exists(full):
+            out.append(f"{target}: no file {full}")
+        elif anchor and full.endswith(".md") and anchor not in headings(full):
+            out.append(f"{target}: no heading #{anchor} in {full}")
+    return out
+
+
+def test_every_relative_link_leads_somewhere(tmp_path):
+    docs = os.path.join(ROOT, "docs")
+    pages = [os.path.join(ROOT, "README.md")] + [
+        os.path.join(docs, p) for p in sorted(os.listdir(docs)) if p.endswith(".md")
+    ]
+    assert len(pages) > 5
+    assert [b for page in pages for b in broken_links(page)] == []
+    # The checker itself finds what is broken.
+    page = tmp_path / "page.md"
+    page.write_text("# Top\n\n[a](page.md#top) [b](nothing.md) [c](#missing) [d](https://x.y)\n")
+    assert broken_links(str(page)) == [
+        f"nothing.md: no file {tmp_path / 'nothing.md'}",
+        "#missing: no heading #missing in " + str(page),
+    ]
+
+
+def test_the_docs_site_builds_with_its_links_checked(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    built = {p for p in os.listdir(tmp_path / "site") if os.path.isdir(tmp_path / "site" / p)}
+    assert {"configs", "metrics", "scaling-out", "security", "internals"} <= built
+
+
+def test_the_readme_starts_with_what_seedlike_is_and_the_two_commands():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        first_screen = "".join(f.readlines()[:30])
+    assert "trains agents that play games" in first_screen
+    assert "scripts/train.sh" in first_screen and "scripts/test.sh" in first_screen
