@@ -21,6 +21,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -177,9 +178,12 @@ def _envpool_renders() -> bool:
         "render_mode='rgb_array'); e.reset(); assert e.render().size; print('rendered')"
     )
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
-        )
+        # In a folder of its own: a failing MuJoCo writes MUJOCO_LOG.TXT where it runs.
+        with tempfile.TemporaryDirectory() as folder:
+            done = subprocess.run(
+                [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                cwd=folder,
+            )  # fmt: skip
     except subprocess.TimeoutExpired:
         return False
     return done.returncode == 0 and "rendered" in done.stdout

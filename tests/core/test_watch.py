@@ -53,13 +53,15 @@ def test_watch_py_records_mujoco_on_a_machine_without_a_display(tmp_path):
     """envpool's MuJoCo renderer needs an EGL device; where it has none, Gymnasium's copy of the
     task is rendered by OSMesa. Either way the GIF shows the hopper moving."""
     save_untrained_run(tmp_path, "mujoco_ppo", env_name="Hopper-v4")
+    here = tmp_path / "cwd"  # where the user runs it: left as it was
+    here.mkdir()
     done = subprocess.run(
-        [sys.executable, "watch.py", f"--checkpoint={tmp_path}", f"--out={tmp_path / 'h.gif'}",
-         "--max_frames=40"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, f"{ROOT}/watch.py", f"--checkpoint={tmp_path}",
+         f"--out={tmp_path / 'h.gif'}", "--max_frames=40"],
+        cwd=here, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "frames of Hopper-v4" in done.stdout
+    assert "frames of Hopper-v4" in done.stdout and not list(here.iterdir())
     gif = Image.open(tmp_path / "h.gif")
     frames = []
     for i in range(gif.n_frames):
