@@ -39,7 +39,8 @@ class NetworkAgent:
         self._carry = None
 
     def reset(self, num_envs: int) -> None:
-        self._carry = jax.tree.map(np.asarray, self.network.initial_carry(num_envs))
+        # Writable host copies (np.asarray of a jax array is a read-only view).
+        self._carry = jax.tree.map(np.array, self.network.initial_carry(num_envs))
 
     def act(self, obs, legal_mask, env_id, first, rng) -> np.ndarray:
         carry = jax.tree.map(lambda c: c[env_id], self._carry)

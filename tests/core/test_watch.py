@@ -39,6 +39,12 @@ def test_recording_has_one_frame_per_observation_and_the_episode_returns(tmp_pat
     assert total == 20 * len(rec.frames)
 
 
+def test_a_recurrent_policy_is_recorded_with_its_state_per_env(tmp_path):
+    save_untrained_run(tmp_path, "cartpole_pomdp_lstm")
+    rec = watch.record_episodes(str(tmp_path), episodes=2, render=False)
+    assert len(rec.returns) == 2 and all(r == n for r, n in zip(rec.returns, rec.lengths))
+
+
 def test_a_board_game_is_recorded_against_a_bot(tmp_path):
     save_untrained_run(tmp_path, "tictactoe_selfplay")
     rec = watch.record_episodes(str(tmp_path), episodes=2, opponent=RandomAgent())
