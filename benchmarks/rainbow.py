@@ -19,7 +19,6 @@ training episodes, the greedy evaluation, wall times) and rainbow.png (every run
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -29,7 +28,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from results_io import plot_curves, run_summary  # noqa: E402
+from results_io import (  # noqa: E402
+    greedy_return,
+    per_seed,
+    plot_curves,
+    run_summary,
+    train,
+    write_markdown,
+)
 
 # MinAtar's DQN at 5M frames (its plot); CleanRL dqn.py on CartPole-v1 at 500k steps.
 REFERENCE = {"Breakout": 10.0, "SpaceInvaders": 43.0, "CartPole": 488.7}
@@ -50,41 +56,6 @@ def config_path(algo: str, game: str) -> str:
     return f"configs/minatar_{algo}.py:{game}"
 
 
-def finished(run_dir: str) -> bool:
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return False
-    with open(path) as f:
-        rows = [json.loads(line) for line in f]
-    return bool(rows) and rows[-1]["env_steps"] >= _STEPS.value
-
-
-def run(algo: str, game: str, seed: int, run_dir: str) -> None:
-    if finished(run_dir):
-        return
-    command = [
-        "scripts/train.sh", f"--logdir={run_dir}", f"--num_actors={_ACTORS.value}",
-        f"--config={config_path(algo, game)}", f"--config.seed={seed}",
-        f"--config.total_env_steps={_STEPS.value}", "--config.log.wandb_mode=disabled",
-        *_FLAGS.value,
-    ]  # fmt: skip
-    print(" ".join(command), flush=True)
-    subprocess.run(command, cwd=ROOT, check=True)
-
-
-def greedy_return(run_dir: str) -> float:
-    """The mean return of --eval_episodes greedy episodes of the run's last checkpoint."""
-    out = os.path.join(run_dir, "evaluation_greedy.json")
-    if not os.path.exists(out):
-        command = [
-            sys.executable, "evaluate.py", f"--checkpoint={run_dir}", "--greedy",
-            f"--episodes={_EVAL.value}", f"--out={out}",
-        ]  # fmt: skip
-        subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
-    with open(out) as f:
-        return float(json.load(f)["return"]["mean"])
-
-
 def main(argv):
     del argv
     logdir = os.path.abspath(_LOGDIR.value)
@@ -94,8 +65,10 @@ def main(argv):
             runs = []
             for seed in range(seeds):
                 run_dir = os.path.join(logdir, game, algo, f"seed_{seed}")
-                run(algo, game, seed, run_dir)
-                runs.append({**run_summary(run_dir), "greedy": greedy_return(run_dir)})
+                train(run_dir, config_path(algo, game), seed, _STEPS.value, _ACTORS.value,
+                      _FLAGS.value)  # fmt: skip
+                greedy = greedy_return(run_dir, _EVAL.value)
+                runs.append({**run_summary(run_dir), "greedy": greedy})
             if runs:
                 finals = [r["final"] for r in runs]
                 results[f"{game}/{algo}"] = {
@@ -117,15 +90,11 @@ def main(argv):
     ]
     for key, r in results.items():
         lines.append(
-            f"| {key} | {' / '.join(f'{x:.1f}' for x in r['finals'])} | {r['mean']:.1f} | "
-            f"{' / '.join(f'{x:.1f}' for x in r['greedy'])} | "
-            f"{' / '.join(f'{x:.1f}' for x in r['best_row'])} | {r['reference'] or '-'} | "
+            f"| {key} | {per_seed(r['finals'])} | {r['mean']:.1f} | {per_seed(r['greedy'])} | "
+            f"{per_seed(r['best_row'])} | {r['reference'] or '-'} | "
             f"{np.mean(r['wall_s']) / 60:.0f} | {np.mean(r['sps']):,.0f} |"
         )
-    table = "\n".join(lines)
-    with open(os.path.join(logdir, "rainbow.md"), "w") as f:
-        f.write(table + "\n")
-    print(table)
+    write_markdown(os.path.join(logdir, "rainbow.md"), lines)
     plot(results, os.path.join(logdir, "rainbow.png"))
     return 0
 

@@ -3,9 +3,12 @@
 import json
 import math
 import os
+import subprocess
+import sys
 import time
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def write(name: str, result: dict, out: str | None = None, echo: dict | None = None) -> str:
@@ -68,3 +71,55 @@ def plot_curves(panels: dict, path: str) -> None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def finished(run_dir: str, steps: int) -> bool:
+    """Whether a run's metrics reached `steps` env steps."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        rows = [json.loads(line) for line in f]
+    return bool(rows) and rows[-1]["env_steps"] >= steps
+
+
+def train(run_dir: str, config: str, seed: int, steps: int, actors: int, flags=()) -> None:
+    """A run of `steps` env steps through scripts/train.sh (resumed where it stopped; nothing
+    if it has finished)."""
+    if finished(run_dir, steps):
+        return
+    command = [
+        "scripts/train.sh", f"--logdir={run_dir}", f"--num_actors={actors}",
+        f"--config={config}", f"--config.seed={seed}", f"--config.total_env_steps={steps}",
+        "--config.log.wandb_mode=disabled", *flags,
+    ]  # fmt: skip
+    print(" ".join(command), flush=True)
+    subprocess.run(command, cwd=ROOT, check=True)
+
+
+def greedy_return(run_dir: str, episodes: int) -> float:
+    """The mean return of `episodes` greedy episodes of the run's last checkpoint (evaluate.py;
+    kept in <run_dir>/evaluation_greedy.json)."""
+    out = os.path.join(run_dir, "evaluation_greedy.json")
+    if not os.path.exists(out):
+        command = [
+            sys.executable, "evaluate.py", f"--checkpoint={run_dir}", "--greedy",
+            f"--episodes={episodes}", f"--out={out}",
+        ]  # fmt: skip
+        subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+    with open(out) as f:
+        return float(json.load(f)["return"]["mean"])
+
+
+def per_seed(values, fmt: str = ".1f") -> str:
+    """A table cell of one number per seed: "487.2 / 500.0 / 431.9"."""
+    return " / ".join(format(x, fmt) for x in values)
+
+
+def write_markdown(path: str, lines: list[str]) -> str:
+    """Writes a Markdown table (its lines) to `path`, prints it and returns it."""
+    table = "\n".join(lines)
+    with open(path, "w") as f:
+        f.write(table + "\n")
+    print(table)
+    return table

@@ -709,13 +709,16 @@ def _validate_replay(config, need) -> None:
     if not replay:
         return
     c = config[config.algo]
+    sequences = ALGORITHMS[config.algo].sequences
     steps = config.batch_unrolls * config.unroll_length
-    sgd_steps = c.replay_ratio * steps / c.batch_size
+    per_sgd = c.batch_size * (config.unroll_length if sequences else 1)
+    sgd_steps = c.replay_ratio * steps / per_sgd
     need(
         sgd_steps >= 1 and abs(sgd_steps - round(sgd_steps)) < 1e-9,
         f"{config.algo}.replay_ratio={c.replay_ratio} x {steps} steps per learner batch "
-        f"(batch_unrolls x unroll_length) / {config.algo}.batch_size={c.batch_size} = "
-        f"{sgd_steps:g} sgd steps per batch: it must be a whole number >= 1",
+        f"(batch_unrolls x unroll_length) / {per_sgd} steps per sgd step ({config.algo}."
+        f"batch_size={c.batch_size}{' sequences' if sequences else ''}) = {sgd_steps:g} sgd "
+        "steps per batch: it must be a whole number >= 1",
     )
     need(
         c.capacity >= steps,
@@ -733,10 +736,21 @@ def _validate_replay(config, need) -> None:
         "bounds them instead)",
     )
     need(
-        config.network.core == "none",
+        sequences or config.network.core == "none",
         f"algo={config.algo!r} learns from single transitions: network.core='lstm' needs "
-        "sequence replay with burn-in (R2D2, not yet in seedlike); set network.core='none'",
+        "sequence replay with burn-in; set algo='r2d2' or network.core='none'",
     )
+    if sequences:
+        need(
+            c.burn_in < config.unroll_length,
+            f"{config.algo}.burn_in={c.burn_in} leaves no step of a {config.unroll_length}-step "
+            "sequence (unroll_length) to learn from",
+        )
+        need(
+            config.network.atoms == 1 and not config.network.noisy,
+            f"algo={config.algo!r} learns one rescaled value per action and explores "
+            "epsilon-greedily: set network.atoms=1 and network.noisy=False",
+        )
     need(
         config.population.size == 1,
         f"algo={config.algo!r} learns one agent from its own replay: populations (PBT) are for "

@@ -16,14 +16,16 @@ A new algorithm is a module with those two functions and a record below: its con
 `common_settings`, a comment per setting: the configs' documentation), its checks, its metrics.
 tests/integration/test_extending.py adds one from outside the library.
 
-A replay algorithm (`replay=True`, e.g. rainbow) learns from a replay the learner host keeps
+A replay algorithm (`replay=True`: rainbow, r2d2) learns from a replay the learner host keeps
 (seedlike.learning.replay) instead of each batch once: its module has
 
     make_loss(network, section, axis_name) -> loss_fn(params, target_params, obs_norm,
-        transitions, key) -> (loss, (metrics, priority [S])),
+        batch, key) -> (loss, (metrics, priority [S])),
 
 its section the replay settings of `replay_settings`, and its network a Q head with target
-parameters (seedlike.learning.offpolicy.ReplayLearner runs it).
+parameters (seedlike.learning.offpolicy.ReplayLearner runs it). Its batch is n-step transitions
+(rainbow.Transitions), or with `sequences=True` whole stored unrolls with the recurrent state
+they started from (r2d2.Sequences).
 """
 
 from __future__ import annotations
@@ -46,9 +48,9 @@ class Algorithm:
       check: (section) -> what is wrong with a section, one line per problem (empty: nothing).
       metrics: the names of its loss metrics.
       sequences: it needs whole unrolls even with a feed-forward network (V-trace's targets run
-        along the unroll).
+        along the unroll; a replay algorithm samples whole stored unrolls, R2D2's sequences).
       math: the module of its make_loss and advantages.
-      replay: it learns from the replay, sampling transitions (module docstring).
+      replay: it learns from the replay (module docstring).
     """
 
     name: str
@@ -222,13 +224,45 @@ def check_rainbow(c: ml_collections.ConfigDict) -> list[str]:
     return problems
 
 
+def r2d2_defaults() -> ml_collections.ConfigDict:
+    c = replay_settings(reward_settings(ml_collections.ConfigDict()))
+    # batch_size counts sequences (stored unrolls of unroll_length steps); replay_ratio is still
+    # sampled steps per inserted step.
+    c.batch_size = 32
+    c.n_step = 5  # rewards summed before bootstrapping (R2D2's 5)
+    c.double_q = True
+    c.target_period = 400  # sgd steps between target copies (R2D2: 2500 at batch 64)
+    c.huber_delta = 0.0  # squared TD error, as R2D2
+    c.burn_in = 20  # first steps of a sequence that only refresh the recurrent state (R2D2: 40)
+    c.stored_state = True  # start from the state stored with the sequence; False: from zeros
+    c.rescale_eps = 1e-3  # h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x on targets and values
+    c.priority_eta = 0.9  # a sequence's priority: eta max |TD| + (1 - eta) mean |TD|
+    c.priority_exponent = 0.9  # R2D2's
+    c.importance_exponent = 0.6
+    return c
+
+
+def check_r2d2(c: ml_collections.ConfigDict) -> list[str]:
+    problems = check_rewards("r2d2", c) + check_replay("r2d2", c)
+    if c.n_step < 1 or c.target_period < 1 or c.burn_in < 0:
+        problems.append("r2d2.n_step and r2d2.target_period must be >= 1, r2d2.burn_in >= 0")
+    if c.huber_delta < 0 or c.rescale_eps <= 0 or not 0 <= c.priority_eta <= 1:
+        problems.append(
+            "r2d2.huber_delta must be >= 0, r2d2.rescale_eps > 0 and r2d2.priority_eta in [0, 1]"
+        )
+    return problems
+
+
 def sgd_steps_per_update(config) -> int:
     """Gradient steps in one policy version of a run's config: epochs x num_minibatches, or a
     replay algorithm's replay_ratio x steps per learner batch / batch_size."""
     c = config[config.algo]
-    if ALGORITHMS[config.algo].replay:
+    algorithm = ALGORITHMS[config.algo]
+    if algorithm.replay:
+        # Sampled per sgd step: batch_size transitions, or batch_size whole unrolls.
+        per_sample = config.unroll_length if algorithm.sequences else 1
         steps = config.batch_unrolls * config.unroll_length
-        return round(float(c.replay_ratio) * steps / int(c.batch_size))
+        return round(float(c.replay_ratio) * steps / (int(c.batch_size) * per_sample))
     return int(c.epochs) * int(c.num_minibatches)
 
 
@@ -270,6 +304,21 @@ ALGORITHMS = {
         metrics=("loss/total", "loss/td_abs", "loss/q_mean", "loss/weight_mean"),
         sequences=False,
         math="seedlike.algos.rainbow",
+        replay=True,
+    ),
+    "r2d2": Algorithm(
+        name="r2d2",
+        defaults=r2d2_defaults,
+        check=check_r2d2,
+        metrics=(
+            "loss/total",
+            "loss/td_abs",
+            "loss/q_mean",
+            "loss/weight_mean",
+            "loss/state_age",
+        ),
+        sequences=True,
+        math="seedlike.algos.r2d2",
         replay=True,
     ),
 }

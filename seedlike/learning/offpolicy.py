@@ -25,7 +25,7 @@ import numpy as np
 from seedlike.algos import ALGORITHMS, sgd_steps_per_update
 from seedlike.learning import train_state as ts
 from seedlike.learning.learner import Learner
-from seedlike.learning.replay import Replay
+from seedlike.learning.replay import Replay, SequenceReplay
 from seedlike.types import Unroll
 
 
@@ -73,14 +73,19 @@ class ReplayLearner(Learner):
         self.save_replay = bool(c.save_replay)
         self._batches = 0  # learner batches inserted by this process
         self._batch_steps = self.local_batch_unrolls * int(config.unroll_length)
+        # Env steps in one sample: a transition, or a whole stored unroll (R2D2's sequence).
+        self._sample_steps = int(config.unroll_length) if self.algorithm.sequences else 1
         self._saved = None  # a saved replay's arrays, loaded into the replay once it exists
 
     def make_replay(self, example: Unroll) -> Replay:
         c = self.algo_config
-        return Replay(
-            example, c.capacity, c.n_step, c.gamma, c.reward_clip, c.prioritized,
-            c.priority_exponent, c.priority_eps, seed=int(self.config.seed) + jax.process_index(),
+        kwargs = dict(
+            reward_clip=c.reward_clip, prioritized=c.prioritized, exponent=c.priority_exponent,
+            eps=c.priority_eps, seed=int(self.config.seed) + jax.process_index(),
         )  # fmt: skip
+        if self.algorithm.sequences:
+            return SequenceReplay(example, c.capacity, c.n_step, c.gamma, c.burn_in, **kwargs)
+        return Replay(example, c.capacity, c.n_step, c.gamma, **kwargs)
 
     def update(self, unrolls: Unroll, identity: np.ndarray | None = None) -> dict[str, float]:
         """Inserts stacked unrolls [B, T+1, ...] (host arrays) and learns from the replay;
@@ -162,10 +167,13 @@ class ReplayLearner(Learner):
         idx = idx.reshape(k, n, -1).swapaxes(0, 1)
         weight = weight.reshape(k, n, -1).swapaxes(0, 1)
         # Host arrays [device, K, b / n]: the pmap gives each local device its row.
-        batch = replay.transitions(idx, weight)
+        if self.algorithm.sequences:
+            batch = replay.sequences(idx, weight, self.policy_version)
+        else:
+            batch = replay.transitions(idx, weight)
         self._state, (metrics, priority) = self.guard(self._steps, self._state, batch)
         metrics, priority = jax.device_get((metrics, priority))
-        self.consumed = k * self.local_batch
+        self.consumed = k * self.local_batch * self._sample_steps
         metrics = {key: float(np.mean(v[0])) for key, v in metrics.items()}
         counters = self._counters(beta)
         if not all(math.isfinite(v) for v in metrics.values()):
@@ -182,7 +190,7 @@ class ReplayLearner(Learner):
         return {**metrics, **counters, "nonfinite": 0.0}
 
     def samples(self, unrolls: Unroll) -> int:
-        """Transitions the last update learned from."""
+        """Env steps the last update learned from (transitions, or sequences' steps)."""
         del unrolls
         return self.consumed
 

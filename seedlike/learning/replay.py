@@ -197,14 +197,19 @@ class Replay:
         self.action[slots] = unrolls.action
         self.reward[slots], self.discount[slots], self.boot[slots] = total, discount, boot
         self._valid[slots] = valid
-        leaves = (slots[:, None] * self.horizon + np.arange(self.horizon)).reshape(-1)
-        first = self.max_priority if self.prioritized else 1.0
-        self.tree.set(leaves, np.where(valid.reshape(-1), first, 0.0))
+        self._store(unrolls, slots)
         self.next_slot = int((self.next_slot + batch) % self.slots)
         self.filled = min(self.filled + batch, self.slots)
         added = int(valid.sum())
         self.inserted += added
         return added
+
+    def _store(self, unrolls, slots: np.ndarray) -> None:
+        """The new slots' priorities: each valid step's the largest seen so far."""
+        del unrolls
+        leaves = (slots[:, None] * self.horizon + np.arange(self.horizon)).reshape(-1)
+        first = self.max_priority if self.prioritized else 1.0
+        self.tree.set(leaves, np.where(self._valid[slots].reshape(-1), first, 0.0))
 
     def sample(self, count: int, beta: float) -> tuple[np.ndarray, np.ndarray]:
         """(leaf indices int64 [count], importance weights float32 [count]): stratified draws in
@@ -306,3 +311,93 @@ class Replay:
             int(x) for x in state["counters"]
         )
         self.max_priority = float(state["max_priority"])
+
+
+class SequenceReplay(Replay):
+    """Unrolls [T+1] stored as R2D2's sequences (seedlike.algos.r2d2): each slot also keeps the
+    recurrent state before its step 0 and the policy version that acted there, and is sampled
+    whole, by one priority per slot. The n-step targets are computed at insert as for
+    transitions; `burn_in` first steps of a slot only refresh the state, so a slot with no valid
+    step after them is never sampled.
+    """
+
+    def __init__(self, example, capacity: int, n_step: int, gamma: float, burn_in: int, **kwargs):
+        super().__init__(example, capacity, n_step, gamma, **kwargs)
+        self.burn_in = int(burn_in)
+        lead = np.ndim(example.reward) - 1
+        self.first = np.zeros((self.slots, self.horizon + 1), bool)
+        self.carry = [
+            np.zeros((self.slots, *np.shape(c)[lead:]), np.asarray(c).dtype)
+            for c in _leaves(example.carry)
+        ]
+        self.version = np.zeros(self.slots, np.int64)
+        self._carry_def = example.carry
+        self.tree = SumTree(self.slots)
+
+    @property
+    def size(self) -> int:
+        """Sequences the replay can sample now."""
+        return int(self._learnable().sum())
+
+    def _learnable(self) -> np.ndarray:
+        return self._valid[:, self.burn_in :].any(axis=1)
+
+    def _store(self, unrolls, slots: np.ndarray) -> None:
+        """The new slots' states, first flags, versions and priorities (the largest seen so far
+        for a slot with a step to learn from)."""
+        self.first[slots] = unrolls.first
+        for stored, c in zip(self.carry, _leaves(unrolls.carry)):
+            stored[slots] = c
+        self.version[slots] = np.asarray(unrolls.policy_version)[:, 0]
+        first = self.max_priority if self.prioritized else 1.0
+        self.tree.set(slots, np.where(self._learnable()[slots], first, 0.0))
+
+    def sequences(self, idx: np.ndarray, weight: np.ndarray, version: int):
+        """The sequences at slots idx [...] (any shape), their weights, and the age of their
+        stored states against the learner's policy `version`."""
+        from seedlike.algos import r2d2
+
+        slot = np.asarray(idx, np.int64)
+        t = np.arange(self.horizon + 1)
+        obs = {k: v[slot] for k, v in self.obs.items()}
+        grid = np.broadcast_to(t, (*slot.shape, t.size))
+        obs.update({k: s.read(slot[..., None] + 0 * grid, grid) for k, s in self.stacks.items()})
+        learn = self._valid[slot] & (np.arange(self.horizon) >= self.burn_in)
+        carry = _unflatten(self._carry_def, [c[slot] for c in self.carry])
+        return r2d2.Sequences(
+            obs=obs,
+            extras={k: v[slot] for k, v in self.extras.items()},
+            action=self.action[slot].astype(np.int32),
+            first=self.first[slot],
+            carry=carry,
+            reward=self.reward[slot],
+            discount=self.discount[slot],
+            boot=self.boot[slot],
+            learn=learn,
+            weight=np.asarray(weight, np.float32),
+            age=(int(version) - self.version[slot]).astype(np.float32),
+        )
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        state = super().state_dict()
+        state.update({f"carry/{i}": c for i, c in enumerate(self.carry)})
+        state.update(first=self.first, version=self.version)
+        return state
+
+    def load_state_dict(self, state) -> None:
+        super().load_state_dict(state)
+        for i, c in enumerate(self.carry):
+            c[...] = state[f"carry/{i}"]
+        self.first[...], self.version[...] = state["first"], state["version"]
+
+
+def _leaves(tree) -> list:
+    import jax
+
+    return jax.tree.leaves(tree)
+
+
+def _unflatten(like, leaves):
+    import jax
+
+    return jax.tree.unflatten(jax.tree.structure(like), leaves)

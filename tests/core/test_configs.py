@@ -128,14 +128,14 @@ def test_the_algorithm_records_are_the_configs_sections_and_the_losses_metrics()
     from seedlike.algos import ALGORITHMS
     from seedlike.config import base_config
 
-    assert tuple(ALGORITHMS) == ("ppo", "vtrace", "rainbow")
+    assert tuple(ALGORITHMS) == ("ppo", "vtrace", "rainbow", "r2d2")
     config = base_config()
     for name, algorithm in ALGORITHMS.items():
         assert config[name].to_dict() == algorithm.defaults().to_dict()
         math = algorithm.load()
         # A replay algorithm's targets come from the replay's transitions (no advantages).
         assert callable(math.make_loss) and (algorithm.replay or callable(math.advantages))
-    assert [n for n, a in ALGORITHMS.items() if a.replay] == ["rainbow"]
+    assert [n for n, a in ALGORITHMS.items() if a.replay] == ["rainbow", "r2d2"]
     # V-trace computes its targets inside the loss; PPO's come from GAE beforehand.
     assert ALGORITHMS["vtrace"].load().advantages(config.vtrace) is None
     assert callable(ALGORITHMS["ppo"].load().advantages(config.ppo))
@@ -165,7 +165,7 @@ def test_distributed_settings_that_cannot_work_are_refused(setting, message):
         ({"network.policy_head": "categorical"}, "set network.policy_head='q'"),
         ({"network.normalize_obs": True}, "set network.normalize_obs=False"),
         ({"rainbow.normalize_rewards": True}, "set rainbow.normalize_rewards=False"),
-        ({"network.core": "lstm"}, "needs sequence replay with burn-in"),
+        ({"network.core": "lstm"}, "needs sequence replay with burn-in; set algo='r2d2'"),
         ({"rainbow.replay_ratio": 0.5}, "= 0.5 sgd steps per batch: it must be a whole number"),
         (
             {"rainbow.capacity": 100, "rainbow.min_fill": 0},
@@ -182,6 +182,26 @@ def test_replay_settings_that_cannot_work_are_refused(setting, message):
         validate(config)
     config = load_config_file(os.path.join(ROOT, "configs", "cartpole_rainbow.py"))
     config.rainbow.replay_ratio = 3.0  # 3 x 128 steps / 128 per sgd step: 3, a whole number
+    validate(config)
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"r2d2.burn_in": 40}, "r2d2.burn_in=40 leaves no step of a 40-step sequence"),
+        ({"network.atoms": 51}, "set network.atoms=1 and network.noisy=False"),
+        ({"r2d2.replay_ratio": 4.0}, "/ 1280 steps per sgd step (r2d2.batch_size=32 sequences)"),
+    ],
+)
+def test_r2d2_settings_that_cannot_work_are_refused(setting, message):
+    config = load_config_file(os.path.join(ROOT, "configs", "cartpole_pomdp_r2d2.py"))
+    for key, value in setting.items():
+        section, _, field = key.rpartition(".")
+        config[section][field] = value
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate(config)
+    config = load_config_file(os.path.join(ROOT, "configs", "cartpole_pomdp_r2d2.py"))
+    config.network.core = "none"  # the memoryless control is an R2D2 config too
     validate(config)
 
 

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.slow
 POMDP = os.path.join(ROOT, "configs", "cartpole_pomdp_lstm.py")
 VTRACE = os.path.join(ROOT, "configs", "cartpole_vtrace.py")
 RAINBOW = os.path.join(ROOT, "configs", "cartpole_rainbow.py")
+R2D2 = os.path.join(ROOT, "configs", "cartpole_pomdp_r2d2.py")
 TICTACTOE = os.path.join(ROOT, "configs", "tictactoe_selfplay.py")
 QUICK = ["--config.log.interval_s=2", "--config.log.wandb_mode=disabled"]
 ONE_DEVICE = {**os.environ, "XLA_FLAGS": ""}
@@ -84,6 +85,26 @@ def test_rainbow_learns_cartpole_at_the_replay_ratio_it_is_given(tmp_path):
     learning = [x for x in learning if x == x]
     assert len(learning) >= 3 and abs(np.mean(learning) - 8) <= 0.8, learning
     assert all(r["exploration/epsilon_0"] >= r["exploration/epsilon_1"] for r in rows[1:-1])
+
+
+def test_r2d2_learns_cartpole_without_velocities(tmp_path):
+    """Past the ~50 a memoryless policy plateaus at (the LSTM test above; benchmarks/r2d2.py
+    measures R2D2 feed-forward too): the stored states and the burn-in carry what the positions
+    alone cannot tell. One device, as the LSTM test above."""
+    rows = train(
+        tmp_path / "r2d2",
+        R2D2,
+        "--config.total_env_steps=300000",
+        "--config.optimizer.anneal_lr=False",  # the rate of the first 300k steps of 1M
+        "--config.stop_at_return=150",
+        "--config.log.stop_hold_s=1",
+        *QUICK,
+        env=ONE_DEVICE,
+    )
+    assert max(returns(rows)) >= 140, returns(rows)
+    assert rows[-1]["env_steps"] < 300_000  # stopped at the return, not the budget
+    ages = [r["loss/state_age"] for r in rows if r.get("loss/state_age") is not None]
+    assert ages and all(a >= 0 for a in ages), ages
 
 
 def test_selfplay_tictactoe_beats_the_random_agent(tmp_path):

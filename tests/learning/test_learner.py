@@ -247,6 +247,23 @@ def test_replay_learner_is_the_same_on_one_and_two_devices():
     np.testing.assert_allclose(metrics_one[-1]["replay/ratio"], 4 * 16 / inserted)
 
 
+def test_the_r2d2_learner_is_the_same_on_one_and_two_devices():
+    """Sequences with their stored LSTM states, split over devices like transitions."""
+    c = small_config(algo="r2d2")
+    c.network.update(policy_head="q", dueling=True, core="lstm", core_size=8, normalize_obs=False)
+    # 4 unrolls of 8 steps per batch; 2 sgd steps of 2 sequences each (burn-in 3).
+    c.r2d2.update(min_fill=0, batch_size=2, replay_ratio=1.0, target_period=3, burn_in=3)
+    one, metrics_one, _ = run_replay_updates(jax.local_devices()[:1], c)
+    two, metrics_two, _ = run_replay_updates(jax.local_devices()[:2], c)
+    jax.tree.map(
+        lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6),
+        (one[-1].params, one[-1].target_params), (two[-1].params, two[-1].target_params),
+    )  # fmt: skip
+    for a, b in zip(metrics_one, metrics_two):
+        np.testing.assert_allclose([a[k] for k in a], [b[k] for k in a], rtol=1e-4, atol=1e-6)
+    assert int(one[-1].sgd_steps) == 4 and metrics_one[-1]["loss/state_age"] >= 0
+
+
 def test_a_saved_replay_is_restored_before_the_next_batch(tmp_path):
     config = rainbow_config(1)
     network = make_network(config.network, SPEC)

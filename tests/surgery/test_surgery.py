@@ -828,6 +828,19 @@ def test_widening_a_q_network_keeps_its_action_values_exact(head):
     assert_exact(check(old_net, new_net, params, {}, result))
 
 
+def test_widening_an_r2d2_network_keeps_its_action_values_exact_over_unrolls():
+    """R2D2's network: the LSTM core and the dueling Q head widen exactly, so a widened run's
+    stored recurrent states (zero-padded) go on giving the same action values."""
+    arch = dict(policy_head="q", normalize_obs=False, activation="relu", dueling=True,
+                core="lstm")  # fmt: skip
+    old_net = make_net(hidden_sizes=(6,), core_size=4, **arch)
+    new_net = make_net(hidden_sizes=(9,), core_size=7, **arch)
+    params = random_params(old_net, 7)
+    plan, result = derive_and_apply(old_net, new_net, params)
+    assert {op.kind for op in plan.ops} >= {"widen_dense", "widen_lstm"}
+    assert_exact(check(old_net, new_net, params, {}, result))
+
+
 @pytest.mark.parametrize(
     "head",
     [dict(), dict(atoms=11, value_range=(-4.0, 4.0)), dict(dueling=True, atoms=5)],
