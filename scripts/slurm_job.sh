@@ -24,7 +24,7 @@ say() { echo "$(date +%H:%M:%S) seedlike job $SLURM_JOB_ID (start $start): $*"; 
 mapfile -t config_flags < <(printf '%s' "${SEEDLIKE_CONFIG_FLAGS:-}" | sed '/^$/d')
 
 stop_request=""
-trap 'stop_request=requeue' USR1
+trap '[ -n "$stop_request" ] || stop_request=requeue' USR1  # a cancel under way stays one
 trap 'stop_request=${stop_request:-stop}' TERM INT
 
 nodes="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | wc -l)"
@@ -87,24 +87,27 @@ if [ -z "$stop_request" ]; then
   actors=$!
 fi
 
-# Until the learner finishes, a stop is requested, or the actors' step ends under a live learner.
+# Until the learner finishes, a stop is requested, or the actors' step fails under a live learner.
+# (Actors exit 0 when the learner ends training, before its final checkpoint: that is no failure.)
 failed=""
 while [ -z "$stop_request" ] && kill -0 "$learner" 2>/dev/null; do
   if [ -n "$actors" ] && ! kill -0 "$actors" 2>/dev/null; then
     wait "$actors"
     code=$?
-    last="$(cat "$logs"/actor_*.log 2>/dev/null | grep -v '^---' | tail -n 1)"
-    say "the actors' step ended with status $code while the learner trains (last actor line: $last); stopping the job"
-    failed=1
     actors=""
-    break
+    if [ "$code" -ne 0 ]; then
+      last="$(cat "$logs"/actor_*.log 2>/dev/null | grep -v '^---' | tail -n 1)"
+      say "the actors' step ended with status $code while the learner trains (last actor line: $last); stopping the job"
+      failed=1
+      break
+    fi
   fi
   sleep 1
 done
 
 # The learner checkpoints and exits (within its stop grace, under SLURM's KillWait).
 # (A wait that a signal interrupts returns early: each loop waits again until the process ended.)
-kill -TERM "$learner" 2>/dev/null
+if kill -0 "$learner" 2>/dev/null; then kill -TERM "$learner"; fi
 while :; do
   wait "$learner"
   learner_code=$?

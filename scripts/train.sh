@@ -65,10 +65,13 @@ while [ $# -gt 0 ]; do
     --num_actors=*) num_actors="${1#*=}" ;;
     --num_actors) num_actors="$2"; shift ;;
     --learners=*) learners="${1#*=}" ;;
+    --learners) learners="$2"; shift ;;
     --population=*) population="${1#*=}" ;;
+    --population) population="$2"; shift ;;
     --max_actor_restarts=*) max_actor_restarts="${1#*=}" ;;
     --max_actor_restarts) max_actor_restarts="$2"; shift ;;
     --actor_python=*) actor_py="${1#*=}" ;;
+    --actor_python) actor_py="$2"; shift ;;
     --config=*) config="${1#*=}" ;;
     --config) config="$2"; shift ;;
     --config.*) config_flags+=("$1") ;;
@@ -81,7 +84,10 @@ done
 # A mistyped flag of this script would reach learner.py, whose error cannot suggest ours.
 for flag in "${learner_flags[@]}"; do
   name="${flag%%=*}"; name="${name#--}"
-  case "$name" in config | logdir | bind | port | helpfull | v | verbosity | alsologtostderr) continue ;; esac
+  case "$name" in  # learner.py's own flags and absl's (they reach the learner as they are)
+    config | logdir | bind | port | helpfull | helpxml | v | verbosity | alsologtostderr | \
+      logtostderr | log_dir | stderrthreshold | showprefixforinfo | only_check_args) continue ;;
+  esac
   near="$("$SEEDLIKE_PY" -c 'import difflib, sys
 print(*difflib.get_close_matches(sys.argv[1], sys.argv[2:], 1, 0.75))' "$name" \
     num_actors learners population max_actor_restarts actor_python config logdir)"
@@ -127,11 +133,13 @@ alive() {  # any of the given pids still running
 # (the learner counts it so too); a later one stops the learner without its final checkpoint.
 stop_started=0
 force=""
+now_ms() { local t="${EPOCHREALTIME/[.,]/}"; echo $((t / 1000)); }  # bash 5's microsecond clock
 cleanup() {
   trap - EXIT
   set +e  # a sleep below that a Ctrl-C interrupts fails: that must not end the stop
-  stop_started=$SECONDS
-  trap 'if [ $((SECONDS - stop_started)) -ge 2 ] && [ -z "$force" ]; then force=1;
+  stop_started=$(now_ms)
+  # Later than the learner's own REPEAT_S (2 s), so that it too takes the repeat as a new request.
+  trap 'if [ $(($(now_ms) - stop_started)) -gt 2100 ] && [ -z "$force" ]; then force=1;
     echo "stopping now, without a final checkpoint (the previous one stands)..." >&2; fi' INT TERM
   local pid forced=""
   for pid in "${learner_pids[@]}"; do
@@ -147,7 +155,7 @@ cleanup() {
     fi
     if [ -n "$forced" ] && [ $((SECONDS - forced)) -ge 5 ]; then
       for pid in "${learner_pids[@]}"; do
-        if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null || true; fi
+        if alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
       done
     fi
     sleep 0.2
@@ -158,7 +166,7 @@ cleanup() {
   local waited=0
   while alive "${pids[@]}" && [ "$waited" -lt 10 ]; do sleep 0.2; waited=$((waited + 1)); done
   for pid in "${pids[@]}"; do
-    if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null || true; fi
+    if alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
   done
   while alive "${learner_pids[@]}" "${pids[@]}"; do sleep 0.1; done
   wait 2>/dev/null || true

@@ -164,6 +164,13 @@ def observation_parts(name: str, space, env_config) -> list[Part]:
     tokenized (env.mission_tokens) or left out with a note, anything else not an array refused
     in one line that names the obs_keys to set."""
     parts = _parts(space)
+    names = [p.key for p in parts]
+    twice = sorted({k for k in names if names.count(k) > 1})
+    if twice:
+        raise ValueError(
+            f"{name}: the observation's parts {twice} flatten to the same name (a Dict key "
+            "'a_b' beside a nested 'a' holding 'b'); rename one in a wrapper"
+        )
     keys = tuple(env_config.obs_keys)
     if keys:
         missing = sorted(set(keys) - {p.key for p in parts})

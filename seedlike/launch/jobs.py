@@ -358,7 +358,7 @@ class Runner:
         cell = self.state["runs"][run_id]["cell"]
         values = {**config_values(self.flags), **cell}
         for key in ("pause_at_env_steps", "total_env_steps"):
-            if key in values:
+            if key in values and as_int(str(values[key]), key):  # a pause of 0 is none
                 return as_int(str(values[key]), key)
         if self._config_total is None:
             self._config_total = int(load_config_file(self.config).total_env_steps)

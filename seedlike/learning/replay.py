@@ -161,7 +161,8 @@ class Replay:
         self.next_slot = 0
         self.filled = 0  # slots written
         self.inserted = 0  # valid steps inserted, all time
-        self.sampled = 0  # transitions sampled, all time
+        self.sampled = 0  # steps sampled, all time (a transition is one)
+        self.steps_per_sample = 1
         self._valid = np.zeros((self.slots, self.horizon), bool)
         self._rng = np.random.default_rng(seed)
 
@@ -220,7 +221,7 @@ class Replay:
             return np.zeros(count, np.int64), np.zeros(count, np.float32)
         edges = (np.arange(count) + self._rng.random(count)) * (total / count)
         idx = self.tree.find(edges)
-        self.sampled += int(count)
+        self.sampled += int(count) * self.steps_per_sample
         if not self.prioritized:
             return idx, np.ones(count, np.float32)
         probs = self.tree.values(idx) / total
@@ -332,6 +333,7 @@ class SequenceReplay(Replay):
         ]
         self.version = np.zeros(self.slots, np.int64)
         self._carry_def = example.carry
+        self.steps_per_sample = self.horizon  # a sequence counts its steps in `sampled`
         self.tree = SumTree(self.slots)
 
     @property

@@ -153,6 +153,12 @@ def test_tuples_and_texts_are_flattened_and_obs_keys_apply_first(monkeypatch):
         config.obs_keys = ("pos", "nothing")
     with pytest.raises(ValueError, match=re.escape("has no observation ['nothing']; it has")):
         make_env_spec(config)
+    from seedlike.envs.gymnasium_env import observation_parts
+
+    box = gym.spaces.Box(0, 1, (1,))
+    clash = gym.spaces.Dict({"a_b": box, "a": gym.spaces.Dict({"b": box})})
+    with pytest.raises(ValueError, match=re.escape("parts ['a_b'] flatten to the same name")):
+        observation_parts("Clash-v0", clash, env_config("Clash-v0"))
 
 
 def test_an_id_a_package_registers_on_import_is_named_with_the_package():

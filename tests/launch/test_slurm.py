@@ -236,6 +236,16 @@ def test_a_run_trains_requeues_at_a_preemption_resumes_exactly_and_stops(cluster
     assert "stopped and checkpointed" in (logs / f"job_{job}.log").read_text()
     assert not pids_matching(f"--logdir={run}") and not pids_matching(f"{run}")
 
+    # Submitted again with a budget just past where it stopped: it resumes and finishes, and a
+    # finished run ends its job as done (the actors leave first, at the end of training).
+    steps = int(last(run, "env_steps"))
+    again = job_id(launch(env, run, "--actors=1", f"--config.total_env_steps={steps + 20000}",
+                          *QUICK))  # fmt: skip
+    wait_for(lambda: not state(env, again), 180, what="the resubmitted run to finish")
+    said = (logs / f"job_{again}.log").read_text()
+    assert "the learner exited with status 0" in said and "stopping the job" not in said, said
+    assert (last(run, "env_steps") or 0) >= steps + 20000
+
     wait_for(lambda: not state(env, broken_job), 180, what="the job without actors to end")
     said = (broken / "slurm" / f"job_{broken_job}.log").read_text()
     line = [x for x in said.splitlines() if "the actors' step ended" in x]
