@@ -68,7 +68,10 @@ if [ -z "$stop_request" ]; then
   if [ "$nodes" -gt 1 ]; then address="$(hostname):${address##*:}"; fi
   # One task per actor; a crashed actor is restarted up to 3 times, one the learner rejected
   # (status 2: it would be again) is not.
-  srun --ntasks="$SEEDLIKE_ACTORS" --cpus-per-task="$SEEDLIKE_CPUS_PER_ACTOR" \
+  # The job's GPUs are the learner's: the actors' step takes none of them (srun --gres=none).
+  gres=()
+  if [ "${SEEDLIKE_GPUS:-0}" -gt 0 ]; then gres=(--gres=none); fi
+  srun --ntasks="$SEEDLIKE_ACTORS" --cpus-per-task="$SEEDLIKE_CPUS_PER_ACTOR" "${gres[@]}" \
     --kill-on-bad-exit=0 --output="$logs/actor_%t.log" --open-mode=append \
     bash -c '
       flags=("${@:2}")

@@ -91,6 +91,7 @@ def job_script(job: Job, stop_grace_s: float) -> str:
         "SEEDLIKE_CONFIG_FLAGS": "\n".join(flags),
         "SEEDLIKE_ACTORS": str(job.actors),
         "SEEDLIKE_CPUS_PER_ACTOR": str(job.cpus_per_actor),
+        "SEEDLIKE_GPUS": str(job.gpus),
     }
     lines = ["#!/usr/bin/env bash", *(f"#SBATCH {o}" for o in options)]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in settings.items()]
