@@ -24,8 +24,6 @@ import sys
 import numpy as np
 from absl import app, flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from results_io import (  # noqa: E402

@@ -45,10 +45,9 @@ def main(argv) -> int:
         run_config = jobs.configured(config, passed)
     except (jobs.SpecError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
-    if min(_ACTORS.value, _CPUS.value, _NODES.value) < 1 or _NODES.value > _ACTORS.value + 1:
-        sys.exit(
-            "error: --actors, --cpus_per_actor and --nodes must be >= 1, --nodes <= actors + 1"
-        )
+    # Every node of the allocation runs at least one actor task (sbatch --ntasks >= --nodes).
+    if min(_ACTORS.value, _CPUS.value, _NODES.value) < 1 or _NODES.value > _ACTORS.value:
+        sys.exit("error: --actors, --cpus_per_actor and --nodes must be >= 1, --nodes <= --actors")
     job = Job(
         config=config, logdir=logdir, config_flags=tuple(_PASS_THROUGH), actors=_ACTORS.value,
         cpus_per_actor=_CPUS.value, nodes=_NODES.value, gpus=_GPUS.value,
