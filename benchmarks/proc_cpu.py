@@ -19,26 +19,37 @@ def python_threads(pid: int) -> set[int] | None:
     return tids or None
 
 
+def thread_table(pid: int) -> list[tuple[int, str, float]]:
+    """(thread id, name, CPU seconds) of each thread of a process; [] once it is gone."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return []
+    table = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue  # a thread that just ended
+        table.append((int(tid), name, (int(fields[11]) + int(fields[12])) / ticks))
+    return table
+
+
 def threads_cpu(pid: int, python: set[int] | None = None, by_thread: dict | None = None):
     """(all threads, Python threads) CPU seconds of a process; `by_thread` collects them by
     thread name. Python threads: those of `python` (py-spy's list); without it, those with the
     process's name or seedlike's prefix (seedlike/runtime/threadnames.py), which also takes in the
     native threads XLA leaves unnamed (its CPU executor's), so it overcounts."""
-    ticks = os.sysconf("SC_CLK_TCK")
     with open(f"/proc/{pid}/comm") as f:
         name = f.read().strip()
     total = interpreter = 0.0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                thread = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue  # a thread that just ended
-        seconds = (int(fields[11]) + int(fields[12])) / ticks
+    for tid, thread, seconds in thread_table(pid):
         total += seconds
-        is_python = int(tid) in python if python else thread == name or thread.startswith("sl-")
+        is_python = tid in python if python else thread == name or thread.startswith("sl-")
         if is_python:
             interpreter += seconds
         if by_thread is not None:

@@ -6,7 +6,7 @@ state for a stream that broke, so a half-played episode could not be attributed 
 
 With several servers (a population: one independent learner per member, README "Teams and
 populations"), the actor holds one stream to each and sends each member the rows of its teams
-(seedlike.teams.Teams.member_of), to all members before it waits for any (client.step_all); a
+(seedlike.teams.Teams.member_of), to all members before it waits for any (client.exchange_all); a
 step's actions are all members' replies put together.
 
 Shared games (`league.shared_games`, seedlike.league.roles): an exploiter's actor plays the main
@@ -217,35 +217,39 @@ class Actor:
             env = make_env(self.config.env, self.spec, seed)
         except (ValueError, ImportError, TypeError) as e:  # restarting cannot fix these
             raise ConfigError(f"cannot make {self.config.env.name}: {e}") from None
-        session_steps = 0
+        self._session_steps = 0
         try:
             self._levels(env, connections[0].welcome)
             env.reset()
-            sequence = [0] * len(connections)
-            # Each stream remembers the stacks it sent (a new stream starts with whole ones).
-            deltas = [
-                frames.Deltas(self.spec, self.stacked, self.num_envs) if self.stacked else None
-                for _ in connections
-            ]
-            started = last_log = time.monotonic()
-            while not self.stop.is_set():
-                rows = env.recv()
-                if len(connections) == 1:
-                    actions = self._step(connections[0], sequence, rows, env, deltas[0])
-                else:
-                    actions = self._step_members(connections, sequence, rows, env, deltas)
-                env.send(self.env_actions(actions), rows)
-                session_steps += rows.reward.shape[0]
-                if time.monotonic() - last_log > 30.0:
-                    last_log = time.monotonic()
-                    sps = session_steps / (last_log - started)
-                    logging.info(
-                        "actor %d: %d steps, %.0f steps/s", self.actor_id, session_steps, sps
-                    )
-                    self._log_episode_infos(env)
+            # The whole loop is one coroutine on the streams' event loop (client.exchange_all).
+            client.run(self._act(env, connections))
         finally:
-            self.steps += session_steps
+            self.steps += self._session_steps
             env.close()
+
+    async def _act(self, env, connections: list[client.Connection]) -> None:
+        sequence = [0] * len(connections)
+        # Each stream remembers the stacks it sent (a new stream starts with whole ones).
+        deltas = [
+            frames.Deltas(self.spec, self.stacked, self.num_envs) if self.stacked else None
+            for _ in connections
+        ]
+        started = last_log = time.monotonic()
+        while not self.stop.is_set():
+            rows = env.recv()
+            if len(connections) == 1:
+                actions = await self._step(connections[0], sequence, rows, env, deltas[0])
+            else:
+                actions = await self._step_members(connections, sequence, rows, env, deltas)
+            env.send(self.env_actions(actions), rows)
+            self._session_steps += rows.reward.shape[0]
+            if time.monotonic() - last_log > 30.0:
+                last_log = time.monotonic()
+                sps = self._session_steps / (last_log - started)
+                logging.info(
+                    "actor %d: %d steps, %.0f steps/s", self.actor_id, self._session_steps, sps
+                )
+                self._log_episode_infos(env)
 
     def _log_episode_infos(self, env) -> None:
         """Means of the numbers PettingZoo envs report when an agent's episode ends (Neural MMO's
@@ -263,9 +267,9 @@ class Actor:
                 json.dumps({"member": k, "episodes": len(episodes), **means}),
             )
 
-    def _step_members(self, connections, sequence: list[int], rows, env, deltas) -> np.ndarray:
+    async def _step_members(self, connections, sequence, rows, env, deltas) -> np.ndarray:
         """A population's step: each member gets its own agents' rows (none: no message this
-        step), all members at once (client.step_all)."""
+        step), all members at once (client.exchange_all)."""
         act = self.spec.action_spec
         actions = np.zeros((rows.reward.shape[0], *act.shape), act.dtype)
         member = self.member[rows.player_id]
@@ -277,8 +281,8 @@ class Actor:
                 parts.append(
                     (k, idx, part._replace(player_id=self._player_in_member[part.player_id]))
                 )
-        messages = [codec.encode_step(sequence[k], part, deltas[k]) for k, _, part in parts]
-        replies = client.step_all([connections[k] for k, _, _ in parts], messages)
+        messages = [codec.step_bytes(sequence[k], part, deltas[k]) for k, _, part in parts]
+        replies = await client.exchange_all([connections[k] for k, _, _ in parts], messages)
         for (k, idx, _), reply in zip(parts, replies):
             sequence[k] += 1
             if k == 0:  # a population's curriculum is member 0's
@@ -286,8 +290,10 @@ class Actor:
             actions[idx] = client.decode_actions(reply, idx.size, self.spec)
         return actions
 
-    def _step(self, connection, sequence: list[int], rows, env, deltas) -> np.ndarray:
-        reply = connection.step(codec.encode_step(sequence[0], rows, deltas))
+    async def _step(self, connection, sequence: list[int], rows, env, deltas) -> np.ndarray:
+        (reply,) = await client.exchange_all(
+            [connection], [codec.step_bytes(sequence[0], rows, deltas)]
+        )
         sequence[0] += 1
         self._levels(env, reply)
         return client.decode_actions(reply, rows.reward.shape[0], self.spec)

@@ -20,6 +20,7 @@ import numpy as np
 
 from seedlike.envs import text
 from seedlike.envs.spaces import spec_from_spaces
+from seedlike.runtime.threadnames import name_new_threads, thread_ids
 from seedlike.types import LEGAL_ACTION_MASK, MISSION_VOCAB_SIZE, ArraySpec, EnvSpec, Rows
 
 # envpool declares float64 bounds for float32 boxes, and gymnasium warns about it twice in every
@@ -154,7 +155,10 @@ class EnvpoolAdapter:
         length = int(env_config.mission_tokens)
         blank = bool(env_config.blank_mission)
         self._tokenizer = text.MissionTokenizer(length, blank) if length else None
+        before = thread_ids()
         self._env = envpool.make(env_config.name, env_type="gymnasium", seed=int(seed), **kwargs)
+        # Its worker threads by name, for `top -H` and benchmarks/actor_overhead.py.
+        name_new_threads("envpool", before)
         self._turn_based = spec.num_players == 1 or _turn_based(self._env.spec)
         if not self._turn_based and self.num_envs != int(kwargs.get("batch_size", self.num_envs)):
             raise ValueError(

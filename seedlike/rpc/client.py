@@ -106,7 +106,7 @@ class Connection:
         self._call = self._channel.stream_stream(
             codec.STREAM_METHOD, response_deserializer=pb.ServerMessage.FromString
         )(metadata=metadata)
-        reply = await self._exchange(pb.ActorMessage(hello=hello).SerializeToString())
+        reply = await self.exchange(pb.ActorMessage(hello=hello).SerializeToString())
         if reply.WhichOneof("kind") != "welcome":
             raise Disconnected("server did not answer the Hello with a Welcome")
         return reply.welcome
@@ -142,7 +142,8 @@ class Connection:
             await self._channel.wait_for_state_change(state)
             state = self._channel.get_state(try_to_connect=True)
 
-    async def _exchange(self, data: bytes) -> pb.ServerMessage:
+    async def exchange(self, data: bytes) -> pb.ServerMessage:
+        """One request and its reply, from a coroutine on this thread's loop."""
         try:
             await self._call.write(data)
             reply = await self._call.read()
@@ -166,29 +167,35 @@ class Connection:
             self._loop.run_until_complete(channel.close())
 
 
+def run(coroutine):
+    """Runs a coroutine that exchanges on this thread's connections, on their one event loop."""
+    return _thread_loop().run_until_complete(coroutine)
+
+
 def step_all(connections: list[Connection], messages: list) -> list[pb.ActionBatch]:
-    """One step on each of several streams (a population's actor, one stream per learner): every
-    request is written before any reply is awaited, so the learners work on them together and the
-    step lasts the slowest round trip rather than their sum. The first failure, if any, is raised
-    once every stream has answered or failed."""
+    """One step on each of several streams (a population's actor, one stream per learner), from
+    outside their event loop (every connection of a thread runs on the thread's one loop)."""
+    return connections[0]._loop.run_until_complete(exchange_all(connections, messages))
+
+
+async def exchange_all(connections: list[Connection], messages: list) -> list[pb.ActionBatch]:
+    """step_all from a coroutine on the connections' loop: an actor runs its whole loop as one
+    coroutine, which saves starting the loop for every step (about 45 us of CPU a step;
+    benchmarks/actor_overhead.py). Every request is written before any reply is awaited, so the
+    learners work on them together and the step lasts the slowest round trip rather than their
+    sum. The first failure, if any, is raised once every stream has answered or failed."""
     data = [m if isinstance(m, bytes) else m.SerializeToString() for m in messages]
-    exchanges = [c._exchange(d) for c, d in zip(connections, data)]
-    # Every connection of a thread runs on the thread's one event loop.
-    loop = connections[0]._loop
-    if len(exchanges) == 1:  # every actor's step: no gather around it
-        replies = [loop.run_until_complete(exchanges[0])]
+    if len(connections) == 1:  # every actor's step: no gather around it
+        replies = [await connections[0].exchange(data[0])]
     else:
-        replies = loop.run_until_complete(_gather(exchanges))
+        exchanges = [c.exchange(d) for c, d in zip(connections, data)]
+        replies = await asyncio.gather(*exchanges, return_exceptions=True)
     for reply in replies:
         if isinstance(reply, BaseException):
             raise reply
         if reply.WhichOneof("kind") != "actions":
             raise Disconnected("server answered a StepBatch without actions")
     return [reply.actions for reply in replies]
-
-
-async def _gather(exchanges):
-    return await asyncio.gather(*exchanges, return_exceptions=True)
 
 
 # The actor's half of keepalive (the server's: seedlike.rpc.service.KEEPALIVE_OPTIONS): a ping

@@ -399,28 +399,37 @@ def _decode_dict(
     return out
 
 
-def encode_step(sequence: int, rows: Rows, deltas: frames.Deltas | None = None) -> pb.ActorMessage:
-    """The StepBatch message of one batch of rows; with `deltas` (the stream's, for the keys its
-    Hello listed), continued rows carry only their newest frame."""
-    step = pb.StepBatch(
-        sequence=sequence,
-        reward=encode(np.asarray(rows.reward, np.float32)),
-        terminated=encode(np.asarray(rows.terminated, np.bool_)),
-        truncated=encode(np.asarray(rows.truncated, np.bool_)),
-        env_id=encode(np.asarray(rows.env_id, np.int32)),
-        player_id=encode(np.asarray(rows.player_id, np.int32)),
-        acting=encode(np.asarray(rows.acting, np.bool_)),
-    )
+def step_fields(rows: Rows, deltas: frames.Deltas | None = None) -> tuple[dict, dict]:
+    """A StepBatch's contents as arrays: ({Tensor field: array}, {map field: {key: array}}); with
+    `deltas` (the stream's, for the keys its Hello listed), continued rows carry only their newest
+    frame (and `deltas` remembers these rows)."""
+    tensors = {
+        "reward": np.asarray(rows.reward, np.float32),
+        "terminated": np.asarray(rows.terminated, np.bool_),
+        "truncated": np.asarray(rows.truncated, np.bool_),
+        "env_id": np.asarray(rows.env_id, np.int32),
+        "player_id": np.asarray(rows.player_id, np.int32),
+        "acting": np.asarray(rows.acting, np.bool_),
+    }
     if rows.game_over is not None:
-        step.game_over.CopyFrom(encode(np.asarray(rows.game_over, np.bool_)))
-    observation = rows.obs
+        tensors["game_over"] = np.asarray(rows.game_over, np.bool_)
+    maps = {"observation": rows.obs, "extras": rows.extras}
     if deltas is not None:
-        continued, observation, newest = deltas.split(rows)
-        step.continued.CopyFrom(encode(continued))
-        for key, value in newest.items():
-            step.newest[key].CopyFrom(encode(value))
-    for key, value in observation.items():
-        step.observation[key].CopyFrom(encode(value))
-    for key, value in rows.extras.items():
-        step.extras[key].CopyFrom(encode(value))
+        tensors["continued"], maps["observation"], maps["newest"] = deltas.split(rows)
+    return tensors, maps
+
+
+def encode_step(sequence: int, rows: Rows, deltas: frames.Deltas | None = None) -> pb.ActorMessage:
+    """The StepBatch message of one batch of rows (step_fields)."""
+    tensors, maps = step_fields(rows, deltas)
+    step = pb.StepBatch(sequence=sequence, **{k: encode(v) for k, v in tensors.items()})
+    for name, table in maps.items():
+        for key, value in table.items():
+            getattr(step, name)[key].CopyFrom(encode(value))
     return pb.ActorMessage(step=step)
+
+
+def step_bytes(sequence: int, rows: Rows, deltas: frames.Deltas | None = None) -> bytes:
+    """encode_step(...).SerializeToString(), written straight from the arrays (wire.write_step):
+    what an actor sends."""
+    return wire.write_step(sequence, *step_fields(rows, deltas))

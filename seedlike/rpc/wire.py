@@ -1,4 +1,5 @@
-"""A zero-copy reader for the common shape of a step request, beside the protobuf parser.
+"""A zero-copy reader for the common shape of a step request, beside the protobuf parser, and the
+actor's writer of the same.
 
 Every request after a stream's Hello is an ActorMessage holding one StepBatch, and every request
 passes through the one gRPC event loop, where they queue when many actors send at once. Parsing with
@@ -20,6 +21,8 @@ either: the returned step goes through codec.decode_step like a parsed one.
 from __future__ import annotations
 
 from typing import NamedTuple
+
+import numpy as np
 
 from seedlike.rpc import seedlike_pb2 as pb
 
@@ -300,3 +303,76 @@ def _text(buf: bytes, start: int, end: int) -> str:
         return buf[start:end].decode()
     except UnicodeDecodeError:
         raise _Unusual from None
+
+
+# The writer ----------------------------------------------------------------------------------
+#
+# The actor's side: a StepBatch's bytes as protobuf serializes them deterministically (fields in
+# number order, map keys sorted, defaults left out), written straight from the arrays. Building
+# the message with protobuf copies each array's bytes three times (tobytes, the Tensor, CopyFrom
+# into the step) and builds a dozen message objects per step; here each array is copied once,
+# into the result (benchmarks/actor_overhead.py). tests/rpc/test_wire.py checks the bytes
+# against protobuf's.
+
+_NUMBERS = {name: number for number, name in STEP_TENSORS.items()}
+_MAP_NUMBERS = {name: number for number, name in MAP_FIELDS.items()}
+
+
+_SMALL = [bytes([value]) for value in range(0x80)]
+
+
+def _varint_bytes(value: int) -> bytes:
+    if value < 0x80:
+        return _SMALL[value]
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _length_field(number: int, parts: list, size: int) -> list:
+    return [_varint_bytes(number << 3 | LENGTH), _varint_bytes(size), *parts]
+
+
+def _tensor_parts(array: np.ndarray) -> tuple[list, int]:
+    """A Tensor's encoding as pieces for bytes.join (the data a view of the array), and its size."""
+    array = np.asarray(array, order="C")
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    dtype = array.dtype.name.encode()
+    parts = [_varint_bytes(TENSOR_DTYPE << 3 | LENGTH), _varint_bytes(len(dtype)), dtype]
+    if array.ndim:
+        # int64 varints; a dimension is never negative
+        shape = b"".join(_varint_bytes(d) for d in array.shape)
+        parts += _length_field(TENSOR_SHAPE, [shape], len(shape))
+    if array.nbytes:
+        data = memoryview(array.reshape(-1).view(np.uint8))
+        parts += _length_field(TENSOR_DATA, [data], array.nbytes)
+    return parts, _size(parts)
+
+
+def write_step(sequence: int, tensors: dict, maps: dict) -> bytes:
+    """The bytes of ActorMessage{step: StepBatch{sequence, tensors, maps}}: `tensors` {StepBatch
+    Tensor field: array}, `maps` {"observation" | "extras" | "newest": {key: array}}."""
+    fields = []  # (number, pieces of the whole field)
+    for name, array in tensors.items():
+        parts, size = _tensor_parts(array)
+        fields.append((_NUMBERS[name], _length_field(_NUMBERS[name], parts, size)))
+    for name, table in maps.items():
+        for key, array in sorted(table.items()):  # as protobuf's deterministic form
+            value, size = _tensor_parts(array)
+            text = key.encode()
+            entry = [_varint_bytes(ENTRY_KEY << 3 | LENGTH), _varint_bytes(len(text)), text,
+                     *_length_field(ENTRY_VALUE, value, size)]  # fmt: skip
+            number = _MAP_NUMBERS[name]
+            fields.append((number, _length_field(number, entry, _size(entry))))
+    body = [_varint_bytes(_SEQUENCE_KEY), _varint_bytes(sequence)] if sequence else []
+    for _, parts in sorted(fields, key=lambda f: f[0]):  # stable: map keys stay sorted
+        body += parts
+    return b"".join(_length_field(ACTOR_STEP, body, _size(body)))
+
+
+def _size(parts: list) -> int:
+    return sum(len(p) for p in parts)  # bytes, and 1-d uint8 views

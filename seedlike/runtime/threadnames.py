@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
 
 PREFIX = "sl-"
@@ -35,3 +36,22 @@ def named(name: str, target):
         return target(*args, **kwargs)
 
     return run
+
+
+def thread_ids() -> set[int]:
+    """The OS ids of this process's threads (empty where /proc is not there)."""
+    try:
+        return {int(tid) for tid in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
+
+
+def name_new_threads(name: str, before: set[int]) -> None:
+    """Names PREFIX + name the threads started since `before` (thread_ids()): the native pools a
+    library starts, such as envpool's workers, which would otherwise pass for Python threads."""
+    for tid in thread_ids() - before:
+        try:
+            with open(f"/proc/self/task/{tid}/comm", "w") as f:
+                f.write((PREFIX + name)[:15])
+        except OSError:  # a thread that has ended, or no /proc
+            pass

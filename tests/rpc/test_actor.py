@@ -30,9 +30,10 @@ class WelcomingServer:
                     session_id=server.connects, level_probs=server.level_probs
                 )
 
-            def step(self, message):
-                rows = len(codec.decode(message.step.reward, "reward"))
-                return server.answer(rows)
+            async def exchange(self, data):
+                step = codec.parse_actor_message(data).step
+                rows = len(codec.decode(step.reward, "reward"))
+                return pb.ServerMessage(actions=server.answer(rows))
 
             def close(self):
                 pass

@@ -3,6 +3,8 @@ the actor stepped, through stack restarts, lives lost without a restart, seats t
 reconnections and front ends; the wire carries about a quarter of the bytes; hostile parts are
 refused with the field named."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -30,15 +32,17 @@ class StackedEnvs:
     stack (the first frame repeated) at a restart; a lost life continues the stack. Each step only
     some seats report (an async env)."""
 
-    def __init__(self, seed: int, envs: int = ENVS):
+    def __init__(self, seed: int, envs: int = ENVS, frame=(6, 7), halves: bool = False):
         self.rng = np.random.default_rng(seed)
-        self.envs = envs
-        self.stacks = self.rng.integers(0, 256, (envs * 2, 4, 6, 7), dtype=np.uint8)
+        self.envs, self.frame, self.halves = envs, frame, halves
+        self.stacks = self.rng.integers(0, 256, (envs * 2, 4, *frame), dtype=np.uint8)
 
     def step(self) -> Rows:
         rng, seats = self.rng, self.envs * 2
         report = np.flatnonzero(rng.random(seats) < 0.7) if rng.random() < 0.8 else np.arange(seats)
-        new = rng.integers(0, 256, (report.size, 6, 7), dtype=np.uint8)
+        if self.halves:  # one run of seats, the first or second half (envpool's async halves)
+            report = np.arange(seats // 2) + seats // 2 * int(rng.random() < 0.5)
+        new = rng.integers(0, 256, (report.size, *self.frame), dtype=np.uint8)
         restart = rng.random(report.size) < 0.15
         old = self.stacks[report]
         stacks = np.concatenate([old[:, 1:], new[:, None]], axis=1)
@@ -63,16 +67,33 @@ def decode(raw: bytes, stacks, reader=None) -> Rows:
     return codec.decode_step(codec.parse_step(raw, reader), SPEC, ENVS, stacks=stacks)
 
 
-def test_the_server_rebuilds_every_stack_and_a_continued_row_sends_a_quarter():
-    env = StackedEnvs(seed=1)
-    deltas = frames.Deltas(SPEC, ("obs",), ENVS)
-    stacks = frames.Stacks(SPEC, ("obs",), ENVS)
+@pytest.mark.parametrize(
+    "frame, halves, encoder",
+    [
+        ((6, 7), False, "protobuf"),
+        ((6, 7), False, "wire"),  # the actor's encoder
+        ((8, 8), True, "wire"),  # frames compared as 8-byte words, seats in runs (slices)
+        ((8, 8), False, "wire"),
+    ],
+)
+def test_the_server_rebuilds_every_stack_and_a_continued_row_sends_a_quarter(
+    frame, halves, encoder
+):
+    spec = dataclasses.replace(
+        SPEC, observation={**SPEC.observation, "obs": ArraySpec(np.uint8, (4, *frame))}
+    )
+    env = StackedEnvs(seed=1, frame=frame, halves=halves)
+    deltas = frames.Deltas(spec, ("obs",), ENVS)
+    stacks = frames.Stacks(spec, ("obs",), ENVS)
     reader = codec.wire.StepReader()
     sent = whole = continued_rows = rows_total = 0
     for t in range(300):
         rows = env.step()
-        raw = codec.encode_step(t, rows, deltas).SerializeToString()
-        got = decode(raw, stacks, reader)
+        if encoder == "wire":
+            raw = codec.step_bytes(t, rows, deltas)
+        else:
+            raw = codec.encode_step(t, rows, deltas).SerializeToString()
+        got = codec.decode_step(codec.parse_step(raw, reader), spec, ENVS, stacks=stacks)
         for key in rows.obs:
             np.testing.assert_array_equal(got.obs[key], rows.obs[key], err_msg=f"{key} at {t}")
         np.testing.assert_array_equal(got.env_id, rows.env_id)
@@ -102,6 +123,31 @@ def test_a_row_whose_stack_matches_by_chance_is_still_exact():
         np.testing.assert_array_equal(decode(raw, stacks).obs["obs"], stack)
         continued = codec.decode(codec.parse_actor_message(raw).step.continued, "c")
         assert continued.tolist() == [t == 1]  # all zeros after all zeros: a shift of itself
+
+
+@pytest.mark.parametrize("frame", [(6, 7), (8, 8)])
+def test_a_stack_one_byte_off_its_shift_is_sent_whole(frame):
+    spec = dataclasses.replace(
+        SPEC, observation={**SPEC.observation, "obs": ArraySpec(np.uint8, (4, *frame))}
+    )
+    deltas, stacks = frames.Deltas(spec, ("obs",), ENVS), frames.Stacks(spec, ("obs",), ENVS)
+    rng = np.random.default_rng(0)
+    stack = rng.integers(0, 256, (1, 4, *frame), dtype=np.uint8)
+    for t in range(1, 60):
+        new = rng.integers(0, 256, (1, 1, *frame), dtype=np.uint8)
+        stack = np.concatenate([stack[:, 1:], new], axis=1)
+        off = t % 2 == 0
+        if off:  # one byte of an older frame, anywhere in it
+            flat = stack.reshape(-1)
+            flat[rng.integers(0, flat.size - new.size)] ^= 1 << int(rng.integers(0, 8))
+        rows = Rows({"obs": stack, "pos": np.zeros((1, 2), np.float32)}, {},
+                    np.zeros(1, np.float32), *(np.zeros(1, bool),) * 2, np.zeros(1, np.int32),
+                    np.zeros(1, np.int32), np.ones(1, bool), np.zeros(1, bool))  # fmt: skip
+        raw = codec.step_bytes(t, rows, deltas)
+        got = codec.decode_step(codec.parse_step(raw), spec, ENVS, stacks=stacks)
+        np.testing.assert_array_equal(got.obs["obs"], stack)
+        continued = codec.decode(codec.parse_actor_message(raw).step.continued, "c")
+        assert continued.tolist() == [t > 1 and not off], t
 
 
 def step_of(t: int, deltas, rows) -> "codec.pb.StepBatch":

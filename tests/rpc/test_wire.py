@@ -186,8 +186,9 @@ def test_corrupted_messages_are_read_as_protobuf_reads_them_or_not_at_all():
     assert read > 100  # the corruptions that keep a message well-formed were read, not skipped
 
 
-def stacked_steps(n: int = 4) -> list[bytes]:
-    """Two steps of a stream that sends `obs` as newest frames: whole, then every row continued."""
+def stacked_steps(n: int = 4, writer: bool = False) -> list[bytes]:
+    """Two steps of a stream that sends `obs` as newest frames: whole, then every row continued
+    (serialized by protobuf, or by the actor's writer)."""
     deltas = frames.Deltas(SPEC, ("obs",), n // 2)
     first = rows(n, seed=5)
     new = np.full((n, 1, 50), 7, np.uint8)
@@ -195,7 +196,9 @@ def stacked_steps(n: int = 4) -> list[bytes]:
         obs={**first.obs, "obs": np.concatenate([first.obs["obs"][:, 1:], new], axis=1)}
     )
     steps = enumerate((first, second))
-    return [codec.encode_step(s, r, deltas).SerializeToString() for s, r in steps]
+    if writer:
+        return [codec.step_bytes(s, r, deltas) for s, r in steps]
+    return [codec.encode_step(s, r, deltas).SerializeToString(deterministic=True) for s, r in steps]
 
 
 def test_a_stacked_step_reads_as_protobuf_reads_it():
@@ -203,6 +206,28 @@ def test_a_stacked_step_reads_as_protobuf_reads_it():
         assert tensors(wire.read_step(raw)) == tensors(codec.parse_actor_message(raw).step)
     step = wire.read_step(raw)
     assert step.HasField("continued") and step.newest["obs"].shape == (4, 50)
+
+
+@pytest.mark.parametrize("sequence", [0, 1, 127, 128, 2**40])
+@pytest.mark.parametrize("n, game_over", [(4, True), (4, False), (0, True), (300, True)])
+def test_the_writer_writes_what_protobuf_writes(sequence, n, game_over):
+    """codec.step_bytes (the actor's encoder) against protobuf's serializer: the bytes of its
+    deterministic form (map keys sorted), a message that parses equal, and one the stream
+    reader takes in place (shapes above 127 and lengths of several varint bytes included)."""
+    sent = rows(n, game_over, seed=n + sequence)
+    raw = codec.step_bytes(sequence, sent)
+    reference = codec.encode_step(sequence, sent)
+    assert raw == reference.SerializeToString(deterministic=True)
+    assert pb.ActorMessage.FromString(raw) == reference
+    assert tensors(wire.read_step(raw)) == tensors(reference.step)
+
+
+def test_the_writer_writes_stacked_steps_and_any_byte_order_as_protobuf_does():
+    assert stacked_steps(writer=True) == stacked_steps()
+    big = rows(3)._replace(reward=rows(3).reward.astype(">f4"))
+    reference = codec.encode_step(5, big)
+    assert codec.step_bytes(5, big) == reference.SerializeToString(deterministic=True)
+    assert codec.decode(reference.step.reward, "r").tolist() == big.reward.tolist()
 
 
 def test_a_stream_reader_reads_later_steps_through_the_skeleton_of_the_last():

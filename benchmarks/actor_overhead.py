@@ -1,0 +1,364 @@
+"""What an actor costs beyond its envs: CPU per env step of a real actor against a bare envpool
+loop stepping the same envs the same way, and the learner's CPU per row it serves.
+
+  python benchmarks/actor_overhead.py [--config=configs/atari_ppo.py] [--envs=64] [--parts=2]
+      [--threads=1] [--seconds=20] [--roots=.,/path/to/worktree] [--pairs=3]
+
+Three kinds of cell, each a fresh set of processes measured over `--seconds` once warm:
+
+  bare:     a process stepping envpool directly (`--envs` envs of the config's task, `--parts`
+            parts in flight, `--threads` envpool threads, random actions): recv, send, nothing else.
+  actor:    `actor.py` of a checkout (the same envs, sizing and seed), its real codec and gRPC
+            stream, against that checkout's `learner.py` serving a linear policy
+            (`--config.learn=False`: it serves and records, and learns nothing).
+  learner:  the same pair with `--learner_envs` envs in two halves (64-row batches by default):
+            the learner process's CPU per row it serves, by thread, and the inference stages'
+            busy time per row (`busy/prepare`, `busy/policy`; its metrics).
+
+An actor cell's `overhead` is its process's CPU per env step over the median bare cell's, minus
+one: what the actor does that envpool's own stepping does not. Process CPU is split by thread:
+`envpool` (threads named sl-envpool; a checkout that does not name them: the unnamed threads other
+than the main one), `main` (the actor's Python loop), `grpc` (gRPC's own threads) and `other`.
+Env steps are the learner's `env_steps`, interpolated at the window's ends.
+
+`--roots` lists checkouts (another commit's worktree sharing the venv) measured in turn, `--pairs`
+times, with a bare cell before each round: alternating, so that drift on the machine falls on
+every checkout alike. Writes JSON (benchmarks/results/ or --out) and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from absl import app, flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import results_io  # noqa: E402
+from proc_cpu import children, process_cpu, thread_table  # noqa: E402
+
+from seedlike.metrics import read_metrics  # noqa: E402
+
+_CONFIG = flags.DEFINE_string("config", "configs/atari_ppo.py", "Config of the task (Atari).")
+_ENVS = flags.DEFINE_integer("envs", 64, "Envs of the actor and of the bare loop.")
+_PARTS = flags.DEFINE_integer("parts", 2, "Parts in flight (env.batch_size = envs / parts).")
+_THREADS = flags.DEFINE_integer("threads", 1, "envpool threads.")
+_LEARNER_ENVS = flags.DEFINE_integer(
+    "learner_envs", 128, "The learner cell's actor envs, in two halves (0: no learner cell)."
+)
+_SECONDS = flags.DEFINE_float("seconds", 20.0, "Measurement window per cell.")
+_WARMUP = flags.DEFINE_float("warmup_s", 8.0, "Seconds of steady stepping before a window.")
+_ROOTS = flags.DEFINE_list("roots", [ROOT], "Checkouts whose actor.py and learner.py run.")
+_PAIRS = flags.DEFINE_integer("pairs", 1, "Rounds over --roots (each with a bare cell first).")
+_OUT = flags.DEFINE_string("out", None, "Output JSON path.")
+_BARE = flags.DEFINE_bool("bare", False, "(internal) run one bare loop and print its JSON.")
+
+POLICY_FLAGS = ["--config.network.torso=mlp", "--config.network.hidden_sizes=()"]
+GRPC_THREADS = ("grpc", "event_engine", "lifeguard", "default-executo", "resolver")
+
+
+def _config():
+    from seedlike.config import load_config_file
+
+    return load_config_file(os.path.join(ROOT, _CONFIG.value))
+
+
+def _sizing(envs: int) -> list[str]:
+    return [
+        f"--config.env.num_envs={envs}",
+        f"--config.env.batch_size={envs // _PARTS.value}",
+        f"--config.env.num_threads={_THREADS.value}",
+    ]
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of a process by kind of thread (module docstring); {} once it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            process_name = f.read().strip()
+    except FileNotFoundError:
+        return {}
+    table = thread_table(pid)
+    named = any(name == "sl-envpool" for _, name, _ in table)
+    out = {"envpool": 0.0, "main": 0.0, "grpc": 0.0, "other": 0.0}
+    for tid, name, seconds in table:
+        if tid == pid:
+            kind = "main"
+        elif name.startswith(GRPC_THREADS):
+            kind = "grpc"
+        elif name == "sl-envpool" or (not named and name == process_name):
+            kind = "envpool"
+        else:
+            kind = "other"
+        out[kind] += seconds
+    return out
+
+
+def bare_loop() -> None:
+    """The bare cell's process: envpool stepped with random actions, no seedlike in the loop."""
+    import envpool
+
+    from seedlike.envs.envpool_env import envpool_kwargs
+    from seedlike.runtime.threadnames import name_new_threads, thread_ids
+
+    config = _config()
+    config.env.num_envs = _ENVS.value
+    config.env.batch_size = _ENVS.value // _PARTS.value
+    config.env.num_threads = _THREADS.value
+    before = thread_ids()
+    env = envpool.make(config.env.name, env_type="gymnasium", seed=1, **envpool_kwargs(config.env))
+    name_new_threads("envpool", before)
+    num_actions = env.action_space.n
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, num_actions, 1 << 16).astype(np.int32)
+    env.async_reset()
+    steps, begin, end = 0, time.monotonic() + _WARMUP.value, None
+    cpu = {}
+    k = 0
+    while True:
+        obs, reward, terminated, truncated, info = env.recv()
+        env_id = info["env_id"]
+        n = env_id.shape[0]
+        k = (k + n) % (actions.shape[0] - n)
+        env.send(actions[k : k + n], env_id)
+        now = time.monotonic()
+        if end is None and now >= begin:
+            cpu, steps, end = thread_cpu(os.getpid()), 0, now + _SECONDS.value
+            start = now
+        elif end is not None:
+            steps += n
+            if now >= end:
+                break
+    after = thread_cpu(os.getpid())
+    env.close()
+    print(
+        json.dumps(
+            {
+                "cell": "bare",
+                "env_steps": steps,
+                "seconds": now - start,
+                "cpu_s": {k: after[k] - cpu[k] for k in after},
+            }
+        )
+    )
+
+
+def _bare_cell() -> dict:
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--bare", f"--config={_CONFIG.value}",
+         f"--envs={_ENVS.value}", f"--parts={_PARTS.value}", f"--threads={_THREADS.value}",
+         f"--seconds={_SECONDS.value}", f"--warmup_s={_WARMUP.value}"],
+        capture_output=True, text=True, cwd=ROOT, timeout=_SECONDS.value + _WARMUP.value + 120,
+    )  # fmt: skip
+    if out.returncode:
+        raise RuntimeError(f"bare loop failed: {out.stderr[-2000:]}")
+    return _per_step(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _per_step(cell: dict) -> dict:
+    steps = max(cell["env_steps"], 1)
+    cell["us_per_step"] = {k: 1e6 * v / steps for k, v in cell["cpu_s"].items()}
+    cell["us_per_step"]["total"] = sum(cell["us_per_step"].values())
+    cell["sps"] = cell["env_steps"] / cell["seconds"]
+    return cell
+
+
+def _steps_at(rows: list[dict], t: float) -> float:
+    times = np.array([r["time"] for r in rows])
+    return float(np.interp(t, times, np.array([r["env_steps"] for r in rows], float)))
+
+
+def _pair_cell(root: str, envs: int, cell: str) -> dict:
+    """A learner and one actor of checkout `root`; the CPU of both over the window."""
+    with tempfile.TemporaryDirectory() as logdir:
+        learner_cmd = [
+            sys.executable, "learner.py", f"--config={_CONFIG.value}", f"--logdir={logdir}",
+            "--port=0", "--config.log.interval_s=1", "--config.total_env_steps=1000000000",
+            "--config.log.wandb_mode=disabled", "--config.checkpoint.interval_s=1000000",
+            "--config.learn=False", *POLICY_FLAGS, *_sizing(envs),
+        ]  # fmt: skip
+        learner_log = open(os.path.join(logdir, "learner.log"), "w")
+        learner = subprocess.Popen(
+            learner_cmd, cwd=root, stdout=learner_log, stderr=subprocess.STDOUT
+        )
+        actor = None
+        try:
+            address_file = os.path.join(logdir, "server_address")
+            deadline = time.time() + 180
+            while not (os.path.exists(address_file) and open(address_file).read().strip()):
+                if learner.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"learner did not start: {open(learner_log.name).read()}")
+                time.sleep(0.2)
+            actor_log = open(os.path.join(logdir, "actor.log"), "w")
+            actor = subprocess.Popen(
+                [sys.executable, "actor.py", f"--config={_CONFIG.value}",
+                 f"--server={open(address_file).read().strip()}", *_sizing(envs)],
+                cwd=root, stdout=actor_log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            while True:  # compiled and serving
+                moving = [r for r in read_metrics(logdir) if r.get("sps")]
+                if len(moving) >= 2:
+                    break
+                if actor.poll() is not None or learner.poll() is not None:
+                    raise RuntimeError(f"no steps: {open(actor_log.name).read()[-2000:]}")
+                if time.time() > deadline:
+                    raise RuntimeError("no steps within 180 s")
+                time.sleep(0.5)
+            time.sleep(_WARMUP.value)
+            start = time.time()
+            actor_cpu, learner_cpu = thread_cpu(actor.pid), _learner_threads(learner.pid)
+            time.sleep(_SECONDS.value)
+            end = time.time()
+            actor_end, learner_end = thread_cpu(actor.pid), _learner_threads(learner.pid)
+            time.sleep(2.5)  # the metrics row after the window
+            rows = [r for r in read_metrics(logdir) if r.get("env_steps") is not None]
+        finally:
+            for process in (actor, learner):
+                if process is not None and process.poll() is None:
+                    process.terminate()
+            for process in (actor, learner):
+                if process is not None:
+                    try:
+                        process.wait(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+            learner_log.close()
+    steps = _steps_at(rows, end) - _steps_at(rows, start)
+    window = [r for r in rows if start <= r["time"] <= end + 1.0]
+    busy = {
+        stage: 1e6 * float(np.mean([r.get(f"busy/{stage}") or 0.0 for r in window]))
+        * (end - start) / max(steps, 1.0)
+        for stage in ("prepare", "policy", "reply", "record", "decode")
+    }  # fmt: skip
+    learner_us = {k: 1e6 * (learner_end[k] - learner_cpu.get(k, 0.0)) / max(steps, 1.0)
+                  for k in learner_end}  # fmt: skip
+    batch = [r["inference_batch_mean"] for r in window if r.get("inference_batch_mean")]
+    out = _per_step(
+        {
+            "cell": cell,
+            "root": root,
+            "envs": envs,
+            "env_steps": steps,
+            "seconds": end - start,
+            "cpu_s": {k: actor_end[k] - actor_cpu[k] for k in actor_end},
+        }
+    )
+    out["learner_us_per_row"] = learner_us
+    out["learner_busy_us_per_row"] = busy
+    out["batch_mean"] = float(np.mean(batch)) if batch else None
+    return out
+
+
+def _learner_threads(pid: int) -> dict[str, float]:
+    """CPU seconds of the learner process by thread name (seedlike's own are named sl-*), and of
+    its child processes (stream front ends) together."""
+    out: dict[str, float] = {}
+    for _, name, seconds in thread_table(pid):
+        key = name if name.startswith("sl-") else "native"
+        out[key] = out.get(key, 0.0) + seconds
+    out["front_ends"] = sum(process_cpu(child) for child in children(pid))
+    out["total"] = sum(out.values())
+    return out
+
+
+def _commit(root: str) -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True)
+    return out.stdout.decode().strip()
+
+
+def table(result: dict) -> str:
+    bare = result["bare_us_per_step"]
+    lines = [
+        f"Bare envpool loop: {bare:.1f} us of CPU per env step (median of "
+        f"{len(result['bare'])} cells).",
+        "",
+        "| commit | actor us/step (envpool / main / grpc / other) | overhead | env steps/s | "
+        "learner us/row | prepare / policy us/row |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for summary in result["by_root"].values():
+        kinds = ("envpool", "main", "grpc", "other")
+        parts = " / ".join(f"{summary['actor_us'][k]:.1f}" for k in kinds)
+        each = ", ".join(f"{100 * o:.1f}" for o in summary["overheads"])
+        learner = summary.get("learner_us_per_row")
+        prep = summary.get("prepare_policy_us_per_row")
+        lines.append(
+            f"| {summary['commit']} | {summary['actor_us']['total']:.1f} ({parts}) | "
+            f"{100 * summary['overhead']:.1f}% ({each}) | "
+            f"{summary['sps']:,.0f} | "
+            f"{'-' if learner is None else f'{learner:.1f}'} | "
+            f"{'-' if prep is None else f'{prep[0]:.1f} / {prep[1]:.1f}'} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv):
+    del argv
+    if _BARE.value:
+        return bare_loop()
+    roots = [os.path.abspath(r) for r in _ROOTS.value]
+    cells = []
+    for _ in range(_PAIRS.value):
+        cells.append(_bare_cell())
+        print(json.dumps(cells[-1]))
+        for root in roots:
+            cells.append(_pair_cell(root, _ENVS.value, "actor"))
+            print(json.dumps(cells[-1]))
+            if _LEARNER_ENVS.value:
+                cells.append(_pair_cell(root, _LEARNER_ENVS.value, "learner"))
+                print(json.dumps(cells[-1]))
+    bare = float(np.median([c["us_per_step"]["total"] for c in cells if c["cell"] == "bare"]))
+    by_root = {}
+    for root in roots:
+        actors = [c for c in cells if c["cell"] == "actor" and c["root"] == root]
+        learners = [c for c in cells if c["cell"] == "learner" and c["root"] == root]
+        overheads = [c["us_per_step"]["total"] / bare - 1.0 for c in actors]
+        summary = {
+            "commit": _commit(root),
+            "overheads": overheads,
+            "overhead": float(np.median(overheads)),
+            "actor_us": {
+                k: float(np.median([c["us_per_step"][k] for c in actors]))
+                for k in actors[0]["us_per_step"]
+            },
+            "sps": float(np.median([c["sps"] for c in actors])),
+        }
+        if learners:
+            summary["learner_us_per_row"] = float(
+                np.median([c["learner_us_per_row"]["total"] for c in learners])
+            )
+            summary["prepare_policy_us_per_row"] = [
+                float(np.median([c["learner_busy_us_per_row"][s] for c in learners]))
+                for s in ("prepare", "policy")
+            ]
+            summary["batch_mean"] = float(np.median([c["batch_mean"] or 0 for c in learners]))
+        by_root[root] = summary
+    result = {
+        "benchmark": "actor_overhead",
+        "config": _CONFIG.value,
+        "envs": _ENVS.value,
+        "parts": _PARTS.value,
+        "threads": _THREADS.value,
+        "learner_envs": _LEARNER_ENVS.value,
+        "seconds": _SECONDS.value,
+        "cores": os.cpu_count(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "bare": [c for c in cells if c["cell"] == "bare"],
+        "bare_us_per_step": bare,
+        "by_root": by_root,
+        "cells": cells,
+    }
+    results_io.write("actor_overhead", result, _OUT.value, echo={"cells": len(cells)})
+    print(table(result))
+
+
+if __name__ == "__main__":
+    app.run(main)
