@@ -1,6 +1,6 @@
 """R2D2 on the partially observed CartPole (configs/cartpole_pomdp_r2d2.py: the velocities
 hidden), with its switches measured: the LSTM against the same config feed-forward, and the
-stored state and the burn-in each turned off.
+stored state and the burn-in each turned off, and sequences that overlap by half.
 
     python benchmarks/r2d2.py --logdir=runs/r2d2          # lstm and feedforward, 3 seeds each
     python benchmarks/r2d2.py --logdir=runs/r2d2 --variants=lstm,zero_state,no_burn_in --seeds=1
@@ -35,6 +35,9 @@ VARIANTS = {
     "feedforward": ("--config.network.core=none",),
     "zero_state": ("--config.r2d2.stored_state=false",),
     "no_burn_in": ("--config.r2d2.burn_in=0",),
+    # R2D2's overlapping sequences (half of each shared with the next): each env step is stored
+    # twice, so the same replay_ratio makes twice the sgd steps per env step.
+    "overlap": ("--config.r2d2.overlap=20",),
 }
 SOLVED = 475.0
 

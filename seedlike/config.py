@@ -747,6 +747,11 @@ def _validate_replay(config, need) -> None:
             "sequence (unroll_length) to learn from",
         )
         need(
+            0 <= c.overlap < config.unroll_length,
+            f"{config.algo}.overlap={c.overlap} must lie in [0, {config.unroll_length - 1}]: "
+            "consecutive sequences share at most all but one step (unroll_length - 1)",
+        )
+        need(
             config.network.atoms == 1 and not config.network.noisy,
             f"algo={config.algo!r} learns one rescaled value per action and explores "
             "epsilon-greedily: set network.atoms=1 and network.noisy=False",

@@ -29,7 +29,7 @@ import numpy as np
 from networks import make_network
 from seedlike import checkpoint as ckpt_lib
 from seedlike import config as config_lib
-from seedlike.algos import ALGORITHMS
+from seedlike.algos import ALGORITHMS, unroll_overlap
 from seedlike.league import roles
 from seedlike.league.evaluation import Evaluation, EvaluationThread
 from seedlike.league.league import League, PeerSnapshots
@@ -303,7 +303,9 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     server_spec = annealing.server_spec(spec) if annealing else spec
     # Front ends write the observations of every step straight into the pool's shared memory.
     front_ends = Transport.from_config(config.server).front_ends
-    pool = UnrollPool(server_spec, config.unroll_length, shared=front_ends > 0)
+    pool = UnrollPool(
+        server_spec, config.unroll_length, shared=front_ends > 0, overlap=unroll_overlap(config)
+    )
     store = TrajectoryStore.from_config(
         pool, learner.local_batch_unrolls, batches, network.initial_carry(1), config.server
     )

@@ -234,6 +234,10 @@ def r2d2_defaults() -> ml_collections.ConfigDict:
     c.target_period = 400  # sgd steps between target copies (R2D2: 2500 at batch 64)
     c.huber_delta = 0.0  # squared TD error, as R2D2
     c.burn_in = 20  # first steps of a sequence that only refresh the recurrent state (R2D2: 40)
+    # Steps a seat's consecutive sequences share besides their boundary step (R2D2: 40 of 80):
+    # every env step is then stored in up to unroll_length / (unroll_length - overlap) sequences,
+    # and the steps replay_ratio counts as inserted are the sequences' stored ones.
+    c.overlap = 0
     c.stored_state = True  # start from the state stored with the sequence; False: from zeros
     c.rescale_eps = 1e-3  # h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x on targets and values
     c.priority_eta = 0.9  # a sequence's priority: eta max |TD| + (1 - eta) mean |TD|
@@ -251,6 +255,15 @@ def check_r2d2(c: ml_collections.ConfigDict) -> list[str]:
             "r2d2.huber_delta must be >= 0, r2d2.rescale_eps > 0 and r2d2.priority_eta in [0, 1]"
         )
     return problems
+
+
+def unroll_overlap(config) -> int:
+    """Steps a seat's consecutive unrolls share besides their boundary step: a sequence replay's
+    `overlap` (seedlike.server.unrolls.UnrollPool), else 0."""
+    algorithm = ALGORITHMS[config.algo]
+    if algorithm.replay and algorithm.sequences:
+        return int(config[config.algo].overlap)
+    return 0
 
 
 def sgd_steps_per_update(config) -> int:

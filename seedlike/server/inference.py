@@ -585,7 +585,8 @@ class InferenceService:
             act = self.spec.action_spec
             actions = np.zeros((job.seat.shape[0], *act.shape), act.dtype)
             actions[job.ran] = output.action
-            moves = _moves(job, self.pool.steps) if self.pool is not None else {}
+            pool = self.pool
+            moves = _moves(job, pool.steps, pool.overlap) if pool is not None else {}
             now = time.perf_counter()
             clock = time.monotonic()
             offset, sinks, answered = 0, {}, []
@@ -717,10 +718,10 @@ def _written(requests: list[Request], ran: np.ndarray, target: np.ndarray) -> np
     return written & (wrote_at == target)
 
 
-def _moves(job: _Job, steps: int) -> dict:
+def _moves(job: _Job, steps: int, overlap: int = 0) -> dict:
     """Per request (its index): the (src, dst) flat steps its writer repeats, for the unrolls this
-    batch completed whose step T it wrote in place: step T of the old buffer is step 0 of the
-    new one (steps = T + 1). The store repeats the others itself."""
+    batch completed whose step T it wrote in place: step T of the old buffer is step `overlap`
+    of the new one (steps = T + 1). The store repeats the others itself."""
     place = job.placement
     if place is None or job.written is None or not place.done_row.size:
         return {}
@@ -728,7 +729,7 @@ def _moves(job: _Job, steps: int) -> dict:
     if not mine.any():
         return {}
     rows = place.done_row[mine]
-    src, dst = place.target[rows], place.done_new[mine] * steps
+    src, dst = place.target[rows], place.done_new[mine] * steps + overlap
     request = np.repeat(np.arange(len(job.requests)), [r.num_rows for r in job.requests])
     request = request[job.ran][rows]
     return {int(i): (src[request == i], dst[request == i]) for i in np.unique(request)}

@@ -300,6 +300,12 @@ class TrajectoryStore:
         }
         self._flat = _flat(self._small)
         self._carry_start = jax.tree.map(lambda c: c[:0], self._carry_template)
+        # With overlapping unrolls, the carry before each step T-overlap..T (a successor starts
+        # at the first; its own steps up to `overlap` repeat the others).
+        tail = pool.overlap + 1
+        self._carry_tail = jax.tree.map(
+            lambda c: np.zeros((0, tail, *c.shape[1:]), c.dtype), self._carry_template
+        )
         self._carry_leaves = (
             (lambda: jax.tree.leaves(self._carry_start))
             if jax.tree.leaves(carry_template)
@@ -391,25 +397,51 @@ class TrajectoryStore:
         for key in OUTCOMES:
             f[key][at] = 0
         if self._carry_leaves:
-            starts = at % self.pool.steps == 0
+            position = at % self.pool.steps
+            starts = position == 0
             for start, before in zip(self._carry_leaves(), jax.tree.leaves(step.carry)):
                 start[at[starts] // self.pool.steps] = before[starts]
+            if self.pool.overlap:
+                tail = position >= self.horizon - self.pool.overlap
+                j = position[tail] - (self.horizon - self.pool.overlap)
+                for kept, before in zip(
+                    jax.tree.leaves(self._carry_tail), jax.tree.leaves(step.carry)
+                ):
+                    kept[at[tail] // self.pool.steps, j] = before[tail]
 
         # 3. Complete unrolls go to the learner; their last step is the next unroll's first.
         if place.done_old.size:
             self._complete(step, place, copy)
 
     def _complete(self, step: StepRecord, place: Placement, copied: np.ndarray) -> None:
-        t, f = self.horizon, self._small
+        t, f, o, steps = self.horizon, self._small, self.pool.overlap, self.pool.steps
         old, new = place.done_old, place.done_new
         for key, field in f.items():
-            field[new, 0] = 0 if key in OUTCOMES else field[old, t]
+            field[new, :o] = field[old, t - o : t]  # complete steps: outcomes included
+            field[new, o] = 0 if key in OUTCOMES else field[old, t]
         row = place.done_row  # the ran row that completed each unroll (its step T)
-        for start, before in zip(jax.tree.leaves(self._carry_start), jax.tree.leaves(step.carry)):
-            start[new] = before[row]
-        mine = copied[row]  # steps this store wrote: it repeats them itself (front ends do theirs)
-        if mine.any():
-            self.pool.copy_step(old[mine] * self.pool.steps + t, new[mine] * self.pool.steps)
+        if o:  # the new buffer starts at the old one's step T-o; of its repeated steps 0..o,
+            # those at T-o or later keep their carries (old steps 2(T-o)..T, when 2o >= T)
+            for start, kept in zip(
+                jax.tree.leaves(self._carry_start), jax.tree.leaves(self._carry_tail)
+            ):
+                start[new] = kept[old, 0]
+                if 2 * o >= t:
+                    kept[new, : 2 * o - t + 1] = kept[old, t - o : o + 1]
+        else:
+            for start, before in zip(
+                jax.tree.leaves(self._carry_start), jax.tree.leaves(step.carry)
+            ):
+                start[new] = before[row]
+        if o:  # steps T-o..T-1 were written in earlier batches, by whoever: all are there
+            shift = np.arange(o)
+            self.pool.copy_step(
+                (old[:, None] * steps + t - o + shift).reshape(-1),
+                (new[:, None] * steps + shift).reshape(-1),
+            )
+        mine = copied[place.done_row]  # steps T this store wrote: it repeats them (front ends
+        if mine.any():  # repeat theirs)
+            self.pool.copy_step(old[mine] * steps + t, new[mine] * steps + o)
         keep = f["valid"][old, :t].any(axis=1)
         self.pool.release(old[~keep])
         self._emit(old[keep], self.identity[place.done_seat[keep]])
@@ -508,8 +540,13 @@ class TrajectoryStore:
             for name, a in self._small.items()
         }
         self._flat = _flat(self._small)
-        self._carry_start = jax.tree.map(
-            lambda a, c: np.concatenate([a, np.zeros((buffers - have, *c.shape[1:]), c.dtype)]),
-            self._carry_start,
+
+        def grow(a, c):
+            return np.concatenate([a, np.zeros((buffers - have, *c.shape[1:]), c.dtype)])
+
+        self._carry_start = jax.tree.map(grow, self._carry_start, self._carry_template)
+        self._carry_tail = jax.tree.map(
+            lambda a, c: np.concatenate([a, np.zeros((buffers - have, *a.shape[1:]), a.dtype)]),
+            self._carry_tail,
             self._carry_template,
         )

@@ -4,11 +4,13 @@ batches by reference.
 Every open seat holds one buffer (its current unroll) and a position in it. A step of the seat on
 which the policy ran is written at (buffer, position); the position then advances, and when it
 reaches T+1 the unroll is complete: the seat gets a fresh buffer whose step 0 repeats the old
-buffer's step T (consecutive unrolls share their boundary step), and the old buffer goes to the
-learner (seedlike.server.trajectory_store) or back to the free list. `place` does this for a whole
-inference batch in a few vectorized operations, before the batch is dispatched, so the places a
-step's rows go to are known when its actions go back: a stream front end (seedlike.rpc.frontend)
-writes the next step's observations straight there, and nobody copies them again.
+buffer's step T (consecutive unrolls share their boundary step; with an `overlap` of O, steps
+0..O repeat the old buffer's steps T-O..T, as R2D2's overlapping sequences), and the old buffer
+goes to the learner (seedlike.server.trajectory_store) or back to the free list. `place` does
+this for a whole inference batch in a few vectorized operations, before the batch is
+dispatched, so the places a step's rows go to are known when its actions go back: a stream front
+end (seedlike.rpc.frontend) writes the next step's observations straight there, and nobody copies
+them again.
 
 Layout. Buffer b lives in chunk b // K at slot b % K; each chunk holds, for every observation and
 extras key, an array [K, T+1, *spec.shape], in shared memory when front ends write them. Chunks
@@ -95,7 +97,8 @@ class Placement(NamedTuple):
       target:  int64 [m]  where each ran row's step is recorded
       done_row, done_seat, done_old, done_new: int64 [k]  for each unroll this batch
                           completed: the ran row (index into target) that was its step T, its
-                          seat, the complete buffer and the fresh one whose step 0 repeats step T
+                          seat, the complete buffer and the fresh one whose step `overlap`
+                          repeats step T (and steps before it, the old one's before T)
       next:    int64 [n]  each row's seat's next step after this batch (for front ends; None
                           where the pool is not shared)
     """
@@ -206,6 +209,8 @@ class UnrollPool(PoolView):
     shared: keep the observations in shared memory (front ends write them).
     on_chunk: called with (index, Chunk) whenever a chunk is added (front ends map it), under the
       pool's lock.
+    overlap: steps besides the boundary step that consecutive unrolls of a seat share (0 to
+      T-1): a completed unroll's steps T-overlap..T are its successor's steps 0..overlap.
     """
 
     def __init__(
@@ -214,10 +219,14 @@ class UnrollPool(PoolView):
         horizon: int,
         shared: bool = False,
         on_chunk: Callable[[int, Chunk], None] | None = None,
+        overlap: int = 0,
     ):
         super().__init__(Geometry.of(spec, horizon))
         self.spec = spec
         self.horizon = int(horizon)
+        if not 0 <= overlap < self.horizon:
+            raise ValueError(f"overlap={overlap} must lie in [0, {self.horizon - 1}] (T - 1)")
+        self.overlap = int(overlap)
         self.shared = shared
         self.on_chunk = on_chunk
         self._lock = threading.Lock()
@@ -300,7 +309,7 @@ class UnrollPool(PoolView):
         done_new = self.take(done_seat.size) if done_seat.size else done_seat
         if done_seat.size:
             self.seat_buffer[done_seat] = done_new
-            self.seat_pos[done_seat] = 1
+            self.seat_pos[done_seat] = 1 + self.overlap
         nxt = None
         if self.shared:  # front ends write the next steps in place
             nxt = self.seat_buffer[seats] * steps + self.seat_pos[seats]

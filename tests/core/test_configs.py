@@ -189,6 +189,7 @@ def test_replay_settings_that_cannot_work_are_refused(setting, message):
     "setting, message",
     [
         ({"r2d2.burn_in": 40}, "r2d2.burn_in=40 leaves no step of a 40-step sequence"),
+        ({"r2d2.overlap": 40}, "r2d2.overlap=40 must lie in [0, 39]"),
         ({"network.atoms": 51}, "set network.atoms=1 and network.noisy=False"),
         ({"r2d2.replay_ratio": 4.0}, "/ 1280 steps per sgd step (r2d2.batch_size=32 sequences)"),
     ],

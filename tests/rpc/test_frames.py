@@ -239,14 +239,14 @@ def test_auto_picks_frame_stacks_only():
         frames.keys_from_config("pos", SPEC)
 
 
-def run_stream(front_ends: int) -> tuple[dict, list]:
+def run_stream(front_ends: int, overlap: int = 0) -> tuple[dict, list]:
     """Two actors (the second reconnects halfway, starting a new stream) through a real server:
     where each stack came from (stream, seat, its index among the seat's rows) and the learner's
-    unrolls."""
+    unrolls (of 3 steps + 1, consecutive ones sharing `overlap` steps besides the boundary)."""
     config = base_config().server
     config.front_ends = front_ends
     batches = BatchQueue(slots=1000)
-    pool = UnrollPool(SPEC, 3, shared=front_ends > 0)
+    pool = UnrollPool(SPEC, 3, shared=front_ends > 0, overlap=overlap)
     store = TrajectoryStore(pool, 1, batches)
     service = service_of(store, spec=SPEC, batch_timeout_ms=20.0)
     server, port = serve(service, "127.0.0.1", 0, config)
@@ -280,10 +280,13 @@ def run_stream(front_ends: int) -> tuple[dict, list]:
     return produced, unrolls
 
 
-@pytest.mark.parametrize("front_ends", [0, 1])
-def test_unrolls_hold_the_stacks_the_envs_produced_in_order(front_ends):
-    produced, unrolls = run_stream(front_ends)
+@pytest.mark.parametrize("front_ends, overlap", [(0, 0), (1, 0), (0, 2), (1, 2)])
+def test_unrolls_hold_the_stacks_the_envs_produced_in_order(front_ends, overlap):
+    """With front ends, each writes its rows in place and repeats step T itself; with overlap
+    (R2D2's overlapping sequences), a seat's unrolls start 3 - overlap steps apart."""
+    produced, unrolls = run_stream(front_ends, overlap)
     assert len(unrolls) >= 2 * 3 * ENVS  # every seat of every stream fills two unrolls
+    starts: dict = {}
     for unroll in unrolls:
         # Random frames: a stack made up or taken from the wrong step has no origin, or not the
         # one after its predecessor's.
@@ -291,3 +294,9 @@ def test_unrolls_hold_the_stacks_the_envs_produced_in_order(front_ends):
         assert None not in origins
         (stream, seat, first), *_ = origins
         assert origins == [(stream, seat, first + i) for i in range(len(origins))]
+        starts.setdefault((stream, seat), []).append(first)
+    apart = 3 - overlap  # (an unroll with no step to learn from is not emitted: gaps)
+    for firsts in starts.values():
+        assert firsts == sorted(set(firsts)) and all(f % apart == 0 for f in firsts), firsts
+    # About 10 rows per seat and stream: 2 unrolls 3 apart, 6 or 7 one apart.
+    assert sum(len(f) for f in starts.values()) >= len(starts) * (5 if overlap else 2)

@@ -489,6 +489,43 @@ def test_carry_is_kept_per_seat_and_stored_at_unroll_start():
     np.testing.assert_array_equal(out[1].carry[0], [2.0])
 
 
+@pytest.mark.parametrize("overlap", [1, 2, 3])
+def test_overlapping_unrolls_repeat_their_steps_and_start_from_the_carry_before_them(overlap):
+    """R2D2's overlapping sequences: with overlap o of T = 4, a seat's unrolls start 4 - o steps
+    apart, repeat the last o + 1 steps of the one before (outcomes of all but the boundary step
+    included) and start from the carry before their own step 0 (a counting carry: the steps since
+    the episode began; with 2o >= T that step is itself a repeated one)."""
+
+    def count(carry, first):
+        (c,) = carry
+        return (np.where(first[:, None], 0.0, c) + 1.0,)
+
+    store, batches = store_of(horizon=4, carry_template=(np.zeros((1, 1), np.float32),))
+    store.pool = UnrollPool(SPEC, 4, overlap=overlap)
+    store, batches = TrajectoryStore(store.pool, 1, batches, store._carry_template), batches
+    server = Server(store, lambda n: (np.zeros((n, 1), np.float32),), count)
+    server.open(1, num_envs=1)
+    for t in range(11):
+        done = t == 7
+        server.feed(1, rows([float(t)], [float(t)], terminated=[done]), action=t % 3, version=t)
+    out = emitted(batches)
+    starts = list(range(0, 7, 4 - overlap))
+    np.testing.assert_array_equal([u.obs["obs"][0, 0] for u in out], starts)
+    for u, start in zip(out, starts):
+        steps = np.arange(start, start + 5)
+        np.testing.assert_array_equal(u.obs["obs"][:, 0], steps)
+        np.testing.assert_array_equal(u.reward, steps[:4] + 1)  # r_t: what t+1 reported
+        np.testing.assert_array_equal(u.terminated, steps[:4] == 6)
+        np.testing.assert_array_equal(u.policy_version, steps)
+        np.testing.assert_array_equal(u.first, (steps == 0) | (steps == 8))
+        np.testing.assert_array_equal(u.valid, steps != 7)  # the terminal step is not acted on
+    # The carry before step s counts the steps since the episode began (step 8 begins one).
+    carries = [s if s <= 8 else s - 8 for s in starts]
+    np.testing.assert_array_equal([u.carry[0][0] for u in out], carries)
+    with pytest.raises(ValueError, match="overlap=4 must lie in"):
+        UnrollPool(SPEC, 4, overlap=4)
+
+
 def test_lost_lives_end_learning_episodes_but_statistics_count_whole_games():
     store, _ = store_of(horizon=8)
     server = Server(store)
