@@ -20,6 +20,8 @@ either: the returned step goes through codec.decode_step like a parsed one.
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -341,16 +343,25 @@ def _tensor_parts(array: np.ndarray) -> tuple[list, int]:
     array = np.asarray(array, order="C")
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
-    dtype = array.dtype.name.encode()
-    parts = [_varint_bytes(TENSOR_DTYPE << 3 | LENGTH), _varint_bytes(len(dtype)), dtype]
-    if array.ndim:
+    header = _tensor_header(array.dtype.name, array.shape)
+    if not array.nbytes:
+        return [header], len(header)
+    return [header, memoryview(array.reshape(-1).view(np.uint8))], len(header) + array.nbytes
+
+
+@functools.lru_cache(maxsize=1024)
+def _tensor_header(dtype: str, shape: tuple[int, ...]) -> bytes:
+    """A Tensor's bytes before its data: the same for every step of a stream but a few."""
+    name = dtype.encode()
+    parts = [_varint_bytes(TENSOR_DTYPE << 3 | LENGTH), _varint_bytes(len(name)), name]
+    if shape:
         # int64 varints; a dimension is never negative
-        shape = b"".join(_varint_bytes(d) for d in array.shape)
-        parts += _length_field(TENSOR_SHAPE, [shape], len(shape))
-    if array.nbytes:
-        data = memoryview(array.reshape(-1).view(np.uint8))
-        parts += _length_field(TENSOR_DATA, [data], array.nbytes)
-    return parts, _size(parts)
+        packed = b"".join(_varint_bytes(d) for d in shape)
+        parts += _length_field(TENSOR_SHAPE, [packed], len(packed))
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if nbytes:
+        parts += [_varint_bytes(TENSOR_DATA << 3 | LENGTH), _varint_bytes(nbytes)]
+    return b"".join(parts)
 
 
 def write_step(sequence: int, tensors: dict, maps: dict) -> bytes:
