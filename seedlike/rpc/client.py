@@ -212,9 +212,12 @@ KEEPALIVE_OPTIONS = [
 ]
 # A channel of its own per connection: gRPC would otherwise share one connection among the
 # channels of a process with the same target (a population's actor, tests with many actors).
+# No retries: gRPC keeps a copy of every message of a call it may retry, and a broken stream is
+# the actor's to reconnect anyway (about 10% of a step's gRPC CPU; benchmarks/actor_overhead.py).
 CHANNEL_OPTIONS = [
     *codec.CHANNEL_OPTIONS,
     *KEEPALIVE_OPTIONS,
+    ("grpc.enable_retries", 0),
     ("grpc.use_local_subchannel_pool", 1),
 ]
 _LOOPS = threading.local()
