@@ -17,7 +17,7 @@ Three kinds of cell, each a fresh set of processes measured over `--seconds` onc
 
 An actor cell's `overhead` is its process's CPU per env step over the median bare cell's, minus
 one: what the actor does that envpool's own stepping does not. Process CPU is split by thread:
-`envpool` (threads named sl-envpool; a checkout that does not name them: the unnamed threads other
+`envpool` (threads named envpool; a checkout that does not name them: the unnamed threads other
 than the main one), `main` (the actor's Python loop), `grpc` (gRPC's own threads) and `other`.
 Env steps are the learner's `env_steps`, interpolated at the window's ends.
 
@@ -87,14 +87,14 @@ def thread_cpu(pid: int) -> dict[str, float]:
     except FileNotFoundError:
         return {}
     table = thread_table(pid)
-    named = any(name == "sl-envpool" for _, name, _ in table)
+    named = any(name == "envpool" for _, name, _ in table)
     out = {"envpool": 0.0, "main": 0.0, "grpc": 0.0, "other": 0.0}
     for tid, name, seconds in table:
         if tid == pid:
             kind = "main"
         elif name.startswith(GRPC_THREADS):
             kind = "grpc"
-        elif name == "sl-envpool" or (not named and name == process_name):
+        elif name == "envpool" or (not named and name == process_name):
             kind = "envpool"
         else:
             kind = "other"
@@ -189,7 +189,7 @@ def _pair_cell(root: str, envs: int, cell: str) -> dict:
         learner = subprocess.Popen(
             learner_cmd, cwd=root, stdout=learner_log, stderr=subprocess.STDOUT
         )
-        actor = None
+        actor = actor_log = None
         try:
             address_file = os.path.join(logdir, "server_address")
             deadline = time.time() + 180
@@ -231,6 +231,8 @@ def _pair_cell(root: str, envs: int, cell: str) -> dict:
                     except subprocess.TimeoutExpired:
                         process.kill()
             learner_log.close()
+            if actor_log is not None:
+                actor_log.close()
     steps = _steps_at(rows, end) - _steps_at(rows, start)
     window = [r for r in rows if start <= r["time"] <= end + 1.0]
     busy = {

@@ -10,6 +10,7 @@ into an exponentially growing, jittered wait.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 import threading
@@ -168,8 +169,19 @@ class Connection:
 
 
 def run(coroutine):
-    """Runs a coroutine that exchanges on this thread's connections, on their one event loop."""
-    return _thread_loop().run_until_complete(coroutine)
+    """Runs a coroutine that exchanges on this thread's connections, on their one event loop. An
+    exception that ends the wait (a second Ctrl-C's SystemExit) cancels it: left pending, it
+    would resume at the loop's next use (closing the connections) with its env closed."""
+    loop = _thread_loop()
+    task = loop.create_task(coroutine)
+    try:
+        return loop.run_until_complete(task)
+    except BaseException:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                loop.run_until_complete(task)
+        raise
 
 
 def step_all(connections: list[Connection], messages: list) -> list[pb.ActionBatch]:

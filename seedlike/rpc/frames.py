@@ -99,7 +99,7 @@ class Deltas:
         for key in self.keys:
             tails = self._tails[key]
             obs = np.ascontiguousarray(rows.obs[key])
-            words = obs.reshape(obs.shape[0], -1).view(tails.dtype)
+            words = obs.reshape(obs.shape[0], math.prod(obs.shape[1:])).view(tails.dtype)
             width = tails.shape[1]  # the frames before the last
             if continued.all():
                 continued = (words[:, :width] == tails[at]).all(axis=1)

@@ -343,22 +343,22 @@ def _tensor_parts(array: np.ndarray) -> tuple[list, int]:
     array = np.asarray(array, order="C")
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
-    header = _tensor_header(array.dtype.name, array.shape)
+    header = _tensor_header(array.dtype, array.shape)
     if not array.nbytes:
         return [header], len(header)
     return [header, memoryview(array.reshape(-1).view(np.uint8))], len(header) + array.nbytes
 
 
 @functools.lru_cache(maxsize=1024)
-def _tensor_header(dtype: str, shape: tuple[int, ...]) -> bytes:
+def _tensor_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     """A Tensor's bytes before its data: the same for every step of a stream but a few."""
-    name = dtype.encode()
+    name = dtype.name.encode()
     parts = [_varint_bytes(TENSOR_DTYPE << 3 | LENGTH), _varint_bytes(len(name)), name]
     if shape:
         # int64 varints; a dimension is never negative
         packed = b"".join(_varint_bytes(d) for d in shape)
         parts += _length_field(TENSOR_SHAPE, [packed], len(packed))
-    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes:
         parts += [_varint_bytes(TENSOR_DATA << 3 | LENGTH), _varint_bytes(nbytes)]
     return b"".join(parts)
@@ -379,6 +379,8 @@ def write_step(sequence: int, tensors: dict, maps: dict) -> bytes:
                      *_length_field(ENTRY_VALUE, value, size)]  # fmt: skip
             number = _MAP_NUMBERS[name]
             fields.append((number, _length_field(number, entry, _size(entry))))
+    if not 0 <= sequence < 1 << 64:
+        raise ValueError(f"sequence {sequence} is not a uint64")
     body = [_varint_bytes(_SEQUENCE_KEY), _varint_bytes(sequence)] if sequence else []
     for _, parts in sorted(fields, key=lambda f: f[0]):  # stable: map keys stay sorted
         body += parts

@@ -47,11 +47,20 @@ def thread_ids() -> set[int]:
 
 
 def name_new_threads(name: str, before: set[int]) -> None:
-    """Names PREFIX + name the threads started since `before` (thread_ids()): the native pools a
-    library starts, such as envpool's workers, which would otherwise pass for Python threads."""
+    """Names `name` (no PREFIX: they do not share the interpreter lock) the threads started since
+    `before` (thread_ids()) that nobody has named yet: a native pool a library starts, such as
+    envpool's workers, which would otherwise pass for Python threads."""
+    try:
+        with open("/proc/self/comm") as f:
+            unnamed = f.read().strip()
+    except OSError:
+        return
     for tid in thread_ids() - before:
         try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != unnamed:
+                    continue  # named by its own code (gRPC's, seedlike's)
             with open(f"/proc/self/task/{tid}/comm", "w") as f:
-                f.write((PREFIX + name)[:15])
+                f.write(name[:15])
         except OSError:  # a thread that has ended, or no /proc
             pass

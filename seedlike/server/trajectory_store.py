@@ -302,7 +302,7 @@ class TrajectoryStore:
         self._carry_start = jax.tree.map(lambda c: c[:0], self._carry_template)
         # With overlapping unrolls, the carry before each step T-overlap..T (a successor starts
         # at the first; its own steps up to `overlap` repeat the others).
-        tail = pool.overlap + 1
+        tail = pool.overlap + 1 if pool.overlap else 0
         self._carry_tail = jax.tree.map(
             lambda c: np.zeros((0, tail, *c.shape[1:]), c.dtype), self._carry_template
         )

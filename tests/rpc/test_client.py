@@ -102,3 +102,32 @@ def test_an_actor_that_never_reaches_a_server_gives_up_with_one_line_per_retry()
         for line in retries
     ), lines
     assert f"giving up on 127.0.0.1:{port} after 3 s" in last and "actor.first_connect_s" in last
+
+
+def test_a_run_ended_by_an_exception_leaves_nothing_to_resume():
+    """An actor's loop is one coroutine (client.run). A second Ctrl-C raises SystemExit while it
+    waits for a reply; the coroutine must not resume at the loop's next use (closing the
+    connections), when its env is closed."""
+    import asyncio
+
+    loop = client._thread_loop()
+    reply = loop.create_future()
+    resumed = []
+
+    async def acting():
+        loop.call_soon(interrupt)  # lands while the coroutine waits
+        try:
+            await reply
+            resumed.append("after the reply")
+        except asyncio.CancelledError:
+            resumed.append("cancelled")
+            raise
+
+    def interrupt():
+        reply.set_result(None)  # the reply is there when the signal lands
+        raise SystemExit(130)
+
+    with pytest.raises(SystemExit):
+        client.run(acting())
+    loop.run_until_complete(asyncio.sleep(0))  # what closing the connections does
+    assert resumed == ["cancelled"]

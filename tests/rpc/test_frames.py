@@ -5,6 +5,7 @@ refused with the field named."""
 
 import dataclasses
 
+import jax
 import numpy as np
 import pytest
 
@@ -148,6 +149,16 @@ def test_a_stack_one_byte_off_its_shift_is_sent_whole(frame):
         np.testing.assert_array_equal(got.obs["obs"], stack)
         continued = codec.decode(codec.parse_actor_message(raw).step.continued, "c")
         assert continued.tolist() == [t > 1 and not off], t
+
+
+def test_a_step_without_rows_splits_into_nothing():
+    """(The server refuses a step without rows; the actor's encoder still must not fail.)"""
+    deltas = frames.Deltas(SPEC, ("obs",), ENVS)
+    for n in (2, 0):
+        rows = jax.tree.map(lambda a, n=n: a[:n], every_seat(0, envs=1))
+        raw = codec.step_bytes(1, rows, deltas)
+        step = codec.parse_actor_message(raw).step
+        assert codec.decode(step.continued, "c").shape == (n,)
 
 
 def step_of(t: int, deltas, rows) -> "codec.pb.StepBatch":
