@@ -4,26 +4,28 @@ loop stepping the same envs the same way, and the learner's CPU per row it serve
   python benchmarks/actor_overhead.py [--config=configs/atari_ppo.py] [--envs=64] [--parts=2]
       [--threads=1] [--seconds=20] [--roots=.,/path/to/worktree] [--pairs=3]
 
-Three kinds of cell, each a fresh set of processes measured over `--seconds` once warm:
+Two kinds of cell, each a fresh set of processes measured over `--seconds` once warm, at each of
+two sizings: `--envs` (64: 32-row messages) and `--learner_envs` (128: 64-row messages, so the
+learner serves 64-row batches):
 
-  bare:     a process stepping envpool directly (`--envs` envs of the config's task, `--parts`
+  bare:     a process stepping envpool directly (the envs of the config's task, `--parts`
             parts in flight, `--threads` envpool threads, random actions): recv, send, nothing else.
   actor:    `actor.py` of a checkout (the same envs, sizing and seed), its real codec and gRPC
             stream, against that checkout's `learner.py` serving a linear policy
-            (`--config.learn=False`: it serves and records, and learns nothing).
-  learner:  the same pair with `--learner_envs` envs in two halves (64-row batches by default):
-            the learner process's CPU per row it serves, by thread, and the inference stages'
-            busy time per row (`busy/prepare`, `busy/policy`; its metrics).
+            (`--config.learn=False`: it serves and records, and learns nothing); also the learner
+            process's CPU per row it serves, by thread, and the inference stages' busy time per
+            row (`busy/prepare`, `busy/policy`; its metrics).
 
-An actor cell's `overhead` is its process's CPU per env step over the median bare cell's, minus
-one: what the actor does that envpool's own stepping does not. Process CPU is split by thread:
-`envpool` (threads named envpool; a checkout that does not name them: the unnamed threads other
-than the main one), `main` (the actor's Python loop), `grpc` (gRPC's own threads) and `other`.
-Env steps are the learner's `env_steps`, interpolated at the window's ends.
+An actor cell's `overhead` is its process's CPU per env step over the median bare cell's of the
+same sizing, minus one: what the actor does that envpool's own stepping does not. Process CPU is
+split by thread: `envpool` (threads named envpool; a checkout that does not name them: the
+unnamed threads other than the main one), `main` (the actor's Python loop), `grpc` (gRPC's own
+threads) and `other`. Env steps are the learner's `env_steps`, interpolated at the window's ends.
 
 `--roots` lists checkouts (another commit's worktree sharing the venv) measured in turn, `--pairs`
-times, with a bare cell before each round: alternating, so that drift on the machine falls on
-every checkout alike. Writes JSON (benchmarks/results/ or --out) and prints a Markdown table.
+times, with a bare cell before each round of a sizing: alternating, so that drift on the machine
+falls on every checkout alike. Writes JSON (benchmarks/results/ or --out) and prints a Markdown
+table.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ _ENVS = flags.DEFINE_integer("envs", 64, "Envs of the actor and of the bare loop
 _PARTS = flags.DEFINE_integer("parts", 2, "Parts in flight (env.batch_size = envs / parts).")
 _THREADS = flags.DEFINE_integer("threads", 1, "envpool threads.")
 _LEARNER_ENVS = flags.DEFINE_integer(
-    "learner_envs", 128, "The learner cell's actor envs, in two halves (0: no learner cell)."
+    "learner_envs", 128, "A second sizing (64-row batches at the learner; 0: none)."
 )
 _SECONDS = flags.DEFINE_float("seconds", 20.0, "Measurement window per cell.")
 _WARMUP = flags.DEFINE_float("warmup_s", 8.0, "Seconds of steady stepping before a window.")
@@ -143,6 +145,7 @@ def bare_loop() -> None:
         json.dumps(
             {
                 "cell": "bare",
+                "envs": _ENVS.value,
                 "env_steps": steps,
                 "seconds": now - start,
                 "cpu_s": {k: after[k] - cpu[k] for k in after},
@@ -151,10 +154,10 @@ def bare_loop() -> None:
     )
 
 
-def _bare_cell() -> dict:
+def _bare_cell(envs: int) -> dict:
     out = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--bare", f"--config={_CONFIG.value}",
-         f"--envs={_ENVS.value}", f"--parts={_PARTS.value}", f"--threads={_THREADS.value}",
+         f"--envs={envs}", f"--parts={_PARTS.value}", f"--threads={_THREADS.value}",
          f"--seconds={_SECONDS.value}", f"--warmup_s={_WARMUP.value}"],
         capture_output=True, text=True, cwd=ROOT, timeout=_SECONDS.value + _WARMUP.value + 120,
     )  # fmt: skip
@@ -277,29 +280,60 @@ def _commit(root: str) -> str:
 
 
 def table(result: dict) -> str:
-    bare = result["bare_us_per_step"]
     lines = [
-        f"Bare envpool loop: {bare:.1f} us of CPU per env step (median of "
-        f"{len(result['bare'])} cells).",
+        "Bare envpool loop, us of CPU per env step (median): "
+        + ", ".join(f"{envs} envs {us:.1f}" for envs, us in result["bare_us_per_step"].items()),
         "",
-        "| commit | actor us/step (envpool / main / grpc / other) | overhead | env steps/s | "
-        "learner us/row | prepare / policy us/row |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| commit | envs | actor us/step (envpool / main / grpc / other) | overhead (each pair) | "
+        "env steps/s | learner us/row | prepare / policy us/row | batch |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for summary in result["by_root"].values():
-        kinds = ("envpool", "main", "grpc", "other")
-        parts = " / ".join(f"{summary['actor_us'][k]:.1f}" for k in kinds)
-        each = ", ".join(f"{100 * o:.1f}" for o in summary["overheads"])
-        learner = summary.get("learner_us_per_row")
-        prep = summary.get("prepare_policy_us_per_row")
-        lines.append(
-            f"| {summary['commit']} | {summary['actor_us']['total']:.1f} ({parts}) | "
-            f"{100 * summary['overhead']:.1f}% ({each}) | "
-            f"{summary['sps']:,.0f} | "
-            f"{'-' if learner is None else f'{learner:.1f}'} | "
-            f"{'-' if prep is None else f'{prep[0]:.1f} / {prep[1]:.1f}'} |"
-        )
+        for envs, s in summary["sizings"].items():
+            parts = " / ".join(f"{s['actor_us'][k]:.1f}" for k in ("envpool", "main", "grpc",
+                                                                   "other"))  # fmt: skip
+            each = ", ".join(f"{100 * o:.1f}" for o in s["overheads"])
+            lines.append(
+                f"| {summary['commit']} | {envs} | {s['actor_us']['total']:.1f} ({parts}) | "
+                f"{100 * s['overhead']:.1f}% ({each}) | {s['sps']:,.0f} | "
+                f"{s['learner_us_per_row']:.1f} | {s['prepare_us_per_row']:.1f} / "
+                f"{s['policy_us_per_row']:.1f} | {s['batch_mean']:.0f} |"
+            )
     return "\n".join(lines)
+
+
+def summarize(cells: list[dict], roots: list[str]) -> tuple[dict, dict]:
+    """(bare us per env step by envs, per root and sizing: medians over the pairs)."""
+    bare = {}
+    for envs in sorted({c["envs"] for c in cells if c["cell"] == "bare"}):
+        mine = [
+            c["us_per_step"]["total"] for c in cells if c["cell"] == "bare" and c["envs"] == envs
+        ]
+        bare[envs] = float(np.median(mine))
+    by_root = {}
+    for root in roots:
+        sizings = {}
+        for envs in sorted({c["envs"] for c in cells if c.get("root") == root}):
+            mine = [c for c in cells if c.get("root") == root and c["envs"] == envs]
+            overheads = [c["us_per_step"]["total"] / bare[envs] - 1.0 for c in mine]
+
+            def median(values):
+                return float(np.median(list(values)))
+
+            sizings[envs] = {
+                "overheads": overheads,
+                "overhead": median(overheads),
+                "actor_us": {
+                    k: median(c["us_per_step"][k] for c in mine) for k in mine[0]["us_per_step"]
+                },  # fmt: skip
+                "sps": median(c["sps"] for c in mine),
+                "learner_us_per_row": median(c["learner_us_per_row"]["total"] for c in mine),
+                "prepare_us_per_row": median(c["learner_busy_us_per_row"]["prepare"] for c in mine),
+                "policy_us_per_row": median(c["learner_busy_us_per_row"]["policy"] for c in mine),
+                "batch_mean": median(c["batch_mean"] or 0.0 for c in mine),
+            }
+        by_root[root] = {"commit": _commit(root), "sizings": sizings}
+    return bare, by_root
 
 
 def main(argv):
@@ -307,53 +341,24 @@ def main(argv):
     if _BARE.value:
         return bare_loop()
     roots = [os.path.abspath(r) for r in _ROOTS.value]
+    sizes = [_ENVS.value] + ([_LEARNER_ENVS.value] if _LEARNER_ENVS.value else [])
     cells = []
     for _ in range(_PAIRS.value):
-        cells.append(_bare_cell())
-        print(json.dumps(cells[-1]))
-        for root in roots:
-            cells.append(_pair_cell(root, _ENVS.value, "actor"))
+        for envs in sizes:
+            cells.append(_bare_cell(envs))
             print(json.dumps(cells[-1]))
-            if _LEARNER_ENVS.value:
-                cells.append(_pair_cell(root, _LEARNER_ENVS.value, "learner"))
+            for root in roots:
+                cells.append(_pair_cell(root, envs, "actor"))
                 print(json.dumps(cells[-1]))
-    bare = float(np.median([c["us_per_step"]["total"] for c in cells if c["cell"] == "bare"]))
-    by_root = {}
-    for root in roots:
-        actors = [c for c in cells if c["cell"] == "actor" and c["root"] == root]
-        learners = [c for c in cells if c["cell"] == "learner" and c["root"] == root]
-        overheads = [c["us_per_step"]["total"] / bare - 1.0 for c in actors]
-        summary = {
-            "commit": _commit(root),
-            "overheads": overheads,
-            "overhead": float(np.median(overheads)),
-            "actor_us": {
-                k: float(np.median([c["us_per_step"][k] for c in actors]))
-                for k in actors[0]["us_per_step"]
-            },
-            "sps": float(np.median([c["sps"] for c in actors])),
-        }
-        if learners:
-            summary["learner_us_per_row"] = float(
-                np.median([c["learner_us_per_row"]["total"] for c in learners])
-            )
-            summary["prepare_policy_us_per_row"] = [
-                float(np.median([c["learner_busy_us_per_row"][s] for c in learners]))
-                for s in ("prepare", "policy")
-            ]
-            summary["batch_mean"] = float(np.median([c["batch_mean"] or 0 for c in learners]))
-        by_root[root] = summary
+    bare, by_root = summarize(cells, roots)
     result = {
         "benchmark": "actor_overhead",
         "config": _CONFIG.value,
-        "envs": _ENVS.value,
         "parts": _PARTS.value,
         "threads": _THREADS.value,
-        "learner_envs": _LEARNER_ENVS.value,
         "seconds": _SECONDS.value,
         "cores": os.cpu_count(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "bare": [c for c in cells if c["cell"] == "bare"],
         "bare_us_per_step": bare,
         "by_root": by_root,
         "cells": cells,

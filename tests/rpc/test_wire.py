@@ -230,12 +230,18 @@ def test_the_writer_writes_stacked_steps_and_any_byte_order_as_protobuf_does():
     assert codec.decode(reference.step.reward, "r").tolist() == big.reward.tolist()
 
 
-def test_a_stream_reader_reads_later_steps_through_the_skeleton_of_the_last():
+@pytest.mark.parametrize("writer", [False, True])
+def test_a_stream_reader_reads_later_steps_through_the_skeleton_of_the_last(writer):
+    """(`writer`: the actor's own encoder, whose steps must take the same fast path.)"""
     reader = wire.StepReader()
     shapes = [(4, True)] * 140 + [(4, False)] * 3 + [(2, False)] * 3 + [(4, True)] * 3
     templated = 0
     for sequence, (n, game_over) in enumerate(shapes):
-        raw = codec.encode_step(sequence, rows(n, game_over, seed=sequence)).SerializeToString()
+        sent = rows(n, game_over, seed=sequence)
+        if writer:
+            raw = codec.step_bytes(sequence, sent)
+        else:
+            raw = codec.encode_step(sequence, sent).SerializeToString()
         before = reader._template
         step = reader.read(raw)
         assert tensors(step) == tensors(codec.parse_actor_message(raw).step), sequence
