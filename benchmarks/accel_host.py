@@ -63,8 +63,9 @@ def _async(actors: int, envs: int, parts: int, threads: int) -> tuple[int, list[
 
 
 # NxMasync: two halves in flight per actor; NxMq: four quarters. 8x64async is what
-# scripts/train.sh sizes on 16 cores (seedlike.config.actor_sizing); 8x64q keeps as many envs in
-# flight in quarters (one stepping while three wait for actions).
+# scripts/train.sh sizes on 16 cores (seedlike.config.actor_sizing); 4x128async keeps as many envs
+# in flight with half the actors, in 64-row messages (an actor's CPU beyond its envs: 6.0% there
+# against 8.2% with 32-row ones on 2 cores; benchmarks/RESULTS.md, "What an actor costs").
 SETUPS.update(
     {
         "4x64async": _async(4, 64, 2, 4),
@@ -74,11 +75,12 @@ SETUPS.update(
         "16x32async": _async(16, 32, 2, 1),
         "4x128q": _async(4, 128, 4, 4),
         "8x64q": _async(8, 64, 4, 2),
+        "4x128async": _async(4, 128, 2, 4),
     }
 )
 
 _SETUPS = flags.DEFINE_list(
-    "setups", ["8x64async", "8x64q"], f"Setups to run, of {sorted(SETUPS)}."
+    "setups", ["8x64async", "4x128async"], f"Setups to run, of {sorted(SETUPS)}."
 )
 _CONFIG = flags.DEFINE_string("config", "configs/atari_ppo.py", "Config of every setup.")
 _FLAGS = flags.DEFINE_list("flags", [], "More config overrides for every setup.")
