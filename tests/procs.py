@@ -175,8 +175,23 @@ def train(logdir, config, *flags, timeout=600, env=None) -> list[dict]:
         timeout=timeout,
         env=env,
     )
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.returncode == 0, failure_text(result.stderr)
     return metrics(logdir)
+
+
+def failure_text(stderr: str, tail: int = 4000) -> str:
+    """What a failed run printed last. A crash's cause, header and the stack of the thread that
+    crashed come first: the other threads' stacks after them would push all three out of the
+    tail."""
+    start = stderr.find("Fatal Python error")
+    if start < 0:
+        return stderr[-tail:]
+    head = stderr[start:]
+    current = head.find("Current thread")
+    crashed = head[current : head.find("\n\n", current)] if current >= 0 else ""
+    # A native abort says why just above the header (a failed check, an assertion).
+    before = stderr[max(0, start - 1500) : start]
+    return f"{before}{head[:300]}\n{crashed[:3000]}\n...\n{stderr[-tail:]}"
 
 
 def random_play_return(env, episodes: int, seed: int = 0) -> float:

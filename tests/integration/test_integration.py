@@ -25,6 +25,7 @@ from tests.procs import (
     CONFIG,
     HAS_NMMO,
     ROOT,
+    failure_text,
     free_port,
     group_members,
     last,
@@ -222,9 +223,9 @@ def test_curriculum_sh_continues_one_run_across_environments(tmp_path):
          "--stages=CartPole-v0:20000,CartPole-v1:40000", "--config.log.interval_s=1"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env=ONE_DEVICE,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.returncode == 0, failure_text(result.stderr)
     resumed = re.findall(r"resumed from \S+ at env step (\d+)", result.stderr)
-    assert len(resumed) == 1 and int(resumed[0]) >= 20_000, result.stderr[-4000:]
+    assert len(resumed) == 1 and int(resumed[0]) >= 20_000, failure_text(result.stderr)
     rows = metrics(logdir)
     first = [r for r in rows if r["env_steps"] <= int(resumed[0])]
     assert first and all(

@@ -19,7 +19,7 @@ from seedlike.checkpoint import load_checkpoint, params_fingerprint
 from seedlike.config import load_config_file
 from surgery.checkpoint_surgery import run_surgery
 from surgery.plan import Plan
-from tests.procs import ROOT
+from tests.procs import ROOT, failure_text
 
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "d4cf845")
 RUN = os.path.join(FIXTURES, "run")
@@ -81,9 +81,9 @@ def test_a_run_of_an_earlier_commit_resumes_where_it_stopped(tmp_path):
         text=True,
         timeout=300,
     )
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.returncode == 0, failure_text(result.stderr)
     resumed = re.search(r"resumed from \S+ at env step (\d+), policy version (\d+)", result.stderr)
-    assert resumed and resumed.groups() == ("3088", "2"), result.stderr[-4000:]
+    assert resumed and resumed.groups() == ("3088", "2"), failure_text(result.stderr)
     with open(logdir / "metrics.jsonl") as f:
         rows = [json.loads(line) for line in f]
     assert rows[-1]["env_steps"] >= 5120 and rows[-1]["policy_version"] > 2
