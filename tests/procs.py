@@ -188,7 +188,8 @@ def failure_text(stderr: str, tail: int = 4000) -> str:
         return stderr[-tail:]
     head = stderr[start:]
     current = head.find("Current thread")
-    crashed = head[current : head.find("\n\n", current)] if current >= 0 else ""
+    end = head.find("\n\n", current)  # the crashing thread's stack can be the last block
+    crashed = head[current : end if end >= 0 else None] if current >= 0 else ""
     # A native abort says why just above the header (a failed check, an assertion).
     before = stderr[max(0, start - 1500) : start]
     return f"{before}{head[:300]}\n{crashed[:3000]}\n...\n{stderr[-tail:]}"
