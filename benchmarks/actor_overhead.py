@@ -3,6 +3,7 @@ loop stepping the same envs the same way, and the learner's CPU per row it serve
 
   python benchmarks/actor_overhead.py [--config=configs/atari_ppo.py] [--envs=64] [--parts=2]
       [--threads=1] [--seconds=20] [--roots=.,/path/to/worktree] [--pairs=3]
+  python benchmarks/actor_overhead.py --sections [--envs=64] [--pairs=3]
 
 Two kinds of cell, each a fresh set of processes measured over `--seconds` once warm, at each of
 two sizings: `--envs` (64: 32-row messages) and `--learner_envs` (128: 64-row messages, so the
@@ -22,6 +23,13 @@ split by thread: `envpool` (threads named envpool; a checkout that does not name
 unnamed threads other than the main one), `main` (the actor's Python loop), `grpc` (gRPC's own
 threads) and `other`. Env steps are the learner's `env_steps`, interpolated at the window's ends.
 
+`--sections` times the actor's main thread by section instead (this checkout, `--envs`): an
+actor of the benchmark's sizing in a process of this file, its loop's calls wrapped, reports per
+step message the thread CPU of envpool's `recv` and `send`, the stack test (`split`), writing
+the message (`write_step`), the gRPC round trip (`exchange`) and checking the reply's actions
+(`decode_actions`), the latter twice in a row on the same reply: the second call is the same work
+with warm caches, which shows what the loop's cold caches cost.
+
 `--roots` lists checkouts (another commit's worktree sharing the venv) measured in turn, `--pairs`
 times, with a bare cell before each round of a sizing: alternating, so that drift on the machine
 falls on every checkout alike. Writes JSON (benchmarks/results/ or --out) and prints a Markdown
@@ -30,6 +38,7 @@ table.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -62,6 +71,12 @@ _ROOTS = flags.DEFINE_list("roots", [ROOT], "Checkouts whose actor.py and learne
 _PAIRS = flags.DEFINE_integer("pairs", 1, "Rounds over --roots (each with a bare cell first).")
 _OUT = flags.DEFINE_string("out", None, "Output JSON path.")
 _BARE = flags.DEFINE_bool("bare", False, "(internal) run one bare loop and print its JSON.")
+_SECTIONS = flags.DEFINE_bool(
+    "sections", False, "Only the actor's main thread by section, at --envs (module docstring)."
+)
+_SECTIONS_ACTOR = flags.DEFINE_string(
+    "sections_actor", None, "(internal) an instrumented actor against this address."
+)
 
 POLICY_FLAGS = ["--config.network.torso=mlp", "--config.network.hidden_sizes=()"]
 GRPC_THREADS = ("grpc", "event_engine", "lifeguard", "default-executo", "resolver")
@@ -154,6 +169,116 @@ def bare_loop() -> None:
     )
 
 
+SECTIONS = ("recv", "split", "write_step", "exchange", "decode_actions", "send")
+
+
+def sections_actor() -> None:
+    """The --sections actor's process: the loop's calls wrapped to add up this thread's CPU."""
+    import threading
+
+    from seedlike import actor as actor_module
+    from seedlike.envs import envpool_env
+    from seedlike.rpc import client, codec, frames
+
+    spent = dict.fromkeys((*SECTIONS, "decode_again"), 0)
+    calls = dict.fromkeys(spent, 0)
+
+    def timed(owner, name, section, awaited=False):
+        call = getattr(owner, name)
+
+        def add(began):
+            spent[section] += time.thread_time_ns() - began
+            calls[section] += 1
+
+        async def wrapped_async(*args, **kwargs):
+            began = time.thread_time_ns()
+            try:
+                return await call(*args, **kwargs)
+            finally:
+                add(began)
+
+        def wrapped(*args, **kwargs):
+            began = time.thread_time_ns()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                add(began)
+
+        setattr(owner, name, wrapped_async if awaited else wrapped)
+
+    timed(envpool_env.EnvpoolAdapter, "recv", "recv")
+    timed(envpool_env.EnvpoolAdapter, "send", "send")
+    timed(frames.Deltas, "split", "split")
+    timed(codec.wire, "write_step", "write_step")
+    timed(client.Connection, "exchange", "exchange", awaited=True)
+    plain = client.decode_actions
+    timed(client, "decode_actions", "decode_actions")
+    first = client.decode_actions
+
+    def twice(*args):
+        out = first(*args)
+        began = time.thread_time_ns()
+        plain(*args)  # the same reply again, caches warm
+        spent["decode_again"] += time.thread_time_ns() - began
+        return out
+
+    client.decode_actions = twice
+
+    config = _config()
+    config.env.num_envs = _ENVS.value
+    config.env.batch_size = _ENVS.value // _PARTS.value
+    config.env.num_threads = _THREADS.value
+    stop = threading.Event()
+    result = {}
+
+    def window():
+        main = os.getpid()
+        stop.wait(_WARMUP.value + 20.0)  # connected and compiled, with a margin
+        before, cpu = dict(calls), thread_cpu(main)["main"]
+        spent.update(dict.fromkeys(spent, 0))
+        stop.wait(_SECONDS.value)
+        messages = calls["exchange"] - before["exchange"]
+        result["messages"] = messages
+        us = {k: v / 1e3 / max(messages, 1) for k, v in spent.items()}
+        # The loop's own, without the second decode it makes for this measure.
+        main_us = 1e6 * (thread_cpu(main)["main"] - cpu) / max(messages, 1) - us["decode_again"]
+        result["main_us_per_message"], result["us_per_message"] = main_us, us
+        stop.set()
+
+    threading.Thread(target=window, daemon=True).start()
+    actor_module.Actor(config, _SECTIONS_ACTOR.value, 0, stop=stop).run()
+    print(json.dumps({"cell": "sections", "envs": _ENVS.value, **result}))
+
+
+def _sections_cell(envs: int) -> dict:
+    with _serving(ROOT, envs) as (_, address, _):
+        out = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), f"--sections_actor={address}",
+             f"--config={_CONFIG.value}", f"--envs={envs}", f"--parts={_PARTS.value}",
+             f"--threads={_THREADS.value}", f"--seconds={_SECONDS.value}",
+             f"--warmup_s={_WARMUP.value}"],
+            capture_output=True, text=True, cwd=ROOT, timeout=_SECONDS.value + _WARMUP.value + 180,
+        )  # fmt: skip
+    if out.returncode:
+        raise RuntimeError(f"sections actor failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def sections_table(cells: list[dict]) -> str:
+    lines = [
+        "| envs | main thread us/message | " + " | ".join(SECTIONS) + " | decode_actions again |",
+        "| ---: | ---: |" + " ---: |" * (len(SECTIONS) + 1),
+    ]
+    for c in cells:
+        us = c["us_per_message"]
+        lines.append(
+            f"| {c['envs']} | {c['main_us_per_message']:.0f} | "
+            + " | ".join(f"{us[k]:.0f}" for k in (*SECTIONS, "decode_again"))
+            + " |"
+        )
+    return "\n".join(lines)
+
+
 def _bare_cell(envs: int) -> dict:
     out = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--bare", f"--config={_CONFIG.value}",
@@ -179,8 +304,19 @@ def _steps_at(rows: list[dict], t: float) -> float:
     return float(np.interp(t, times, np.array([r["env_steps"] for r in rows], float)))
 
 
-def _pair_cell(root: str, envs: int, cell: str) -> dict:
-    """A learner and one actor of checkout `root`; the CPU of both over the window."""
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@contextlib.contextmanager
+def _serving(root: str, envs: int):
+    """A learner of checkout `root` serving a linear policy and learning nothing: (its log
+    directory, its address, the process)."""
     with tempfile.TemporaryDirectory() as logdir:
         learner_cmd = [
             sys.executable, "learner.py", f"--config={_CONFIG.value}", f"--logdir={logdir}",
@@ -188,22 +324,34 @@ def _pair_cell(root: str, envs: int, cell: str) -> dict:
             "--config.log.wandb_mode=disabled", "--config.checkpoint.interval_s=1000000",
             "--config.learn=False", *POLICY_FLAGS, *_sizing(envs),
         ]  # fmt: skip
-        learner_log = open(os.path.join(logdir, "learner.log"), "w")
-        learner = subprocess.Popen(
-            learner_cmd, cwd=root, stdout=learner_log, stderr=subprocess.STDOUT
-        )
+        with open(os.path.join(logdir, "learner.log"), "w") as learner_log:
+            learner = subprocess.Popen(
+                learner_cmd, cwd=root, stdout=learner_log, stderr=subprocess.STDOUT
+            )
+            try:
+                address_file = os.path.join(logdir, "server_address")
+                deadline = time.time() + 180
+                while not (os.path.exists(address_file) and open(address_file).read().strip()):
+                    if learner.poll() is not None or time.time() > deadline:
+                        raise RuntimeError(
+                            f"learner did not start: {open(learner_log.name).read()}"
+                        )
+                    time.sleep(0.2)
+                yield logdir, open(address_file).read().strip(), learner
+            finally:
+                _stop(learner)
+
+
+def _pair_cell(root: str, envs: int, cell: str) -> dict:
+    """A learner and one actor of checkout `root`; the CPU of both over the window."""
+    with _serving(root, envs) as (logdir, address, learner):
         actor = actor_log = None
+        deadline = time.time() + 180
         try:
-            address_file = os.path.join(logdir, "server_address")
-            deadline = time.time() + 180
-            while not (os.path.exists(address_file) and open(address_file).read().strip()):
-                if learner.poll() is not None or time.time() > deadline:
-                    raise RuntimeError(f"learner did not start: {open(learner_log.name).read()}")
-                time.sleep(0.2)
             actor_log = open(os.path.join(logdir, "actor.log"), "w")
             actor = subprocess.Popen(
                 [sys.executable, "actor.py", f"--config={_CONFIG.value}",
-                 f"--server={open(address_file).read().strip()}", *_sizing(envs)],
+                 f"--server={address}", *_sizing(envs)],
                 cwd=root, stdout=actor_log, stderr=subprocess.STDOUT,
             )  # fmt: skip
             while True:  # compiled and serving
@@ -224,16 +372,8 @@ def _pair_cell(root: str, envs: int, cell: str) -> dict:
             time.sleep(2.5)  # the metrics row after the window
             rows = [r for r in read_metrics(logdir) if r.get("env_steps") is not None]
         finally:
-            for process in (actor, learner):
-                if process is not None and process.poll() is None:
-                    process.terminate()
-            for process in (actor, learner):
-                if process is not None:
-                    try:
-                        process.wait(timeout=60)
-                    except subprocess.TimeoutExpired:
-                        process.kill()
-            learner_log.close()
+            if actor is not None:
+                _stop(actor)
             if actor_log is not None:
                 actor_log.close()
     steps = _steps_at(rows, end) - _steps_at(rows, start)
@@ -340,6 +480,20 @@ def main(argv):
     del argv
     if _BARE.value:
         return bare_loop()
+    if _SECTIONS_ACTOR.value:
+        return sections_actor()
+    if _SECTIONS.value:
+        cells = []
+        for _ in range(_PAIRS.value):
+            cells.append(_sections_cell(_ENVS.value))
+            print(json.dumps(cells[-1]))
+        result = {"benchmark": "actor_sections", "config": _CONFIG.value, "parts": _PARTS.value,
+                  "threads": _THREADS.value, "seconds": _SECONDS.value, "cores": os.cpu_count(),
+                  "commit": _commit(ROOT), "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                  "cells": cells}  # fmt: skip
+        results_io.write("actor_sections", result, _OUT.value, echo={"cells": len(cells)})
+        print(sections_table(cells))
+        return None
     roots = [os.path.abspath(r) for r in _ROOTS.value]
     sizes = [_ENVS.value] + ([_LEARNER_ENVS.value] if _LEARNER_ENVS.value else [])
     cells = []
