@@ -181,14 +181,14 @@ def sections_actor() -> None:
     from seedlike.rpc import client, codec, frames
 
     spent = dict.fromkeys((*SECTIONS, "decode_again"), 0)
-    calls = dict.fromkeys(spent, 0)
+    messages = [0]  # replies received
 
     def timed(owner, name, section, awaited=False):
         call = getattr(owner, name)
 
         def add(began):
             spent[section] += time.thread_time_ns() - began
-            calls[section] += 1
+            messages[0] += section == "exchange"
 
         async def wrapped_async(*args, **kwargs):
             began = time.thread_time_ns()
@@ -232,16 +232,18 @@ def sections_actor() -> None:
     result = {}
 
     def window():
-        main = os.getpid()
-        stop.wait(_WARMUP.value + 20.0)  # connected and compiled, with a margin
-        before, cpu = dict(calls), thread_cpu(main)["main"]
+        main, deadline = os.getpid(), time.monotonic() + 180
+        while not messages[0] and time.monotonic() < deadline:  # connected, the policy compiled
+            stop.wait(0.2)
+        stop.wait(_WARMUP.value)
+        before, cpu = messages[0], thread_cpu(main)["main"]
         spent.update(dict.fromkeys(spent, 0))
         stop.wait(_SECONDS.value)
-        messages = calls["exchange"] - before["exchange"]
-        result["messages"] = messages
-        us = {k: v / 1e3 / max(messages, 1) for k, v in spent.items()}
+        count = max(messages[0] - before, 1)
+        result["messages"] = messages[0] - before
+        us = {k: v / 1e3 / count for k, v in spent.items()}
         # The loop's own, without the second decode it makes for this measure.
-        main_us = 1e6 * (thread_cpu(main)["main"] - cpu) / max(messages, 1) - us["decode_again"]
+        main_us = 1e6 * (thread_cpu(main)["main"] - cpu) / count - us["decode_again"]
         result["main_us_per_message"], result["us_per_message"] = main_us, us
         stop.set()
 
