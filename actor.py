@@ -44,7 +44,7 @@ _ACTOR_ID = flags.DEFINE_integer("actor_id", 0, "Distinct id per actor (seeds it
 _CORES = flags.DEFINE_integer(
     "cores",
     0,
-    "Cores this actor may use: sizes env.num_envs, env.batch_size and env.num_threads unless "
+    "Cores this actor may use: sizes env.num_envs, env.batch_envs and env.num_threads unless "
     "given (seedlike.config.actor_sizing; scripts/train.sh sets it on hosts of 8+ cores). "
     "0: the config's values.",
 )

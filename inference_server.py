@@ -15,9 +15,9 @@ import threading
 from absl import app, flags, logging
 
 from seedlike.checkpoint import CheckpointError
+from seedlike.inference_server import serve_checkpoint
 from seedlike.rpc.security import TransportError
 from seedlike.runtime import console, xla_flags
-from seedlike.serving import serve_checkpoint
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Run dir, checkpoints dir or step dir.")
 _LOGDIR = flags.DEFINE_string("logdir", "runs/serve", "Where metrics.jsonl and the address go.")

@@ -57,7 +57,7 @@ def _async(actors: int, envs: int, parts: int, threads: int) -> tuple[int, list[
     envpool threads: while one part's actions are on their way, the others step."""
     return actors, [
         f"--config.env.num_envs={envs}",
-        f"--config.env.batch_size={envs // parts}",
+        f"--config.env.batch_envs={envs // parts}",
         f"--config.env.num_threads={threads}",
     ]
 

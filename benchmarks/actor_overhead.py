@@ -60,7 +60,7 @@ from seedlike.metrics import read_metrics  # noqa: E402
 
 _CONFIG = flags.DEFINE_string("config", "configs/atari_ppo.py", "Config of the task (Atari).")
 _ENVS = flags.DEFINE_integer("envs", 64, "Envs of the actor and of the bare loop.")
-_PARTS = flags.DEFINE_integer("parts", 2, "Parts in flight (env.batch_size = envs / parts).")
+_PARTS = flags.DEFINE_integer("parts", 2, "Parts in flight (env.batch_envs = envs / parts).")
 _THREADS = flags.DEFINE_integer("threads", 1, "envpool threads.")
 _LEARNER_ENVS = flags.DEFINE_integer(
     "learner_envs", 128, "A second sizing (64-row batches at the learner; 0: none)."
@@ -91,7 +91,7 @@ def _config():
 def _sizing(envs: int) -> list[str]:
     return [
         f"--config.env.num_envs={envs}",
-        f"--config.env.batch_size={envs // _PARTS.value}",
+        f"--config.env.batch_envs={envs // _PARTS.value}",
         f"--config.env.num_threads={_THREADS.value}",
     ]
 
@@ -128,7 +128,7 @@ def bare_loop() -> None:
 
     config = _config()
     config.env.num_envs = _ENVS.value
-    config.env.batch_size = _ENVS.value // _PARTS.value
+    config.env.batch_envs = _ENVS.value // _PARTS.value
     config.env.num_threads = _THREADS.value
     before = thread_ids()
     env = envpool.make(config.env.name, env_type="gymnasium", seed=1, **envpool_kwargs(config.env))
@@ -226,7 +226,7 @@ def sections_actor() -> None:
 
     config = _config()
     config.env.num_envs = _ENVS.value
-    config.env.batch_size = _ENVS.value // _PARTS.value
+    config.env.batch_envs = _ENVS.value // _PARTS.value
     config.env.num_threads = _THREADS.value
     stop = threading.Event()
     result = {}

@@ -276,7 +276,8 @@ def make_sgd_step(module: nn.Module, config: PPOConfig, optimizer: optax.Gradien
     loss_fn = ppo.make_ppo_loss(_ObsAdapter(module), config)
 
     def sgd_step(state: TrainState, batch: batches.SampleBatch):
-        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, {}, batch)
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        (_, (metrics, _)), grads = grad_fn(state.params, {}, {}, batch, None)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics["grad_norm"] = optax.tree.norm(grads)

@@ -99,7 +99,7 @@ def measure(config) -> dict:
 
     from networks import make_network
     from seedlike.envs.envpool_env import make_env_spec
-    from seedlike.learning import learner as learner_lib
+    from seedlike.learning import update as learner_lib
 
     spec = make_env_spec(config.env)
     network = make_network(config.network, spec)

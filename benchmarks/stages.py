@@ -29,7 +29,7 @@ def breakdown(env: str, config_file: str = "atari_ppo.py") -> dict:
     from networks import make_network
     from seedlike.config import load_config_file
     from seedlike.envs.envpool_env import EnvpoolAdapter, make_env_spec
-    from seedlike.learning.learner import Learner
+    from seedlike.learning.update import Learner
     from seedlike.policy import PolicyOutput, PolicyRunner
     from seedlike.rpc import codec
     from seedlike.rpc import seedlike_pb2 as pb

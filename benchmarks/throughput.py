@@ -7,7 +7,7 @@ Three measurements on the same env settings (the config's env section, --num_act
   grpc_server_sps: env steps/s the inference server sustains over gRPC on loopback, with clients
                    that replay one pre-encoded batch (no env cost) and a trivial (linear) policy.
   actor_sps_sync / actor_sps_async: env steps/s of real actor processes against that server, with
-                   all of an actor's envs in one request (env.batch_size 0) or half of them per
+                   all of an actor's envs in one request (env.batch_envs 0) or half of them per
                    request (envpool's asynchronous mode: one half steps while the other half's
                    request is answered).
   train_sps:       end-to-end training SPS of learner.py + actor.py processes (scripts/train.sh).
@@ -180,13 +180,13 @@ def _actor_worker(address, config_path, actor_id, batch_size):
 
     config = load_config_file(config_path)
     config.unlock()
-    config.env.batch_size = batch_size
+    config.env.batch_envs = batch_size
     Actor(config, address, actor_id).run()
 
 
 def actor_sps(config_path, num_actors, seconds, batch_size) -> float:
     """Env steps/s of real actor processes (envpool) against the trivial server: the acting side
-    with env.batch_size = `batch_size` (0: all envs in lockstep; less: envpool's asynchronous
+    with env.batch_envs = `batch_size` (0: all envs in lockstep; less: envpool's asynchronous
     mode, the envs of one request step while another is being answered)."""
     ctx = mp.get_context("spawn")
     with trivial_server(config_path) as (service, store, address):

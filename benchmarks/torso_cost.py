@@ -32,7 +32,7 @@ import results_io  # noqa: E402
 from networks import make_network  # noqa: E402
 from seedlike.config import load_config_file  # noqa: E402
 from seedlike.envs import make_env_spec  # noqa: E402
-from seedlike.learning.learner import Learner  # noqa: E402
+from seedlike.learning.update import Learner  # noqa: E402
 from seedlike.runtime import xla_flags  # noqa: E402
 from seedlike.types import Unroll  # noqa: E402
 

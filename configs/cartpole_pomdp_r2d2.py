@@ -15,7 +15,6 @@ def get_config():
     c.total_env_steps = 1_000_000
     c.unroll_length = 40  # a sequence: 20 steps of burn-in, 20 learned
     c.batch_unrolls = 4
-    c.network.policy_head = "q"
     c.network.dueling = True
     c.network.hidden_sizes = (64,)
     c.network.activation = "relu"
@@ -25,7 +24,7 @@ def get_config():
     r = c.r2d2
     r.burn_in = 20
     r.n_step = 5
-    r.batch_size = 32  # sequences
+    r.batch_sequences = 32
     r.replay_ratio = 8.0  # 160 steps in -> 1280 sampled: one sgd step of 32 x 40
     r.capacity = 100_000
     r.min_fill = 5_000

@@ -12,15 +12,14 @@ def get_config():
     c.env.num_envs = 8
     c.total_env_steps = 500_000
     c.unroll_length = 16
-    c.batch_unrolls = 8  # 128 steps per learner batch, then replay_ratio x 128 / batch_size steps
-    c.network.policy_head = "q"
+    c.batch_unrolls = 8  # 128 steps per learner batch: replay_ratio x 128 / 128 sgd steps
     c.network.dueling = True
     c.network.hidden_sizes = (128, 128)
     c.network.activation = "relu"
     c.network.normalize_obs = False
     r = c.rainbow
     r.n_step = 3
-    r.batch_size = 128
+    r.batch_transitions = 128
     r.replay_ratio = 8.0
     r.capacity = 50_000
     r.min_fill = 5_000

@@ -28,7 +28,6 @@ def get_config(game: str = "Breakout"):
     c.network.cnn_hidden = 128
     c.network.image_scale = 1.0  # boolean planes
     c.network.normalize_obs = False
-    c.network.policy_head = "q"
     c.network.dueling = True
     c.network.atoms = 51
     c.network.value_range = (-10.0, 10.0)
@@ -36,7 +35,7 @@ def get_config(game: str = "Breakout"):
     r.n_step = 3
     # Four times the sgd steps of ratio 4 in batches of 128 at about twice their time: Breakout
     # ended at 8.1 there (3 seeds at 2M; RESULTS, "MinAtar Breakout-v1").
-    r.batch_size = 64
+    r.batch_transitions = 64
     r.replay_ratio = 8.0
     r.capacity = 100_000
     r.min_fill = 5_000

@@ -179,7 +179,7 @@ class HeadSpec:
 
     @property
     def q(self) -> bool:
-        return self.policy == heads.Q_HEAD
+        return heads.action_values(self.policy)
 
 
 SPECS = {
@@ -247,11 +247,12 @@ class ActorCritic(nn.Module):
         `conditioning`, the autoregressive heads' argument tables; `value_head`."""
         sizes, out = self.head_sizes, {}
         dense = sum(n for i, n in enumerate(sizes) if i not in self.head_spec.pointer_heads)
-        if dense and self.head_spec.q:
-            h = self.head_spec
-            out["policy_head"] = heads.QHead(dense, h.atoms, h.dueling, h.noisy, **kwargs)
-        elif dense:
-            out["policy_head"] = heads.POLICY_HEADS[self.head_spec.policy](dense, **kwargs)
+        if dense:
+            head = heads.POLICY_HEADS[self.head_spec.policy]
+            make = getattr(head, "from_spec", None)
+            out["policy_head"] = (
+                make(dense, self.head_spec, **kwargs) if make else head(dense, **kwargs)
+            )
         if self.head_spec.continuous:
             out["gaussian_head"] = heads.GaussianHead(
                 self.head_spec.continuous,

@@ -43,12 +43,12 @@ def network_problems(network_config, spec: EnvSpec) -> list[str]:
         return [f"network.torso={c.torso!r} is not one of {list(TORSOS)}"]
     if c.core not in CORES:
         return [f"network.core={c.core!r} is not one of {list(CORES)}"]
-    if c.policy_head == heads.Q_HEAD:
-        problems += _q_problems(c, spec)
-    elif c.policy_head not in heads.POLICY_HEADS:
+    if _policy_head(c) not in heads.POLICY_HEADS:
         problems.append(
             f"network.policy_head={c.policy_head!r} is not one of {list(heads.POLICY_HEADS)}"
         )
+    elif heads.action_values(_policy_head(c)):
+        problems += _q_problems(c, spec)
     if c.torso != "mlp":
         image = spec.observation.get(c.image_key)
         if image is None or len(image.shape) != 3:
@@ -212,6 +212,13 @@ def _own(torso: str, field: str, none):
     return getattr(cls, field, none) if cls is not None else none
 
 
+def _policy_head(c) -> str:
+    """The section's policy head: "auto" is the algorithm's, which seedlike.config.resolve writes
+    in from the algorithm's record before a run builds its network; from the section alone it
+    is a policy's, "categorical" (the learners check that the head is the algorithm's)."""
+    return "categorical" if c.policy_head == "auto" else c.policy_head
+
+
 def make_network(network_config, spec: EnvSpec) -> Network:
     """Builds the network described by a config's `network` section (NetworkError, naming the
     setting, where it does not fit the env)."""
@@ -227,7 +234,10 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         activation=c.activation,
         residual_blocks=int(c.residual_blocks),
         # A Q head reads one torso (it has no value head for a second).
-        shared=bool(c.shared_torso) or c.torso != "mlp" or lstm or c.policy_head == heads.Q_HEAD,
+        shared=bool(c.shared_torso)
+        or c.torso != "mlp"
+        or lstm
+        or heads.action_values(_policy_head(c)),
         cnn_channels=tuple(int(n) for n in c.cnn_channels) or None,
         cnn_hidden=int(c.cnn_hidden) or None,
         # The board CNN's own kernel and padding when 0 / "", so that both spellings build the
@@ -251,7 +261,7 @@ def make_network(network_config, spec: EnvSpec) -> Network:
     head_spec = HeadSpec(
         num_actions=spec.num_actions,
         action_heads=tuple(spec.action_heads),
-        policy=c.policy_head,
+        policy=_policy_head(c),
         pointer_heads=tuple(int(i) for i in c.pointer_heads),
         autoregressive=bool(c.autoregressive),
         continuous=spec.continuous,

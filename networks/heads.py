@@ -89,6 +89,14 @@ class QHead(nn.Module):
     atoms: int = 1
     dueling: bool = False
     noisy: bool = False  # NoisyDense layers: exploration by parameter noise
+    # Its outputs are action values: the network has no value head beside it (its value is the
+    # greedy action's), and acts epsilon-greedily.
+    action_values = True
+
+    @classmethod
+    def from_spec(cls, num_actions: int, head_spec, **kwargs) -> QHead:
+        """Built from the network's HeadSpec (its atoms, dueling and noisy settings)."""
+        return cls(num_actions, head_spec.atoms, head_spec.dueling, head_spec.noisy, **kwargs)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -144,12 +152,17 @@ def epsilon_greedy(key, q: jax.Array, epsilon: jax.Array) -> tuple[jax.Array, ja
 
 
 # The policy heads network.policy_head names: a module taking the number of dense choices, mapping
-# features [N, F] to their logits, with a `graph(name)` Part that names its logits layer. A new one
-# is a module and a line here (tests/integration/test_extending.py registers one from outside).
-POLICY_HEADS: dict[str, type[nn.Module]] = {"categorical": CategoricalHead}
-# "q" (QHead): action values for the replay algorithms (seedlike.algos.rainbow); built from
-# network.atoms, network.dueling and network.value_range, with no value head beside it.
-Q_HEAD = "q"
+# features [N, F] to their outputs, with a `graph(name)` Part that names its layers; a
+# `from_spec(num_actions, head_spec, **kwargs)` classmethod where it reads the network's HeadSpec,
+# and `action_values = True` where its outputs are action values (QHead) rather than logits. A new
+# one is a module and a line here (tests/integration/test_extending.py registers one from outside).
+# An algorithm's record names the head it learns (seedlike.algos.Algorithm.head: rainbow, r2d2).
+POLICY_HEADS: dict[str, type[nn.Module]] = {"categorical": CategoricalHead, "q": QHead}
+
+
+def action_values(name: str) -> bool:
+    """Whether the policy head `name` outputs action values (a Q head) rather than logits."""
+    return bool(getattr(POLICY_HEADS.get(name), "action_values", False))
 
 
 class GaussianHead(nn.Module):

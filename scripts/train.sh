@@ -32,7 +32,7 @@ usage: scripts/train.sh [flags]   a local training job: a learner and its actors
   --logdir=DIR             run directory (default runs/<config>-<time>); rerun with it to resume
   --num_actors=N           actor processes (default 2; half the cores from 8 on, 32 at most);
                            from 8 cores on each actor sizes its envs from its share of the cores
-                           (actor.py --cores; env.num_envs/batch_size/num_threads given win)
+                           (actor.py --cores; env.num_envs/batch_envs/num_threads given win)
   --learners=L             L learner processes forming one learner (default 1)
   --population=P           P independent learners sharing the actors' worlds (default 1)
   --max_actor_restarts=R   restarts of a crashed actor before the job stops (default 3)

@@ -87,7 +87,7 @@ def env_section() -> ml_collections.ConfigDict:
     # each batch when it is ready and steps the other envs while that request is in flight. Sync is
     # the default for small hosts; actors given cores (actor.py --cores, actor_sizing) send two
     # asynchronous halves (benchmarks/RESULTS.md, "Breakout on an accelerator host").
-    c.batch_size = 0
+    c.batch_envs = 0
     c.num_threads = 0  # envpool worker threads; 0 = envpool's default
     # extra envpool.make kwargs (e.g. episodic_life), or the pettingzoo env's parallel_env kwargs
     c.kwargs = ml_collections.ConfigDict()
@@ -215,9 +215,9 @@ def network_section() -> ml_collections.ConfigDict:
     # target choice); their choices beyond E are ordinary logits (e.g. "no target").
     c.pointer_heads = ()
     # The policy head of the dense choices: a key of networks.heads.POLICY_HEADS ("categorical":
-    # one linear layer of logits), or "q": action values for the replay algorithms (rainbow),
-    # shaped by the three settings after this one.
-    c.policy_head = "categorical"
+    # one linear layer of logits; "q": action values, shaped by the settings after this one), or
+    # "auto": the head the algorithm's record declares (rainbow, r2d2: "q"), else "categorical".
+    c.policy_head = "auto"
     c.atoms = 1  # q: atoms of each action's return distribution (C51: 51); 1: expected values
     c.dueling = False  # q: a state value and action advantages, Q = V + A - mean A
     c.value_range = (-10.0, 10.0)  # q with atoms > 1: the returns the atoms span
@@ -418,13 +418,13 @@ def league_section() -> ml_collections.ConfigDict:
 
 def anneal_section() -> ml_collections.ConfigDict:
     """Bring an environment change in gradually after surgery (OpenAI Five App. B): the share of
-    new episodes with the change ramps from 0 to 1 over `updates` policy versions from
+    new episodes with the change ramps from 0 to 1 over `versions` policy versions from
     start_version; without it, new_actions are illegal and new_obs_features (indices into "obs")
     read 0. new_actions are columns of the legal mask: for a factorized action, [n_1 + ... +
     n_H], so a head's new choices (surgery writes them in its report's "actions")."""
     c = ml_collections.ConfigDict()
     c.start_version = 0
-    c.updates = 0  # 0: no annealing
+    c.versions = 0  # policy versions the ramp takes; 0: no annealing
     c.new_actions = ()
     c.new_obs_features = ()
     return c
@@ -517,7 +517,7 @@ ENVS_PER_CORE = 8
 
 
 def actor_sizing(env, cores: int, given=()) -> dict[str, int]:
-    """env.num_envs / batch_size / num_threads for an actor that may use `cores` cores.
+    """env.num_envs / batch_envs / num_threads for an actor that may use `cores` cores.
 
     An envpool thread per core, the config's num_envs x ENVS_PER_CORE per core, and (envpool) two
     halves in flight, so one half steps while the other's actions are on their way. An actor's
@@ -530,7 +530,7 @@ def actor_sizing(env, cores: int, given=()) -> dict[str, int]:
 
     backend = BACKENDS.get(env.backend)  # an unknown one is validate's to report
     if backend is not None and backend.async_steps:
-        out["batch_size"] = out["num_envs"] // 2
+        out["batch_envs"] = out["num_envs"] // 2
     return {k: v for k, v in out.items() if k not in given}
 
 
@@ -600,16 +600,16 @@ def validate(config) -> None:
     need(config.batch_unrolls >= 1, "batch_unrolls must be >= 1")
     need(config.env.num_envs >= 1, "env.num_envs must be >= 1")
     need(
-        0 <= config.env.batch_size <= config.env.num_envs,
-        f"env.batch_size={config.env.batch_size} must be 0 or in [1, {config.env.num_envs}]",
+        0 <= config.env.batch_envs <= config.env.num_envs,
+        f"env.batch_envs={config.env.batch_envs} must be 0 or in [1, {config.env.num_envs}]",
     )
     need(
         config.env.action_bounds in ACTION_BOUNDS,
         f"env.action_bounds={config.env.action_bounds!r} is not one of {list(ACTION_BOUNDS)}",
     )
-    for problem in ALGORITHMS[config.algo].check(config[config.algo]):
+    resolve(config)
+    for problem in ALGORITHMS[config.algo].check(config) + _head_problems(config):
         need(False, problem)
-    _validate_replay(config, need)
     need(config.optimizer.learning_rate >= 0, "optimizer.learning_rate must be >= 0")
     t = config.teams
     need(all(int(n) >= 1 for n in t.sizes), f"teams.sizes={tuple(t.sizes)} must be positive")
@@ -692,75 +692,30 @@ def validate(config) -> None:
     )
 
 
-def _validate_replay(config, need) -> None:
-    """A replay algorithm's pairing with the network and the batch shape; what it does not
-    combine with."""
-    replay = ALGORITHMS[config.algo].replay
-    q = config.network.policy_head == "q"
-    need(
-        replay == q,
-        f"algo={config.algo!r} "
-        + (
-            "learns action values: set network.policy_head='q'"
-            if replay
-            else "learns a policy: network.policy_head='q' is for the replay algorithms (rainbow)"
-        ),
-    )
-    if not replay:
-        return
-    c = config[config.algo]
-    sequences = ALGORITHMS[config.algo].sequences
-    steps = config.batch_unrolls * config.unroll_length
-    per_sgd = c.batch_size * (config.unroll_length if sequences else 1)
-    sgd_steps = c.replay_ratio * steps / per_sgd
-    need(
-        sgd_steps >= 1 and abs(sgd_steps - round(sgd_steps)) < 1e-9,
-        f"{config.algo}.replay_ratio={c.replay_ratio} x {steps} steps per learner batch "
-        f"(batch_unrolls x unroll_length) / {per_sgd} steps per sgd step ({config.algo}."
-        f"batch_size={c.batch_size}{' sequences' if sequences else ''}) = {sgd_steps:g} sgd "
-        "steps per batch: it must be a whole number >= 1",
-    )
-    need(
-        c.capacity >= steps,
-        f"{config.algo}.capacity={c.capacity} must hold one learner batch ({steps} steps)",
-    )
-    need(
-        not config.network.normalize_obs,
-        f"algo={config.algo!r}: the replay keeps old steps that running observation statistics "
-        "would move under its targets; set network.normalize_obs=False",
-    )
-    need(
-        not c.normalize_rewards,
-        f"algo={config.algo!r}: the replay keeps rewards scaled by the running return statistics "
-        f"of their time, which move; set {config.algo}.normalize_rewards=False (reward_clip "
-        "bounds them instead)",
-    )
-    need(
-        sequences or config.network.core == "none",
-        f"algo={config.algo!r} learns from single transitions: network.core='lstm' needs "
-        "sequence replay with burn-in; set algo='r2d2' or network.core='none'",
-    )
-    if sequences:
-        need(
-            c.burn_in < config.unroll_length,
-            f"{config.algo}.burn_in={c.burn_in} leaves no step of a {config.unroll_length}-step "
-            "sequence (unroll_length) to learn from",
-        )
-        need(
-            0 <= c.overlap < config.unroll_length,
-            f"{config.algo}.overlap={c.overlap} must lie in [0, {config.unroll_length - 1}]: "
-            "consecutive sequences share at most all but one step (unroll_length - 1)",
-        )
-        need(
-            config.network.atoms == 1 and not config.network.noisy,
-            f"algo={config.algo!r} learns one rescaled value per action and explores "
-            "epsilon-greedily: set network.atoms=1 and network.noisy=False",
-        )
-    need(
-        config.population.size == 1,
-        f"algo={config.algo!r} learns one agent from its own replay: populations (PBT) are for "
-        "the policy-gradient algorithms (ppo, vtrace); run one member per job instead",
-    )
+def resolve(config) -> None:
+    """Sets the settings whose "auto" depends on another: network.policy_head from the
+    algorithm's record (`Algorithm.head`, else "categorical"). validate() calls it; so does code
+    that builds a network from a config it has not validated (surgery's new config)."""
+    if config.network.policy_head == "auto":
+        config.network.policy_head = ALGORITHMS[config.algo].head or "categorical"
+
+
+def _head_problems(config) -> list[str]:
+    """Whether network.policy_head is the head the algorithm learns."""
+    algo, head = config.algo, config.network.policy_head
+    wanted = ALGORITHMS[algo].head
+    if wanted and head != wanted:
+        return [
+            f"algo={algo!r} learns the {wanted!r} head: set network.policy_head='auto' (or "
+            f"{wanted!r}), not {head!r}"
+        ]
+    declared = {a.head: name for name, a in ALGORITHMS.items() if a.head}
+    if not wanted and head in declared:
+        return [
+            f"algo={algo!r} learns a policy: network.policy_head={head!r} is the head of "
+            f"algo={declared[head]!r} and the others that declare it; set 'auto'"
+        ]
+    return []
 
 
 def validate_network(config, spec) -> None:
@@ -903,7 +858,13 @@ def section(key: str, /, **values) -> ml_collections.ConfigDict:
 # Settings renamed since an earlier release, old dotted key -> new: a config stored under the old
 # name is read under the new (from_dict), and a --config flag or sweep key of the old name is taken
 # with a warning (check_override_flags). The old names stop working in the next release.
-RENAMED_KEYS = {"server.max_actor_share": "server.max_identity_share"}
+RENAMED_KEYS = {
+    "server.max_actor_share": "server.max_identity_share",
+    "env.batch_size": "env.batch_envs",
+    "rainbow.batch_size": "rainbow.batch_transitions",
+    "r2d2.batch_size": "r2d2.batch_sequences",
+    "anneal.updates": "anneal.versions",
+}
 
 
 def renamed(key: str) -> str:

@@ -58,7 +58,7 @@ def level_config(env_config, level: int, episodes: int):
             "level protocol needs a Procgen task"
         )
     config.kwargs.num_levels, config.kwargs.start_level = 1, int(level)
-    config.num_envs, config.batch_size = int(episodes), 0
+    config.num_envs, config.batch_envs = int(episodes), 0
     return config
 
 

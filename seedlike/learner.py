@@ -1,7 +1,7 @@
 """The learner process (learner.py): its parts, wired together once (`build`), the learner loop
 (`train`), and the process around them (`main`: signals, the stop grace, one-line errors).
 
-A row flows one way: gRPC handlers (seedlike.rpc.service, one per actor stream; with stream front
+A row flows one way: gRPC handlers (seedlike.rpc.streams, one per actor stream; with stream front
 ends in processes of their own, which hand checked rows over through shared memory,
 seedlike.rpc.hub) -> the inference pipeline (seedlike.server.inference: batching, policy,
 trajectory store) -> learner batches
@@ -35,13 +35,12 @@ from seedlike.league.evaluation import Evaluation, EvaluationThread
 from seedlike.league.league import League, PeerSnapshots
 from seedlike.league.players import LEARNER
 from seedlike.learning import train_state as ts
-from seedlike.learning.learner import Interrupted, Learner
-from seedlike.learning.offpolicy import make_learner
+from seedlike.learning.update import Interrupted, Learner
 from seedlike.metrics import MetricsWriter
 from seedlike.policy import PolicyRegistry
 from seedlike.rpc import security
-from seedlike.rpc.listen import serve
-from seedlike.rpc.service import Transport
+from seedlike.rpc.listen import listen
+from seedlike.rpc.streams import Transport
 from seedlike.runtime import distributed, procstats, xla_flags
 from seedlike.runtime.storage import StorageError
 from seedlike.server import inference, influence
@@ -90,7 +89,7 @@ def start_inference(
     )  # fmt: skip
     service.start()
     try:
-        server, bound = serve(service, bind, port, config.server, credentials)
+        server, bound = listen(service, bind, port, config.server, credentials)
     except BaseException:
         service.stop(finished=True)  # a refused bind or a taken port leaves no threads behind
         raise
@@ -109,7 +108,7 @@ class Interval:
     start: float
     env_steps: int
     unrolls_emitted: int
-    updates: list = dataclasses.field(default_factory=list)
+    update_metrics: list = dataclasses.field(default_factory=list)  # each update's
     staleness: list = dataclasses.field(default_factory=list)
     consumed: int = 0  # learning steps consumed by gradient steps, every epoch counted
     learn_s: float = 0.0
@@ -156,7 +155,8 @@ class LearnerProcess:
         finally:
             batch.release()  # unroll() copied what the update reads
         interval.staleness.append(_staleness(learner.policy_version, unrolls))
-        interval.updates.append(learner.update(unrolls, influence.relabel(batch.identity)[0]))
+        identity = influence.relabel(batch.identity)[0]
+        interval.update_metrics.append(learner.update(unrolls, identity))
         interval.consumed += learner.samples(unrolls)
         self.registry.publish(learner.policy_version, learner.policy_params())
         if self.league is not None and self.league.after_update(
@@ -225,7 +225,7 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         teams = Teams.from_config(config.teams, spec)
     except ValueError as e:
         raise config_lib.ConfigError(f"invalid config: {e}") from None
-    if teams.num_teams > 1 and ALGORITHMS[config.algo].replay:
+    if teams.num_teams > 1 and not ALGORITHMS[config.algo].self_play:
         raise config_lib.ConfigError(
             f"invalid config: algo={config.algo!r} learns one agent from its own replay; games "
             f"between teams ({spec.name}: self-play, leagues) are for ppo and vtrace"
@@ -243,7 +243,9 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     for warning in config_lib.advice(config, spec, jax.default_backend()):
         logging.warning("%s", warning)
     network = make_network(config.network, spec)
-    learner = make_learner(config, network, window_s=config.server.fair_window_s)
+    learner = ALGORITHMS[config.algo].learner()(
+        config, network, window_s=config.server.fair_window_s
+    )
     logging.info("learner on %d device(s): %s", learner.num_devices, learner.devices)
     checkpointer = None
     state, meta = learner.init_state(jax.random.key(config.seed)), {}
@@ -477,12 +479,11 @@ def _finish(p: LearnerProcess, interval: Interval, finished: bool, paused: bool 
 
 
 def _exploration(config, env_steps: int) -> Exploration | None:
-    """A replay algorithm's per-identity epsilons (None for the others), its annealing counted
-    from the run's first env step."""
-    if not ALGORITHMS[config.algo].replay:
-        return None
+    """The per-identity epsilons of an algorithm section with exploration settings (None for
+    the others), their annealing counted from the run's first env step."""
     exploration = Exploration.from_config(config[config.algo])
-    exploration.steps_before = int(env_steps)
+    if exploration is not None:
+        exploration.steps_before = int(env_steps)
     return exploration
 
 
@@ -677,10 +678,10 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         row.update(p.evaluator.metrics())
     if threshold is not None:
         row["episode_success_rate"] = recent["success"]
-    if interval.updates:
-        keys = interval.updates[0].keys()
+    if interval.update_metrics:
+        keys = interval.update_metrics[0].keys()
         # Over the updates that have the value (a replay learner's before min_fill have none).
-        row.update({k: _finite_mean([u[k] for u in interval.updates]) for k in keys})
+        row.update({k: _finite_mean([u[k] for u in interval.update_metrics]) for k in keys})
     return row
 
 

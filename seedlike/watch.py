@@ -58,7 +58,7 @@ def record_episodes(
     `max_frames` observations, and returns the frames (none without `render`) and results."""
     config, network, state, meta = load_checkpoint(checkpoint)
     env_config = config.env.copy_and_resolve_references()
-    env_config.num_envs, env_config.batch_size, env_config.num_threads = 1, 0, 1
+    env_config.num_envs, env_config.batch_envs, env_config.num_threads = 1, 0, 1
     if render:
         if not takes_render_mode(env_config):
             raise ValueError(

@@ -319,6 +319,7 @@ def run_surgery(
                 f"{directory}/{step} has no stored config (written by an older seedlike); pass "
                 "the config that wrote it (--old_config)"
             )
+        config_lib.resolve(old_config)  # a config a user passed may still say "auto"
         old_network = make_network(old_config.network, spec_fn(old_config.env))
         target = ts.abstract_train_state(old_network, old_config.optimizer)
         state, meta = checkpointer.restore(target, step, ts.older_layout)
@@ -331,6 +332,7 @@ def run_surgery(
             state.params, state.obs_norm
         )
         new_config = config_from_params(old_config, probe.params, probe.graph)
+    config_lib.resolve(new_config)
     new_network = make_network(new_config.network, spec_fn(new_config.env))
     problems = _env_problems(old_config.env, new_config.env, new_network.spec, spec_fn)
     if problems:

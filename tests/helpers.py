@@ -16,7 +16,7 @@ import numpy as np
 import surgery
 from networks import make_network
 from seedlike.checkpoint import Checkpointer
-from seedlike.config import base_config
+from seedlike.config import base_config, resolve
 from seedlike.envs import make_env_spec
 from seedlike.learning import train_state as ts
 from seedlike.policy import PolicyRegistry
@@ -65,7 +65,15 @@ def learner_config(**overrides) -> ml_collections.ConfigDict:
     c.network.hidden_sizes = (16, 16)
     c.optimizer.learning_rate = 3e-3
     c.update(overrides)
+    resolve(c)  # the algorithm's head (a replay algorithm's "q")
     return c
+
+
+def learner_of(config, network, **kwargs):
+    """The learner of the config's algorithm (its record's), as the learner process builds it."""
+    from seedlike.algos import ALGORITHMS
+
+    return ALGORITHMS[config.algo].learner()(config, network, **kwargs)
 
 
 def random_unrolls(network, params, obs_norm, batch, horizon, seed=0) -> Unroll:

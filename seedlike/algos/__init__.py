@@ -1,31 +1,32 @@
 """The learning algorithms, one `Algorithm` record each: the only list of them. `base_config`'s
-sections, `config.validate` and the learner read `ALGORITHMS` when they run, so a record added
+sections, `config.validate` and the runtimes read `ALGORITHMS` when they run, so a record added
 from outside (`ALGORITHMS["mine"] = Algorithm(...)`, tests/integration/test_extending.py) is one
 like these.
 
 A record holds no jax (configs are built and checked where jax is not installed: actors); its
-math lives in the module it names, which the learner imports:
+math lives in the module it names (`Algorithm.module`), which its learner imports. Every
+algorithm has one contract:
 
-    make_loss(network, section, axis_name, sequences) -> loss_fn(params, obs_norm, batch)
-        -> (loss, metrics): the metrics are the record's `metrics`.
-    advantages(section) -> fn(unroll) -> (advantage [T], value_target [T]) for one Unroll
-        [T+1, ...] (the learner's prepare step vmaps it over the batch), or None where the loss
-        computes its targets itself along whole unrolls (V-trace).
+    make_loss(network, section, axis_name) -> loss_fn(params, target_params, obs_norm, batch,
+        key) -> (loss, LossAux(metrics, priority))
 
-A new algorithm is a module with those two functions and a record below: its config section (from
-`common_settings`, a comment per setting: the configs' documentation), its checks, its metrics.
-tests/integration/test_extending.py adds one from outside the library.
+`metrics` are the record's `metrics` (scalars); `priority` [S] the batch's samples' new replay
+priorities, or None where nothing is replayed. `target_params` are a Q network's target
+parameters ({} for every other network), `key` a fresh PRNG key for each sgd step (a noisy
+head's weight noise); a loss that needs neither ignores them. The batch is the record's
+`batch` type (`BATCHES`, seedlike.algos.batches), and what feeds it is its learner's business:
 
-A replay algorithm (`replay=True`: rainbow, r2d2) learns from a replay the learner host keeps
-(seedlike.learning.replay) instead of each batch once: its module has
+    seedlike.learning.update.Learner: each learner batch of actors' unrolls learned from once
+        (epochs x num_minibatches sgd steps); it also reads `advantages(section)` -> fn(unroll)
+        -> (advantage [T], value_target [T]) for one Unroll [T+1, ...] (vmapped over the batch),
+        or None where the loss computes its targets itself along whole unrolls (V-trace).
+    seedlike.learning.replay_update.ReplayLearner: each learner batch goes into the learner
+        host's replay, and replay_ratio x its steps are sampled back in sgd batches.
 
-    make_loss(network, section, axis_name) -> loss_fn(params, target_params, obs_norm,
-        batch, key) -> (loss, (metrics, priority [S])),
-
-its section the replay settings of `replay_settings`, and its network a Q head with target
-parameters (seedlike.learning.offpolicy.ReplayLearner runs it). Its batch is n-step transitions
-(rainbow.Transitions), or with `sequences=True` whole stored unrolls with the recurrent state
-they started from (r2d2.Sequences).
+A new algorithm is a module with make_loss (and `advantages` for the first learner) and a record
+below: its config section (from `common_settings` or `replay_settings`, a comment per setting:
+the configs' documentation), its checks, its metrics. tests/integration/test_extending.py adds a
+policy-gradient and a replay algorithm from outside the library.
 """
 
 from __future__ import annotations
@@ -37,33 +38,79 @@ from types import ModuleType
 
 import ml_collections
 
+# What a loss reads (seedlike.algos.batches has their layouts), and the learner that feeds it.
+STEPS = "steps"  # independent steps of actors' unrolls (SampleBatch); whole unrolls
+# (SequenceBatch) where the network is recurrent
+UNROLLS = "unrolls"  # whole unrolls (SequenceBatch): targets that run along the unroll
+TRANSITIONS = "transitions"  # n-step transitions sampled from the replay (Transitions)
+SEQUENCES = "sequences"  # stored unrolls sampled whole from the replay, each with the
+# recurrent state it started from (Sequences)
+ON_POLICY = "seedlike.learning.update:Learner"
+REPLAY = "seedlike.learning.replay_update:ReplayLearner"
+BATCHES = {STEPS: ON_POLICY, UNROLLS: ON_POLICY, TRANSITIONS: REPLAY, SEQUENCES: REPLAY}
+# A replay batch type's section key counting the samples of one sgd step (over all devices).
+SAMPLE_KEYS = {TRANSITIONS: "batch_transitions", SEQUENCES: "batch_sequences"}
+
+
+def passes(config) -> int:
+    """Gradient steps per policy version of a policy-gradient algorithm: epochs x
+    num_minibatches."""
+    c = config[config.algo]
+    return int(c.epochs) * int(c.num_minibatches)
+
+
+def replayed(config) -> int:
+    """Gradient steps per policy version of a replay algorithm: replay_ratio x the env steps of
+    a learner batch / the env steps of an sgd batch (whole by `check_replay_run`)."""
+    steps = config.batch_unrolls * config.unroll_length
+    return round(float(config[config.algo].replay_ratio) * steps / sgd_batch_steps(config))
+
+
+def no_overlap(config) -> int:
+    del config
+    return 0
+
 
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
-    """What the config and the learner need to know about a learning algorithm.
+    """What the config and the runtimes need to know about a learning algorithm.
 
     Attributes:
       name: its config section and `algo` value.
       defaults: () -> its config section, every setting at its default.
-      check: (section) -> what is wrong with a section, one line per problem (empty: nothing).
+      check: (config) -> what is wrong with a run's config for it, one line per problem (empty:
+        nothing): its section's settings, and how they fit the batch shape and the network.
       metrics: the names of its loss metrics.
-      sequences: it needs whole unrolls even with a feed-forward network (V-trace's targets run
-        along the unroll; a replay algorithm samples whole stored unrolls, R2D2's sequences).
-      math: the module of its make_loss and advantages.
-      replay: it learns from the replay (module docstring).
+      module: the module of its make_loss (and of what its learner reads: module docstring).
+      batch: what its loss reads, a key of BATCHES (which names the learner that feeds it).
+      sgd_steps: (config) -> gradient steps per policy version (`passes`, `replayed`).
+      head: the policy head its loss reads, a key of networks.heads.POLICY_HEADS ("q": action
+        values), which network.policy_head="auto" builds; "": a policy's (auto: categorical).
+      overlap: (config) -> steps a seat's consecutive unrolls share besides their boundary
+        step (seedlike.server.unrolls.UnrollPool; R2D2's overlapping sequences).
+      self_play: it learns from games between teams (self-play, leagues), where every seat's
+        data is a player's own; False for one agent learning from its replay.
     """
 
     name: str
     defaults: Callable[[], ml_collections.ConfigDict]
     check: Callable[[ml_collections.ConfigDict], list[str]]
     metrics: tuple[str, ...]
-    sequences: bool
-    math: str
-    replay: bool = False
+    module: str
+    batch: str = STEPS
+    sgd_steps: Callable[[ml_collections.ConfigDict], int] = passes
+    head: str = ""
+    overlap: Callable[[ml_collections.ConfigDict], int] = no_overlap
+    self_play: bool = True
 
     def load(self) -> ModuleType:
         """The module of its math (imports jax)."""
-        return importlib.import_module(self.math)
+        return importlib.import_module(self.module)
+
+    def learner(self) -> type:
+        """The learner class that feeds its batch type (imports jax)."""
+        module, _, name = BATCHES[self.batch].partition(":")
+        return getattr(importlib.import_module(module), name)
 
 
 def reward_settings(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -120,7 +167,8 @@ def ppo_defaults() -> ml_collections.ConfigDict:
     return c
 
 
-def check_ppo(c: ml_collections.ConfigDict) -> list[str]:
+def check_ppo(config) -> list[str]:
+    c = config.ppo
     problems = check_common("ppo", c)
     if not 0.0 <= c.gae_lambda <= 1.0:
         problems.append(f"ppo.gae_lambda={c.gae_lambda} must lie in [0, 1]")
@@ -140,7 +188,8 @@ def vtrace_defaults() -> ml_collections.ConfigDict:
     return c
 
 
-def check_vtrace(c: ml_collections.ConfigDict) -> list[str]:
+def check_vtrace(config) -> list[str]:
+    c = config.vtrace
     problems = check_common("vtrace", c)
     if not 0.0 <= c.lambda_ <= 1.0:
         problems.append(f"vtrace.lambda_={c.lambda_} must lie in [0, 1]")
@@ -149,17 +198,44 @@ def check_vtrace(c: ml_collections.ConfigDict) -> list[str]:
     return problems
 
 
+def exploration_settings(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Epsilon-greedy acting for an action-value head, where inference runs
+    (seedlike.server.exploration, Ape-X): identity i of epsilon_slots acts epsilon-greedily with
+    epsilon ** (1 + epsilon_alpha * i / (epsilon_slots - 1)); with anneal_steps > 0 every rate
+    starts at 1 and falls linearly to its own over those env steps."""
+    c.epsilon = 0.4
+    c.epsilon_alpha = 7.0
+    c.epsilon_slots = 8
+    c.anneal_steps = 0
+    return c
+
+
+def check_exploration(name: str, c: ml_collections.ConfigDict) -> list[str]:
+    """What is wrong with `exploration_settings` in section `name`."""
+    problems = []
+    if not 0 <= c.epsilon <= 1 or c.epsilon_alpha < 0 or c.epsilon_slots < 1:
+        problems.append(
+            f"{name}.epsilon must lie in [0, 1], {name}.epsilon_alpha >= 0 and "
+            f"{name}.epsilon_slots >= 1"
+        )
+    if c.anneal_steps < 0:
+        problems.append(f"{name}.anneal_steps must be >= 0 (0: no annealing)")
+    return problems
+
+
 def replay_settings(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """The replay on the learner host and its exploration (seedlike.learning.replay,
-    seedlike.server.exploration), for a replay algorithm's section."""
+    """`reward_settings`, the replay on the learner host (seedlike.learning.replay) and
+    `exploration_settings`, for a replay algorithm's section; the algorithm adds the size of its
+    sgd batch (SAMPLE_KEYS: batch_transitions or batch_sequences) and its own."""
+    c = reward_settings(c)
     # Env steps the replay holds on each learner process (the oldest unrolls go first).
     c.capacity = 100_000
     c.min_fill = 5_000  # env steps stored before learning starts
-    # Transitions sampled per env step inserted, held exactly: each learner batch of
-    # batch_unrolls * unroll_length steps is followed by replay_ratio * that / batch_size sgd
-    # steps (a whole number), and acting waits while they run (the batch queue's backpressure).
+    # Env steps sampled per env step inserted, held exactly: each learner batch of
+    # batch_unrolls * unroll_length steps is followed by replay_ratio * that / (the env steps of
+    # an sgd batch) sgd steps (a whole number), and acting waits while they run (the batch
+    # queue's backpressure).
     c.replay_ratio = 8.0
-    c.batch_size = 64  # transitions per sgd step, over all devices
     # Proportional prioritization (Schaul et al. 2016): P(i) ~ (|TD error| + priority_eps)^
     # priority_exponent, importance weights (N P(i))^-beta over the sgd batch's largest (every
     # device's), beta rising linearly from importance_exponent to 1 at total_env_steps.
@@ -173,41 +249,83 @@ def replay_settings(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     # only). A resumed run waits for min_fill new steps either way, then samples the restored
     # steps too; False: it starts from an empty replay.
     c.save_replay = False
-    # Ape-X exploration (seedlike.server.exploration): identity i of epsilon_slots acts
-    # epsilon-greedily with epsilon ** (1 + epsilon_alpha * i / (epsilon_slots - 1)); with
-    # anneal_steps > 0 every rate starts at 1 and falls linearly to its own over those env steps.
-    c.epsilon = 0.4
-    c.epsilon_alpha = 7.0
-    c.epsilon_slots = 8
-    c.anneal_steps = 0
-    return c
+    return exploration_settings(c)
 
 
 def check_replay(name: str, c: ml_collections.ConfigDict) -> list[str]:
-    """What is wrong with `replay_settings` in section `name` (alone; config.validate checks
-    them against the batch shape)."""
-    problems = []
+    """What is wrong with `replay_settings` in section `name` alone (`check_replay_run` checks
+    them against the rest of the config)."""
+    problems = check_rewards(name, c) + check_exploration(name, c)
     if c.capacity < 1 or not 0 <= c.min_fill <= c.capacity:
         problems.append(f"{name}.capacity must be >= 1 and {name}.min_fill in [0, capacity]")
-    if c.replay_ratio <= 0 or c.batch_size < 1:
-        problems.append(f"{name}.replay_ratio must be > 0 and {name}.batch_size >= 1")
+    if c.replay_ratio <= 0:
+        problems.append(f"{name}.replay_ratio must be > 0")
     if c.priority_exponent < 0 or not 0 <= c.importance_exponent <= 1 or c.priority_eps <= 0:
         problems.append(
             f"{name}.priority_exponent must be >= 0, {name}.importance_exponent in [0, 1] and "
             f"{name}.priority_eps > 0"
         )
-    if not 0 <= c.epsilon <= 1 or c.epsilon_alpha < 0 or c.epsilon_slots < 1:
+    return problems
+
+
+def sample_steps(config) -> int:
+    """Env steps in one sample of the config's replay algorithm: a transition's one, or a whole
+    stored unroll's unroll_length (R2D2's sequence)."""
+    return int(config.unroll_length) if ALGORITHMS[config.algo].batch == SEQUENCES else 1
+
+
+def sgd_batch(config) -> tuple[str, int]:
+    """(its section key, its value): the samples of one sgd step of a replay algorithm."""
+    key = SAMPLE_KEYS[ALGORITHMS[config.algo].batch]
+    return key, int(config[config.algo][key])
+
+
+def sgd_batch_steps(config) -> int:
+    """Env steps in one sgd batch of a replay algorithm."""
+    return sgd_batch(config)[1] * sample_steps(config)
+
+
+def check_replay_run(config) -> list[str]:
+    """What keeps a replay algorithm's settings (`check_replay`) from this run's batch shape,
+    network and population."""
+    name, c = config.algo, config[config.algo]
+    key, samples = sgd_batch(config)
+    if samples < 1:
+        return [f"{name}.{key} must be >= 1"]
+    problems = []
+    steps = config.batch_unrolls * config.unroll_length
+    per_sgd = sgd_batch_steps(config)
+    sgd_steps = c.replay_ratio * steps / per_sgd
+    if sgd_steps < 1 or abs(sgd_steps - round(sgd_steps)) >= 1e-9:
         problems.append(
-            f"{name}.epsilon must lie in [0, 1], {name}.epsilon_alpha >= 0 and "
-            f"{name}.epsilon_slots >= 1"
+            f"{name}.replay_ratio={c.replay_ratio} x {steps} steps per learner batch "
+            f"(batch_unrolls x unroll_length) / {per_sgd} steps per sgd step ({name}.{key}="
+            f"{samples}) = {sgd_steps:g} sgd steps per batch: it must be a whole number >= 1"
         )
-    if c.anneal_steps < 0:
-        problems.append(f"{name}.anneal_steps must be >= 0 (0: no annealing)")
+    if c.capacity < steps:
+        problems.append(f"{name}.capacity={c.capacity} must hold one learner batch ({steps} steps)")
+    if config.network.normalize_obs:
+        problems.append(
+            f"algo={name!r}: the replay keeps old steps that running observation statistics "
+            "would move under its targets; set network.normalize_obs=False"
+        )
+    if c.normalize_rewards:
+        problems.append(
+            f"algo={name!r}: the replay keeps rewards scaled by the running return statistics "
+            f"of their time, which move; set {name}.normalize_rewards=False (reward_clip "
+            "bounds them instead)"
+        )
+    if config.population.size != 1:
+        problems.append(
+            f"algo={name!r} learns one agent from its own replay: populations (PBT) are for "
+            "the policy-gradient algorithms (ppo, vtrace); run one member per job instead"
+        )
     return problems
 
 
 def rainbow_defaults() -> ml_collections.ConfigDict:
-    c = replay_settings(reward_settings(ml_collections.ConfigDict()))
+    c = replay_settings(ml_collections.ConfigDict())
+    c.batch_transitions = 64  # n-step transitions per sgd step, over all devices
     c.n_step = 3  # rewards summed before bootstrapping
     c.double_q = True  # the online network chooses the bootstrap action, the target values it
     c.target_period = 500  # sgd steps between copies of the online parameters to the target
@@ -215,20 +333,26 @@ def rainbow_defaults() -> ml_collections.ConfigDict:
     return c
 
 
-def check_rainbow(c: ml_collections.ConfigDict) -> list[str]:
-    problems = check_rewards("rainbow", c) + check_replay("rainbow", c)
+def check_rainbow(config) -> list[str]:
+    c = config.rainbow
+    problems = check_replay("rainbow", c)
     if c.n_step < 1 or c.target_period < 1:
         problems.append("rainbow.n_step and rainbow.target_period must be >= 1")
     if c.huber_delta < 0:
         problems.append("rainbow.huber_delta must be >= 0 (0: squared error)")
-    return problems
+    if config.network.core != "none":
+        problems.append(
+            "algo='rainbow' learns from single transitions: network.core='lstm' needs sequence "
+            "replay with burn-in; set algo='r2d2' or network.core='none'"
+        )
+    return problems + check_replay_run(config)
 
 
 def r2d2_defaults() -> ml_collections.ConfigDict:
-    c = replay_settings(reward_settings(ml_collections.ConfigDict()))
-    # batch_size counts sequences (stored unrolls of unroll_length steps); replay_ratio is still
-    # sampled steps per inserted step.
-    c.batch_size = 32
+    c = replay_settings(ml_collections.ConfigDict())
+    # Sequences (stored unrolls of unroll_length steps) per sgd step, over all devices;
+    # replay_ratio still counts env steps.
+    c.batch_sequences = 32
     c.n_step = 5  # rewards summed before bootstrapping (R2D2's 5)
     c.double_q = True
     c.target_period = 400  # sgd steps between target copies (R2D2: 2500 at batch 64)
@@ -246,38 +370,49 @@ def r2d2_defaults() -> ml_collections.ConfigDict:
     return c
 
 
-def check_r2d2(c: ml_collections.ConfigDict) -> list[str]:
-    problems = check_rewards("r2d2", c) + check_replay("r2d2", c)
+def check_r2d2(config) -> list[str]:
+    c, length = config.r2d2, config.unroll_length
+    problems = check_replay("r2d2", c)
     if c.n_step < 1 or c.target_period < 1 or c.burn_in < 0:
         problems.append("r2d2.n_step and r2d2.target_period must be >= 1, r2d2.burn_in >= 0")
     if c.huber_delta < 0 or c.rescale_eps <= 0 or not 0 <= c.priority_eta <= 1:
         problems.append(
             "r2d2.huber_delta must be >= 0, r2d2.rescale_eps > 0 and r2d2.priority_eta in [0, 1]"
         )
-    return problems
+    if c.burn_in >= length:
+        problems.append(
+            f"r2d2.burn_in={c.burn_in} leaves no step of a {length}-step sequence "
+            "(unroll_length) to learn from"
+        )
+    if not 0 <= c.overlap < length:
+        problems.append(
+            f"r2d2.overlap={c.overlap} must lie in [0, {length - 1}]: consecutive sequences "
+            "share at most all but one step (unroll_length - 1)"
+        )
+    if config.network.atoms != 1 or config.network.noisy:
+        problems.append(
+            "algo='r2d2' learns one rescaled value per action and explores epsilon-greedily: "
+            "set network.atoms=1 and network.noisy=False"
+        )
+    return problems + check_replay_run(config)
 
 
-def unroll_overlap(config) -> int:
-    """Steps a seat's consecutive unrolls share besides their boundary step: a sequence replay's
-    `overlap` (seedlike.server.unrolls.UnrollPool), else 0."""
-    algorithm = ALGORITHMS[config.algo]
-    if algorithm.replay and algorithm.sequences:
-        return int(config[config.algo].overlap)
-    return 0
+def r2d2_overlap(config) -> int:
+    return int(config.r2d2.overlap)
 
 
 def sgd_steps_per_update(config) -> int:
-    """Gradient steps in one policy version of a run's config: epochs x num_minibatches, or a
-    replay algorithm's replay_ratio x steps per learner batch / batch_size."""
-    c = config[config.algo]
-    algorithm = ALGORITHMS[config.algo]
-    if algorithm.replay:
-        # Sampled per sgd step: batch_size transitions, or batch_size whole unrolls.
-        per_sample = config.unroll_length if algorithm.sequences else 1
-        steps = config.batch_unrolls * config.unroll_length
-        return round(float(c.replay_ratio) * steps / (int(c.batch_size) * per_sample))
-    return int(c.epochs) * int(c.num_minibatches)
+    """Gradient steps in one policy version of a run's config (its record's `sgd_steps`)."""
+    return ALGORITHMS[config.algo].sgd_steps(config)
 
+
+def unroll_overlap(config) -> int:
+    """Steps a seat's consecutive unrolls share besides their boundary step (its record's
+    `overlap`)."""
+    return ALGORITHMS[config.algo].overlap(config)
+
+
+REPLAY_METRICS = ("loss/total", "loss/td_abs", "loss/q_mean", "loss/weight_mean")
 
 ALGORITHMS = {
     "ppo": Algorithm(
@@ -292,8 +427,7 @@ ALGORITHMS = {
             "loss/approx_kl",
             "loss/clip_fraction",
         ),
-        sequences=False,
-        math="seedlike.algos.ppo",
+        module="seedlike.algos.ppo",
     ),
     "vtrace": Algorithm(
         name="vtrace",
@@ -307,31 +441,30 @@ ALGORITHMS = {
             "loss/rho_mean",
             "loss/rho_clip_fraction",
         ),
-        sequences=True,
-        math="seedlike.algos.vtrace",
+        module="seedlike.algos.vtrace",
+        batch=UNROLLS,
     ),
     "rainbow": Algorithm(
         name="rainbow",
         defaults=rainbow_defaults,
         check=check_rainbow,
-        metrics=("loss/total", "loss/td_abs", "loss/q_mean", "loss/weight_mean"),
-        sequences=False,
-        math="seedlike.algos.rainbow",
-        replay=True,
+        metrics=REPLAY_METRICS,
+        module="seedlike.algos.rainbow",
+        batch=TRANSITIONS,
+        sgd_steps=replayed,
+        head="q",
+        self_play=False,
     ),
     "r2d2": Algorithm(
         name="r2d2",
         defaults=r2d2_defaults,
         check=check_r2d2,
-        metrics=(
-            "loss/total",
-            "loss/td_abs",
-            "loss/q_mean",
-            "loss/weight_mean",
-            "loss/state_age",
-        ),
-        sequences=True,
-        math="seedlike.algos.r2d2",
-        replay=True,
+        metrics=(*REPLAY_METRICS, "loss/state_age"),
+        module="seedlike.algos.r2d2",
+        batch=SEQUENCES,
+        sgd_steps=replayed,
+        head="q",
+        overlap=r2d2_overlap,
+        self_play=False,
     ),
 }

@@ -1,13 +1,29 @@
-"""What an algorithm's loss reads from the learner: minibatches of independent samples
-(`SampleBatch`: feed-forward PPO) or of whole unrolls (`SequenceBatch`: recurrent networks, and
-losses whose targets run along the unroll, like V-trace). `Algorithm.sequences` and the network
-say which (seedlike.learning.learner)."""
+"""What an algorithm's loss reads, one type per batch kind of seedlike.algos (`Algorithm.batch`),
+and what it returns beside the loss (`LossAux`):
+
+    steps        SampleBatch: independent steps of actors' unrolls (SequenceBatch where the
+                 network is recurrent: whole unrolls replayed from their stored carry)
+    unrolls      SequenceBatch: whole unrolls (targets that run along the unroll, like V-trace)
+    transitions  Transitions: n-step transitions sampled from the replay
+    sequences    Sequences: stored unrolls sampled whole from the replay, with the recurrent
+                 state each started from (R2D2)
+
+Storage (seedlike.learning.replay) builds the replay's types; the learners build the others.
+"""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
+
+
+class LossAux(NamedTuple):
+    """What a loss_fn returns beside the loss: its metrics (scalars, the record's `metrics`), and
+    for a replay's batch each sample's new priority [S] (None where nothing is replayed)."""
+
+    metrics: dict
+    priority: jax.Array | None = None
 
 
 class SampleBatch(NamedTuple):
@@ -34,6 +50,49 @@ class SequenceBatch(NamedTuple):
     unroll: object
     advantage: jax.Array | None = None
     value_target: jax.Array | None = None
+
+
+class Transitions(NamedTuple):
+    """A minibatch of n-step transitions sampled from the replay; leading shape [S].
+
+    obs/extras, next_obs/next_extras: dict key -> [S, *spec.shape]; action int32; reward float32
+    (the discounted n-step sum); discount float32 (gamma^m, 0 after a termination); weight
+    float32, the importance weight of prioritized sampling, (N P(i))^-beta (1 when uniform; the
+    loss divides by the batch's largest).
+    """
+
+    obs: dict
+    extras: dict
+    action: jax.Array
+    reward: jax.Array
+    discount: jax.Array
+    next_obs: dict
+    next_extras: dict
+    weight: jax.Array
+
+
+class Sequences(NamedTuple):
+    """A minibatch of stored sequences; leading shape [S], then T+1 steps.
+
+    obs/extras: dict key -> [S, T+1, ...]; action int32 [S, T+1]; first bool [S, T+1] (an
+    episode starts: the core resets before the step); carry: the recurrent state before step 0
+    (a pytree of [S, ...]); reward, discount float32 [S, T] and boot int32 [S, T] (the n-step
+    targets' pieces, seedlike.algos.targets.n_step_targets); learn bool [S, T]: the steps the
+    loss counts (valid, after the burn-in); weight float32 [S], the importance weight; age
+    float32 [S]: how many policy versions older than the learner the stored state is.
+    """
+
+    obs: dict
+    extras: dict
+    action: jax.Array
+    first: jax.Array
+    carry: Any
+    reward: jax.Array
+    discount: jax.Array
+    boot: jax.Array
+    learn: jax.Array
+    weight: jax.Array
+    age: jax.Array
 
 
 def forward_sequence(network, params, obs_norm, unroll, steps: int):

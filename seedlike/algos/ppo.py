@@ -7,14 +7,16 @@ import jax.numpy as jnp
 
 from networks import heads
 from seedlike.algos import gae
-from seedlike.algos.batches import SampleBatch, forward_sequence
+from seedlike.algos.batches import LossAux, SampleBatch, SequenceBatch, forward_sequence
 
 
-def make_ppo_loss(network, config, axis_name: str | None = None, sequences: bool = False):
-    """Returns loss_fn(params, obs_norm, batch) -> (loss, metrics: ALGORITHMS["ppo"].metrics).
+def make_ppo_loss(network, config, axis_name: str | None = None):
+    """Returns loss_fn(params, target_params, obs_norm, batch, key) ->
+    (loss, LossAux(metrics: ALGORITHMS["ppo"].metrics)) (seedlike.algos' contract; PPO reads
+    neither target_params nor key).
 
-    With sequences=False the batch is a SampleBatch of independent samples; with sequences=True it
-    is a SequenceBatch of whole unrolls (recurrent networks replay them from the stored carry).
+    The batch is a SampleBatch of independent samples, or a SequenceBatch of whole unrolls
+    (recurrent networks replay them from the stored carry).
 
     Means are over the masked samples of the whole (possibly device-sharded) minibatch: each device
     divides its local sum by the mean sample count per device, so that `lax.pmean` of the
@@ -26,14 +28,14 @@ def make_ppo_loss(network, config, axis_name: str | None = None, sequences: bool
       config: the `ppo` config section (clip_eps, vf_coef, ent_coef, normalize_advantages,
         clip_value, value_clip_eps).
       axis_name: the pmap axis the minibatch is sharded over, or None on one device.
-      sequences: whether batches are whole unrolls.
     """
 
     def pmean(x):
         return x if axis_name is None else jax.lax.pmean(x, axis_name)
 
-    def loss_fn(params, obs_norm, batch):
-        if sequences:
+    def loss_fn(params, target_params, obs_norm, batch, key):
+        del target_params, key
+        if isinstance(batch, SequenceBatch):
             u = batch.unroll
             horizon = u.reward.shape[1]
             logits, value = forward_sequence(network, params, obs_norm, u, horizon)
@@ -51,7 +53,8 @@ def make_ppo_loss(network, config, axis_name: str | None = None, sequences: bool
         else:
             samples = batch
             logits, value = network.apply(params, obs_norm, batch.obs, batch.extras, batch.action)
-        return ppo_terms(logits, value, samples, config, pmean, network.action_sizes)
+        loss, metrics = ppo_terms(logits, value, samples, config, pmean, network.action_sizes)
+        return loss, LossAux(metrics)
 
     return loss_fn
 

@@ -6,7 +6,7 @@ A sampled sequence is one stored unroll of T+1 steps (seedlike.learning.replay.S
 The online and the target network each run over it from its stored state (`stored_state`; else
 from zeros); the first `burn_in` steps only refresh that state: no loss, and no gradient flows
 through them. On the steps after, with R the discounted n-step reward sum and D the discount to
-the bootstrap step b (both computed once, at insert: rainbow.n_step_targets),
+the bootstrap step b (both computed once, at insert: seedlike.algos.targets.n_step_targets),
 
     y_t = h(R_t + D_t * h^-1(Q_target(s_b, argmax_a Q_online(s_b, a))))
 
@@ -17,36 +17,11 @@ eta * max_t |TD_t| + (1 - eta) * mean_t |TD_t| over its learned steps.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 import jax
 import jax.numpy as jnp
 
-from seedlike.algos.rainbow import huber
-
-
-class Sequences(NamedTuple):
-    """A minibatch of stored sequences; leading shape [S], then T+1 steps.
-
-    obs/extras: dict key -> [S, T+1, ...]; action int32 [S, T+1]; first bool [S, T+1] (an
-    episode starts: the core resets before the step); carry: the recurrent state before step 0
-    (a pytree of [S, ...]); reward, discount float32 [S, T] and boot int32 [S, T] (the n-step
-    targets' pieces, rainbow.n_step_targets); learn bool [S, T]: the steps the loss counts
-    (valid, after the burn-in); weight float32 [S], the importance weight; age float32 [S]: how
-    many policy versions older than the learner the stored state is.
-    """
-
-    obs: dict
-    extras: dict
-    action: jax.Array
-    first: jax.Array
-    carry: Any
-    reward: jax.Array
-    discount: jax.Array
-    boot: jax.Array
-    learn: jax.Array
-    weight: jax.Array
-    age: jax.Array
+from seedlike.algos.batches import LossAux, Sequences
+from seedlike.algos.targets import huber
 
 
 def rescale(x: jax.Array, eps: float = 1e-3) -> jax.Array:
@@ -80,7 +55,7 @@ def sequence_priority(td_abs: jax.Array, mask: jax.Array, eta: float) -> jax.Arr
 
 def make_r2d2_loss(network, config, axis_name: str | None = None):
     """Returns loss_fn(params, target_params, obs_norm, batch: Sequences, key) ->
-    (loss, (metrics: ALGORITHMS["r2d2"].metrics, priority [S])): the importance-weighted mean
+    (loss, LossAux(metrics: ALGORITHMS["r2d2"].metrics, priority [S])): the importance-weighted mean
     over the learned steps of the Huber loss on the rescaled n-step double-Q TD error (module
     docstring), and each sequence's priority. Means are over the whole (device-sharded)
     minibatch, as in rainbow.make_rainbow_loss."""
@@ -138,7 +113,7 @@ def make_r2d2_loss(network, config, axis_name: str | None = None):
             "loss/weight_mean": jnp.sum(weight) / sequences,
             "loss/state_age": jnp.sum(batch.age) / sequences,
         }
-        return loss, (metrics, jax.lax.stop_gradient(priority))
+        return loss, LossAux(metrics, jax.lax.stop_gradient(priority))
 
     return loss_fn
 

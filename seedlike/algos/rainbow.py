@@ -3,9 +3,10 @@ Q-learning with a target network, over a plain, dueling or distributional (C51) 
 (networks.heads.QHead), each sample weighted by its prioritized-replay importance weight.
 
 The replay (seedlike.learning.replay) turns each stored unroll into transitions with `n_step`
-targets once, when it is inserted (`n_step_targets`); the loss reads a `Transitions` batch: the
-observation acted on, the action, the discounted n-step reward R, the discount D to the bootstrap
-observation (0 past a termination) and that observation. The target is
+targets once, when it is inserted (seedlike.algos.targets.n_step_targets); the loss reads a
+`Transitions` batch (seedlike.algos.batches): the observation acted on, the action, the
+discounted n-step reward R, the discount D to the bootstrap observation (0 past a termination)
+and that observation. The target is
 
     R + D * Q_target(s', argmax_a Q_online(s', a))     (double Q; Q_target's own argmax without),
 
@@ -15,73 +16,12 @@ projected onto the atoms (`categorical_projection`).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from networks import heads
-
-
-class Transitions(NamedTuple):
-    """A minibatch of n-step transitions sampled from the replay; leading shape [S].
-
-    obs/extras, next_obs/next_extras: dict key -> [S, *spec.shape]; action int32; reward float32
-    (the discounted n-step sum); discount float32 (gamma^m, 0 after a termination); weight
-    float32, the importance weight of prioritized sampling, (N P(i))^-beta (1 when uniform; the
-    loss divides by the batch's largest).
-    """
-
-    obs: dict
-    extras: dict
-    action: jax.Array
-    reward: jax.Array
-    discount: jax.Array
-    next_obs: dict
-    next_extras: dict
-    weight: jax.Array
-
-
-def n_step_targets(
-    reward: np.ndarray,
-    terminated: np.ndarray,
-    truncated: np.ndarray,
-    gamma: float,
-    n: int,
-    reward_clip: float = 0.0,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each step's n-step target pieces along unrolls [B, T] (seedlike.types.Unroll's layout:
-    reward, terminated and truncated at t are the outcome of action t; step T bootstraps).
-
-    From step t, rewards are summed for up to n steps, stopping after a step that ends the episode
-    or at the unroll's last step T. A termination leaves no bootstrap (discount 0); a truncation
-    bootstraps from the step after it (the episode's last observation), as does the unroll's end.
-
-    Returns (reward sum float32 [B, T], discount float32 [B, T], bootstrap step int32 [B, T]).
-    """
-    reward = np.asarray(reward, np.float32)
-    if reward_clip:
-        reward = np.clip(reward, -reward_clip, reward_clip)
-    terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
-    batch, horizon = reward.shape
-    t = np.broadcast_to(np.arange(horizon), (batch, horizon))
-    rows = np.broadcast_to(np.arange(batch)[:, None], (batch, horizon))
-    total = np.zeros((batch, horizon), np.float32)
-    discount = np.ones((batch, horizon), np.float32)
-    boot = t.copy()
-    going = np.ones((batch, horizon), bool)
-    for k in range(int(n)):
-        step = np.minimum(t + k, horizon - 1)
-        going &= t + k < horizon
-        r = reward[rows, step]
-        total = np.where(going, total + discount * r, total)
-        discount = np.where(going, discount * np.float32(gamma), discount)
-        boot = np.where(going, step + 1, boot)
-        ends = terminated[rows, step] | truncated[rows, step]
-        discount = np.where(going & terminated[rows, step], 0.0, discount)
-        going &= ~ends
-    return total, discount.astype(np.float32), boot.astype(np.int32)
+from seedlike.algos.batches import LossAux, Transitions
+from seedlike.algos.targets import huber
 
 
 def categorical_projection(values: jax.Array, probs: jax.Array, support: jax.Array) -> jax.Array:
@@ -97,11 +37,11 @@ def categorical_projection(values: jax.Array, probs: jax.Array, support: jax.Arr
 
 def make_rainbow_loss(network, config, axis_name: str | None = None):
     """Returns loss_fn(params, target_params, obs_norm, batch: Transitions, key) ->
-    (loss, (metrics: ALGORITHMS["rainbow"].metrics, priority [S])) (`key`: a noisy head's weight
-    noise, one draw for the online network and one for the target): the importance-weighted mean
-    of the per-sample losses (Huber on the TD error with one atom; the cross-entropy to the
-    projected target distribution with atoms), and each sample's new priority (|TD error|, or
-    that cross-entropy).
+    (loss, LossAux(metrics: ALGORITHMS["rainbow"].metrics, priority [S])) (`key`: a noisy
+    head's weight noise, one draw for the online network and one for the target): the
+    importance-weighted mean of the per-sample losses (Huber on the TD error with one atom; the
+    cross-entropy to the projected target distribution with atoms), and each sample's new
+    priority (|TD error|, or that cross-entropy).
 
     Means are over the whole (device-sharded) minibatch: each device divides its sum by the
     per-device sample count, so pmean of the gradients is the gradient of the global mean.
@@ -167,17 +107,9 @@ def make_rainbow_loss(network, config, axis_name: str | None = None):
             "loss/q_mean": mean(q_taken),
             "loss/weight_mean": mean(weight),
         }
-        return loss, (metrics, jax.lax.stop_gradient(priority))
+        return loss, LossAux(metrics, jax.lax.stop_gradient(priority))
 
     return loss_fn
-
-
-def huber(x: jax.Array, delta: float) -> jax.Array:
-    """Huber loss of x with threshold delta (0: the squared error / 2)."""
-    if delta <= 0:
-        return 0.5 * jnp.square(x)
-    a = jnp.abs(x)
-    return jnp.where(a <= delta, 0.5 * jnp.square(x), delta * (a - 0.5 * delta))
 
 
 make_loss = make_rainbow_loss  # the name seedlike.algos.Algorithm looks up

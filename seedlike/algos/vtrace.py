@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from networks import heads
-from seedlike.algos.batches import SequenceBatch, forward_sequence
+from seedlike.algos.batches import LossAux, SequenceBatch, forward_sequence
 
 
 def vtrace(
@@ -63,7 +63,9 @@ def vtrace(
 
 
 def make_vtrace_loss(network, config, axis_name: str | None = None):
-    """Returns loss_fn(params, obs_norm, batch: SequenceBatch) -> (loss, metrics).
+    """Returns loss_fn(params, target_params, obs_norm, batch: SequenceBatch, key) ->
+    (loss, LossAux(metrics: ALGORITHMS["vtrace"].metrics)) (seedlike.algos' contract; V-trace
+    reads neither target_params nor key).
 
     Steps whose action the env ignored (valid False) have rho = 0 and cut the trace, so their
     target is their own value; this is what makes truncated episodes bootstrap from the value of
@@ -79,7 +81,8 @@ def make_vtrace_loss(network, config, axis_name: str | None = None):
     def pmean(x):
         return x if axis_name is None else jax.lax.pmean(x, axis_name)
 
-    def loss_fn(params, obs_norm, batch: SequenceBatch):
+    def loss_fn(params, target_params, obs_norm, batch: SequenceBatch, key):
+        del target_params, key
         u = batch.unroll
         horizon = u.reward.shape[1]
         logits, values = forward_sequence(network, params, obs_norm, u, horizon + 1)
@@ -117,15 +120,12 @@ def make_vtrace_loss(network, config, axis_name: str | None = None):
             "loss/rho_mean": mean(rho),
             "loss/rho_clip_fraction": mean((rho > config.clip_rho).astype(jnp.float32)),
         }
-        return total, metrics
+        return total, LossAux(metrics)
 
     return loss_fn
 
 
-def make_loss(network, config, axis_name: str | None = None, sequences: bool = True):
-    """The loss as seedlike.algos.Algorithm calls it (V-trace always reads whole unrolls)."""
-    del sequences
-    return make_vtrace_loss(network, config, axis_name)
+make_loss = make_vtrace_loss  # the name seedlike.algos.Algorithm looks up
 
 
 def advantages(config):

@@ -46,7 +46,7 @@ class Backend:
       module: the module of its functions (the module docstring above), imported when the backend
         is first used: its env package need only be installed where it runs.
       async_steps: its adapter steps part of its envs while the rest wait for their actions
-        (env.batch_size < env.num_envs; seedlike.config.actor_sizing sends halves).
+        (env.batch_envs < env.num_envs; seedlike.config.actor_sizing sends halves).
       levels: it can play curriculum levels inside one job (env.levels).
     """
 
@@ -105,7 +105,7 @@ def _level_config(env_config, name: str, num_envs: int):
     """env_config for `num_envs` envs of level `name` (synchronous, one envpool thread each)."""
     config = ml_collections.ConfigDict(env_config.to_dict())
     config.name, config.num_envs, config.levels = name, num_envs, ()
-    config.batch_size, config.num_threads = 0, 1
+    config.batch_envs, config.num_threads = 0, 1
     return config
 
 

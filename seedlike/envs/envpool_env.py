@@ -77,8 +77,8 @@ def envpool_kwargs(env_config) -> dict:
         int(env_config.num_envs),
         int(env_config.num_threads),
     )
-    if env_config.batch_size:  # 0 leaves it to envpool: batch_size = num_envs, synchronous
-        kwargs["batch_size"] = int(env_config.batch_size)
+    if env_config.batch_envs:  # 0 leaves it to envpool: batch_size = num_envs, synchronous
+        kwargs["batch_size"] = int(env_config.batch_envs)
     return kwargs
 
 
@@ -162,7 +162,7 @@ class EnvpoolAdapter:
         self._turn_based = spec.num_players == 1 or _turn_based(self._env.spec)
         if not self._turn_based and self.num_envs != int(kwargs.get("batch_size", self.num_envs)):
             raise ValueError(
-                f"{env_config.name} is a simultaneous multi-agent task: set env.batch_size=0 "
+                f"{env_config.name} is a simultaneous multi-agent task: set env.batch_envs=0 "
                 "(its players' rows come in whole envs only in synchronous mode)"
             )
 

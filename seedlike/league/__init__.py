@@ -7,6 +7,13 @@ from seedlike.league.connect_four import random_actions
 from seedlike.league.payoff import DRAW, LOSS, WIN, PayoffMatrix
 from seedlike.league.players import BOTS, LEARNER, describe, policy_id
 from seedlike.league.pool import OpponentPool, Snapshot
+from seedlike.league.ratings import (
+    TrueSkillEvaluator,
+    make_env,
+    pick_opponents,
+    rate_references,
+    win_probability,
+)
 from seedlike.league.samplers import (
     SAMPLERS,
     LatestSampler,
@@ -15,13 +22,6 @@ from seedlike.league.samplers import (
     PFSPSampler,
     UniformRecentSampler,
     make_sampler,
-)
-from seedlike.league.trueskill_eval import (
-    TrueSkillEvaluator,
-    make_env,
-    pick_opponents,
-    rate_references,
-    win_probability,
 )
 
 __all__ = [

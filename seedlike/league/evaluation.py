@@ -20,7 +20,7 @@ import time
 
 from seedlike.league import games, players
 from seedlike.league.league import load_snapshot, save_snapshot
-from seedlike.league.trueskill_eval import TrueSkillEvaluator, rate_references
+from seedlike.league.ratings import TrueSkillEvaluator, rate_references
 from seedlike.policy import PolicyRunner
 
 RANDOM = players.bot_id("random")  # the reference anchored at mu = 0

@@ -1,11 +1,11 @@
-"""The replay a learner host keeps for the replay algorithms (seedlike.algos.rainbow): the unrolls
-of its learner batches, stored whole in a ring of slots, and their steps sampled as n-step
+"""The replay a learner host keeps for the replay algorithms (seedlike.algos: rainbow, r2d2): the
+unrolls of its learner batches, stored whole in a ring of slots, and their steps sampled as n-step
 transitions, uniformly or in proportion to a priority (Schaul et al. 2016).
 
 Each slot holds one unroll's T+1 steps as the trajectory store built it (seedlike.types.Unroll):
 an observation is stored once per unroll it appears in (step T is also the next unroll's step 0:
 (T+1)/T of the bytes per step), and a transition's bootstrap observation is another step of the
-same slot, found when the unroll is inserted (rainbow.n_step_targets), never a copy. A stack of
+same slot, found when the unroll is inserted (targets.n_step_targets), never a copy. A stack of
 frames (seedlike.types.frame_stack: Atari's uint8 [4, 84, 84]) is stored as each step's newest
 frame once, and stacks are rebuilt when sampled (`StackedFrames`): (T + S) / T frames per step
 instead of S. A step
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from seedlike.algos import rainbow
+from seedlike.algos import targets
+from seedlike.algos.batches import Sequences, Transitions
 from seedlike.types import frame_stack
 
 
@@ -122,7 +123,7 @@ class Replay:
       example: one unroll's arrays as the learner receives them (any leading batch shape): what
         the slots are allocated like.
       capacity: env steps held (slots of T steps; the oldest slot is overwritten first).
-      n_step, gamma, reward_clip: the transitions' targets (rainbow.n_step_targets).
+      n_step, gamma, reward_clip: the transitions' targets (targets.n_step_targets).
       prioritized: sample in proportion to (priority + eps) ** exponent; False: uniformly.
       exponent, eps: the priorities' exponent and floor.
       seed: the sampling generator's.
@@ -182,7 +183,7 @@ class Replay:
     def insert(self, unrolls) -> int:
         """Stores stacked unrolls [B, T+1, ...] (host arrays); returns the valid steps added."""
         batch = int(np.shape(unrolls.reward)[0])
-        total, discount, boot = rainbow.n_step_targets(
+        total, discount, boot = targets.n_step_targets(
             unrolls.reward, unrolls.terminated, unrolls.truncated, self.gamma, self.n_step,
             self.reward_clip,
         )  # fmt: skip
@@ -228,7 +229,13 @@ class Replay:
         weight = np.power(np.maximum(self.size * probs, 1e-12), -float(beta))
         return idx, weight.astype(np.float32)
 
-    def transitions(self, idx: np.ndarray, weight: np.ndarray) -> rainbow.Transitions:
+    def batch(self, idx: np.ndarray, weight: np.ndarray, version: int) -> Transitions:
+        """What the loss reads from the samples at idx with their importance weights: their
+        transitions (`version`, the learner's policy version, is for SequenceReplay)."""
+        del version
+        return self.transitions(idx, weight)
+
+    def transitions(self, idx: np.ndarray, weight: np.ndarray) -> Transitions:
         """The transitions at leaf indices idx [...] (any shape), with their weights."""
         slot, t = np.divmod(np.asarray(idx, np.int64), self.horizon)
         boot = self.boot[slot, t]
@@ -238,7 +245,7 @@ class Replay:
             obs.update({k: s.read(slot, step) for k, s in self.stacks.items()})
             return obs
 
-        return rainbow.Transitions(
+        return Transitions(
             obs=observations(t),
             extras={k: v[slot, t] for k, v in self.extras.items()},
             action=self.action[slot, t].astype(np.int32),
@@ -354,11 +361,13 @@ class SequenceReplay(Replay):
         first = self.max_priority if self.prioritized else 1.0
         self.tree.set(slots, np.where(self._learnable()[slots], first, 0.0))
 
-    def sequences(self, idx: np.ndarray, weight: np.ndarray, version: int):
+    def batch(self, idx: np.ndarray, weight: np.ndarray, version: int) -> Sequences:
+        """The sequences at idx (Replay.batch)."""
+        return self.sequences(idx, weight, version)
+
+    def sequences(self, idx: np.ndarray, weight: np.ndarray, version: int) -> Sequences:
         """The sequences at slots idx [...] (any shape), their weights, and the age of their
         stored states against the learner's policy `version`."""
-        from seedlike.algos import r2d2
-
         slot = np.asarray(idx, np.int64)
         t = np.arange(self.horizon + 1)
         obs = {k: v[slot] for k, v in self.obs.items()}
@@ -366,7 +375,7 @@ class SequenceReplay(Replay):
         obs.update({k: s.read(slot[..., None] + 0 * grid, grid) for k, s in self.stacks.items()})
         learn = self._valid[slot] & (np.arange(self.horizon) >= self.burn_in)
         carry = _unflatten(self._carry_def, [c[slot] for c in self.carry])
-        return r2d2.Sequences(
+        return Sequences(
             obs=obs,
             extras={k: v[slot] for k, v in self.extras.items()},
             action=self.action[slot].astype(np.int32),

@@ -134,28 +134,18 @@ def abstract_train_state(network, optimizer_config) -> TrainState:
     return jax.eval_shape(lambda key: init_train_state(network, optimizer, key), jax.random.key(0))
 
 
-def make_sgd_step(loss_fn, optimizer, learning_rate_fn, axis_name: str = AXIS):
-    """Returns the pure sgd_step(state, batch) -> (state, metrics), to be pmapped over axis_name."""
+def make_sgd_step(
+    loss_fn, optimizer, learning_rate_fn, target_period: int = 0, seed: int = 0,
+    axis_name: str = AXIS,
+):  # fmt: skip
+    """Returns the pure sgd_step(state, batch) -> (state, (metrics, priority)) of any algorithm
+    (seedlike.algos' contract: loss_fn(params, target_params, obs_norm, batch, key) -> (loss,
+    (metrics, priority))), to be pmapped over axis_name. The loss's key (a noisy head's weight
+    noise) is the step count folded into `seed`'s: the same on every device, a new one every
+    step. With target_period > 0, the target parameters (a Q network's) are copied from the new
+    parameters whenever the step count reaches a multiple of it."""
 
     def sgd_step(state: TrainState, batch):
-        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-        (_, metrics), grads = grad_fn(state.params, state.obs_norm, batch)
-        return apply_gradients(state, grads, metrics, optimizer, learning_rate_fn, axis_name)
-
-    return sgd_step
-
-
-def make_replay_step(
-    loss_fn, optimizer, learning_rate_fn, target_period: int, seed: int = 0, axis_name: str = AXIS
-):
-    """Returns the pure replay_step(state, transitions) -> (state, (metrics, priority)) of a
-    replay algorithm (seedlike.algos: loss_fn(params, target_params, obs_norm, batch, key)), to
-    be pmapped over axis_name: one sgd step, then the target parameters copied from the new
-    parameters whenever the step count reaches a multiple of target_period. The loss's key (a
-    noisy head's weight noise) is the step count folded into `seed`'s: the same on every device,
-    a new one every step."""
-
-    def replay_step(state: TrainState, batch):
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
         key = jax.random.fold_in(jax.random.key(seed), state.sgd_steps)
         (_, (metrics, priority)), grads = grad_fn(
@@ -164,11 +154,15 @@ def make_replay_step(
         state, metrics = apply_gradients(
             state, grads, metrics, optimizer, learning_rate_fn, axis_name
         )
-        copy = state.sgd_steps % target_period == 0
-        target = jax.tree.map(lambda t, p: jnp.where(copy, p, t), state.target_params, state.params)
-        return state.replace(target_params=target), (metrics, priority)
+        if target_period:
+            copy = state.sgd_steps % target_period == 0
+            target = jax.tree.map(
+                lambda t, p: jnp.where(copy, p, t), state.target_params, state.params
+            )
+            state = state.replace(target_params=target)
+        return state, (metrics, priority)
 
-    return replay_step
+    return sgd_step
 
 
 def apply_gradients(state: TrainState, grads, metrics, optimizer, learning_rate_fn, axis_name):

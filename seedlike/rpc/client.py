@@ -210,7 +210,7 @@ async def exchange_all(connections: list[Connection], messages: list) -> list[pb
     return [reply.actions for reply in replies]
 
 
-# The actor's half of keepalive (the server's: seedlike.rpc.service.KEEPALIVE_OPTIONS): a ping
+# The actor's half of keepalive (the server's: seedlike.rpc.streams.KEEPALIVE_OPTIONS): a ping
 # every 10 s, with or without data in between, and the connection declared dead when one is not
 # answered within 10 s. A learner host that vanishes (power loss, partition: no reset ever
 # arrives) fails the step in flight within 20 s of the last frame, and the actor reconnects with

@@ -3,7 +3,7 @@
   python -m seedlike.rpc.frontend FD     (started by seedlike.rpc.hub, never by hand)
 
 Everything per request happens here, on this process's gRPC event loop: TLS, the run token, the
-Hello deadline and idle deadline, parsing and every check of a step (seedlike.rpc.service's
+Hello deadline and idle deadline, parsing and every check of a step (seedlike.rpc.streams's
 `InferenceServicer`, the same code as in the learner process). The learner process sees only
 checked rows, written into each session's shared memory (seedlike.rpc.shm), and answers with
 actions there. What this process may touch: its own gRPC server and event loop, the sessions'
@@ -30,7 +30,7 @@ import time
 import grpc
 
 from seedlike.rpc import shm
-from seedlike.rpc.service import Opened, Peer, Refused, RpcServer, Transport
+from seedlike.rpc.streams import Opened, Peer, Refused, RpcServer, Transport
 from seedlike.server.errors import ServerStopping
 from seedlike.server.unrolls import Geometry, PoolView
 from seedlike.types import EnvSpec
@@ -149,7 +149,7 @@ class CentralLink:
     def start(self) -> None:
         self._loop.add_reader(self._sock.fileno(), self._on_readable)
 
-    # The backend interface (seedlike.rpc.service.InferenceServicer) -----------------------------
+    # The backend interface (seedlike.rpc.streams.InferenceServicer) -----------------------------
 
     async def open_session(self, actor_id: int, num_envs: int, peer: Peer) -> Opened:
         if self._stopped is not None:

@@ -40,7 +40,7 @@ import numpy as np
 
 from seedlike.rpc import codec, shm
 from seedlike.rpc.frontend import Setup
-from seedlike.rpc.service import Peer, Refused
+from seedlike.rpc.streams import Peer, Refused
 from seedlike.runtime.threadnames import named
 from seedlike.server.errors import ServerStopping
 
@@ -151,7 +151,7 @@ class FrontEnds:
     Args:
       service: the seedlike.server.inference.InferenceService to serve.
       claim: the port (seedlike.rpc.ports.Claim), released by `stop`.
-      transport: the server section's settings (seedlike.rpc.service.Transport); front_ends > 0.
+      transport: the server section's settings (seedlike.rpc.streams.Transport); front_ends > 0.
       credentials: mutual TLS and the run token, or None (loopback only).
     """
 

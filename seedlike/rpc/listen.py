@@ -1,7 +1,7 @@
 """Where a learner starts listening for actors: in this process or through stream front ends.
 
-Kept apart from service.py (the in-process server and what both ways share) and hub.py (the front
-ends), which both import service.py: choosing between them here keeps the imports one way.
+Kept apart from streams.py (the in-process server and what both ways share) and hub.py (the front
+ends), which both import streams.py: choosing between them here keeps the imports one way.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 from seedlike.rpc import ports
 from seedlike.rpc.hub import FrontEnds
 from seedlike.rpc.security import Credentials, check_bind
-from seedlike.rpc.service import LocalServer, Transport
+from seedlike.rpc.streams import LocalServer, Transport
 
 
-def serve(service, bind: str, port: int, server_config, credentials: Credentials | None = None):
+def listen(service, bind: str, port: int, server_config, credentials: Credentials | None = None):
     """Starts serving `service` to actors with the transport settings of `server_config` (the
     config's `server` section): stream front ends in processes of their own
     (server.front_ends, seedlike.rpc.hub), or the gRPC event loop in this process. Returns the

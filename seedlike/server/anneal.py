@@ -2,7 +2,7 @@
 
 After surgery adds an action or observation features, the change is brought in gradually: each new
 episode "has" the change with probability f, which ramps linearly from 0 to 1 over
-`anneal.updates` policy versions starting at `anneal.start_version`. In an episode without it the
+`anneal.versions` policy versions starting at `anneal.start_version`. In an episode without it the
 new actions are illegal (masked) and the new observation features read 0, exactly as the network
 saw the world before surgery. The server applies this per seat, before inference and before
 recording, so the learner trains on exactly what the policy saw.
@@ -20,24 +20,24 @@ from seedlike.types import LEGAL_ACTION_MASK, TEAMMATES, ArraySpec, EnvSpec
 @dataclasses.dataclass(frozen=True)
 class Annealing:
     start_version: int
-    updates: int
+    versions: int
     new_actions: tuple[int, ...]
     new_obs_features: tuple[int, ...]  # indices into the flat features of observation "obs"
 
     @classmethod
     def from_config(cls, anneal_config) -> Annealing | None:
-        if not anneal_config or int(anneal_config.updates) <= 0:
+        if not anneal_config or int(anneal_config.versions) <= 0:
             return None
         return cls(
             int(anneal_config.start_version),
-            int(anneal_config.updates),
+            int(anneal_config.versions),
             tuple(int(a) for a in anneal_config.new_actions),
             tuple(int(i) for i in anneal_config.new_obs_features),
         )
 
     def fraction(self, version: int) -> float:
         """Share of new episodes that have the change at this policy version."""
-        return float(np.clip((version - self.start_version) / self.updates, 0.0, 1.0))
+        return float(np.clip((version - self.start_version) / self.versions, 0.0, 1.0))
 
     def server_spec(self, spec: EnvSpec) -> EnvSpec:
         """The spec the server records with: a legal-action mask is added if actions anneal."""

@@ -1,6 +1,6 @@
 """Central inference: one pipeline from actor requests to actions and recorded trajectories.
 
-Transport-agnostic: the gRPC layer (seedlike.rpc.service, seedlike.rpc.hub) calls
+Transport-agnostic: the gRPC layer (seedlike.rpc.streams, seedlike.rpc.hub) calls
 `open_session`, `submit` and `close_session`; tests call them directly. Three threads, each doing
 only its own work, joined by bounded handoffs (seedlike.server.handoff) so that a slow stage holds
 back the ones before it (backpressure), and a fourth that sends the replies an identity's pacing
@@ -52,7 +52,7 @@ from seedlike.types import LEGAL_ACTION_MASK, EnvSpec, Rows
 
 # Wall time each stage's thread is busy, reported as a share of the interval (`busy/<stage>`): a
 # stage near 1.0 is the bottleneck. decode is the gRPC event-loop thread's parsing and checking of
-# requests (seedlike.rpc.service); learn is the training loop's (seedlike.learner).
+# requests (seedlike.rpc.streams); learn is the training loop's (seedlike.learner).
 STAGES = ("decode", "prepare", "policy", "reply", "record")
 # A request's latency, split where it changes hands (`latency_ms/<segment>`, interval means):
 # waiting for its batch to close, preparing the batch, the policy (queued, computed, fetched), and

@@ -122,7 +122,7 @@ def test_ppo_loss_matches_reference(clip_value, normalize):
         mask=(rng.random(n) > 0.2).astype(np.float32),
     )
     config = ppo_config(clip_value=clip_value, normalize_advantages=normalize, clip_eps=0.1)
-    loss, metrics = jax.jit(make_ppo_loss(network, config))(params, obs_norm, batch)
+    loss, (metrics, _) = jax.jit(make_ppo_loss(network, config))(params, {}, obs_norm, batch, None)
     assert set(metrics) == set(ALGORITHMS["ppo"].metrics)
 
     logits, value = (np.asarray(x, np.float64) for x in network.apply(params, obs_norm, batch.obs))

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seedlike.algos import r2d2, rainbow
+from seedlike.algos import batches, r2d2, targets
 from seedlike.config import base_config
 from seedlike.learning.replay import SequenceReplay
 from seedlike.types import ArraySpec, EnvSpec, Unroll
@@ -35,7 +35,7 @@ def test_the_rescaling_and_its_inverse_by_hand():
 def test_the_rescaled_n_step_target_by_hand():
     # Rewards 1, 0, 0.5 then a bootstrap after 3 steps (gamma 0.9), of rescaled value h(10):
     # y = h(1 + 0.9^2 * 0.5 + 0.9^3 * 10).
-    total, discount, boot = rainbow.n_step_targets(
+    total, discount, boot = targets.n_step_targets(
         np.array([[1.0, 0.0, 0.5, 2.0]]), np.zeros((1, 4), bool), np.zeros((1, 4), bool), 0.9, 3
     )
     assert total[0, 0] == pytest.approx(1.405) and discount[0, 0] == pytest.approx(0.729)
@@ -62,7 +62,7 @@ def _setup(burn_in=3, stored_state=True, horizon=8, size=4, seed=0):
     c.burn_in, c.stored_state, c.huber_delta = burn_in, stored_state, 0.0
     rng = np.random.default_rng(seed)
     t1 = horizon + 1
-    total, discount, boot = rainbow.n_step_targets(
+    total, discount, boot = targets.n_step_targets(
         rng.normal(size=(size, horizon)), rng.random((size, horizon)) < 0.1,
         np.zeros((size, horizon), bool), 0.99, 3,
     )  # fmt: skip
@@ -70,7 +70,7 @@ def _setup(burn_in=3, stored_state=True, horizon=8, size=4, seed=0):
         lambda x: jnp.asarray(rng.normal(size=(size, *x.shape[1:])), x.dtype),
         network.initial_carry(1),
     )
-    batch = r2d2.Sequences(
+    batch = batches.Sequences(
         obs={"obs": jnp.asarray(rng.normal(size=(size, t1, 2)), jnp.float32)},
         extras={},
         action=jnp.asarray(rng.integers(0, 3, (size, t1)), jnp.int32),

@@ -11,6 +11,7 @@ import jax
 import pytest
 
 from networks import make_network
+from seedlike.algos import ALGORITHMS
 from seedlike.checkpoint import Checkpointer
 from seedlike.config import (
     ConfigError,
@@ -23,7 +24,6 @@ from seedlike.config import (
 )
 from seedlike.envs import make_env_spec
 from seedlike.learning import train_state as ts
-from seedlike.learning.offpolicy import make_learner
 from seedlike.teams import Teams
 from tests.procs import NEEDS_QT, ROOT, has_qt5
 
@@ -71,7 +71,9 @@ def test_config_builds_on_two_devices(path):
         mean = params["params"]["gaussian_head"]["mean"]["kernel"]
         assert mean.shape[-1] == spec.continuous
     # Batch and minibatches split over the suite's two forced devices (raises if not).
-    learner = make_learner(config, network, window_s=config.server.fair_window_s)
+    learner = ALGORITHMS[config.algo].learner()(
+        config, network, window_s=config.server.fair_window_s
+    )
     assert learner.num_devices == 2
 
 
@@ -130,12 +132,19 @@ def test_the_algorithm_records_are_the_configs_sections_and_the_losses_metrics()
 
     assert tuple(ALGORITHMS) == ("ppo", "vtrace", "rainbow", "r2d2")
     config = base_config()
+    learners = {}
     for name, algorithm in ALGORITHMS.items():
         assert config[name].to_dict() == algorithm.defaults().to_dict()
-        math = algorithm.load()
-        # A replay algorithm's targets come from the replay's transitions (no advantages).
-        assert callable(math.make_loss) and (algorithm.replay or callable(math.advantages))
-    assert [n for n, a in ALGORITHMS.items() if a.replay] == ["rainbow", "r2d2"]
+        learners[name] = algorithm.learner().__name__
+        module = algorithm.load()
+        # The batch learner reads advantages too; the replay's targets come from its samples.
+        assert callable(module.make_loss)
+        assert learners[name] == "ReplayLearner" or callable(module.advantages)
+    assert learners == {
+        "ppo": "Learner", "vtrace": "Learner", "rainbow": "ReplayLearner",
+        "r2d2": "ReplayLearner",
+    }  # fmt: skip
+    assert {n: a.head for n, a in ALGORITHMS.items() if a.head} == {"rainbow": "q", "r2d2": "q"}
     # V-trace computes its targets inside the loss; PPO's come from GAE beforehand.
     assert ALGORITHMS["vtrace"].load().advantages(config.vtrace) is None
     assert callable(ALGORITHMS["ppo"].load().advantages(config.ppo))
@@ -162,7 +171,7 @@ def test_distributed_settings_that_cannot_work_are_refused(setting, message):
 @pytest.mark.parametrize(
     "setting, message",
     [
-        ({"network.policy_head": "categorical"}, "set network.policy_head='q'"),
+        ({"network.policy_head": "categorical"}, "set network.policy_head='auto' (or 'q')"),
         ({"network.normalize_obs": True}, "set network.normalize_obs=False"),
         ({"rainbow.normalize_rewards": True}, "set rainbow.normalize_rewards=False"),
         ({"network.core": "lstm"}, "needs sequence replay with burn-in; set algo='r2d2'"),
@@ -191,7 +200,7 @@ def test_replay_settings_that_cannot_work_are_refused(setting, message):
         ({"r2d2.burn_in": 40}, "r2d2.burn_in=40 leaves no step of a 40-step sequence"),
         ({"r2d2.overlap": 40}, "r2d2.overlap=40 must lie in [0, 39]"),
         ({"network.atoms": 51}, "set network.atoms=1 and network.noisy=False"),
-        ({"r2d2.replay_ratio": 4.0}, "/ 1280 steps per sgd step (r2d2.batch_size=32 sequences)"),
+        ({"r2d2.replay_ratio": 4.0}, "/ 1280 steps per sgd step (r2d2.batch_sequences=32)"),
     ],
 )
 def test_r2d2_settings_that_cannot_work_are_refused(setting, message):
@@ -338,11 +347,11 @@ def test_actor_sizing_follows_the_cores_and_leaves_given_values():
     atari = load_config_file(os.path.join(ROOT, "configs", "atari_ppo.py")).env
     # 2 cores: the measured 8 x 64 asynchronous setup of RESULTS ("Breakout on an accelerator
     # host", run 4) for Atari's 4 envs per actor; 1 core: its 16 x 32 row.
-    assert actor_sizing(atari, 2) == {"num_threads": 2, "num_envs": 64, "batch_size": 32}
-    assert actor_sizing(atari, 1) == {"num_threads": 1, "num_envs": 32, "batch_size": 16}
-    assert actor_sizing(atari, 8, given={"num_envs", "num_threads"}) == {"batch_size": 128}
+    assert actor_sizing(atari, 2) == {"num_threads": 2, "num_envs": 64, "batch_envs": 32}
+    assert actor_sizing(atari, 1) == {"num_threads": 1, "num_envs": 32, "batch_envs": 16}
+    assert actor_sizing(atari, 8, given={"num_envs", "num_threads"}) == {"batch_envs": 128}
     coins = load_config_file(os.path.join(ROOT, "configs", "coins_teams.py")).env
-    assert "batch_size" not in actor_sizing(coins, 4)  # PettingZoo steps synchronously
+    assert "batch_envs" not in actor_sizing(coins, 4)  # PettingZoo steps synchronously
 
 
 def test_changes_that_alter_what_parameters_mean_are_named():

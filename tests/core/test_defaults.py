@@ -11,11 +11,11 @@ from seedlike import checkpoint, metrics, teams
 from seedlike.algos import vtrace
 from seedlike.config import base_config
 from seedlike.envs import spaces
+from seedlike.inference_server import serve_checkpoint
 from seedlike.league import evaluation, league, payoff, samplers
 from seedlike.rpc import codec
 from seedlike.server import curriculum, episodes, inference, influence, matchmaking
 from seedlike.server import trajectory_store as store
-from seedlike.serving import serve_checkpoint
 from surgery import plan
 
 # (callable, its parameter, the config key whose default it repeats)

@@ -8,8 +8,8 @@ from seedlike.envs.envpool_env import EnvpoolAdapter, check_task_id, make_env_sp
 from seedlike.types import ArraySpec
 
 
-def env_config(name="CartPole-v1", num_envs=2, batch_size=0, **kwargs):
-    return section("env", name=name, num_envs=num_envs, batch_size=batch_size, kwargs=kwargs)
+def env_config(name="CartPole-v1", num_envs=2, batch_envs=0, **kwargs):
+    return section("env", name=name, num_envs=num_envs, batch_envs=batch_envs, kwargs=kwargs)
 
 
 def test_auto_reset_after_termination():

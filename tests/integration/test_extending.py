@@ -24,6 +24,7 @@ from networks.graph import Part, Reader, Space
 from seedlike import algos, envs
 from seedlike.actor import Actor
 from seedlike.algos import gae
+from seedlike.algos.batches import SampleBatch
 from seedlike.config import base_config
 from seedlike.learner import ADDRESS_FILE, train
 from seedlike.metrics import read_metrics
@@ -109,10 +110,10 @@ def advantages(section):
     return fn
 
 
-def make_loss(network, section, axis_name, sequences):
-    assert not sequences  # feed-forward, and the record says it needs no whole unrolls
-
-    def loss_fn(params, obs_norm, batch):
+def make_loss(network, section, axis_name):
+    def loss_fn(params, target_params, obs_norm, batch, key):
+        # Feed-forward, and the record's batch type is steps: a SampleBatch of independent steps.
+        assert isinstance(batch, SampleBatch)
         logits, value = network.apply(params, obs_norm, batch.obs, batch.extras, batch.action)
         logp = heads.log_prob(logits, batch.action, network.action_sizes)
         count = jnp.maximum(jnp.sum(batch.mask), 1.0)
@@ -124,12 +125,13 @@ def make_loss(network, section, axis_name, sequences):
         value_loss = mean(jnp.square(value - batch.value_target))
         entropy = mean(heads.entropy(logits, network.action_sizes))
         total = policy + section.vf_coef * value_loss - section.ent_coef * entropy
-        return total, {
+        metrics = {
             "loss/total": total,
             "loss/policy": policy,
             "loss/value": value_loss,
             "loss/entropy": entropy,
         }
+        return total, (metrics, None)  # no priorities: nothing is replayed
 
     return loss_fn
 
@@ -170,10 +172,10 @@ def extended(monkeypatch):
     record = algos.Algorithm(
         name="toy_pg",
         defaults=toy_defaults,
-        check=lambda c: algos.check_common("toy_pg", c),
+        check=lambda config: algos.check_common("toy_pg", config.toy_pg),
         metrics=("loss/total", "loss/policy", "loss/value", "loss/entropy"),
-        sequences=False,
-        math=THIS,
+        module=THIS,
+        batch=algos.STEPS,
     )
     monkeypatch.setitem(algos.ALGORITHMS, "toy_pg", record)
     monkeypatch.setitem(heads.POLICY_HEADS, "hidden_layer", HiddenLayerHead)

@@ -104,7 +104,7 @@ def test_learner_and_actors_share_config_and_credentials(manifests):
     assert "--config.server.max_streams_per_peer=2" in learner_c["args"]
     assert "--config.env.num_threads=1" in actor_c["args"]
     assert "--config.env.num_envs=32" in actor_c["args"]
-    assert "--config.env.batch_size=16" in actor_c["args"]
+    assert "--config.env.batch_envs=16" in actor_c["args"]
     assert "--bind=0.0.0.0" in learner_c["args"] and "--logdir=/runs/pong" in learner_c["args"]
     assert "--server=pong-learner:50051" in actor_c["args"]
     assert "--actor_id=0" in actor_c["args"]

@@ -227,7 +227,7 @@ def test_a_league_exploiter_joins_on_its_pfsp_weighted_win_rate_and_resets_by_ch
 def test_learner_reset_restores_the_initial_params_and_optimizer_as_a_new_version():
     from networks import make_network
     from seedlike import config as config_lib
-    from seedlike.learning.learner import Learner
+    from seedlike.learning.update import Learner
 
     config = load_config_file("configs/cartpole_ppo.py")
     network = make_network(config.network, config_lib.env_spec(config))
@@ -252,7 +252,7 @@ def test_learner_reset_restores_the_initial_params_and_optimizer_as_a_new_versio
 def test_an_exploiter_resets_to_the_newest_main_snapshot_with_a_fresh_optimizer(tmp_path):
     from networks import make_network
     from seedlike import config as config_lib
-    from seedlike.learning.learner import Learner
+    from seedlike.learning.update import Learner
 
     config = load_config_file("configs/cartpole_ppo.py")
     network = make_network(config.network, config_lib.env_spec(config))

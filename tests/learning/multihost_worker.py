@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from networks import make_network
-from seedlike.learning.learner import Learner
+from seedlike.learning.update import Learner
 from seedlike.runtime import distributed
 from tests.helpers import LEARNER_SPEC as SPEC
 from tests.helpers import random_unrolls, variant_config

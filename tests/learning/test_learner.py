@@ -7,10 +7,9 @@ import pytest
 from networks import make_network
 from seedlike.config import base_config
 from seedlike.learning import train_state as ts
-from seedlike.learning.learner import Learner
-from seedlike.learning.offpolicy import make_learner
+from seedlike.learning.update import Learner
 from tests.helpers import LEARNER_SPEC as SPEC
-from tests.helpers import VARIANTS, random_unrolls, variant_config
+from tests.helpers import VARIANTS, learner_of, random_unrolls, variant_config
 from tests.helpers import learner_config as small_config
 
 
@@ -166,7 +165,7 @@ def test_a_stop_request_abandons_the_update_and_keeps_the_last_complete_version(
     state of the version before it; cleared, the same batch updates as usual."""
     import threading
 
-    from seedlike.learning.learner import Interrupted
+    from seedlike.learning.update import Interrupted
 
     config = small_config()
     network = make_network(config.network, SPEC)
@@ -193,15 +192,15 @@ def test_a_stop_request_abandons_the_update_and_keeps_the_last_complete_version(
 
 def rainbow_config(atoms: int):
     c = small_config(algo="rainbow")
-    c.network.update(policy_head="q", dueling=True, atoms=atoms, normalize_obs=False)
+    c.network.update(dueling=True, atoms=atoms, normalize_obs=False)
     # 32 steps per batch, 2 sgd steps of 16 transitions each; the target follows every 3 steps.
-    c.rainbow.update(min_fill=0, batch_size=16, replay_ratio=1.0, target_period=3)
+    c.rainbow.update(min_fill=0, batch_transitions=16, replay_ratio=1.0, target_period=3)
     return c
 
 
 def run_replay_updates(devices, config, updates=2):
     network = make_network(config.network, SPEC)
-    learner = make_learner(config, network, window_s=1e9, devices=devices)
+    learner = learner_of(config, network, window_s=1e9, devices=devices)
     initial = learner.init_state(jax.random.key(0))
     learner.set_state(initial)
     states, metrics = [], []
@@ -250,9 +249,9 @@ def test_replay_learner_is_the_same_on_one_and_two_devices():
 def test_the_r2d2_learner_is_the_same_on_one_and_two_devices():
     """Sequences with their stored LSTM states, split over devices like transitions."""
     c = small_config(algo="r2d2")
-    c.network.update(policy_head="q", dueling=True, core="lstm", core_size=8, normalize_obs=False)
+    c.network.update(dueling=True, core="lstm", core_size=8, normalize_obs=False)
     # 4 unrolls of 8 steps per batch; 2 sgd steps of 2 sequences each (burn-in 3).
-    c.r2d2.update(min_fill=0, batch_size=2, replay_ratio=1.0, target_period=3, burn_in=3)
+    c.r2d2.update(min_fill=0, batch_sequences=2, replay_ratio=1.0, target_period=3, burn_in=3)
     one, metrics_one, _ = run_replay_updates(jax.local_devices()[:1], c)
     two, metrics_two, _ = run_replay_updates(jax.local_devices()[:2], c)
     jax.tree.map(
@@ -267,14 +266,14 @@ def test_the_r2d2_learner_is_the_same_on_one_and_two_devices():
 def test_a_saved_replay_is_restored_before_the_next_batch(tmp_path):
     config = rainbow_config(1)
     network = make_network(config.network, SPEC)
-    first = make_learner(config, network, window_s=1e9, devices=jax.local_devices()[:1])
+    first = learner_of(config, network, window_s=1e9, devices=jax.local_devices()[:1])
     state = first.init_state(jax.random.key(0))
     first.set_state(state)
     for i in range(2):
         first.update(random_unrolls(network, state.params, {}, 4, 8, i))
     path = str(tmp_path / "replay.npz")
     first.write_replay(path)
-    second = make_learner(config, network, window_s=1e9, devices=jax.local_devices()[:1])
+    second = learner_of(config, network, window_s=1e9, devices=jax.local_devices()[:1])
     second.set_state(state)
     second.read_replay(path)
     batch = random_unrolls(network, state.params, {}, 4, 8, 2)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from networks import make_network
-from seedlike.learning.learner import Learner
+from seedlike.learning.update import Learner
 from tests.helpers import LEARNER_SPEC as SPEC
 from tests.helpers import random_unrolls, variant_config
 from tests.learning.multihost_worker import BASE_ENV_STEPS

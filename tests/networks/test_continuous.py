@@ -226,7 +226,7 @@ def test_ppo_ratio_is_one_at_the_acting_params():
         )
         assert action.shape == (32, 3)
         batch = SampleBatch(obs, {}, action, logp, value, jnp.ones(32), jnp.zeros(32), jnp.ones(32))
-        _, metrics = make_ppo_loss(network, config.ppo)(params, obs_norm, batch)
+        _, (metrics, _) = make_ppo_loss(network, config.ppo)(params, {}, obs_norm, batch, None)
         assert abs(float(metrics["loss/approx_kl"])) < 1e-6
         assert float(metrics["loss/clip_fraction"]) < 1e-6  # |ratio - 1| > 0.2 nowhere
 
@@ -273,7 +273,8 @@ def test_vtrace_importance_ratios_are_one_at_the_acting_params():
         np.zeros((b, t + 1), bool), np.zeros((b, t + 1), np.int32), np.ones((b, t), np.float32),
         np.zeros((b, t), bool), np.zeros((b, t), bool),
     )  # fmt: skip
-    _, metrics = make_vtrace_loss(network, config.vtrace)(params, obs_norm, SequenceBatch(unroll))
+    loss_fn = make_vtrace_loss(network, config.vtrace)
+    _, (metrics, _) = loss_fn(params, {}, obs_norm, SequenceBatch(unroll), None)
     np.testing.assert_allclose(metrics["loss/rho_mean"], 1.0, rtol=1e-5)
     assert np.isfinite(float(metrics["loss/entropy"]))
     assert set(metrics) == set(ALGORITHMS["vtrace"].metrics)

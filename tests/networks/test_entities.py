@@ -541,7 +541,7 @@ def test_ppo_on_autoregressive_heads_reads_the_behaviour_logits_of_the_actions_t
     action, logp, value, _ = act(params, {}, obs, extras, (), first, jax.random.key(4), False)
     ones = np.ones(16, F32)
     batch = SampleBatch(obs, extras, action, logp, value, ones, ones, ones)
-    _, metrics = jax.jit(make_ppo_loss(net, base_config().ppo))(params, {}, batch)
+    _, (metrics, _) = jax.jit(make_ppo_loss(net, base_config().ppo))(params, {}, {}, batch, None)
     assert (
         float(metrics["loss/clip_fraction"]) == 0 and abs(float(metrics["loss/approx_kl"])) < 1e-6
     )

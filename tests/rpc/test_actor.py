@@ -57,7 +57,7 @@ def run_actor(config, server, monkeypatch, timeout_s=30.0):
 
 def cartpole(give_up_s=1.0):
     config = load_config_file("configs/cartpole_ppo.py")
-    config.env.update(num_envs=2, batch_size=0, num_threads=1)
+    config.env.update(num_envs=2, batch_envs=0, num_threads=1)
     config.actor.update(give_up_s=give_up_s, first_connect_s=give_up_s, backoff_initial_s=0.05)
     return config
 

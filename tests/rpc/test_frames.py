@@ -11,7 +11,7 @@ import pytest
 
 from seedlike.config import base_config
 from seedlike.rpc import client, codec, frames
-from seedlike.rpc.listen import serve
+from seedlike.rpc.listen import listen
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
 from seedlike.server.unrolls import UnrollPool
 from seedlike.types import ArraySpec, EnvSpec, Rows
@@ -260,7 +260,7 @@ def run_stream(front_ends: int, overlap: int = 0) -> tuple[dict, list]:
     pool = UnrollPool(SPEC, 3, shared=front_ends > 0, overlap=overlap)
     store = TrajectoryStore(pool, 1, batches)
     service = service_of(store, spec=SPEC, batch_timeout_ms=20.0)
-    server, port = serve(service, "127.0.0.1", 0, config)
+    server, port = listen(service, "127.0.0.1", 0, config)
     address = f"127.0.0.1:{port}"
     produced, stream = {}, 0
     try:

@@ -9,7 +9,7 @@ import pytest
 
 from seedlike.config import base_config
 from seedlike.rpc import client, codec
-from seedlike.rpc.listen import serve
+from seedlike.rpc.listen import listen
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
 from seedlike.server.unrolls import UnrollPool
 from seedlike.types import Rows
@@ -39,7 +39,7 @@ def serving(front_ends: int, **server):
     batches = BatchQueue(slots=1000)
     store = TrajectoryStore(UnrollPool(SPEC, HORIZON, shared=front_ends > 0), 1, batches)
     service = service_of(store, batch_timeout_ms=20.0)
-    rpc, port = serve(service, "127.0.0.1", 0, config)
+    rpc, port = listen(service, "127.0.0.1", 0, config)
     return batches, store, service, rpc, f"127.0.0.1:{port}"
 
 

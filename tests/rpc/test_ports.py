@@ -9,7 +9,7 @@ import pytest
 
 from seedlike.config import base_config
 from seedlike.rpc import client, codec, ports
-from seedlike.rpc.listen import serve
+from seedlike.rpc.listen import listen
 from tests.helpers import SERVE_SPEC as SPEC
 from tests.helpers import rows, service_of
 from tests.procs import ROOT, Processes, free_port, wait_for
@@ -42,11 +42,11 @@ def test_a_second_server_on_a_served_port_is_refused(front_ends):
     config = base_config().server
     config.front_ends = front_ends
     service = service_of(None)
-    server, port = serve(service, "127.0.0.1", 0, config)
+    server, port = listen(service, "127.0.0.1", 0, config)
     try:
         other = service_of(None)
         with pytest.raises(ports.PortInUse, match=str(port)):
-            serve(other, "127.0.0.1", port, config)
+            listen(other, "127.0.0.1", port, config)
         other.stop(finished=True)
         # The first still serves every actor that comes (with 2 front ends: both listen).
         for actor_id in range(4):

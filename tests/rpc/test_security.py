@@ -14,7 +14,7 @@ import pytest
 
 from seedlike.config import base_config
 from seedlike.rpc import client, codec, security
-from seedlike.rpc.listen import serve
+from seedlike.rpc.listen import listen
 from tests.helpers import SERVE_SPEC as SPEC
 from tests.helpers import credentials_script, make_credentials, rows, service_of
 from tests.procs import ROOT, last, log_text, wait_for
@@ -61,7 +61,7 @@ def test_tls_server_serves_actors_with_the_token_and_refuses_the_rest(tmp_path):
         make_credentials(tmp_path / "other", "x"), "client", "actor-0"
     )
     service = service_of(None)
-    server, port = serve(service, "127.0.0.1", 0, base_config().server, server_creds)
+    server, port = listen(service, "127.0.0.1", 0, base_config().server, server_creds)
     address = f"localhost:{port}"  # the certificate names localhost
     hello = codec.make_hello(SPEC, actor_id=0, num_envs=2)
     try:
@@ -79,7 +79,7 @@ def test_tls_server_serves_actors_with_the_token_and_refuses_the_rest(tmp_path):
             client.Connection(address, hello, connect_timeout=5.0, credentials=None)
         assert security.speaks_tls("localhost", port)
         plain_service = service_of(None)
-        plain, plain_port = serve(plain_service, "127.0.0.1", 0, base_config().server, None)
+        plain, plain_port = listen(plain_service, "127.0.0.1", 0, base_config().server, None)
         assert not security.speaks_tls("127.0.0.1", plain_port)
         plain.stop()
         plain_service.stop(finished=True)
@@ -152,7 +152,7 @@ def _serving(server_config=None, credentials=None):
     the list are closed, and the server and service stopped, on exit."""
     service = service_of(None)
     config = base_config().server if server_config is None else server_config
-    server, port = serve(service, "127.0.0.1", 0, config, credentials)
+    server, port = listen(service, "127.0.0.1", 0, config, credentials)
     connections: list = []
     try:
         yield service, port, connections

@@ -9,8 +9,8 @@ import pytest
 
 from seedlike.config import base_config
 from seedlike.rpc import client, codec
-from seedlike.rpc.listen import serve
-from seedlike.rpc.service import Peer, peer_host
+from seedlike.rpc.listen import listen
+from seedlike.rpc.streams import Peer, peer_host
 from tests.helpers import SERVE_SPEC as SPEC
 from tests.helpers import rows, service_of
 from tests.procs import wait_for
@@ -42,7 +42,7 @@ def server(request):
     )
     marker = request.node.get_closest_marker("transport")
     transport.update(marker.kwargs if marker else {})
-    rpc, port = serve(service, "127.0.0.1", 0, transport)
+    rpc, port = listen(service, "127.0.0.1", 0, transport)
     yield service, f"127.0.0.1:{port}", gate
     gate.open.set()
     rpc.stop()
@@ -214,7 +214,7 @@ def test_a_full_server_gives_the_slot_of_a_silent_session_to_a_newcomer(server, 
 def test_an_evicted_session_that_steps_again_is_told_why():
     """The gate's verdict on a session it gave away: its next step is refused, naming the
     setting; sessions that step are never chosen."""
-    from seedlike.rpc.service import SessionGate
+    from seedlike.rpc.streams import SessionGate
 
     class Service:
         registry = type("R", (), {"policy_version": 0})()
@@ -269,7 +269,7 @@ def test_peer_host_strips_the_port():
 
 
 def test_front_ends_come_from_the_core_count():
-    from seedlike.rpc.service import front_ends
+    from seedlike.rpc.streams import front_ends
 
     assert [front_ends(-1, cores) for cores in (1, 2, 3, 4, 16, 64)] == [0, 0, 0, 1, 4, 16]
     assert front_ends(0, 64) == 0 and front_ends(3, 2) == 3
@@ -284,7 +284,7 @@ def test_a_population_step_writes_to_every_learner_before_it_waits_for_any():
         for _ in range(2):
             gate = Gate()
             service = service_of(None, gate)
-            rpc, port = serve(service, "127.0.0.1", 0, base_config().server)
+            rpc, port = listen(service, "127.0.0.1", 0, base_config().server)
             servers.append((service, rpc, gate, f"127.0.0.1:{port}"))
         hello = codec.make_hello(SPEC, 0, 2)
         connections = [client.Connection(address, hello) for *_, address in servers]

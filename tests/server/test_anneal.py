@@ -27,16 +27,16 @@ def rows(n, obs=1.0):
 
 def annealing(**kw):
     c = ml_collections.ConfigDict(
-        {"start_version": 10, "updates": 20, "new_actions": (3,), "new_obs_features": (2,)}
+        {"start_version": 10, "versions": 20, "new_actions": (3,), "new_obs_features": (2,)}
     )
     c.update(kw)
     return Annealing.from_config(c)
 
 
-def test_fraction_ramps_linearly_and_zero_updates_disables():
+def test_fraction_ramps_linearly_and_zero_versions_disables():
     a = annealing()
     assert [a.fraction(v) for v in (0, 10, 15, 20, 30, 99)] == [0.0, 0.0, 0.25, 0.5, 1.0, 1.0]
-    assert annealing(updates=0) is None
+    assert annealing(versions=0) is None
 
 
 def test_episodes_without_the_change_see_the_old_world():
@@ -70,7 +70,7 @@ def test_each_episode_draws_the_change_once_and_the_learner_sees_what_the_policy
     """Through a real inference pipeline: half of the episodes (fraction 0.5) have the change.
     Without it the policy, which prefers the new action 3, cannot play it and sees feature 2 as 0;
     the recorded unrolls hold exactly those inputs, and an episode keeps its draw until it ends."""
-    a = annealing(start_version=0, updates=2)
+    a = annealing(start_version=0, versions=2)
     config = base_config()
     config.network.hidden_sizes = ()
     config.network.normalize_obs = False

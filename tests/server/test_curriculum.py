@@ -16,7 +16,7 @@ from seedlike.envs.levels import LevelsAdapter
 from seedlike.policy import PolicyRegistry
 from seedlike.rpc import client, codec
 from seedlike.rpc import seedlike_pb2 as pb
-from seedlike.rpc.listen import serve
+from seedlike.rpc.listen import listen
 from seedlike.server.curriculum import Curriculum, threshold_rule, uniform_up_to
 from seedlike.server.inference import InferenceService
 from seedlike.server.matchmaking import Matchmaker
@@ -230,7 +230,7 @@ def test_the_recorder_reports_each_ended_episode_with_its_level_and_success():
 def test_level_probabilities_reach_actors_in_the_welcome_and_whenever_they_change():
     curriculum = Curriculum(2, 0.3, 0.8, window=2)
     service, config = level_service(curriculum)
-    rpc, port = serve(service, "127.0.0.1", 0, config.server)
+    rpc, port = listen(service, "127.0.0.1", 0, config.server)
     hello = codec.make_hello(SPEC, 0, 2)
     connection = client.Connection(f"127.0.0.1:{port}", hello)
     try:

@@ -468,7 +468,7 @@ def test_lr_zero_update_keeps_params_and_gradients_reach_new_units():
     step = _sgd_step(new_net, new_config)
     batch = _ppo_batch(new_net, new_state.obs_norm, 0)
     stacked = jax.tree.map(lambda x: np.asarray(x)[None], (new_state, batch))
-    after, metrics = step(*stacked)
+    after, (metrics, _) = step(*stacked)
     assert float(metrics["learning_rate"][0]) == 0.0
     jax.tree.map(
         lambda a, b: np.testing.assert_array_equal(np.asarray(a)[0], b),

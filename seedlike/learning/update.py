@@ -28,14 +28,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from networks import heads, normalization
-from seedlike.algos import ALGORITHMS, batches
+from seedlike.algos import ALGORITHMS, UNROLLS, batches
 from seedlike.learning import train_state as ts
 from seedlike.runtime import devices as devices_lib
 from seedlike.types import Unroll
 
 
 class Learner:
-    """The replicated TrainState and its update.
+    """The replicated TrainState and its update, for the algorithms that learn from each batch
+    of actors' unrolls once (batch types "steps" and "unrolls": module docstring).
 
     Args:
       config: the run's settings (batch shape, budget), its algorithm's section and `optimizer`.
@@ -46,25 +47,46 @@ class Learner:
         feeds those it owns (local_devices).
       shuffle_blocks: blocks of the batch shuffled independently, one per learner host (default:
         the number of processes). One process can reproduce a multi-host update with more.
+
+    What every learner shares is here: the devices and the state's place, the optimizer and its
+    schedule, the one sgd step of the algorithm's loss (seedlike.algos' contract), the guard
+    around a failed update and the commit of a new policy version (`_commit`). A subclass for
+    another batch type (seedlike.learning.replay_update.ReplayLearner) overrides `_setup`, which
+    builds the programs that feed the sgd step, and `_update`.
     """
 
     def __init__(self, config, network, *, window_s: float, devices=None, shuffle_blocks=None):
         self._init_devices(config, network, window_s, devices, shuffle_blocks)
-        math = self.algorithm.load()
-        advantages = math.advantages(self.algo_config)
-        self.epochs = int(self.algo_config.epochs)
-        self.num_minibatches = int(self.algo_config.num_minibatches)
-        self.sequences = network.is_recurrent or self.algorithm.sequences
-        self._check_divisibility()
-
+        head, wanted = network.module.head_spec.policy, self.algorithm.head
+        if head != (wanted or head) or (not wanted and network.q):
+            raise ValueError(
+                f"algo={config.algo!r} learns {f'the {wanted!r} head' if wanted else 'a policy'}; "
+                f"the network has {head!r} (seedlike.config.resolve sets network.policy_head)"
+            )
+        self.sgd_per_update = self.algorithm.sgd_steps(config)
         steps_per_update = config.batch_unrolls * config.unroll_length
         total_updates = -(-int(config.total_env_steps) // steps_per_update)
-        total_sgd_steps = total_updates * self.epochs * self.num_minibatches
         self.optimizer = ts.make_optimizer(config.optimizer)
-        loss_fn = math.make_loss(network, self.algo_config, ts.AXIS, self.sequences)
-        lr_fn = ts.make_learning_rate_fn(config.optimizer, total_sgd_steps)
-        sgd_step = ts.make_sgd_step(loss_fn, self.optimizer, lr_fn)
-        take = _take_unrolls if self.sequences else _take_steps
+        loss_fn = self.algorithm.load().make_loss(network, self.algo_config, ts.AXIS)
+        lr_fn = ts.make_learning_rate_fn(config.optimizer, total_updates * self.sgd_per_update)
+        # Sgd steps between copies of a Q network's target parameters, where the algorithm's
+        # section has target_period (rainbow, r2d2); 0: its loss reads no target.
+        c = self.algo_config
+        period = int(c.target_period) if "target_period" in c else 0
+        self._sgd_step = ts.make_sgd_step(loss_fn, self.optimizer, lr_fn, period, int(config.seed))
+        self.metric_keys = (*self.algorithm.metrics, "grad_norm", "learning_rate", "nonfinite")
+        self._setup()
+
+    def _setup(self) -> None:
+        """The programs around the sgd step: advantages and observation statistics for a whole
+        batch (`prepare`), and each epoch's minibatches (a scan of sgd steps)."""
+        advantages = self.algorithm.load().advantages(self.algo_config)
+        self.epochs = int(self.algo_config.epochs)
+        self.num_minibatches = int(self.algo_config.num_minibatches)
+        # Minibatches of whole unrolls: a recurrent network's, or a batch type of whole unrolls.
+        self.sequences = self.network.is_recurrent or self.algorithm.batch == UNROLLS
+        self._check_divisibility()
+        sgd_step, take = self._sgd_step, _take_unrolls if self.sequences else _take_steps
 
         def sgd_epoch(state, items, order):
             """One epoch's sgd steps: order [num_minibatches, size] indexes items."""
@@ -76,17 +98,16 @@ class Learner:
         self._sgd_epoch = jax.pmap(sgd_epoch, ts.AXIS, devices=self.devices)
         prepare = ts.make_prepare(
             advantages,
-            groups=int(config.batch_unrolls),
+            groups=int(self.config.batch_unrolls),
             parts=self.num_local,
-            score=_score(network) if advantages is not None else None,
+            score=_score(self.network) if advantages is not None else None,
         )
         self._advantages = advantages is not None
         self._prepare = jax.pmap(prepare, ts.AXIS, devices=self.devices)
-        self.metric_keys = (*self.algorithm.metrics, "grad_norm", "learning_rate", "nonfinite")
 
     def _init_devices(self, config, network, window_s, devices, shuffle_blocks) -> None:
         """What every learner holds: the config, the devices and their share of the batch, the
-        compute guard and the state's place (ReplayLearner shares it)."""
+        compute guard and the state's place."""
         self.config = config
         self.network = network
         self.algorithm = ALGORITHMS[config.algo]
@@ -213,6 +234,22 @@ class Learner:
             self._state = old_state
             raise
 
+    def _commit(self, old_state, metrics: dict[str, float], **replace) -> bool:
+        """Installs the state the update left (with `replace`'s fields) as the next policy
+        version, or, where a metric is not finite, puts `old_state` back: the update discarded.
+        Returns whether it was installed."""
+        bad = sorted(k for k, v in metrics.items() if not np.isfinite(v))
+        if bad:
+            logging.error(
+                "non-finite %s in learner update %d; update discarded", bad, self.policy_version
+            )
+            self._state = old_state
+            return False
+        version = self.guard(lambda v: v + 1, self._state.policy_version)
+        self._state = self._state.replace(policy_version=version, **replace)
+        self._version += 1
+        return True
+
     def _update(self, unrolls: Unroll, identity, old_state) -> dict[str, float]:
         n = self.num_local
         batch, horizon = unrolls.action.shape[0], unrolls.reward.shape[1]
@@ -273,22 +310,13 @@ class Learner:
             idx = idx.reshape(self.num_minibatches, n, -1).swapaxes(0, 1).astype(np.int32)
             if self._alone and self.interrupt is not None and self.interrupt.is_set():
                 raise Interrupted(f"update {self.policy_version} abandoned at a stop request")
-            self._state, epoch_metrics = self.guard(self._sgd_epoch, self._state, items, idx)
+            self._state, (epoch_metrics, _) = self.guard(self._sgd_epoch, self._state, items, idx)
             metrics.append(epoch_metrics)
 
         metrics = jax.device_get(metrics)  # every step's metrics in one wait, not one per value
         metrics = jax.tree.map(lambda *xs: float(np.mean([x[0] for x in xs])), *metrics)
-        if not all(np.isfinite(v) for v in metrics.values()):
-            bad = sorted(k for k, v in metrics.items() if not np.isfinite(v))
-            logging.error(
-                "non-finite %s in learner update %d; update discarded", bad, self.policy_version
-            )
-            self._state = old_state
-            return {**metrics, "nonfinite": 1.0}
-        version = self.guard(lambda v: v + 1, self._state.policy_version)
-        self._state = self._state.replace(obs_norm=obs_norm, policy_version=version)
-        self._version += 1
-        return {**metrics, "nonfinite": 0.0}
+        committed = self._commit(old_state, metrics, obs_norm=obs_norm)
+        return {**metrics, "nonfinite": 0.0 if committed else 1.0}
 
     def _obs_moments(self, unrolls: Unroll, identity: np.ndarray) -> dict:
         """This process's bounded observation moments (IdentityWindow) from the host batch: every

@@ -1,93 +1,77 @@
-"""The learner of the replay algorithms (seedlike.algos: `Algorithm.replay`): each learner batch
-goes into this host's replay (seedlike.learning.replay), then a fixed number of sgd steps sample
-from it.
+"""The learner of the replay algorithms (seedlike.algos: the batch types "transitions" and
+"sequences"): each learner batch goes into this host's replay (seedlike.learning.replay), then a
+fixed number of sgd steps sample from it.
 
 One call of `update` is one policy version: insert the batch's B x T steps, then (once the replay
-holds `min_fill` steps) replay_ratio x B x T / batch_size sgd steps, each on `batch_size`
-transitions sampled by priority, all in one pmapped call (a scan), then the priorities they
-computed written back. The replay ratio is thereby held exactly: the learner learns only when a
-batch arrives, and acting waits while it learns (the batch queue's backpressure). Each device
-learns from its share of every sgd step's transitions; with several learner hosts each samples
-its own replay (its own actors' steps) and the gradients are averaged over every device, as for
-the on-policy learner.
+holds `min_fill` steps) replay_ratio x B x T / (the env steps of an sgd batch) sgd steps, each on
+batch_transitions transitions (or batch_sequences sequences) sampled by priority, all in one
+pmapped call (a scan), then the priorities they computed written back. The replay ratio is
+thereby held exactly: the learner learns only when a batch arrives, and acting waits while it
+learns (the batch queue's backpressure). Each device learns from its share of every sgd step's
+samples; with several learner hosts each samples its own replay (its own actors' steps) and the
+gradients are averaged over every device, as for the on-policy learner.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 
 import jax
 import numpy as np
 
-from seedlike.algos import ALGORITHMS, sgd_steps_per_update
+from seedlike import algos
 from seedlike.learning import train_state as ts
-from seedlike.learning.learner import Learner
 from seedlike.learning.replay import Replay, SequenceReplay
+from seedlike.learning.update import Learner
 from seedlike.types import Unroll
 
 
 class ReplayLearner(Learner):
-    """A Learner whose update learns from the replay (module docstring); the same state,
-    publishing and guard."""
+    """A Learner whose update learns from the replay (module docstring), for the batch types
+    "transitions" and "sequences"; the same state, sgd step, commit, publishing and guard."""
 
-    def __init__(self, config, network, *, window_s: float, devices=None, shuffle_blocks=None):
-        self._init_devices(config, network, window_s, devices, shuffle_blocks)
-        c = self.algo_config
+    def _setup(self) -> None:
+        config, c = self.config, self.algo_config
         self.batch_device = None  # the replay keeps host arrays
         self.epochs = 1
-        steps = config.batch_unrolls * config.unroll_length
-        self.sgd_per_update = sgd_steps_per_update(config)
-        if int(c.batch_size) % self.num_devices:
+        key, samples = algos.sgd_batch(config)
+        if samples % self.num_devices:
             raise ValueError(
-                f"{config.algo}.batch_size={c.batch_size} must be divisible by the "
-                f"{self.num_devices} devices"
+                f"{config.algo}.{key}={samples} must be divisible by the {self.num_devices} devices"
             )
-        # Each process samples its devices' share of every sgd step's transitions.
-        self.local_batch = int(c.batch_size) * self.num_local // self.num_devices
-        total_updates = -(-int(config.total_env_steps) // steps)
-        self.optimizer = ts.make_optimizer(config.optimizer)
-        math_ = self.algorithm.load()
-        loss_fn = math_.make_loss(network, c, ts.AXIS)
-        lr_fn = ts.make_learning_rate_fn(config.optimizer, total_updates * self.sgd_per_update)
-        step = ts.make_replay_step(
-            loss_fn, self.optimizer, lr_fn, int(c.target_period), int(config.seed)
-        )
+        # Each process samples its devices' share of every sgd step's samples.
+        self.local_batch = samples * self.num_local // self.num_devices
+        step = self._sgd_step
 
-        def steps_fn(state, transitions):
-            """sgd_per_update steps: transitions [K, b, ...] on this device."""
-            return jax.lax.scan(step, state, transitions)
+        def steps_fn(state, batches):
+            """sgd_per_update steps: batches [K, b, ...] on this device."""
+            return jax.lax.scan(step, state, batches)
 
         self._steps = jax.pmap(steps_fn, ts.AXIS, devices=self.devices)
         self.total_env_steps = int(config.total_env_steps)
         self.min_fill = int(c.min_fill)
         self.beta0 = float(c.importance_exponent)
         self.replay: Replay | None = None  # allocated at the first batch (its shapes)
-        self.metric_keys = (
-            *self.algorithm.metrics, "grad_norm", "learning_rate", "nonfinite",
-            "replay/size", "replay/ratio", "replay/beta",
-        )  # fmt: skip
-        self.consumed = 0  # transitions sampled by the last update
+        self.metric_keys = (*self.metric_keys, "replay/size", "replay/ratio", "replay/beta")
+        self.consumed = 0  # env steps sampled by the last update
         self.save_replay = bool(c.save_replay)
         self._batches = 0  # learner batches inserted by this process
         self._batch_steps = self.local_batch_unrolls * int(config.unroll_length)
-        # Env steps in one sample: a transition, or a whole stored unroll (R2D2's sequence).
-        self._sample_steps = int(config.unroll_length) if self.algorithm.sequences else 1
+        self._sample_steps = algos.sample_steps(config)  # env steps in one sample
         self._saved = None  # a saved replay's arrays, loaded into the replay once it exists
 
     def make_replay(self, example: Unroll) -> Replay:
+        """The replay of the algorithm's batch type (REPLAYS), shaped like `example`."""
         c = self.algo_config
         kwargs = dict(
             reward_clip=c.reward_clip, prioritized=c.prioritized, exponent=c.priority_exponent,
             eps=c.priority_eps, seed=int(self.config.seed) + jax.process_index(),
         )  # fmt: skip
-        if self.algorithm.sequences:
-            return SequenceReplay(example, c.capacity, c.n_step, c.gamma, c.burn_in, **kwargs)
-        return Replay(example, c.capacity, c.n_step, c.gamma, **kwargs)
+        return REPLAYS[self.algorithm.batch](example, c, **kwargs)
 
-    def update(self, unrolls: Unroll, identity: np.ndarray | None = None) -> dict[str, float]:
+    def _update(self, unrolls: Unroll, identity, old_state) -> dict[str, float]:
         """Inserts stacked unrolls [B, T+1, ...] (host arrays) and learns from the replay;
         returns the averaged metrics (replay counters only, before min_fill). `identity` is not
         needed: the influence caps' kept-out unrolls arrive invalid and are never sampled."""
@@ -110,12 +94,7 @@ class ReplayLearner(Learner):
         # and enter every collective of the update together.
         if self._batches * self._batch_steps < self.min_fill:
             return {**dict.fromkeys(self.metric_keys, float("nan")), **counters, "nonfinite": 0.0}
-        old_state = self._state
-        try:
-            return self._learn(old_state)
-        except BaseException:
-            self._state = old_state
-            raise
+        return self._learn(old_state)
 
     def write_replay(self, path: str) -> None:
         """Saves the replay's arrays to `path` (written whole, then renamed into place); the
@@ -167,27 +146,15 @@ class ReplayLearner(Learner):
         idx = idx.reshape(k, n, -1).swapaxes(0, 1)
         weight = weight.reshape(k, n, -1).swapaxes(0, 1)
         # Host arrays [device, K, b / n]: the pmap gives each local device its row.
-        if self.algorithm.sequences:
-            batch = replay.sequences(idx, weight, self.policy_version)
-        else:
-            batch = replay.transitions(idx, weight)
+        batch = replay.batch(idx, weight, self.policy_version)
         self._state, (metrics, priority) = self.guard(self._steps, self._state, batch)
         metrics, priority = jax.device_get((metrics, priority))
         self.consumed = k * self.local_batch * self._sample_steps
         metrics = {key: float(np.mean(v[0])) for key, v in metrics.items()}
-        counters = self._counters(beta)
-        if not all(math.isfinite(v) for v in metrics.values()):
-            bad = sorted(key for key, v in metrics.items() if not math.isfinite(v))
-            logging.error(
-                "non-finite %s in learner update %d; update discarded", bad, self.policy_version
-            )
-            self._state = old_state
-            return {**metrics, **counters, "nonfinite": 1.0}
-        replay.update(idx, np.asarray(priority))
-        version = self.guard(lambda v: v + 1, self._state.policy_version)
-        self._state = self._state.replace(policy_version=version)
-        self._version += 1
-        return {**metrics, **counters, "nonfinite": 0.0}
+        committed = self._commit(old_state, metrics)
+        if committed:
+            replay.update(idx, np.asarray(priority))
+        return {**metrics, **self._counters(beta), "nonfinite": 0.0 if committed else 1.0}
 
     def samples(self, unrolls: Unroll) -> int:
         """Env steps the last update learned from (transitions, or sequences' steps)."""
@@ -195,7 +162,13 @@ class ReplayLearner(Learner):
         return self.consumed
 
 
-def make_learner(config, network, **kwargs) -> Learner:
-    """The learner of the config's algorithm: a ReplayLearner for a replay algorithm."""
-    kind = ReplayLearner if config.algo and ALGORITHMS[config.algo].replay else Learner
-    return kind(config, network, **kwargs)
+# The replay of each replay batch type (seedlike.algos.BATCHES), built from the example unroll,
+# the algorithm's section and the sampling settings.
+REPLAYS = {
+    algos.TRANSITIONS: lambda example, c, **kw: Replay(
+        example, c.capacity, c.n_step, c.gamma, **kw
+    ),
+    algos.SEQUENCES: lambda example, c, **kw: SequenceReplay(
+        example, c.capacity, c.n_step, c.gamma, c.burn_in, **kw
+    ),
+}
