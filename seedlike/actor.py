@@ -36,7 +36,7 @@ from seedlike.types import take_rows
 # 2: rejected or misconfigured, which restarting cannot fix (scripts/train.sh stops the job).
 EXIT_OK, EXIT_GAVE_UP, EXIT_REJECTED = 0, 1, 2
 # Where the main agent's learner writes its address, under league.role_dir (seedlike.launch.league
-# runs it in <role_dir>/main; seedlike.learner.ADDRESS_FILE).
+# runs it in <role_dir>/main; seedlike.rpc.listen.ADDRESS_FILE).
 MAIN_ADDRESS = os.path.join("main", "server_address")
 # A shared-game actor's id at the main agent's learner: its role's index x this + its own id, an
 # identity of its own there beside the main agent's actors (seedlike.server.influence).

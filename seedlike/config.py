@@ -72,6 +72,18 @@ def run_settings() -> ml_collections.ConfigDict:
     return c
 
 
+def check_run(config, need) -> None:
+    """What cannot work in `run_settings`."""
+    need(config.algo in ALGORITHMS, f"algo={config.algo!r} is not one of {list(ALGORITHMS)}")
+    for old, new in RENAMED_KEYS.items():
+        section, _, key = old.rpartition(".")
+        need(key not in config[section], f"{old} is now {new}: set that instead")
+    need(config.total_env_steps > 0, "total_env_steps must be positive")
+    need(config.pause_at_env_steps >= 0, "pause_at_env_steps must be >= 0 (0: no pause)")
+    need(config.unroll_length >= 1, "unroll_length must be >= 1")
+    need(config.batch_unrolls >= 1, "batch_unrolls must be >= 1")
+
+
 def env_section() -> ml_collections.ConfigDict:
     """The environment every actor steps: its backend (seedlike.envs.BACKENDS), task and spaces."""
     c = ml_collections.ConfigDict()
@@ -116,6 +128,25 @@ def env_section() -> ml_collections.ConfigDict:
     return c
 
 
+def check_env_section(config, need) -> None:
+    """What cannot work in `env_section` (levels: `check_curriculum`)."""
+    from seedlike.envs import UnknownEnv, check_env
+
+    try:
+        check_env(config.env)
+    except UnknownEnv as e:
+        need(False, str(e))
+    need(config.env.num_envs >= 1, "env.num_envs must be >= 1")
+    need(
+        0 <= config.env.batch_envs <= config.env.num_envs,
+        f"env.batch_envs={config.env.batch_envs} must be 0 or in [1, {config.env.num_envs}]",
+    )
+    need(
+        config.env.action_bounds in ACTION_BOUNDS,
+        f"env.action_bounds={config.env.action_bounds!r} is not one of {list(ACTION_BOUNDS)}",
+    )
+
+
 def teams_section() -> ml_collections.ConfigDict:
     """Teams in multi-agent envs (seedlike/teams.py; OpenAI Five App. G): how seats form teams
     and how each agent's learning reward is shaped from its team's. Episode returns stay raw."""
@@ -141,6 +172,24 @@ def teams_section() -> ml_collections.ConfigDict:
     return c
 
 
+def check_teams(config, need) -> None:
+    """What cannot work in `teams_section`, and env.teammates against it."""
+    t = config.teams
+    need(all(int(n) >= 1 for n in t.sizes), f"teams.sizes={tuple(t.sizes)} must be positive")
+    for name in ("spirit", "spirit_final"):
+        value = t.get(name)
+        need(value is None or 0.0 <= value <= 1.0, f"teams.{name}={value} must lie in [0, 1]")
+    need(0.0 < t.reward_decay <= 1.0, "teams.reward_decay must lie in (0, 1]")
+    need(t.reward_decay_horizon >= 0, "teams.reward_decay_horizon must be >= 0 (0 = off)")
+    need(t.result in ("return", "survivors"), "teams.result must be return|survivors")
+    k = int(config.env.teammates)
+    need(
+        k == 0 or (k >= 2 and all(int(n) == k for n in t.sizes)),
+        f"env.teammates={k} needs teams of {k} agents each (teams.sizes={tuple(t.sizes)}); "
+        "set it to the team size, or 0",
+    )
+
+
 def curriculum_section() -> ml_collections.ConfigDict:
     """MazeBase's threshold curriculum over env.levels (seedlike/server/curriculum.py): episodes
     draw their level uniformly from [0, bound]; once `window` episodes have ended since the
@@ -159,6 +208,37 @@ def curriculum_section() -> ml_collections.ConfigDict:
     return c
 
 
+def check_curriculum(config, need) -> None:
+    """What cannot work in `curriculum_section` and env.levels."""
+    from seedlike.envs import BACKENDS, UnknownEnv, check_env
+
+    levels, cur = tuple(config.env.levels), config.curriculum
+    if not levels:
+        return
+    leveled = [b.name for b in BACKENDS.values() if b.levels]
+    need(
+        BACKENDS[config.env.backend].levels and config.log.success_threshold is not None,
+        f"env.levels needs a backend that plays levels ({', '.join(leveled)}) and "
+        "log.success_threshold (what a success is)",
+    )
+    need(
+        0.0 <= cur.lower <= cur.upper <= 1.0,
+        f"curriculum.lower={cur.lower} and curriculum.upper={cur.upper} must satisfy "
+        "0 <= lower <= upper <= 1",
+    )
+    need(cur.window >= 1, "curriculum.window must be >= 1")
+    need(cur.measure in ("all", "bound"), "curriculum.measure must be all|bound")
+    need(
+        0 <= cur.start < len(levels),
+        f"curriculum.start={cur.start} must be a level index in [0, {len(levels)})",
+    )
+    for name in levels:
+        try:
+            check_env(ml_collections.ConfigDict({**config.env.to_dict(), "name": name}))
+        except UnknownEnv as e:
+            need(False, f"env.levels: {e}")
+
+
 def population_section() -> ml_collections.ConfigDict:
     """A population (Neural MMO's N_pop): `size` independent learners in one world, member k
     learning from the agents of teams k, k + size, ... (scripts/train.sh --population=N sets it
@@ -167,6 +247,10 @@ def population_section() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.size = 1
     return c
+
+
+def check_population(config, need) -> None:
+    need(config.population.size >= 1, "population.size must be >= 1")
 
 
 def network_section() -> ml_collections.ConfigDict:
@@ -242,6 +326,14 @@ def network_section() -> ml_collections.ConfigDict:
     return c
 
 
+def check_algorithm(config, need) -> None:
+    """The algorithm's section (its record's checks, seedlike.algos) and the head it learns;
+    the network's other settings are checked against the env's spaces (`validate_network`)."""
+    resolve(config)
+    for problem in ALGORITHMS[config.algo].check(config) + _head_problems(config):
+        need(False, problem)
+
+
 def optimizer_section() -> ml_collections.ConfigDict:
     """Adam with global-norm clipping; the learning rate is an injected hyperparameter (surgery
     sets it to 0 for a while)."""
@@ -251,6 +343,10 @@ def optimizer_section() -> ml_collections.ConfigDict:
     c.max_grad_norm = 0.5  # global-norm clipping
     c.adam_eps = 1e-5
     return c
+
+
+def check_optimizer(config, need) -> None:
+    need(config.optimizer.learning_rate >= 0, "optimizer.learning_rate must be >= 0")
 
 
 def server_section() -> ml_collections.ConfigDict:
@@ -337,6 +433,26 @@ def server_section() -> ml_collections.ConfigDict:
     return c
 
 
+def check_server(config, need) -> None:
+    """What cannot work in `server_section`."""
+    c = config.server
+    need(c.queue_unrolls >= 0, "server.queue_unrolls must be >= 0")
+    need(c.max_actors >= 1, "server.max_actors must be >= 1")
+    need(c.max_batch_rows >= 1, "server.max_batch_rows must be >= 1")
+    need(0 < c.batch_share <= 1, "server.batch_share must be in (0, 1]")
+    need(c.min_batch_rows >= 1, "server.min_batch_rows must be >= 1")
+    need(c.max_streams_per_peer >= 1, "server.max_streams_per_peer must be >= 1")
+    need(c.evict_idle_s > 0, "server.evict_idle_s must be > 0")
+    need(c.max_pending_streams >= 1, "server.max_pending_streams must be >= 1")
+    need(0 < c.max_identity_share <= 1, "server.max_identity_share must lie in (0, 1]")
+    need(c.fair_share_factor >= 0, "server.fair_share_factor must be >= 0")
+    need(c.fair_window_s > 0, "server.fair_window_s must be > 0")
+    need(c.pace_factor >= 0, "server.pace_factor must be >= 0")
+    need(c.max_policy_lag >= 0, "server.max_policy_lag must be >= 0")
+    need(c.reward_scale >= 0, "server.reward_scale must be >= 0")
+    need(c.reward_floor > 0, "server.reward_floor must be > 0")
+
+
 def transport_section() -> ml_collections.ConfigDict:
     """Mutual TLS plus a run token between actors and the learner (seedlike/rpc/security.py): the
     run's directory made by scripts/make_credentials.sh (the learner's; an actor given it takes
@@ -416,6 +532,69 @@ def league_section() -> ml_collections.ConfigDict:
     return c
 
 
+def check_league(config, need) -> None:
+    """What cannot work in `league_section`."""
+    league = config.league
+    need(0 < league.payoff_decay <= 1, "league.payoff_decay must be in (0, 1]")
+    need(league.payoff_prior_games >= 0, "league.payoff_prior_games must be >= 0")
+    roles = tuple(league.roles)
+    need(
+        all(r in ROLES for r in roles) and len(set(roles)) == len(roles),
+        f"league.roles={roles} must name distinct roles of {ROLES}",
+    )
+    need(not roles or "main" in roles, "league.roles needs a main agent: add 'main'")
+    need(
+        not league.role_actors or len(league.role_actors) == len(roles),
+        f"league.role_actors={tuple(league.role_actors)} needs one actor count per entry of "
+        f"league.roles={roles} (or () for --num_actors each)",
+    )
+    need(all(int(n) >= 1 for n in league.role_actors), "league.role_actors must be >= 1 each")
+    need(
+        not league.role_nice or len(league.role_nice) == len(roles),
+        f"league.role_nice={tuple(league.role_nice)} needs one niceness per entry of "
+        f"league.roles={roles} (or ())",
+    )
+    need(all(0 <= int(n) <= 19 for n in league.role_nice), "league.role_nice must be in 0..19")
+    need(
+        league.role in ("", *ROLES),
+        f"league.role={league.role!r} must be one of {ROLES}, or '' (a single-role league)",
+    )
+    need(
+        not league.role or bool(league.role_dir),
+        "league.role needs league.role_dir, the directory the roles share "
+        "(python -m seedlike.launch.league sets both)",
+    )
+    shared = tuple(league.shared_games)
+    need(
+        all(r in roles and r != "main" for r in shared) and len(set(shared)) == len(shared),
+        f"league.shared_games={shared} must name distinct exploiter roles of league.roles={roles}",
+    )
+    for override in map(str, league.exploiter_overrides):
+        need(
+            "=" in override and not override.startswith("="),
+            f"league.exploiter_overrides: {override!r} is not KEY=VALUE (e.g. 'ppo.epochs=1')",
+        )
+    need(0 < league.exploit_win_rate <= 1, "league.exploit_win_rate must be in (0, 1]")
+    need(league.exploit_min_games >= 0, "league.exploit_min_games must be >= 0")
+    most = 1.0 / (1.0 - league.payoff_decay) if league.payoff_decay < 1 else float("inf")
+    need(
+        league.exploit_min_games < most,
+        f"league.exploit_min_games={league.exploit_min_games} is never reached: with "
+        f"league.payoff_decay={league.payoff_decay} a pair's games add up to at most {most:.0f}; "
+        "lower it or raise the decay",
+    )
+    need(league.reset_env_steps >= 0, "league.reset_env_steps must be >= 0 (0: no time limit)")
+    need(
+        0 <= league.league_exploiter_reset_p <= 1,
+        "league.league_exploiter_reset_p must be in [0, 1]",
+    )
+    need(
+        league.exploiter_reset in EXPLOITER_RESETS,
+        f"league.exploiter_reset={league.exploiter_reset!r} must be one of {EXPLOITER_RESETS}",
+    )
+    need(league.peer_refresh_s > 0, "league.peer_refresh_s must be > 0")
+
+
 def anneal_section() -> ml_collections.ConfigDict:
     """Bring an environment change in gradually after surgery (OpenAI Five App. B): the share of
     new episodes with the change ramps from 0 to 1 over `versions` policy versions from
@@ -472,6 +651,14 @@ def log_section() -> ml_collections.ConfigDict:
     return c
 
 
+def check_log(config, need) -> None:
+    need(config.log.stop_hold_s >= 0, "log.stop_hold_s must be >= 0")
+    need(
+        config.log.wandb_mode in ("offline", "online", "disabled"),
+        "log.wandb_mode must be offline|online|disabled",
+    )
+
+
 def distributed_section() -> ml_collections.ConfigDict:
     """Several learner hosts as one learner (seedlike/runtime/distributed.py; docs/scaling-out.md,
     "Several learner hosts"): start learner.py on each host with the same coordinator (process
@@ -488,6 +675,27 @@ def distributed_section() -> ml_collections.ConfigDict:
     # them.
     c.peer_timeout_s = 30.0
     return c
+
+
+def check_distributed(config, need) -> None:
+    """What cannot work in `distributed_section`, and the batch's split over its processes."""
+    d = config.distributed
+    need(d.num_processes >= 1, "distributed.num_processes must be >= 1")
+    need(
+        0 <= d.process_id < d.num_processes,
+        f"distributed.process_id={d.process_id} must lie in [0, {d.num_processes})",
+    )
+    host, _, port = d.coordinator.rpartition(":")
+    need(
+        d.num_processes == 1 or (bool(host) and port.isdigit() and 0 < int(port) < 65536),
+        f"distributed.coordinator={d.coordinator!r} must be host:port (process 0's host and a "
+        "free port there) when distributed.num_processes > 1",
+    )
+    need(
+        config.batch_unrolls % d.num_processes == 0,
+        f"batch_unrolls={config.batch_unrolls} must be divisible by "
+        f"distributed.num_processes={d.num_processes} (each learner host fills its share)",
+    )
 
 
 def checkpoint_section() -> ml_collections.ConfigDict:
@@ -577,119 +785,26 @@ class ConfigError(ValueError):
     """A setting that cannot work; entrypoints print the message alone, without a traceback."""
 
 
+# Each section's checks, beside its defaults above, in the order their problems are reported:
+# fn(config, need), need(ok, message) raising the ConfigError of the first that fails.
+SECTION_CHECKS = (
+    check_run, check_env_section, check_algorithm, check_optimizer, check_teams,
+    check_population, check_curriculum, check_server, check_league, check_log,
+    check_distributed,
+)  # fmt: skip
+
+
 def validate(config) -> None:
-    """Raises ConfigError naming the setting that cannot work. The network section's checks
-    against the env's spaces are `validate_network`'s, where the spaces are known."""
-    from seedlike.envs import BACKENDS, UnknownEnv, check_env
+    """Raises ConfigError naming the setting that cannot work (SECTION_CHECKS), after setting
+    what "auto" stands for (`resolve`). The network section's checks against the env's spaces
+    are `validate_network`'s, where the spaces are known."""
 
     def need(ok: bool, message: str):
         if not ok:
             raise ConfigError(f"invalid config: {message}")
 
-    need(config.algo in ALGORITHMS, f"algo={config.algo!r} is not one of {list(ALGORITHMS)}")
-    for old, new in RENAMED_KEYS.items():
-        section, _, key = old.rpartition(".")
-        need(key not in config[section], f"{old} is now {new}: set that instead")
-    try:
-        check_env(config.env)
-    except UnknownEnv as e:
-        raise ConfigError(f"invalid config: {e}") from None
-    need(config.total_env_steps > 0, "total_env_steps must be positive")
-    need(config.pause_at_env_steps >= 0, "pause_at_env_steps must be >= 0 (0: no pause)")
-    need(config.unroll_length >= 1, "unroll_length must be >= 1")
-    need(config.batch_unrolls >= 1, "batch_unrolls must be >= 1")
-    need(config.env.num_envs >= 1, "env.num_envs must be >= 1")
-    need(
-        0 <= config.env.batch_envs <= config.env.num_envs,
-        f"env.batch_envs={config.env.batch_envs} must be 0 or in [1, {config.env.num_envs}]",
-    )
-    need(
-        config.env.action_bounds in ACTION_BOUNDS,
-        f"env.action_bounds={config.env.action_bounds!r} is not one of {list(ACTION_BOUNDS)}",
-    )
-    resolve(config)
-    for problem in ALGORITHMS[config.algo].check(config) + _head_problems(config):
-        need(False, problem)
-    need(config.optimizer.learning_rate >= 0, "optimizer.learning_rate must be >= 0")
-    t = config.teams
-    need(all(int(n) >= 1 for n in t.sizes), f"teams.sizes={tuple(t.sizes)} must be positive")
-    for name in ("spirit", "spirit_final"):
-        value = t.get(name)
-        need(value is None or 0.0 <= value <= 1.0, f"teams.{name}={value} must lie in [0, 1]")
-    need(0.0 < t.reward_decay <= 1.0, "teams.reward_decay must lie in (0, 1]")
-    need(t.reward_decay_horizon >= 0, "teams.reward_decay_horizon must be >= 0 (0 = off)")
-    need(t.result in ("return", "survivors"), "teams.result must be return|survivors")
-    need(config.population.size >= 1, "population.size must be >= 1")
-    levels, cur = tuple(config.env.levels), config.curriculum
-    if levels:
-        leveled = [b.name for b in BACKENDS.values() if b.levels]
-        need(
-            BACKENDS[config.env.backend].levels and config.log.success_threshold is not None,
-            f"env.levels needs a backend that plays levels ({', '.join(leveled)}) and "
-            "log.success_threshold (what a success is)",
-        )
-        need(
-            0.0 <= cur.lower <= cur.upper <= 1.0,
-            f"curriculum.lower={cur.lower} and curriculum.upper={cur.upper} must satisfy "
-            "0 <= lower <= upper <= 1",
-        )
-        need(cur.window >= 1, "curriculum.window must be >= 1")
-        need(cur.measure in ("all", "bound"), "curriculum.measure must be all|bound")
-        need(
-            0 <= cur.start < len(levels),
-            f"curriculum.start={cur.start} must be a level index in [0, {len(levels)})",
-        )
-        for name in levels:
-            try:
-                check_env(ml_collections.ConfigDict({**config.env.to_dict(), "name": name}))
-            except UnknownEnv as e:
-                raise ConfigError(f"invalid config: env.levels: {e}") from None
-    k = int(config.env.teammates)
-    need(
-        k == 0 or (k >= 2 and all(int(n) == k for n in t.sizes)),
-        f"env.teammates={k} needs teams of {k} agents each (teams.sizes={tuple(t.sizes)}); "
-        "set it to the team size, or 0",
-    )
-    need(config.server.queue_unrolls >= 0, "server.queue_unrolls must be >= 0")
-    need(config.server.max_actors >= 1, "server.max_actors must be >= 1")
-    need(config.server.max_batch_rows >= 1, "server.max_batch_rows must be >= 1")
-    need(0 < config.server.batch_share <= 1, "server.batch_share must be in (0, 1]")
-    need(config.server.min_batch_rows >= 1, "server.min_batch_rows must be >= 1")
-    need(0 < config.league.payoff_decay <= 1, "league.payoff_decay must be in (0, 1]")
-    need(config.league.payoff_prior_games >= 0, "league.payoff_prior_games must be >= 0")
-    _validate_roles(config.league, need)
-    need(config.server.max_streams_per_peer >= 1, "server.max_streams_per_peer must be >= 1")
-    need(config.server.evict_idle_s > 0, "server.evict_idle_s must be > 0")
-    need(config.server.max_pending_streams >= 1, "server.max_pending_streams must be >= 1")
-    need(0 < config.server.max_identity_share <= 1, "server.max_identity_share must lie in (0, 1]")
-    need(config.server.fair_share_factor >= 0, "server.fair_share_factor must be >= 0")
-    need(config.server.fair_window_s > 0, "server.fair_window_s must be > 0")
-    need(config.server.pace_factor >= 0, "server.pace_factor must be >= 0")
-    need(config.server.max_policy_lag >= 0, "server.max_policy_lag must be >= 0")
-    need(config.log.stop_hold_s >= 0, "log.stop_hold_s must be >= 0")
-    need(config.server.reward_scale >= 0, "server.reward_scale must be >= 0")
-    need(config.server.reward_floor > 0, "server.reward_floor must be > 0")
-    d = config.distributed
-    need(d.num_processes >= 1, "distributed.num_processes must be >= 1")
-    need(
-        0 <= d.process_id < d.num_processes,
-        f"distributed.process_id={d.process_id} must lie in [0, {d.num_processes})",
-    )
-    host, _, port = d.coordinator.rpartition(":")
-    need(
-        d.num_processes == 1 or (bool(host) and port.isdigit() and 0 < int(port) < 65536),
-        f"distributed.coordinator={d.coordinator!r} must be host:port (process 0's host and a "
-        "free port there) when distributed.num_processes > 1",
-    )
-    need(
-        config.batch_unrolls % d.num_processes == 0,
-        f"batch_unrolls={config.batch_unrolls} must be divisible by "
-        f"distributed.num_processes={d.num_processes} (each learner host fills its share)",
-    )
-    need(
-        config.log.wandb_mode in ("offline", "online", "disabled"),
-        "log.wandb_mode must be offline|online|disabled",
-    )
+    for check in SECTION_CHECKS:
+        check(config, need)
 
 
 def resolve(config) -> None:
@@ -726,65 +841,6 @@ def validate_network(config, spec) -> None:
     problems = network_problems(config.network, spec)
     if problems:
         raise ConfigError(f"invalid config: {problems[0]}")
-
-
-def _validate_roles(league, need) -> None:
-    roles = tuple(league.roles)
-    need(
-        all(r in ROLES for r in roles) and len(set(roles)) == len(roles),
-        f"league.roles={roles} must name distinct roles of {ROLES}",
-    )
-    need(not roles or "main" in roles, "league.roles needs a main agent: add 'main'")
-    need(
-        not league.role_actors or len(league.role_actors) == len(roles),
-        f"league.role_actors={tuple(league.role_actors)} needs one actor count per entry of "
-        f"league.roles={roles} (or () for --num_actors each)",
-    )
-    need(all(int(n) >= 1 for n in league.role_actors), "league.role_actors must be >= 1 each")
-    need(
-        not league.role_nice or len(league.role_nice) == len(roles),
-        f"league.role_nice={tuple(league.role_nice)} needs one niceness per entry of "
-        f"league.roles={roles} (or ())",
-    )
-    need(all(0 <= int(n) <= 19 for n in league.role_nice), "league.role_nice must be in 0..19")
-    need(
-        league.role in ("", *ROLES),
-        f"league.role={league.role!r} must be one of {ROLES}, or '' (a single-role league)",
-    )
-    need(
-        not league.role or bool(league.role_dir),
-        "league.role needs league.role_dir, the directory the roles share "
-        "(python -m seedlike.launch.league sets both)",
-    )
-    shared = tuple(league.shared_games)
-    need(
-        all(r in roles and r != "main" for r in shared) and len(set(shared)) == len(shared),
-        f"league.shared_games={shared} must name distinct exploiter roles of league.roles={roles}",
-    )
-    for override in map(str, league.exploiter_overrides):
-        need(
-            "=" in override and not override.startswith("="),
-            f"league.exploiter_overrides: {override!r} is not KEY=VALUE (e.g. 'ppo.epochs=1')",
-        )
-    need(0 < league.exploit_win_rate <= 1, "league.exploit_win_rate must be in (0, 1]")
-    need(league.exploit_min_games >= 0, "league.exploit_min_games must be >= 0")
-    most = 1.0 / (1.0 - league.payoff_decay) if league.payoff_decay < 1 else float("inf")
-    need(
-        league.exploit_min_games < most,
-        f"league.exploit_min_games={league.exploit_min_games} is never reached: with "
-        f"league.payoff_decay={league.payoff_decay} a pair's games add up to at most {most:.0f}; "
-        "lower it or raise the decay",
-    )
-    need(league.reset_env_steps >= 0, "league.reset_env_steps must be >= 0 (0: no time limit)")
-    need(
-        0 <= league.league_exploiter_reset_p <= 1,
-        "league.league_exploiter_reset_p must be in [0, 1]",
-    )
-    need(
-        league.exploiter_reset in EXPLOITER_RESETS,
-        f"league.exploiter_reset={league.exploiter_reset!r} must be one of {EXPLOITER_RESETS}",
-    )
-    need(league.peer_refresh_s > 0, "league.peer_refresh_s must be > 0")
 
 
 def advice(config, spec, backend: str = "") -> list[str]:

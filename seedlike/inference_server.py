@@ -9,9 +9,9 @@ import time
 import numpy as np
 
 from seedlike import checkpoint as ckpt_lib
-from seedlike.learner import start_inference
 from seedlike.metrics import MetricsWriter
 from seedlike.policy import PolicyRegistry
+from seedlike.rpc.listen import start_inference
 from seedlike.server import inference
 
 
@@ -46,9 +46,10 @@ def serve_checkpoint(
     registry = PolicyRegistry()
     registry.publish(version, {"params": state.params, "obs_norm": state.obs_norm})
     # No store: a frozen policy keeps episode statistics only, no unrolls.
-    service, server, _ = start_inference(
-        config, network.spec, network, registry, None, logdir, bind, port, greedy=greedy
+    service = inference.InferenceService.from_config(
+        config, spec=network.spec, network=network, registry=registry, greedy=greedy
     )
+    server, _ = start_inference(service, config, logdir, bind, port)
     metrics = MetricsWriter(
         logdir,
         config,

@@ -39,7 +39,7 @@ from seedlike.learning.update import Interrupted, Learner
 from seedlike.metrics import MetricsWriter
 from seedlike.policy import PolicyRegistry
 from seedlike.rpc import security
-from seedlike.rpc.listen import listen
+from seedlike.rpc.listen import start_inference
 from seedlike.rpc.streams import Transport
 from seedlike.runtime import distributed, procstats, xla_flags
 from seedlike.runtime.storage import StorageError
@@ -55,7 +55,6 @@ from seedlike.server.unrolls import UnrollPool
 from seedlike.teams import Teams
 from seedlike.types import LEGAL_ACTION_MASK
 
-ADDRESS_FILE = "server_address"
 REPLAY_FILE = "replay.npz"  # a replay algorithm's contents, with save_replay (checkpoints/)
 
 
@@ -69,36 +68,6 @@ def make_return_scale(config, meta: dict) -> ReturnScale | None:
     if "return_scale" in meta:
         scale.load_state_dict(meta["return_scale"])
     return scale
-
-
-def start_inference(
-    config, spec, network, registry, store, logdir, bind, port, matchmaker=None, guard=None,
-    greedy=False, scale=None, exploration=None,
-):  # fmt: skip
-    """Starts the inference pipeline and its gRPC server; writes <logdir>/server_address.
-    `scale`: the rewards learned from are scaled (make_return_scale); `exploration`: each
-    identity's epsilon for a Q network (seedlike.server.exploration).
-
-    Returns (service, grpc server, "host:port").
-    """
-    credentials = security.load(config.transport.credentials, "server")
-    bind = security.bind_address(bind)
-    service = inference.InferenceService(
-        spec, network, registry, store, config.server, matchmaker, config.seed, guard, greedy,
-        scale, exploration,
-    )  # fmt: skip
-    service.start()
-    try:
-        server, bound = listen(service, bind, port, config.server, credentials)
-    except BaseException:
-        service.stop(finished=True)  # a refused bind or a taken port leaves no threads behind
-        raise
-    address = f"{bind}:{bound}"
-    os.makedirs(logdir, exist_ok=True)
-    with open(os.path.join(logdir, ADDRESS_FILE), "w") as f:
-        f.write(address + "\n")
-    logging.info("serving actors on %s", address)
-    return service, server, address
 
 
 @dataclasses.dataclass
@@ -217,7 +186,57 @@ class LearnerProcess:
 
 
 def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> LearnerProcess:
-    """Restores or initializes the learner, and starts serving actors and evaluation."""
+    """Restores or initializes the learner, and starts serving actors and evaluation: the
+    checks, then `restore`, `start_league` and `serve`, each a part of the process."""
+    spec, teams = _checked(config)
+    distributed.initialize(config, bind)
+    if not distributed.is_primary():
+        logdir = os.path.join(logdir, f"process_{jax.process_index()}")
+    os.makedirs(logdir, exist_ok=True)
+    for warning in config_lib.advice(config, spec, jax.default_backend()):
+        logging.warning("%s", warning)
+    network = make_network(config.network, spec)
+    learner = ALGORITHMS[config.algo].learner()(
+        config, network, window_s=config.server.fair_window_s
+    )
+    logging.info("learner on %d device(s): %s", learner.num_devices, learner.devices)
+    checkpointer, meta, counters = restore(config, logdir, learner)
+    registry = PolicyRegistry()
+    registry.publish(learner.policy_version, learner.policy_params())
+    league = start_league(config, logdir, network, learner, meta, teams)
+    service, server, batches, store = serve(
+        config, spec, network, registry, learner, league, meta, counters, (logdir, bind, port)
+    )
+    evaluator = None
+    if league.evaluation is not None and config.league.eval_interval_s > 0:
+        evaluator = EvaluationThread(league.evaluation, registry, config.league.eval_interval_s)
+        evaluator.start()
+    return LearnerProcess(
+        config=config,
+        logdir=logdir,
+        learner=learner,
+        checkpointer=checkpointer,
+        registry=registry,
+        league=league.league,
+        evaluator=evaluator,
+        batches=batches,
+        store=store,
+        service=service,
+        server=server,
+        metrics=_metrics_writer(config, logdir),
+        lockstep=distributed.Lockstep(learner.devices, counters["env_steps"]),
+        peers=distributed.PeerWatch(
+            config.distributed.peer_timeout_s, on_stuck=_peer_stuck
+        ).start(),
+        episodes_total=counters["episodes"],
+        episode_board=EpisodeBoard(int(config.log.episode_window)),
+        initial_state=league.initial_state,
+        league_peers=league.peers,
+    )
+
+
+def _checked(config):
+    """(spec, teams) of a config that can run here; a ConfigError naming the setting if not."""
     config_lib.validate(config)
     spec = config_lib.env_spec(config)
     config_lib.validate_network(config, spec)
@@ -235,21 +254,16 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
             "invalid config: games between teams (league, evaluation) run on one learner "
             "process; set distributed.num_processes=1"
         )
-    distributed.initialize(config, bind)
-    primary = distributed.is_primary()
-    if not primary:
-        logdir = os.path.join(logdir, f"process_{jax.process_index()}")
-    os.makedirs(logdir, exist_ok=True)
-    for warning in config_lib.advice(config, spec, jax.default_backend()):
-        logging.warning("%s", warning)
-    network = make_network(config.network, spec)
-    learner = ALGORITHMS[config.algo].learner()(
-        config, network, window_s=config.server.fair_window_s
-    )
-    logging.info("learner on %d device(s): %s", learner.num_devices, learner.devices)
+    return spec, teams
+
+
+def restore(config, logdir: str, learner: Learner):
+    """The learner's state from the run's latest checkpoint (process 0's, broadcast to the
+    others), from `init_from`, or fresh, installed on its devices: (checkpointer (None on
+    processes other than 0), the checkpoint's metadata ({} without one), the run's counters)."""
     checkpointer = None
     state, meta = learner.init_state(jax.random.key(config.seed)), {}
-    if primary:
+    if distributed.is_primary():
         checkpointer = ckpt_lib.Checkpointer(
             os.path.join(logdir, "checkpoints"), config.checkpoint.max_to_keep
         )
@@ -258,37 +272,59 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         _check_resumed_config(config, meta, logdir)
         if not meta and config.init_from:
             state = _init_from(config.init_from, state)
-    if primary and meta and learner.save_replay:
-        learner.read_replay(os.path.join(checkpointer.directory, REPLAY_FILE))
+        if meta and learner.save_replay:
+            learner.read_replay(os.path.join(checkpointer.directory, REPLAY_FILE))
     counters = {k: int(meta.get(k, 0)) for k in ("env_steps", "episodes")}
     learner.steps_before = counters["env_steps"]  # schedules that count the run's env steps
     state, counters = distributed.broadcast_start(state, counters)
     learner.set_state(state)
-    if not primary:
+    if checkpointer is None:
         logging.info(
             "state from process 0: env step %d, policy version %d (params %s)",
             counters["env_steps"],
             learner.policy_version,
             ckpt_lib.params_fingerprint(state.params),
         )
-    registry = PolicyRegistry()
-    registry.publish(learner.policy_version, learner.policy_params())
-    league, evaluation = _make_league(config, logdir, network, learner, meta, teams)
-    initial_state, league_peers = None, None
-    if league is not None and league.role:
-        if league.rule is not None:
-            initial_state = learner.init_state(jax.random.key(config.seed))
-            if config.init_from:
-                initial_state = _init_from(config.init_from, initial_state)
-        league_peers = PeerSnapshots(
-            league,
-            league.role_dir,
-            [r for r in roles.OPPONENT_ROLES[league.role] if r != league.role],
-            learner.policy_params(),
-            config.league.peer_refresh_s,
-            learner.guard,
-        ).start()
+    return checkpointer, meta, counters
 
+
+@dataclasses.dataclass
+class LeagueParts:
+    """What the league brings to a learner process (all None without games between teams)."""
+
+    league: League | None = None
+    evaluation: Evaluation | None = None
+    initial_state: object = None  # an exploiter's reset state (league roles)
+    peers: PeerSnapshots | None = None  # the thread reading the other roles' snapshots
+
+
+def start_league(config, logdir, network, learner, meta, teams) -> LeagueParts:
+    """The league of games between teams (`_make_league`) and, for a league role, the state an
+    exploiter resets to and the thread reading the other roles' snapshots."""
+    league, evaluation = _make_league(config, logdir, network, learner, meta, teams)
+    parts = LeagueParts(league, evaluation)
+    if league is None or not league.role:
+        return parts
+    if league.rule is not None:
+        parts.initial_state = learner.init_state(jax.random.key(config.seed))
+        if config.init_from:
+            parts.initial_state = _init_from(config.init_from, parts.initial_state)
+    parts.peers = PeerSnapshots(
+        league,
+        league.role_dir,
+        [r for r in roles.OPPONENT_ROLES[league.role] if r != league.role],
+        learner.policy_params(),
+        config.league.peer_refresh_s,
+        learner.guard,
+    ).start()
+    return parts
+
+
+def serve(config, spec, network, registry, learner, league: LeagueParts, meta, counters, where):
+    """Starts the inference pipeline for actors: who plays each episode (matchmaking with the
+    league, annealing, curriculum), the trajectory store filling learner batches, and the
+    service listening at `where` = (logdir, bind, port). Returns (service, server, batches,
+    store)."""
     annealing = Annealing.from_config(config.anneal)
     curriculum = Curriculum.from_config(config)
     if curriculum is not None and "curriculum" in meta:
@@ -296,8 +332,8 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
         logging.info("curriculum restored: levels up to %d", curriculum.bound)
     quota = influence.ResultQuota(config.server.fair_window_s, config.server.fair_share_factor)
     matchmaker = Matchmaker(
-        spec, league, annealing, config.seed, teams, curriculum, config.log.success_threshold,
-        quota,
+        spec, league.league, annealing, config.seed, Teams.from_config(config.teams, spec),
+        curriculum, config.log.success_threshold, quota,
     )  # fmt: skip
     # server.queue_unrolls 0 means one batch (its documented value), in whole batches either way.
     slots = -(-int(config.server.queue_unrolls or config.batch_unrolls) // config.batch_unrolls)
@@ -311,46 +347,26 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     store = TrajectoryStore.from_config(
         pool, learner.local_batch_unrolls, batches, network.initial_carry(1), config.server
     )
-    service, server, _ = start_inference(
-        config, server_spec, network, registry, store, logdir, bind, port, matchmaker,
-        learner.guard, scale=make_return_scale(config, meta),
+    service = inference.InferenceService.from_config(
+        config, spec=server_spec, network=network, registry=registry, store=store,
+        matchmaker=matchmaker, guard=learner.guard, return_scale=make_return_scale(config, meta),
         exploration=_exploration(config, counters["env_steps"]),
     )  # fmt: skip
-    evaluator = None
-    if evaluation is not None and config.league.eval_interval_s > 0:
-        evaluator = EvaluationThread(evaluation, registry, config.league.eval_interval_s)
-        evaluator.start()
-    return LearnerProcess(
-        config=config,
-        logdir=logdir,
-        learner=learner,
-        checkpointer=checkpointer,
-        registry=registry,
-        league=league,
-        evaluator=evaluator,
-        batches=batches,
-        store=store,
-        service=service,
-        server=server,
-        metrics=MetricsWriter(
-            logdir,
-            config,
-            config.log.wandb_mode,
-            config.log.wandb_project,
-            config.log.wandb_group,
-            total_env_steps=int(config.total_env_steps),
-            tensorboard=bool(config.log.tensorboard),
-            use_wandb=primary,
-            label=_console_label(config, logdir),
-        ),
-        lockstep=distributed.Lockstep(learner.devices, counters["env_steps"]),
-        peers=distributed.PeerWatch(
-            config.distributed.peer_timeout_s, on_stuck=_peer_stuck
-        ).start(),
-        episodes_total=counters["episodes"],
-        episode_board=EpisodeBoard(int(config.log.episode_window)),
-        initial_state=initial_state,
-        league_peers=league_peers,
+    server, _ = start_inference(service, config, *where)
+    return service, server, batches, store
+
+
+def _metrics_writer(config, logdir: str) -> MetricsWriter:
+    return MetricsWriter(
+        logdir,
+        config,
+        config.log.wandb_mode,
+        config.log.wandb_project,
+        config.log.wandb_group,
+        total_env_steps=int(config.total_env_steps),
+        tensorboard=bool(config.log.tensorboard),
+        use_wandb=distributed.is_primary(),
+        label=_console_label(config, logdir),
     )
 
 
@@ -569,7 +585,7 @@ def _make_league(config, logdir, network, learner, meta, teams):
     evaluation = None
     if network.spec.num_players == 2 and LEGAL_ACTION_MASK in network.spec.extras:
         evaluation = Evaluation(
-            config.league, config.env.name, network, references, config.seed, learner.guard
+            config.league, config.env, network, references, config.seed, learner.guard
         )
     if "league" in meta:
         template = learner.policy_params()

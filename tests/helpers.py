@@ -37,7 +37,9 @@ def service_of(store, guard=None, spec=SERVE_SPEC, **server):
     registry = PolicyRegistry()
     params = {"params": network.init(jax.random.key(0)), "obs_norm": network.init_obs_norm()}
     registry.publish(3, params)
-    service = InferenceService(spec, network, registry, store, config.server, guard=guard)
+    service = InferenceService.from_config(
+        config, spec=spec, network=network, registry=registry, store=store, guard=guard
+    )
     service.start()
     return service
 

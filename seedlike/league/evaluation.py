@@ -9,7 +9,7 @@ costs the same in its tenth hour as in its first. Ratings never change after tha
 evaluation starts a new agent version at the previous mu (with the prior sigma) and plays it
 only against the references of nearest skill.
 
-Runs in its own thread of the learner process and plays games locally with envpool.
+Runs in its own thread of the learner process and plays games locally (seedlike.league.games).
 """
 
 from __future__ import annotations
@@ -35,15 +35,17 @@ class Evaluation:
     """Args:
     league_config: the `league` config section (eval_games, eval_opponents, eval_greedy,
       reference_every).
-    env_name: the two-player envpool task.
+    env: the two-player game: the run's env section (its backend makes the envs), or an
+      envpool task id.
     network: the learning policy's networks.Network (snapshot references use it too).
     snapshot_dir: where reference snapshots are saved (and reloaded from on resume).
     guard: runs JAX computations (seedlike.runtime.devices.ComputeGuard).
     """
 
-    def __init__(self, league_config, env_name, network, snapshot_dir=None, seed=0, guard=None):
+    def __init__(self, league_config, env, network, snapshot_dir=None, seed=0, guard=None):
         self.config = league_config
-        self.env_name = env_name
+        self.env = env
+        env_name = env if isinstance(env, str) else env.name
         self.network = network
         self.snapshot_dir = snapshot_dir
         self._seed = seed
@@ -58,7 +60,7 @@ class Evaluation:
     def _games(self, a, b, n: int) -> games.MatchResult:
         self._round += 1
         seed = self._seed * 7919 + self._round
-        return games.play_match(self.env_name, a, b, n, seed=seed, stop=self.stop)
+        return games.play_match(self.env, a, b, n, seed=seed, stop=self.stop)
 
     def setup(self) -> None:
         """Rates the base references by a round-robin among them (random at mu = 0)."""

@@ -1,5 +1,6 @@
-"""Playing two-player envpool games between agents, locally (no server): evaluation, TrueSkill
-reference ratings and the `play.py` command.
+"""Playing two-player games between agents, locally (no server): evaluation, TrueSkill
+reference ratings and the `play.py` command. The envs come from the env section's backend
+(seedlike.envs.BACKENDS), envpool's board games by default.
 
 An agent (seedlike.league.players.Agent) maps the acting rows of a batch to actions: a built-in bot
 (seedlike.league.players.BOTS) or a network policy (from published params or a checkpoint).
@@ -12,11 +13,11 @@ import math
 import os
 
 import jax
+import ml_collections
 import numpy as np
 
+from seedlike import envs
 from seedlike.config import section
-from seedlike.envs import in_env_order
-from seedlike.envs.envpool_env import EnvpoolAdapter, make_env_spec
 from seedlike.league import players, search
 from seedlike.policy import PolicyRunner
 from seedlike.types import LEGAL_ACTION_MASK
@@ -141,8 +142,17 @@ class Interrupted(Exception):
     """play_match was asked to stop before its games were done."""
 
 
+def match_env(env, num_envs: int) -> ml_collections.ConfigDict:
+    """The env section of a match: `env` (an env section, any backend, or an envpool task id)
+    with `num_envs` envs stepped together."""
+    base = section("env", name=env) if isinstance(env, str) else env
+    config = ml_collections.ConfigDict(base.to_dict())
+    config.num_envs, config.batch_envs = int(num_envs), 0
+    return config
+
+
 def play_match(
-    env_name: str,
+    env,
     agent_a,
     agent_b,
     num_games: int,
@@ -150,22 +160,23 @@ def play_match(
     num_envs: int = 16,
     stop=None,
 ) -> MatchResult:
-    """Plays num_games of a two-player envpool game, agent_a as player 0 and agent_b as player 1.
+    """Plays num_games of a two-player game, agent_a as player 0 and agent_b as player 1; `env`
+    is an env section (its backend makes the envs) or an envpool task id.
 
-    envpool picks the first mover at random every game, so both agents play both colours. With an
-    interactive agent (a person) one game runs at a time. Agents with a `game_over` method hear
-    each of their games' outcome (and see its last board); an agent that raises
-    players.MatchEnded ends the match with the games finished so far. Raises Interrupted as soon
-    as the threading.Event `stop` is set.
+    The env picks the first mover at random every game (envpool's board games do), so both
+    agents play both colours. With an interactive agent (a person) one game runs at a time.
+    Agents with a `game_over` method hear each of their games' outcome (and see its last board);
+    an agent that raises players.MatchEnded ends the match with the games finished so far.
+    Raises Interrupted as soon as the threading.Event `stop` is set.
     """
     if any(getattr(agent, "interactive", False) for agent in (agent_a, agent_b)):
         num_envs = 1
-    env_config = section("env", name=env_name, num_envs=min(num_envs, num_games))
-    spec = make_env_spec(env_config)
+    env_config = match_env(env, min(num_envs, num_games))
+    spec = envs.make_env_spec(env_config)
     if spec.num_players != 2:
-        raise ValueError(f"{env_name} is not a two-player game")
-    env = EnvpoolAdapter(env_config, spec, seed)
-    n_envs = env.num_envs
+        raise ValueError(f"{env_config.name} is not a two-player game")
+    env = envs.make_env(env_config, spec, seed)
+    n_envs = int(env_config.num_envs)
     agents = (agent_a, agent_b)
     for agent in agents:
         agent.reset(n_envs)
@@ -178,7 +189,7 @@ def play_match(
         if stop is not None and stop.is_set():
             env.close()
             raise Interrupted()
-        rows = in_env_order(env.recv())
+        rows = envs.in_env_order(env.recv())
         done = rows.terminated | rows.truncated
         actions = np.zeros(rows.reward.shape[0], np.int32)
         for i in np.flatnonzero(done & (rows.player_id == 0)):

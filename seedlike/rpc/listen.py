@@ -6,10 +6,38 @@ ends), which both import streams.py: choosing between them here keeps the import
 
 from __future__ import annotations
 
-from seedlike.rpc import ports
+import logging
+import os
+
+from seedlike.rpc import ports, security
 from seedlike.rpc.hub import FrontEnds
 from seedlike.rpc.security import Credentials, check_bind
 from seedlike.rpc.streams import LocalServer, Transport
+
+ADDRESS_FILE = "server_address"  # <logdir>/server_address: "host:port", once actors can connect
+
+
+def start_inference(service, config, logdir: str, bind: str, port: int):
+    """Starts `service` (a seedlike.server.inference.InferenceService) and serves it to actors
+    with the run's transport settings and credentials; writes <logdir>/server_address.
+
+    Returns (server, "host:port"). A refused bind or a taken port stops the service again, so
+    no threads are left behind.
+    """
+    credentials = security.load(config.transport.credentials, "server")
+    bind = security.bind_address(bind)
+    service.start()
+    try:
+        server, bound = listen(service, bind, port, config.server, credentials)
+    except BaseException:
+        service.stop(finished=True)
+        raise
+    address = f"{bind}:{bound}"
+    os.makedirs(logdir, exist_ok=True)
+    with open(os.path.join(logdir, ADDRESS_FILE), "w") as f:
+        f.write(address + "\n")
+    logging.info("serving actors on %s", address)
+    return server, address
 
 
 def listen(service, bind: str, port: int, server_config, credentials: Credentials | None = None):

@@ -171,7 +171,10 @@ class _Seats:
 
 
 class InferenceService:
-    """Args:
+    """The inference pipeline: sessions, batching, the policy, replies and recording (module
+    docstring). Built from a run's config by `from_config`; every argument is a keyword.
+
+    Args:
     spec: the EnvSpec actors must match.
     network: the networks.Network of the learning policy (and of league snapshots).
     registry: the published params of the learning policy.
@@ -191,6 +194,7 @@ class InferenceService:
 
     def __init__(
         self,
+        *,
         spec: EnvSpec,
         network,
         registry: PolicyRegistry,
@@ -250,6 +254,19 @@ class InferenceService:
                 ("record", self._record_loop),
             )
         ]
+
+    @classmethod
+    def from_config(
+        cls, config, *, spec: EnvSpec, network, registry: PolicyRegistry,
+        store: TrajectoryStore | None = None, **parts,
+    ) -> InferenceService:  # fmt: skip
+        """The service of a run's config (its `server` section and seed); `parts` are the
+        optional keywords of the constructor (matchmaker, guard, greedy, return_scale,
+        exploration)."""
+        return cls(
+            spec=spec, network=network, registry=registry, store=store,
+            server_config=config.server, seed=int(config.seed), **parts,
+        )  # fmt: skip
 
     # Called from handler threads ---------------------------------------------------------------
 

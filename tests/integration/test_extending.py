@@ -26,8 +26,9 @@ from seedlike.actor import Actor
 from seedlike.algos import gae
 from seedlike.algos.batches import SampleBatch
 from seedlike.config import base_config
-from seedlike.learner import ADDRESS_FILE, train
+from seedlike.learner import train
 from seedlike.metrics import read_metrics
+from seedlike.rpc.listen import ADDRESS_FILE
 from seedlike.types import ArraySpec, EnvSpec, Rows
 from surgery.checkpoint_surgery import run_surgery
 from surgery.plan import Plan, WidenDense

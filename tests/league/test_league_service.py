@@ -88,7 +88,9 @@ def play_six_turns(config, network, league, only_legal=None):
     batches = BatchQueue(slots=1000)
     store = TrajectoryStore(UnrollPool(SPEC, 2), 1, batches)
     matchmaker = Matchmaker(SPEC, league)
-    service = InferenceService(SPEC, network, registry, store, config.server, matchmaker)
+    service = InferenceService.from_config(
+        config, spec=SPEC, network=network, registry=registry, store=store, matchmaker=matchmaker
+    )
     service.start()
     try:
         session = service.open_session(0, 4)

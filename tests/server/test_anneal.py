@@ -82,9 +82,10 @@ def test_each_episode_draws_the_change_once_and_the_learner_sees_what_the_policy
     registry.publish(1, {"params": params, "obs_norm": {}})  # fraction(1) = 0.5
     batches = BatchQueue(slots=1000)
     store = TrajectoryStore(UnrollPool(a.server_spec(SPEC), 4), 1, batches)
-    service = InferenceService(
-        SPEC, network, registry, store, config.server, Matchmaker(SPEC, annealing=a)
-    )
+    service = InferenceService.from_config(
+        config, spec=SPEC, network=network, registry=registry, store=store,
+        matchmaker=Matchmaker(SPEC, annealing=a),
+    )  # fmt: skip
     service.start()
     try:
         session = service.open_session(0, 64)

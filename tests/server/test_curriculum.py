@@ -194,7 +194,9 @@ def level_service(curriculum):
     registry = PolicyRegistry()
     registry.publish(0, {"params": network.init(jax.random.key(0)), "obs_norm": {}})
     matchmaker = Matchmaker(SPEC, curriculum=curriculum, success_threshold=0.5)
-    service = InferenceService(SPEC, network, registry, None, config.server, matchmaker)
+    service = InferenceService.from_config(
+        config, spec=SPEC, network=network, registry=registry, matchmaker=matchmaker
+    )
     service.start()
     return service, config
 

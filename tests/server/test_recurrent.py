@@ -27,7 +27,10 @@ def test_replay_from_stored_carry_matches_the_server(tmp_path):
     registry.publish(7, {"params": params, "obs_norm": obs_norm})
     batches = BatchQueue(slots=1000)
     store = TrajectoryStore(UnrollPool(spec, 8), 1, batches, network.initial_carry(1))
-    service = InferenceService(spec, network, registry, store, config.server, seed=1)
+    config.seed = 1
+    service = InferenceService.from_config(
+        config, spec=spec, network=network, registry=registry, store=store
+    )
     service.start()
     try:
         session = service.open_session(0, 4)
