@@ -36,9 +36,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from networks import board, entities, heads, normalization, torsos
+from networks import board, entities, graph, heads, normalization, torsos
 from networks.entities import EntityEncoder
-from networks.graph import LayerGraph, Reader, Space
+from networks.graph import LayerGraph
 from networks.text import TextEncoder
 from seedlike.types import MISSION_VOCAB_SIZE, TEAMMATES, ArraySpec, EnvSpec
 from seedlike.types import TEAMMATES_PRESENT as PRESENT
@@ -239,6 +239,21 @@ class ActorCritic(nn.Module):
             )
         for name, head in self.head_modules().items():
             setattr(self, name, head)
+
+    def torso_module(self, **kwargs) -> nn.Module:
+        """A torso module of this network (kwargs: e.g. parent=None outside `setup`)."""
+        return make_torso(self, **kwargs)
+
+    def encoder_modules(self, **kwargs) -> dict[str, nn.Module]:
+        """The text and entity encoders by module name, where the network has them."""
+        out = {}
+        if self.encoders.text_key:
+            out["text_encoder"] = TextEncoder(MISSION_VOCAB_SIZE, self.encoders.text_size, **kwargs)
+        if self.encoders.entity_key:
+            out["entity_encoder"] = EntityEncoder(
+                self.encoders.entity_size, self.encoders.entity_heads, **kwargs
+            )
+        return out
 
     def head_modules(self, **kwargs) -> dict[str, nn.Module]:
         """The heads by module name (kwargs: e.g. parent=None for ones outside `setup`, as
@@ -457,120 +472,6 @@ def make_torso(module: ActorCritic, **kwargs):
     return torsos.CNN_TORSOS[m.torso_spec.kind](**kwargs)
 
 
-LSTM_INPUT_GATES = ("ii", "if", "ig", "io")  # flax LSTMCell: one Dense per gate and input
-LSTM_HIDDEN_GATES = ("hi", "hf", "hg", "ho")
-
-
-def layer_graph(
-    module: ActorCritic, positions: int = 0, blocks: dict[str, int] | None = None
-) -> LayerGraph:
-    """The LayerGraph of an ActorCritic (networks/graph.py).
-
-    Args:
-      positions: H*W of a CNN torso's last feature map (Network.layer_graph works it out).
-      blocks: residual blocks per MLP torso module, where they differ from the module's.
-    """
-    blocks = dict(blocks or {})
-    sizes = module.head_sizes
-    # Each head's own part (networks/heads.py); the value head reads the value features, the
-    # autoregressive tables add into the policy features, every other head reads them.
-    parts = {name: head.graph(name) for name, head in module.head_modules(parent=None).items()}
-    policy = parts["policy_head"].logits if "policy_head" in parts else ""
-    pointers = {i: f"pointers_{i}" for i in module.head_spec.pointer_heads}
-    gaussian = tuple(parts["gaussian_head"].spaces) if "gaussian_head" in parts else ()
-    conditioning = dict(enumerate(parts["conditioning"].spaces)) if "conditioning" in parts else {}
-    reads_value = list(parts["value_head"].readers) if "value_head" in parts else []
-    reads_policy = [
-        r
-        for name, p in parts.items()
-        if name not in ("value_head", "conditioning")
-        for r in p.readers
-    ]
-    adds_policy = tuple(r for p in parts.values() for r in p.residual)
-    spaces: dict[str, Space] = {}
-    core = None
-    if module.core_spec.size:
-        gates = tuple(f"core/lstm/{g}" for g in LSTM_INPUT_GATES + LSTM_HIDDEN_GATES)
-        hidden = tuple(Reader(f"core/lstm/{g}") for g in LSTM_HIDDEN_GATES)
-        core = Space(gates, adds_policy, readers=(*hidden, *reads_policy, *reads_value))
-        for g in gates:
-            spaces[g] = Space((g,), refused=f"params/{g} is in the LSTM core: use widen_lstm")
-        torso_readers = {"torso": tuple(Reader(f"core/lstm/{g}") for g in LSTM_INPUT_GATES)}
-    else:
-        torso_readers = {
-            "torso": (*reads_policy, *reads_value),
-            "policy_torso": tuple(reads_policy),
-            "value_torso": tuple(reads_value),
-        }
-    names = ["torso"] if module.torso_spec.kind != "mlp" or module.torso_spec.shared else []
-    names = names or ["policy_torso", "value_torso"]
-    extra = (module.encoders.text_size if module.encoders.text_key else 0) + (
-        module.encoders.entity_size if module.encoders.entity_key else 0
-    )
-    torso_graphs, readers, image = {}, [], None
-    for name in names:
-        t_spaces, t_inputs, image, torso = make_torso(module, parent=None).graph(
-            name, torso_readers[name], extra, positions, blocks.get(name)
-        )
-        if adds_policy and not module.core_spec.size and name != "value_torso" and torso.layers:
-            last = t_spaces[torso.layers[-1]]
-            t_spaces[torso.layers[-1]] = dataclasses.replace(
-                last, residual=last.residual + adds_policy
-            )
-        if module.torso_spec.team_pool:
-            last = torso.layers[-1]
-            t_spaces[last] = Space(
-                (last,),
-                refused=f"network.team_pool={module.torso_spec.team_pool}: the heads read "
-                f"params/{last}'s units and their pooled share across teammates; widening it "
-                "would move the pooled features, which surgery does not do",
-            )
-        spaces.update(t_spaces)
-        torso_graphs[name] = torso
-        readers.append(t_inputs)
-    inputs = Space(
-        residual=tuple(r for s in readers for r in s.residual),
-        readers=tuple(r for s in readers for r in s.readers),
-    )
-    for part in parts.values():
-        spaces.update(part.spaces)
-    if module.encoders.text_key:
-        spaces.update(
-            TextEncoder(MISSION_VOCAB_SIZE, module.encoders.text_size).graph("text_encoder")
-        )
-    entities = None
-    if module.encoders.entity_key:
-        # Pointer heads' keys read the encoder's stream; the pool joins each torso's inputs last.
-        encoder = EntityEncoder(
-            module.encoders.entity_size, module.encoders.entity_heads, parent=None
-        )
-        entities = encoder.graph(
-            "entity_encoder",
-            tuple(f"{name}/key" for name in pointers.values()),
-            tuple(f"{name}/dense_0" for name in names),
-        )
-
-    def rebuild(more_blocks: dict[str, int], **fields) -> LayerGraph:
-        changed = module.with_fields(**fields) if fields else module
-        return layer_graph(changed, positions, {**blocks, **more_blocks})
-
-    return LayerGraph(
-        spaces=spaces,
-        inputs=inputs,
-        image=image,
-        core=core,
-        policy_head=policy,
-        value_head="value_head/value" if "value_head" in parts else "",
-        pointer_heads=pointers,
-        conditioning=conditioning,
-        head_sizes=tuple(int(n) for n in sizes),
-        torsos=torso_graphs,
-        entities=entities,
-        gaussian=gaussian,
-        rebuild=rebuild,
-    )
-
-
 def _noise(key) -> dict:
     """The rngs of a module call: a noisy Q head's "noise" key where one is given."""
     return {} if key is None else {"noise": key}
@@ -638,7 +539,7 @@ class Network:
 
     def layer_graph(self) -> LayerGraph:
         """Which parameters read which units (networks/graph.py), for surgery."""
-        return layer_graph(self.module, self.feature_positions())
+        return graph.layer_graph(self.module, self.feature_positions())
 
     def feature_positions(self) -> int:
         """H*W of a CNN torso's last feature map (0 for MLP torsos)."""

@@ -8,9 +8,9 @@ writers, zeros for the residual layers, zero rows for the readers (surgery/ops.p
 
 Layers are module paths under params/ ("policy_torso/dense_0"). The modules that name their
 submodules also build their part of the graph (torsos and heads: networks/torsos.py,
-networks/heads.py; the entity encoder: networks/entities.py; networks/actor_critic.py joins the
-parts), so renaming a submodule changes the graph with it; surgery reads the graph and never
-parses paths.
+networks/heads.py; the entity encoder: networks/entities.py), and `layer_graph` below joins the
+parts of the modules an ActorCritic hands it (networks/actor_critic.py), so renaming a submodule
+changes the graph with it; surgery reads the graph and never parses paths.
 """
 
 from __future__ import annotations
@@ -149,3 +149,131 @@ class LayerGraph:
                 names.update(space.writers)
                 names.update(r.layer for r in space.readers + space.residual)
         return sorted(names)
+
+
+# The LSTM core's layers (flax LSTMCell: one Dense per gate and input).
+LSTM_INPUT_GATES = ("ii", "if", "ig", "io")
+LSTM_HIDDEN_GATES = ("hi", "hf", "hg", "ho")
+
+
+def layer_graph(module, positions: int = 0, blocks: dict[str, int] | None = None) -> LayerGraph:
+    """The LayerGraph of an ActorCritic (networks/actor_critic.py), joined from the parts its
+    modules name: its heads' (`head_modules`), its torsos' (`torso_module`), its encoders'
+    (`encoder_modules`) and the LSTM core's gates.
+
+    Args:
+      positions: H*W of a CNN torso's last feature map (Network.layer_graph works it out).
+      blocks: residual blocks per MLP torso module, where they differ from the module's.
+    """
+    blocks = dict(blocks or {})
+    # Each head's own part (networks/heads.py); the value head reads the value features, the
+    # autoregressive tables add into the policy features, every other head reads them.
+    parts = {name: head.graph(name) for name, head in module.head_modules(parent=None).items()}
+    pointers = {i: f"pointers_{i}" for i in module.head_spec.pointer_heads}
+    spaces: dict[str, Space] = {}
+    core, torso_readers = _core(module, parts, spaces)
+    names = ["torso"] if module.torso_spec.kind != "mlp" or module.torso_spec.shared else []
+    names = names or ["policy_torso", "value_torso"]
+    torso_graphs, inputs, image = _torsos(module, names, torso_readers, parts, positions, blocks)
+    for graph in torso_graphs.values():
+        spaces.update(graph.pop("spaces"))
+    for part in parts.values():
+        spaces.update(part.spaces)
+    encoders = module.encoder_modules(parent=None)
+    if "text_encoder" in encoders:
+        spaces.update(encoders["text_encoder"].graph("text_encoder"))
+    entities = None
+    if "entity_encoder" in encoders:
+        # Pointer heads' keys read the encoder's stream; the pool joins each torso's inputs last.
+        entities = encoders["entity_encoder"].graph(
+            "entity_encoder",
+            tuple(f"{name}/key" for name in pointers.values()),
+            tuple(f"{name}/dense_0" for name in names),
+        )
+
+    def rebuild(more_blocks: dict[str, int], **fields) -> LayerGraph:
+        changed = module.with_fields(**fields) if fields else module
+        return layer_graph(changed, positions, {**blocks, **more_blocks})
+
+    return LayerGraph(
+        spaces=spaces,
+        inputs=inputs,
+        image=image,
+        core=core,
+        policy_head=parts["policy_head"].logits if "policy_head" in parts else "",
+        value_head="value_head/value" if "value_head" in parts else "",
+        pointer_heads=pointers,
+        conditioning=dict(enumerate(parts["conditioning"].spaces))
+        if "conditioning" in parts
+        else {},
+        head_sizes=tuple(int(n) for n in module.head_sizes),
+        torsos={name: graph["torso"] for name, graph in torso_graphs.items()},
+        entities=entities,
+        gaussian=tuple(parts["gaussian_head"].spaces) if "gaussian_head" in parts else (),
+        rebuild=rebuild,
+    )
+
+
+def _head_readers(parts: dict) -> tuple[tuple, tuple, tuple]:
+    """(readers of the policy features, readers of the value features, layers adding into the
+    policy features) of the heads' parts."""
+    reads_value = tuple(parts["value_head"].readers) if "value_head" in parts else ()
+    reads_policy = tuple(
+        r
+        for name, p in parts.items()
+        if name not in ("value_head", "conditioning")
+        for r in p.readers
+    )
+    adds_policy = tuple(r for p in parts.values() for r in p.residual)
+    return reads_policy, reads_value, adds_policy
+
+
+def _core(module, parts: dict, spaces: dict) -> tuple[Space | None, dict]:
+    """The LSTM core's space (None without one; its gates' own spaces go into `spaces`) and
+    who reads each torso module's output: the core's input gates, or the heads."""
+    reads_policy, reads_value, adds_policy = _head_readers(parts)
+    if not module.core_spec.size:
+        return None, {
+            "torso": (*reads_policy, *reads_value),
+            "policy_torso": reads_policy,
+            "value_torso": reads_value,
+        }
+    gates = tuple(f"core/lstm/{g}" for g in LSTM_INPUT_GATES + LSTM_HIDDEN_GATES)
+    hidden = tuple(Reader(f"core/lstm/{g}") for g in LSTM_HIDDEN_GATES)
+    core = Space(gates, adds_policy, readers=(*hidden, *reads_policy, *reads_value))
+    for g in gates:
+        spaces[g] = Space((g,), refused=f"params/{g} is in the LSTM core: use widen_lstm")
+    return core, {"torso": tuple(Reader(f"core/lstm/{g}") for g in LSTM_INPUT_GATES)}
+
+
+def _torsos(module, names, torso_readers, parts, positions: int, blocks: dict):
+    """Each torso module's graph ({"spaces", "torso"}), the space of the network's inputs and
+    a CNN torso's image space."""
+    _, _, adds_policy = _head_readers(parts)
+    enc = module.encoders
+    extra = (enc.text_size if enc.text_key else 0) + (enc.entity_size if enc.entity_key else 0)
+    graphs, readers, image = {}, [], None
+    for name in names:
+        t_spaces, t_inputs, image, torso = module.torso_module(parent=None).graph(
+            name, torso_readers[name], extra, positions, blocks.get(name)
+        )
+        if adds_policy and not module.core_spec.size and name != "value_torso" and torso.layers:
+            last = t_spaces[torso.layers[-1]]
+            t_spaces[torso.layers[-1]] = dataclasses.replace(
+                last, residual=last.residual + adds_policy
+            )
+        if module.torso_spec.team_pool:
+            last = torso.layers[-1]
+            t_spaces[last] = Space(
+                (last,),
+                refused=f"network.team_pool={module.torso_spec.team_pool}: the heads read "
+                f"params/{last}'s units and their pooled share across teammates; widening it "
+                "would move the pooled features, which surgery does not do",
+            )
+        graphs[name] = {"spaces": t_spaces, "torso": torso}
+        readers.append(t_inputs)
+    inputs = Space(
+        residual=tuple(r for s in readers for r in s.residual),
+        readers=tuple(r for s in readers for r in s.readers),
+    )
+    return graphs, inputs, image
