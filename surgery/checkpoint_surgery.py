@@ -303,6 +303,85 @@ def run_surgery(
         from seedlike.envs import make_env_spec as spec_fn
     if plan is None and new_config is None:
         raise ops.SurgeryError("run_surgery needs a plan or a new config (or both)")
+    source = _read_source(checkpoint, old_config, spec_fn)
+    inferred = new_config is None
+    if inferred:
+        probe = PolicySurgery(plan, source.network, source.network, seed).transform_params(
+            source.state.params, source.state.obs_norm
+        )
+        new_config = config_from_params(source.config, probe.params, probe.graph)
+    config_lib.resolve(new_config)
+    new_network = make_network(new_config.network, spec_fn(new_config.env))
+    problems = _env_problems(source.config.env, new_config.env, new_network.spec, spec_fn)
+    if problems:
+        raise ops.SurgeryError("; ".join(problems))
+    derive = dict(mode=mode, lstm_noise=lstm_noise, new_action_value=new_action_value)
+    plan = plan if plan is not None else derive_plan(source.network, new_network, **derive)
+    surgery = PolicySurgery(plan, source.network, new_network, seed)
+    lr_zero = int(lr_zero_updates) * sgd_steps_per_update(new_config)
+    new_state, result = surgery.transform_state(
+        source.state, reset_optimizer=reset_optimizer, lr_zero_sgd_steps=lr_zero
+    )
+    _check_fits(surgery, new_state, new_network, new_config, inferred)
+    old_policy = {"params": source.state.params, "obs_norm": source.state.obs_norm}
+    new_policy = {"params": new_state.params, "obs_norm": new_state.obs_norm}
+    report = surgery.verify(old_policy, new_policy, result)
+    snapshots, snapshot_reports = _snapshot_surgery(surgery, source, new_network)
+    forced = _check_tolerance(report, snapshot_reports, tolerance, force)
+    outcome = SurgeryOutcome(
+        out=os.path.abspath(out),
+        step=int(source.step),
+        config=new_config,
+        plan=plan,
+        report=report,
+        snapshot_reports=snapshot_reports,
+        lr_zero_until=int(np.asarray(new_state.lr_zero_until)),
+        changes=result.param_map.describe(),
+        written=not dry_run,
+        warnings=_env_warnings(source.config.env, new_config.env),
+    )
+    if dry_run:
+        return outcome
+    entry = {
+        "source": os.path.join(source.directory, str(source.step)),
+        **_report_entry(outcome, result),
+        "tolerance": tolerance,
+        "forced": forced,
+        "reset_optimizer": reset_optimizer,
+    }
+    _write_run(out, source.step, new_state, source.meta, new_config, entry, snapshots)
+    return outcome
+
+
+def _report_entry(outcome: SurgeryOutcome, result) -> dict:
+    """What surgery.json records of an outcome: the plan, the reports, the parameter changes
+    and the new actions."""
+    return {
+        "plan": outcome.plan.to_dict(),
+        "report": outcome.report.to_dict(),
+        "snapshot_reports": {k: v.to_dict() for k, v in outcome.snapshot_reports.items()},
+        "lr_zero_until": outcome.lr_zero_until,
+        "changes": outcome.changes,
+        "actions": [dataclasses.asdict(info) for info in result.action_infos],
+    }
+
+
+@dataclasses.dataclass
+class _Source:
+    """The checkpoint surgery starts from: where it is, its config, network, state and meta."""
+
+    directory: str
+    step: int
+    run_dir: str | None  # the run directory, where the checkpoint is a run's (its snapshots)
+    config: ml_collections.ConfigDict
+    network: object
+    state: ts.TrainState
+    meta: dict
+
+
+def _read_source(checkpoint: str, old_config, spec_fn) -> _Source:
+    """The checkpoint (a run, its checkpoints/ or a step directory) restored into its own
+    network: the stored config's, or `old_config` for a checkpoint without one."""
     directory, step = ckpt_lib.existing_checkpoint_path(checkpoint)
     run_dir = os.path.dirname(directory) if os.path.basename(directory) == "checkpoints" else None
     checkpointer = ckpt_lib.Checkpointer(directory)
@@ -320,36 +399,17 @@ def run_surgery(
                 "the config that wrote it (--old_config)"
             )
         config_lib.resolve(old_config)  # a config a user passed may still say "auto"
-        old_network = make_network(old_config.network, spec_fn(old_config.env))
-        target = ts.abstract_train_state(old_network, old_config.optimizer)
+        network = make_network(old_config.network, spec_fn(old_config.env))
+        target = ts.abstract_train_state(network, old_config.optimizer)
         state, meta = checkpointer.restore(target, step, ts.older_layout)
     finally:
         checkpointer.close()
+    return _Source(directory, step, run_dir, old_config, network, state, meta)
 
-    inferred = new_config is None
-    if inferred:
-        probe = PolicySurgery(plan, old_network, old_network, seed).transform_params(
-            state.params, state.obs_norm
-        )
-        new_config = config_from_params(old_config, probe.params, probe.graph)
-    config_lib.resolve(new_config)
-    new_network = make_network(new_config.network, spec_fn(new_config.env))
-    problems = _env_problems(old_config.env, new_config.env, new_network.spec, spec_fn)
-    if problems:
-        raise ops.SurgeryError("; ".join(problems))
-    if plan is None:
-        plan = derive_plan(
-            old_network, new_network, mode=mode, lstm_noise=lstm_noise,
-            new_action_value=new_action_value,
-        )  # fmt: skip
-    surgery = PolicySurgery(plan, old_network, new_network, seed)
 
-    sgd_per_update = sgd_steps_per_update(new_config)
-    new_state, result = surgery.transform_state(
-        state,
-        reset_optimizer=reset_optimizer,
-        lr_zero_sgd_steps=int(lr_zero_updates) * sgd_per_update,
-    )
+def _check_fits(surgery, new_state, new_network, new_config, inferred: bool) -> None:
+    """Raises SurgeryError where the transformed state does not fit the new config's network
+    (with a hint where that config was read from the plan's result)."""
     try:
         surgery.check_fits(new_state, ts.abstract_train_state(new_network, new_config.optimizer))
     except ops.SurgeryError as e:
@@ -359,13 +419,14 @@ def run_surgery(
             f"{e}. The new config was read from the plan's result with the old env; plans that "
             "change observations or actions need the new config (--new_config)"
         ) from None
-    old_policy = {"params": state.params, "obs_norm": state.obs_norm}
-    new_policy = {"params": new_state.params, "obs_norm": new_state.obs_norm}
-    report = surgery.verify(old_policy, new_policy, result)
 
-    snapshots, snapshot_reports = {}, {}
-    for name in snapshot_dirs(run_dir):
-        old_snap = read_snapshot(os.path.join(run_dir, name), old_network)
+
+def _snapshot_surgery(surgery, source: _Source, new_network):
+    """Every league snapshot of the run transformed like the learner's params and verified:
+    (snapshots by name, their reports)."""
+    snapshots, reports = {}, {}
+    for name in snapshot_dirs(source.run_dir):
+        old_snap = read_snapshot(os.path.join(source.run_dir, name), source.network)
         snap_result = surgery.transform_params(old_snap["params"], old_snap["obs_norm"])
         new_snap = {
             "params": snap_result.params,
@@ -373,8 +434,13 @@ def run_surgery(
         }
         surgery.check_fits(new_snap, abstract_policy(new_network))
         snapshots[name] = new_snap
-        snapshot_reports[name] = surgery.verify(old_snap, new_snap, snap_result)
+        reports[name] = surgery.verify(old_snap, new_snap, snap_result)
+    return snapshots, reports
 
+
+def _check_tolerance(report, snapshot_reports: dict, tolerance: float, force: bool) -> bool:
+    """Raises SurgeryRefused where a policy changed by more than the tolerance (unless
+    `force`); returns whether one did (the write was forced)."""
     reports = {"learner": report, **{f"snapshot {k}": v for k, v in snapshot_reports.items()}}
     bad = {k: r for k, r in reports.items() if not r.ok(tolerance)}
     if bad and not force:
@@ -384,36 +450,7 @@ def run_surgery(
             "nothing written. Pass force=True (--force) to write it anyway.",
             reports,
         )
-
-    lr_zero_until = int(np.asarray(new_state.lr_zero_until))
-    outcome = SurgeryOutcome(
-        out=os.path.abspath(out),
-        step=int(step),
-        config=new_config,
-        plan=plan,
-        report=report,
-        snapshot_reports=snapshot_reports,
-        lr_zero_until=lr_zero_until,
-        changes=result.param_map.describe(),
-        written=not dry_run,
-        warnings=_env_warnings(old_config.env, new_config.env),
-    )
-    if dry_run:
-        return outcome
-    entry = {
-        "source": os.path.join(directory, str(step)),
-        "plan": plan.to_dict(),
-        "report": report.to_dict(),
-        "snapshot_reports": {k: v.to_dict() for k, v in snapshot_reports.items()},
-        "tolerance": tolerance,
-        "forced": bool(bad),
-        "reset_optimizer": reset_optimizer,
-        "lr_zero_until": lr_zero_until,
-        "changes": outcome.changes,
-        "actions": [dataclasses.asdict(info) for info in result.action_infos],
-    }
-    _write_run(out, step, new_state, meta, new_config, entry, snapshots)
-    return outcome
+    return bool(bad)
 
 
 def _env_problems(old_env, new_env, new_spec, spec_fn) -> list[str]:
