@@ -400,57 +400,19 @@ def train(
     interval = Interval(time.monotonic(), p.env_steps(), 0)
     last_checkpoint = time.monotonic()
     row: dict = {}
-    total, learn = int(config.total_env_steps), bool(config.learn)
+    total = int(config.total_env_steps)
     if config.pause_at_env_steps:
         total = min(total, int(config.pause_at_env_steps))
-    target = config.stop_at_return
-    reached = False  # the return has held `target` for log.stop_hold_s
-    reached_since = None
-    hold_s = float(config.log.stop_hold_s)
+    hold = ReturnHold(config.stop_at_return, float(config.log.stop_hold_s))
     log_s, checkpoint_s = float(config.log.interval_s), float(config.checkpoint.interval_s)
     storage_failed = False
     try:
-        while True:
-            p.service.check_alive()
-            if p.peers.lost:
-                p.peers.acknowledge()
-                logging.error("a learner process is gone: %s", p.peers.lost)
-                raise distributed.peer_lost(RuntimeError(p.peers.lost))
-            batch = p.batches.next_batch(timeout=0.1)
-            stopping = stop.is_set() or reached
-            try:
-                if p.lockstep.shared and (batch is not None or stopping):
-                    # Every process takes part in each update's collectives, so all agree first.
-                    try:
-                        stopping = p.lockstep.agree(p.service.env_steps, stopping)
-                    except Exception as e:  # noqa: BLE001 - only a peer can fail this psum
-                        # Gloo reports a peer's reset connection as a ValueError, not as
-                        # JaxRuntimeError: uncaught, it left a traceback and an exit that hung
-                        # on the dead peer.
-                        raise _peer_failed("the learner processes' step agreement", e) from None
-                if stopping or p.env_steps() >= total:
-                    break
-                if batch is not None and learn:
-                    try:
-                        p.learn(batch, interval)
-                    except Interrupted as e:
-                        logging.info("%s", e)
-                        break
-                elif batch is not None:
-                    batch.release()
-            except jax.errors.JaxRuntimeError as e:
-                if not p.lockstep.shared:
-                    raise
-                raise _peer_failed("a step shared by the learner processes", e) from None
+        while _loop_step(p, stop.is_set() or hold.reached, total, interval):
             now = time.monotonic()
             if now - interval.start >= log_s:
                 row = p.log(interval, now)
                 interval = Interval(now, p.env_steps(), p.store.unrolls_emitted)
-                if target is None or not p.episode_board.reached(target):
-                    reached_since = None
-                else:
-                    reached_since = now if reached_since is None else reached_since
-                    reached = now - reached_since >= hold_s
+                hold.update(p.episode_board, now)
             if now - last_checkpoint >= checkpoint_s:
                 p.save("interval")
                 last_checkpoint = now
@@ -460,19 +422,81 @@ def train(
     finally:
         p.peers.stop()  # the others may now end before this one
         # Freeze the counters first, so the last metrics row and the checkpoint agree.
-        finished = not stop.is_set() and (reached or p.env_steps() >= total)
-        if p.evaluator is not None:
-            p.evaluator.stop()
-        if p.league_peers is not None:
-            p.league_peers.stop()
-        p.service.stop(finished=finished)
-        p.server.stop(grace_s=2.0)
+        finished = not stop.is_set() and (hold.reached or p.env_steps() >= total)
+        _stop_serving(p, finished)
         if storage_failed:  # nothing more can be written; the entrypoint says why and exits
             p.metrics.close()
         else:
-            paused = finished and not reached and total < int(config.total_env_steps)
+            paused = finished and not hold.reached and total < int(config.total_env_steps)
             row = _finish(p, interval, finished, paused)
     return row
+
+
+@dataclasses.dataclass
+class ReturnHold:
+    """Whether the return has held `target` (config.stop_at_return; None: never) for `hold_s`
+    seconds (log.stop_hold_s): a majority of identities' mean returns at it, row after row."""
+
+    target: float | None
+    hold_s: float
+    since: float | None = None
+    reached: bool = False
+
+    def update(self, board: EpisodeBoard, now: float) -> None:
+        if self.target is None or not board.reached(self.target):
+            self.since = None
+            return
+        self.since = now if self.since is None else self.since
+        self.reached = now - self.since >= self.hold_s
+
+
+def _loop_step(p: LearnerProcess, stopping: bool, total: int, interval: Interval) -> bool:
+    """One pass of the learner loop: the next learner batch (if one comes within 0.1 s) learned
+    from, or dropped without config.learn. False once the loop should end: a stop, the budget
+    reached, or an update abandoned at a stop request. Several learner processes agree on
+    stopping first, and a lost one ends the run (distributed.PeerLost)."""
+    p.service.check_alive()
+    if p.peers.lost:
+        p.peers.acknowledge()
+        logging.error("a learner process is gone: %s", p.peers.lost)
+        raise distributed.peer_lost(RuntimeError(p.peers.lost))
+    batch = p.batches.next_batch(timeout=0.1)
+    try:
+        if p.lockstep.shared and (batch is not None or stopping):
+            # Every process takes part in each update's collectives, so all agree first.
+            try:
+                stopping = p.lockstep.agree(p.service.env_steps, stopping)
+            except Exception as e:  # noqa: BLE001 - only a peer can fail this psum
+                # Gloo reports a peer's reset connection as a ValueError, not as
+                # JaxRuntimeError: uncaught, it left a traceback and an exit that hung on the
+                # dead peer.
+                raise _peer_failed("the learner processes' step agreement", e) from None
+        if stopping or p.env_steps() >= total:
+            return False
+        if batch is not None and p.config.learn:
+            try:
+                p.learn(batch, interval)
+            except Interrupted as e:
+                logging.info("%s", e)
+                return False
+        elif batch is not None:
+            batch.release()
+    except jax.errors.JaxRuntimeError as e:
+        if not p.lockstep.shared:
+            raise
+        raise _peer_failed("a step shared by the learner processes", e) from None
+    return True
+
+
+def _stop_serving(p: LearnerProcess, finished: bool) -> None:
+    """Stops evaluation, the league's peer reader, inference (actors are told whether the run
+    finished) and the gRPC server."""
+    if p.evaluator is not None:
+        p.evaluator.stop()
+    if p.league_peers is not None:
+        p.league_peers.stop()
+    p.service.stop(finished=finished)
+    p.server.stop(grace_s=2.0)
 
 
 def _finish(p: LearnerProcess, interval: Interval, finished: bool, paused: bool = False) -> dict:
@@ -659,20 +683,39 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         "identity_share_max": p.store.last_batch_max_share,
     }
     row.update({old: row[new] for old, new in METRIC_ALIASES.items()})
+    row.update(_process_metrics(interval, stats, dt))
+    # Learner values are null in an interval without updates, so every row has the same keys.
+    row.update({k: float("nan") for k in p.learner.metric_keys})
+    row.update(_part_metrics(p, env_steps))
+    if threshold is not None:
+        row["episode_success_rate"] = recent["success"]
+    if interval.update_metrics:
+        keys = interval.update_metrics[0].keys()
+        # Over the updates that have the value (a replay learner's before min_fill have none).
+        row.update({k: _finite_mean([u[k] for u in interval.update_metrics]) for k in keys})
+    return row
+
+
+def _process_metrics(interval: Interval, stats: dict, dt: float) -> dict:
+    """The process's own use (memory, cores, threads, files) and each stage's busy share and
+    latency over the interval."""
     own = procstats.usage()
-    row.update(
-        {
-            "process/rss_mb": own.rss_mb,
-            "process/cpu": (own.cpu_s - interval.cpu_s) / dt,
-            "process/threads": own.threads,
-            "process/open_files": own.open_files,
-        }
-    )
+    row = {
+        "process/rss_mb": own.rss_mb,
+        "process/cpu": (own.cpu_s - interval.cpu_s) / dt,
+        "process/threads": own.threads,
+        "process/open_files": own.open_files,
+    }
     busy = {**stats["busy_s"], "learn": interval.learn_s}
     row.update({f"busy/{stage}": s / dt for stage, s in busy.items()})
     row.update({f"latency_ms/{k}": v for k, v in stats["segments_ms"].items()})
-    # Learner values are null in an interval without updates, so every row has the same keys.
-    row.update({k: float("nan") for k in p.learner.metric_keys})
+    return row
+
+
+def _part_metrics(p: LearnerProcess, env_steps: int) -> dict:
+    """The metrics of the parts a run may have: exploration, annealing, a curriculum, the
+    league and its evaluation."""
+    row = {}
     if p.service.exploration is not None:
         held = p.service.exploration.held(p.service.env_steps)
         row.update(
@@ -692,12 +735,6 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         row["league/results_capped"] = p.service.matchmaker.result_quota.capped
     if p.evaluator is not None:
         row.update(p.evaluator.metrics())
-    if threshold is not None:
-        row["episode_success_rate"] = recent["success"]
-    if interval.update_metrics:
-        keys = interval.update_metrics[0].keys()
-        # Over the updates that have the value (a replay learner's before min_fill have none).
-        row.update({k: _finite_mean([u[k] for u in interval.update_metrics]) for k in keys})
     return row
 
 

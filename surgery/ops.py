@@ -924,22 +924,11 @@ def add_actions(
     head_map = AxisMap.from_src(src, a_old)
     dense_start, logit_start = _head_columns(graph, head)
     cols = slice(dense_start, dense_start + a_old)
-    k = float(num_new)
-    # The largest new-choice probability with KL <= tolerance, a hair lower against rounding.
-    target = -math.expm1(-tolerance) * (1.0 - 1e-6)
     if bias is not None:
         rule, log_z = "given", None
     elif feature_bound is not None:
-        # Autoregressive heads read h + sum_{j < head} T_j[a_j]: each feature is bounded by B
-        # plus the largest |entry| of each table in its column.
-        bound = np.full(kernel.shape[0], float(feature_bound))
-        for j, layer in graph.conditioning.items():
-            if j < head:
-                table = np.abs(np.asarray(flat[(*as_path(layer), "kernel")], np.float64))
-                bound = bound + table.max(axis=0)
-        w = np.abs(np.asarray(kernel[:, cols], np.float64))
-        b_old = np.asarray(bias_leaf[cols], np.float64)
-        rule, log_z = "bound", float(np.max(b_old - bound @ w))
+        rule = "bound"
+        log_z = _bounded_log_z(flat, graph, head, kernel[:, cols], bias_leaf[cols], feature_bound)
     elif logits is not None:
         logits = np.asarray(logits, np.float64)
         if logits.shape[-1] != sum(sizes):
@@ -948,12 +937,9 @@ def add_actions(
         rule, log_z = "batch", float(np.min(_logsumexp(own)))
     else:
         raise SurgeryError("add_actions needs bias, feature_bound or a batch of logits")
-    if log_z is None:
-        max_prob = kl = float("nan")
-    else:
-        bias = log_z + math.log(target / k)
-        max_prob = min(k * math.exp(bias - log_z), 1.0)
-        kl = -math.log1p(-max_prob) if max_prob < 1.0 else float("inf")
+    max_prob = kl = float("nan")
+    if log_z is not None:
+        bias, max_prob, kl = _new_action_bias(log_z, float(num_new), tolerance)
     dense_map = _insert(kernel.shape[1], dense_start, head_map)
     logit_map = _insert(sum(sizes), logit_start, head_map)
     info = ActionInfo(
@@ -974,6 +960,31 @@ def add_actions(
         new[table] = leaf.apply(rows)
         new, pmap = unflatten_params(new), pmap.then(ParamMap({table: leaf}))
     return OpResult(new, pmap, action_map=logit_map, action_info=info)
+
+
+def _bounded_log_z(flat, graph: LayerGraph, head: int, kernel, bias, feature_bound) -> float:
+    """A lower bound on log Z(x), the head's old partition function, over every input whose head
+    features lie in [-B, B]: log Z(x) >= max_a (c_a - B * ||W[:, a]||_1). Autoregressive heads
+    read h + sum_{j < head} T_j[a_j]: each feature is bounded by B plus the largest |entry| of
+    each table in its column."""
+    bound = np.full(kernel.shape[0], float(feature_bound))
+    for j, layer in graph.conditioning.items():
+        if j < head:
+            table = np.abs(np.asarray(flat[(*as_path(layer), "kernel")], np.float64))
+            bound = bound + table.max(axis=0)
+    w = np.abs(np.asarray(kernel, np.float64))
+    return float(np.max(np.asarray(bias, np.float64) - bound @ w))
+
+
+def _new_action_bias(log_z: float, k: float, tolerance: float) -> tuple[float, float, float]:
+    """(bias, the k new choices' largest total probability, the KL bound) for new choices whose
+    total probability keeps KL(old || new) <= tolerance where log Z >= log_z."""
+    # The largest new-choice probability with KL <= tolerance, a hair lower against rounding.
+    target = -math.expm1(-tolerance) * (1.0 - 1e-6)
+    bias = log_z + math.log(target / k)
+    max_prob = min(k * math.exp(bias - log_z), 1.0)
+    kl = -math.log1p(-max_prob) if max_prob < 1.0 else float("inf")
+    return bias, max_prob, kl
 
 
 def add_q_actions(

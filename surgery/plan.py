@@ -607,8 +607,41 @@ def derive_plan(
         the state value).
     """
     om, nm = old.module, new.module
-    problems: list[str] = []
+    problems = _unchangeable(old, new)
+    if problems:
+        raise PlanError("; ".join(problems))
     plan: list = []
+    graph = old.layer_graph()
+    _derive_observations(_torso_inputs(old), _torso_inputs(new), problems, plan)
+    if om.torso_spec.kind == "mlp":
+        _derive_mlp(om, nm, graph, mode, init_scale, problems, plan)
+    else:
+        _derive_cnn(om, nm, graph, mode, init_scale, problems, plan)
+    last = {f"params/{t.layers[-1]}" for t in graph.torsos.values() if t.layers}
+    if om.torso_spec.team_pool and any(
+        op.path in last for op in plan if isinstance(op, WidenDense)
+    ):
+        problems.append(
+            f"network.team_pool={om.torso_spec.team_pool}: the heads read the torso's last "
+            "layer and its "
+            f"pooled share ([F + S] features); widening {' and '.join(sorted(last))} would "
+            "move the pooled features, which surgery does not do"
+        )
+    _derive_core(om, nm, lstm_mode, lstm_noise, init_scale, problems, plan)
+    _derive_entities(old, new, init_scale, problems, plan)
+    if om.head_spec.q:
+        _derive_q_actions(old, new, new_action_value, problems, plan)
+    else:
+        _derive_actions(old, new, action_tolerance, problems, plan)
+    if problems:
+        raise PlanError("; ".join(problems))
+    return Plan(tuple(plan))
+
+
+def _unchangeable(old, new) -> list[str]:
+    """The settings no function-preserving surgery can change, where `new` changes them."""
+    om, nm = old.module, new.module
+    problems: list[str] = []
 
     def same(what, a, b):
         if a != b:
@@ -655,43 +688,22 @@ def derive_plan(
             f"{'lstm' if nm.core_spec.size else 'none'}): adding or removing a core is not "
             "function-preserving"
         )
-    if problems:
-        raise PlanError("; ".join(problems))
+    return problems
 
-    graph = old.layer_graph()
-    _derive_observations(_torso_inputs(old), _torso_inputs(new), problems, plan)
-    if om.torso_spec.kind == "mlp":
-        _derive_mlp(om, nm, graph, mode, init_scale, problems, plan)
-    else:
-        _derive_cnn(om, nm, graph, mode, init_scale, problems, plan)
-    last = {f"params/{t.layers[-1]}" for t in graph.torsos.values() if t.layers}
-    if om.torso_spec.team_pool and any(
-        op.path in last for op in plan if isinstance(op, WidenDense)
-    ):
+
+def _derive_core(om, nm, lstm_mode, lstm_noise, init_scale, problems, plan) -> None:
+    """A wider LSTM core (WidenLSTM); a narrower one is a problem."""
+    old_size, new_size = om.core_spec.size, nm.core_spec.size
+    if new_size == old_size:
+        return
+    if new_size < old_size:
         problems.append(
-            f"network.team_pool={om.torso_spec.team_pool}: the heads read the torso's last "
-            "layer and its "
-            f"pooled share ([F + S] features); widening {' and '.join(sorted(last))} would "
-            "move the pooled features, which surgery does not do"
+            f"network.core_size {old_size} -> {new_size}: params/core/lstm would shrink (hi "
+            f"kernel [{old_size}, {old_size}] -> [{new_size}, {new_size}]); surgery only adds "
+            "units"
         )
-    if nm.core_spec.size != om.core_spec.size:
-        if nm.core_spec.size < om.core_spec.size:
-            problems.append(
-                f"network.core_size {om.core_spec.size} -> {nm.core_spec.size}: "
-                "params/core/lstm would "
-                f"shrink (hi kernel [{om.core_spec.size}, {om.core_spec.size}] -> "
-                f"[{nm.core_spec.size}, {nm.core_spec.size}]); surgery only adds units"
-            )
-        else:
-            plan.append(WidenLSTM(nm.core_spec.size, lstm_mode, lstm_noise, init_scale))
-    _derive_entities(old, new, init_scale, problems, plan)
-    if om.head_spec.q:
-        _derive_q_actions(old, new, new_action_value, problems, plan)
     else:
-        _derive_actions(old, new, action_tolerance, problems, plan)
-    if problems:
-        raise PlanError("; ".join(problems))
-    return Plan(tuple(plan))
+        plan.append(WidenLSTM(new_size, lstm_mode, lstm_noise, init_scale))
 
 
 def _derive_entities(old, new, init_scale: float, problems: list[str], plan: list) -> None:
