@@ -44,6 +44,7 @@ import results_io  # noqa: E402
 from proc_cpu import children, process_cpu  # noqa: E402
 
 from seedlike.metrics import read_metrics  # noqa: E402
+from seedlike.scores import final_score  # noqa: E402
 
 # name -> (actor processes, config overrides for learner and actors).
 SETUPS = {
@@ -312,7 +313,7 @@ def run_learning(config_path: str, logroot: str) -> dict:
         "first_env_steps_s": round(first_steps_s, 1),
         "env_steps": moving[-1]["env_steps"],
         "sps": sps,
-        "final_return": results_io.final_return(rows),
+        "final_return": final_score(rows, weight="episodes"),
         "episodes": int(sum(r.get("episodes") or 0 for r in rows)),
         "policy_version": moving[-1]["policy_version"],
     }
