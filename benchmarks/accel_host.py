@@ -41,9 +41,9 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import results_io  # noqa: E402
-from proc_cpu import children, process_cpu  # noqa: E402
 
 from seedlike.metrics import read_metrics  # noqa: E402
+from seedlike.runtime import procstats  # noqa: E402
 from seedlike.scores import final_score  # noqa: E402
 
 # name -> (actor processes, config overrides for learner and actors).
@@ -159,9 +159,9 @@ def ceiling(num_envs: int, seconds: float, parts: int = 1) -> dict:
 
 def cpu_groups(learner: int, actors: list[int]) -> dict:
     return {
-        "learner": process_cpu(learner),
-        "front_ends": sum(process_cpu(c) for c in children(learner)),
-        "actors": sum(process_cpu(a) for a in actors),
+        "learner": procstats.cpu_s(learner),
+        "front_ends": sum(procstats.cpu_s(c) for c in procstats.children(learner)),
+        "actors": sum(procstats.cpu_s(a) for a in actors),
     }
 
 

@@ -54,9 +54,9 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import results_io  # noqa: E402
-from proc_cpu import children, process_cpu, thread_table  # noqa: E402
 
 from seedlike.metrics import read_metrics  # noqa: E402
+from seedlike.runtime import procstats  # noqa: E402
 
 _CONFIG = flags.DEFINE_string("config", "configs/atari_ppo.py", "Config of the task (Atari).")
 _ENVS = flags.DEFINE_integer("envs", 64, "Envs of the actor and of the bare loop.")
@@ -103,7 +103,7 @@ def thread_cpu(pid: int) -> dict[str, float]:
             process_name = f.read().strip()
     except FileNotFoundError:
         return {}
-    table = thread_table(pid)
+    table = procstats.thread_usage(pid)
     named = any(name == "envpool" for _, name, _ in table)
     out = {"envpool": 0.0, "main": 0.0, "grpc": 0.0, "other": 0.0}
     for tid, name, seconds in table:
@@ -408,10 +408,10 @@ def _learner_threads(pid: int) -> dict[str, float]:
     """CPU seconds of the learner process by thread name (seedlike's own are named sl-*), and of
     its child processes (stream front ends) together."""
     out: dict[str, float] = {}
-    for _, name, seconds in thread_table(pid):
+    for _, name, seconds in procstats.thread_usage(pid):
         key = name if name.startswith("sl-") else "native"
         out[key] = out.get(key, 0.0) + seconds
-    out["front_ends"] = sum(process_cpu(child) for child in children(pid))
+    out["front_ends"] = sum(procstats.cpu_s(child) for child in procstats.children(pid))
     out["total"] = sum(out.values())
     return out
 

@@ -31,7 +31,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import proc_cpu, results_io  # noqa: E402
+from benchmarks import results_io  # noqa: E402
 from seedlike.runtime import procstats  # noqa: E402
 
 _MINUTES = flags.DEFINE_float("minutes", 30.0, "How long the run lasts before Ctrl-C.")
@@ -51,7 +51,7 @@ _TRANSIENT = ("sleep",)
 
 def descendants(root: int) -> dict[int, int]:
     """`root` and every process below it, each with its parent (parents first), from /proc."""
-    parent = {pid: int(fields[1]) for pid, fields in proc_cpu.processes().items()}
+    parent = {pid: process.ppid for pid, process in procstats.processes().items()}
     found, frontier = {root: 0}, {root}
     while frontier:
         frontier = {pid for pid, ppid in parent.items() if ppid in frontier}
@@ -63,8 +63,8 @@ def group(pgid: int) -> list[int]:
     """The live processes of process group `pgid` (zombies left out)."""
     return [
         pid
-        for pid, fields in proc_cpu.processes().items()
-        if int(fields[2]) == pgid and fields[0] != "Z"
+        for pid, process in procstats.processes().items()
+        if process.pgid == pgid and process.state != "Z"
     ]
 
 
