@@ -11,8 +11,9 @@ One process alternates two phases, as CleanRL's envpool JAX PPO does:
 inside the jitted step, so no data leaves the device); --update_mode=scan runs the whole update as
 one jitted function with lax.scan over epochs and minibatches (--scan_unroll unrolls it).
 
-By default the network and compiler settings are the fastest exact ones that
-benchmarks/conv_microbench.py found on this 2-core CPU (the same function as the textbook Nature
+By default the network and compiler settings are the fastest exact ones that a microbenchmark of
+formulations of this update found on this 2-core CPU (benchmarks/conv_microbench.py, no longer in
+the checkout: `git log -- benchmarks/conv_microbench.py`; the same function as the textbook Nature
 CNN, about 2x faster to update), so that the baseline is a strong one. The textbook form, as this
 jaxlib compiles it by default: --conv_impl=conv --ynn_convolutions.
 
@@ -75,7 +76,7 @@ _YNN_CONVOLUTIONS = flags.DEFINE_bool(
     "Let XLA:CPU hand convolutions to YNNPACK, as this jaxlib does by default. False (the default "
     f"here) compiles every jitted function with {{{YNN_FUSION_TYPE!r}: "
     f"{YNN_WITHOUT_CONVOLUTIONS!r}}}: Eigen convolutions, about 2x faster for this network on "
-    "this machine (benchmarks/conv_microbench.py).",
+    "this machine (a microbenchmark since removed: git log -- benchmarks/conv_microbench.py).",
 )
 _SCAN_UNROLL = flags.DEFINE_bool(
     "scan_unroll",
