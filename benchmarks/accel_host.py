@@ -5,7 +5,7 @@ Made for the accelerator host of ../shared/gpu/README.md (no venv there: carry `
 site-packages this script puts on the path of every process it starts). The defaults are the
 whole check, about 9 minutes on a 16-core host:
 
-  python3 benchmarks/accel_host.py --site=.gpu/site --out=$OUT/accel.json --logroot=$OUT/runs
+  python3 -m benchmarks.accel_host --site=.gpu/site --out=$OUT/accel.json --logroot=$OUT/runs
 
 1. The ceiling: envpool alone, --ceiling_envs envs on every core, random actions, --ceiling_s,
    stepped together (the ceiling of ../shared/gpu/README.md) and (--async_ceiling) twice as many
@@ -36,15 +36,12 @@ import time
 import numpy as np
 from absl import app, flags
 
+from benchmarks import results_io
+from seedlike.metrics import read_metrics
+from seedlike.runtime import procstats
+from seedlike.scores import final_score
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import results_io  # noqa: E402
-
-from seedlike.metrics import read_metrics  # noqa: E402
-from seedlike.runtime import procstats  # noqa: E402
-from seedlike.scores import final_score  # noqa: E402
 
 # name -> (actor processes, config overrides for learner and actors).
 SETUPS = {

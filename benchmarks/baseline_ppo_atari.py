@@ -1,6 +1,6 @@
 """Single-process PPO on Atari with the Nature CNN: the baseline a distributed trainer must beat.
 
-  .venv/bin/python benchmarks/baseline_ppo_atari.py --iterations=10 --update_mode=loop \
+  .venv/bin/python -m benchmarks.baseline_ppo_atari --iterations=10 --update_mode=loop \
       --out=benchmarks/results/baseline_ppo_atari_loop.json
 
 One process alternates two phases, as CleanRL's envpool JAX PPO does:
@@ -28,7 +28,6 @@ import functools
 import json
 import os
 import platform
-import sys
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -41,12 +40,9 @@ import numpy as np
 import optax
 from absl import app, flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from networks import heads  # noqa: E402
-from networks.torsos import space_to_depth, space_to_depth_kernel  # noqa: E402
-from seedlike.algos import batches, gae, ppo  # noqa: E402
+from networks import heads
+from networks.torsos import space_to_depth, space_to_depth_kernel
+from seedlike.algos import batches, gae, ppo
 
 # How Conv computes a convolution; all are the same function (see Conv).
 CONV_IMPLS = ("conv", "space_to_depth", "matmul")

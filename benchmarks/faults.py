@@ -1,7 +1,7 @@
 """Fault injection on a real CartPole PPO run (loopback only): what each fault costs and whether
 the run recovers.
 
-  python benchmarks/faults.py [--scenarios=actor_kill,attack,...]  (all by default)
+  python -m benchmarks.faults [--scenarios=actor_kill,attack,...]  (all by default)
 
 Every scenario starts `learner.py` (configs/cartpole_ppo.py, metrics every second) and honest
 `actor.py` processes in a fresh directory, with TLS and a certificate per actor (attackers hold
@@ -83,14 +83,11 @@ import time
 import numpy as np
 from absl import app, flags
 
+from benchmarks import results_io
+from seedlike.testing import netns
+from seedlike.testing.attacker import attack_streams
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import results_io  # noqa: E402
-
-from seedlike.testing import netns  # noqa: E402
-from seedlike.testing.attacker import attack_streams  # noqa: E402
 
 SCENARIOS = (
     "actor_kill",

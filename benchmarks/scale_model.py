@@ -1,7 +1,7 @@
 """Scale model: env steps/s against actor processes, actor hosts and learner hosts, built from
 measured per-stage costs and checked against real runs on this machine.
 
-  python benchmarks/scale_model.py [--actors=1,2,4,8,16] [--envs=8] [--seconds=15]
+  python -m benchmarks.scale_model [--actors=1,2,4,8,16] [--envs=8] [--seconds=15]
 
 1. Stage costs (benchmarks/stages.py, configs/cartpole_ppo.py): CPU
    microseconds per env step of the actor's env step and encode, the server's parse + decode,
@@ -59,15 +59,12 @@ import time
 import numpy as np
 from absl import app, flags
 
+from benchmarks import results_io
+from benchmarks.stages import breakdown
+from seedlike.metrics import read_metrics
+from seedlike.runtime import procstats
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import results_io  # noqa: E402
-from stages import breakdown  # noqa: E402
-
-from seedlike.metrics import read_metrics  # noqa: E402
-from seedlike.runtime import procstats  # noqa: E402
 
 _ACTORS = flags.DEFINE_list("actors", ["1", "2", "4", "8", "16"], "Actor processes per run.")
 _ENVS = flags.DEFINE_integer("envs", 8, "Envs per actor (rows per message).")

@@ -1,6 +1,6 @@
 """Server capacity: how many env steps per second one learner process serves to many actors.
 
-  python benchmarks/server_capacity.py [--actors=1,4,16,32] [--rows=8] [--policies=trivial,nature]
+  python -m benchmarks.server_capacity [--actors=1,4,16,32] [--rows=8] [--policies=trivial,nature]
                                       [--learn]
 
 Synthetic actors (separate processes, no envs, no JAX) replay one fixed, valid Atari-sized
@@ -40,14 +40,11 @@ import time
 import numpy as np
 from absl import app, flags
 
+from benchmarks import results_io
+from seedlike.metrics import read_metrics
+from seedlike.runtime import procstats
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import results_io  # noqa: E402
-
-from seedlike.metrics import read_metrics  # noqa: E402
-from seedlike.runtime import procstats  # noqa: E402
 
 _ACTORS = flags.DEFINE_list("actors", ["1", "4", "16", "32"], "Numbers of synthetic actors.")
 _ROWS = flags.DEFINE_integer("rows", 8, "Rows (envs) per actor message.")

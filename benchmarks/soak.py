@@ -12,7 +12,7 @@ warm-up in MiB per hour; threads and open files as a range after the warm-up. A 
 leaks shows a slope that does not fall as the run gets longer; one that only warms up shows a
 slope near 0. Writes the samples and the summary as JSON (benchmarks/results/soak-*.json).
 
-  python benchmarks/soak.py --minutes=40 --logdir=runs/soak -- \\
+  python -m benchmarks.soak --minutes=40 --logdir=runs/soak -- \\
       scripts/train.sh --config=configs/connect4_selfplay.py
 """
 
@@ -29,10 +29,8 @@ import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import results_io  # noqa: E402
-from seedlike.runtime import procstats  # noqa: E402
+from benchmarks import results_io
+from seedlike.runtime import procstats
 
 _MINUTES = flags.DEFINE_float("minutes", 30.0, "How long the run lasts before Ctrl-C.")
 _INTERVAL = flags.DEFINE_float("interval_s", 15.0, "Seconds between samples.")
