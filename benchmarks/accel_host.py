@@ -5,7 +5,7 @@ Made for the accelerator host of ../shared/gpu/README.md (no venv there: carry `
 site-packages this script puts on the path of every process it starts). The defaults are the
 whole check, about 9 minutes on a 16-core host:
 
-  python3 benchmarks/accel_host.py --site=.gpu/site --out=$OUT/accel.json --logroot=$OUT/runs
+  python3 -m benchmarks.accel_host --site=.gpu/site --out=$OUT/accel.json --logroot=$OUT/runs
 
 1. The ceiling: envpool alone, --ceiling_envs envs on every core, random actions, --ceiling_s,
    stepped together (the ceiling of ../shared/gpu/README.md) and (--async_ceiling) twice as many
@@ -36,14 +36,12 @@ import time
 import numpy as np
 from absl import app, flags
 
+from benchmarks import results_io
+from seedlike.metrics import read_metrics
+from seedlike.runtime import procstats
+from seedlike.scores import final_score
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import results_io  # noqa: E402
-from proc_cpu import children, process_cpu  # noqa: E402
-
-from seedlike.metrics import read_metrics  # noqa: E402
 
 # name -> (actor processes, config overrides for learner and actors).
 SETUPS = {
@@ -158,9 +156,9 @@ def ceiling(num_envs: int, seconds: float, parts: int = 1) -> dict:
 
 def cpu_groups(learner: int, actors: list[int]) -> dict:
     return {
-        "learner": process_cpu(learner),
-        "front_ends": sum(process_cpu(c) for c in children(learner)),
-        "actors": sum(process_cpu(a) for a in actors),
+        "learner": procstats.cpu_s(learner),
+        "front_ends": sum(procstats.cpu_s(c) for c in procstats.children(learner)),
+        "actors": sum(procstats.cpu_s(a) for a in actors),
     }
 
 
@@ -312,7 +310,7 @@ def run_learning(config_path: str, logroot: str) -> dict:
         "first_env_steps_s": round(first_steps_s, 1),
         "env_steps": moving[-1]["env_steps"],
         "sps": sps,
-        "final_return": results_io.final_return(rows),
+        "final_return": final_score(rows, weight="episodes"),
         "episodes": int(sum(r.get("episodes") or 0 for r in rows)),
         "policy_version": moving[-1]["policy_version"],
     }

@@ -1,9 +1,9 @@
 """What an actor costs beyond its envs: CPU per env step of a real actor against a bare envpool
 loop stepping the same envs the same way, and the learner's CPU per row it serves.
 
-  python benchmarks/actor_overhead.py [--config=configs/atari_ppo.py] [--envs=64] [--parts=2]
+  python -m benchmarks.actor_overhead [--config=configs/atari_ppo.py] [--envs=64] [--parts=2]
       [--threads=1] [--seconds=20] [--roots=.,/path/to/worktree] [--pairs=3]
-  python benchmarks/actor_overhead.py --sections [--envs=64] [--pairs=3]
+  python -m benchmarks.actor_overhead --sections [--envs=64] [--pairs=3]
 
 Two kinds of cell, each a fresh set of processes measured over `--seconds` once warm, at each of
 two sizings: `--envs` (64: 32-row messages) and `--learner_envs` (128: 64-row messages, so the
@@ -49,14 +49,11 @@ import time
 import numpy as np
 from absl import app, flags
 
+from benchmarks import results_io
+from seedlike.metrics import read_metrics
+from seedlike.runtime import procstats
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import results_io  # noqa: E402
-from proc_cpu import children, process_cpu, thread_table  # noqa: E402
-
-from seedlike.metrics import read_metrics  # noqa: E402
 
 _CONFIG = flags.DEFINE_string("config", "configs/atari_ppo.py", "Config of the task (Atari).")
 _ENVS = flags.DEFINE_integer("envs", 64, "Envs of the actor and of the bare loop.")
@@ -103,7 +100,7 @@ def thread_cpu(pid: int) -> dict[str, float]:
             process_name = f.read().strip()
     except FileNotFoundError:
         return {}
-    table = thread_table(pid)
+    table = procstats.thread_usage(pid)
     named = any(name == "envpool" for _, name, _ in table)
     out = {"envpool": 0.0, "main": 0.0, "grpc": 0.0, "other": 0.0}
     for tid, name, seconds in table:
@@ -255,7 +252,7 @@ def sections_actor() -> None:
 def _sections_cell(envs: int) -> dict:
     with _serving(ROOT, envs) as (_, address, _):
         out = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), f"--sections_actor={address}",
+            [sys.executable, "-m", "benchmarks.actor_overhead", f"--sections_actor={address}",
              f"--config={_CONFIG.value}", f"--envs={envs}", f"--parts={_PARTS.value}",
              f"--threads={_THREADS.value}", f"--seconds={_SECONDS.value}",
              f"--warmup_s={_WARMUP.value}"],
@@ -283,7 +280,7 @@ def sections_table(cells: list[dict]) -> str:
 
 def _bare_cell(envs: int) -> dict:
     out = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--bare", f"--config={_CONFIG.value}",
+        [sys.executable, "-m", "benchmarks.actor_overhead", "--bare", f"--config={_CONFIG.value}",
          f"--envs={envs}", f"--parts={_PARTS.value}", f"--threads={_THREADS.value}",
          f"--seconds={_SECONDS.value}", f"--warmup_s={_WARMUP.value}"],
         capture_output=True, text=True, cwd=ROOT, timeout=_SECONDS.value + _WARMUP.value + 120,
@@ -408,10 +405,10 @@ def _learner_threads(pid: int) -> dict[str, float]:
     """CPU seconds of the learner process by thread name (seedlike's own are named sl-*), and of
     its child processes (stream front ends) together."""
     out: dict[str, float] = {}
-    for _, name, seconds in thread_table(pid):
+    for _, name, seconds in procstats.thread_usage(pid):
         key = name if name.startswith("sl-") else "native"
         out[key] = out.get(key, 0.0) + seconds
-    out["front_ends"] = sum(process_cpu(child) for child in children(pid))
+    out["front_ends"] = sum(procstats.cpu_s(child) for child in procstats.children(pid))
     out["total"] = sum(out.values())
     return out
 

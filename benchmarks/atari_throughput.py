@@ -1,6 +1,6 @@
 """Atari PPO throughput: seedlike (learner.py + actors) against single-process JAX + envpool PPO.
 
-  python benchmarks/atari_throughput.py [--env=Breakout-v5] [--train_steps=40960]
+  python -m benchmarks.atari_throughput [--env=Breakout-v5] [--train_steps=40960]
 
 Measured in one session, same network (Nature CNN), batch (8 envs x 128 steps) and update schedule
 (4 epochs x 4 minibatches of 256):
@@ -24,14 +24,11 @@ import time
 
 from absl import app, flags
 
+from benchmarks import results_io
+from benchmarks.stages import breakdown
+from seedlike.runtime import xla_flags
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import results_io  # noqa: E402
-from stages import breakdown  # noqa: E402
-
-from seedlike.runtime import xla_flags  # noqa: E402
 
 _ENV = flags.DEFINE_string("env", "Breakout-v5", "envpool Atari task.")
 _ITERATIONS = flags.DEFINE_integer("baseline_iterations", 10, "Baseline iterations (2 warm up).")
@@ -42,7 +39,7 @@ _OUT = flags.DEFINE_string("out", None, "Output JSON path.")
 def baseline(tuned: bool, iterations: int, env: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "baseline.json")
-        cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "baseline_ppo_atari.py")]
+        cmd = [sys.executable, "-m", "benchmarks.baseline_ppo_atari"]
         cmd += [f"--iterations={iterations}", f"--env_id={env}", f"--out={out}"]
         if not tuned:
             cmd += ["--conv_impl=conv", "--ynn_convolutions"]

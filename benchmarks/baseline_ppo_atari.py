@@ -1,6 +1,6 @@
 """Single-process PPO on Atari with the Nature CNN: the baseline a distributed trainer must beat.
 
-  .venv/bin/python benchmarks/baseline_ppo_atari.py --iterations=10 --update_mode=loop \
+  .venv/bin/python -m benchmarks.baseline_ppo_atari --iterations=10 --update_mode=loop \
       --out=benchmarks/results/baseline_ppo_atari_loop.json
 
 One process alternates two phases, as CleanRL's envpool JAX PPO does:
@@ -11,8 +11,9 @@ One process alternates two phases, as CleanRL's envpool JAX PPO does:
 inside the jitted step, so no data leaves the device); --update_mode=scan runs the whole update as
 one jitted function with lax.scan over epochs and minibatches (--scan_unroll unrolls it).
 
-By default the network and compiler settings are the fastest exact ones that
-benchmarks/conv_microbench.py found on this 2-core CPU (the same function as the textbook Nature
+By default the network and compiler settings are the fastest exact ones that a microbenchmark of
+formulations of this update found on this 2-core CPU (benchmarks/conv_microbench.py, no longer in
+the checkout: `git log -- benchmarks/conv_microbench.py`; the same function as the textbook Nature
 CNN, about 2x faster to update), so that the baseline is a strong one. The textbook form, as this
 jaxlib compiles it by default: --conv_impl=conv --ynn_convolutions.
 
@@ -27,7 +28,6 @@ import functools
 import json
 import os
 import platform
-import sys
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -40,12 +40,9 @@ import numpy as np
 import optax
 from absl import app, flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from networks import heads  # noqa: E402
-from networks.torsos import space_to_depth, space_to_depth_kernel  # noqa: E402
-from seedlike.algos import batches, gae, ppo  # noqa: E402
+from networks import heads
+from networks.torsos import space_to_depth, space_to_depth_kernel
+from seedlike.algos import batches, gae, ppo
 
 # How Conv computes a convolution; all are the same function (see Conv).
 CONV_IMPLS = ("conv", "space_to_depth", "matmul")
@@ -75,7 +72,7 @@ _YNN_CONVOLUTIONS = flags.DEFINE_bool(
     "Let XLA:CPU hand convolutions to YNNPACK, as this jaxlib does by default. False (the default "
     f"here) compiles every jitted function with {{{YNN_FUSION_TYPE!r}: "
     f"{YNN_WITHOUT_CONVOLUTIONS!r}}}: Eigen convolutions, about 2x faster for this network on "
-    "this machine (benchmarks/conv_microbench.py).",
+    "this machine (a microbenchmark since removed: git log -- benchmarks/conv_microbench.py).",
 )
 _SCAN_UNROLL = flags.DEFINE_bool(
     "scan_unroll",

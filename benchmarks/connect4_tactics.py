@@ -1,6 +1,6 @@
 """Connect Four tactics of trained policies in their games against the scripted agent.
 
-  python benchmarks/connect4_tactics.py --agents=runs/c4,runs/c4/league/snapshots/20 [--games=400]
+  python -m benchmarks.connect4_tactics --agents=runs/c4,runs/c4/league/snapshots/20 [--games=400]
 
 Each agent (a run, checkpoint or league snapshot; its most likely legal move) plays --games games
 against the scripted agent (win if you can, block if you must, else random), both colours. At each
@@ -14,20 +14,11 @@ The random agent is the baseline of the same run. Writes JSON to --out and print
 
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 from absl import app, flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-
-import results_io  # noqa: E402
-
-from seedlike.league import games, players, search  # noqa: E402
+from benchmarks import results_io
+from seedlike.league import games, players, search
 
 _AGENTS = flags.DEFINE_list("agents", None, "Runs, checkpoints or league snapshots.")
 _GAMES = flags.DEFINE_integer("games", 400, "Games against the scripted agent per agent.")

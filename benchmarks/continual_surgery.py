@@ -1,6 +1,6 @@
 """Continual training across surgery, against training the new architecture from scratch.
 
-  python benchmarks/continual_surgery.py [--task=lunarlander|cartpole] [--seeds=3]
+  python -m benchmarks.continual_surgery [--task=lunarlander|cartpole] [--seeds=3]
 
 1. Train a small policy (hidden 64) that observes only some features (--task picks which) for
    --old_steps.
@@ -26,11 +26,9 @@ import time
 import numpy as np
 from absl import app, flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchmarks import results_io
 
-import results_io  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclasses.dataclass(frozen=True)

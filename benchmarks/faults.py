@@ -1,7 +1,7 @@
 """Fault injection on a real CartPole PPO run (loopback only): what each fault costs and whether
 the run recovers.
 
-  python benchmarks/faults.py [--scenarios=actor_kill,attack,...]  (all by default)
+  python -m benchmarks.faults [--scenarios=actor_kill,attack,...]  (all by default)
 
 Every scenario starts `learner.py` (configs/cartpole_ppo.py, metrics every second) and honest
 `actor.py` processes in a fresh directory, with TLS and a certificate per actor (attackers hold
@@ -83,14 +83,11 @@ import time
 import numpy as np
 from absl import app, flags
 
+from benchmarks import results_io
+from seedlike.testing import netns
+from seedlike.testing.attacker import attack_streams
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import results_io  # noqa: E402
-
-from tests import netns  # noqa: E402
-from tests.attacker import attack_streams  # noqa: E402
 
 SCENARIOS = (
     "actor_kill",
@@ -806,7 +803,8 @@ def identity_attack(workdir: str) -> dict:
 
 
 class Hosts:
-    """A learner and actors each on a host of its own (tests/netns.py): run.procs spawn there."""
+    """A learner and actors each on a host of its own (seedlike/testing/netns.py): run.procs
+    spawn there."""
 
     def __init__(self, workdir: str, actors: int, learner_flags=(), actor_flags=()):
         why = netns.unavailable()
@@ -960,12 +958,10 @@ def learner_partition(workdir: str) -> dict:
     one actor, every process on a host of its own; learner process 1's host is cut off for good:
     how and when process 0 ends, what process 1 does, then both restarted with the same flags
     (the cut healed): whether they resume from process 0's last checkpoint."""
-    from tests import netns as netns_lib
-
-    why = netns_lib.unavailable()
+    why = netns.unavailable()
     if why is not None:
         raise RuntimeError(f"no separate hosts here: {why}")
-    hosts = netns_lib.Hosts("learner0", "learner1", "actor0", "actor1")
+    hosts = netns.Hosts("learner0", "learner1", "actor0", "actor1")
     procs: list[subprocess.Popen] = []
     ips = [hosts.address["learner0"], hosts.address["learner1"]]
     try:

@@ -1,6 +1,6 @@
 """How fast the learner turns a full batch into a policy version, and where that time goes.
 
-  python3 benchmarks/learner_update.py --config=configs/atari_ppo.py \
+  python3 -m benchmarks.learner_update --config=configs/atari_ppo.py \
       --config.batch_unrolls=64 --out=benchmarks/results/learner_update.json
 
 Builds the learner batch as the server does (a TrajectoryStore recording into an UnrollPool:
@@ -25,18 +25,15 @@ Writes JSON (benchmarks/results_io.py) and prints one line.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchmarks import results_io
 
-import results_io  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(ROOT, "configs", "atari_ppo.py"), "Experiment config."

@@ -2,8 +2,8 @@
 the score CleanRL reports (the mean return of the last 10% of a run's episodes), wall time, and
 end-to-end env steps/s against envpool stepping the same tasks alone in the same command.
 
-    python benchmarks/mujoco.py --logdir=runs/mujoco                 # 3 tasks x 3 seeds
-    python benchmarks/mujoco.py --logdir=runs/mujoco_extra --tasks=Ant-v4,CheetahRun-v1 --seeds=1
+    python -m benchmarks.mujoco --logdir=runs/mujoco                 # 3 tasks x 3 seeds
+    python -m benchmarks.mujoco --logdir=runs/mujoco_extra --tasks=Ant-v4,CheetahRun-v1 --seeds=1
 
 The runs go through `python -m seedlike.launch.sweep` (one after another; rerun the same command to
 resume); this script measures the envpool ceiling first and writes <logdir>/mujoco.json,
@@ -19,13 +19,10 @@ import time
 import numpy as np
 from absl import app, flags
 
+from benchmarks.results_io import plot_curves, run_summary
+from seedlike.launch import jobs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from seedlike.launch import jobs  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from results_io import plot_curves, run_summary  # noqa: E402
 
 # CleanRL ppo_continuous_action, Gymnasium MuJoCo v4, 1M steps, 3 seeds (its docs' table).
 CLEANRL = {"HalfCheetah-v4": (1442, 46), "Hopper-v4": (2383, 272), "Walker2d-v4": (2288, 572)}

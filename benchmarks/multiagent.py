@@ -2,28 +2,24 @@
 
   # agent-steps/s of N envs stepped with random actions in one process (the ceiling to compare
   # a training run's sps with, at the same env count):
-  python benchmarks/multiagent.py raw --config=configs/magent_battle.py --envs=2 --seconds=30
+  python -m benchmarks.multiagent raw --config=configs/magent_battle.py --envs=2 --seconds=30
 
   # a run's policy (team 0) against random actions or a league snapshot (the other teams),
   # over --games games; the winner per the config's teams.result (survivors or summed return):
-  python benchmarks/multiagent.py eval --run=runs/battle --opponent=random --games=100
-  python benchmarks/multiagent.py eval --run=runs/battle --opponent=runs/battle/league/snapshots/25
+  python -m benchmarks.multiagent eval --run=runs/battle --opponent=random --games=100
+  python -m benchmarks.multiagent eval --run=runs/battle --opponent=runs/battle/league/snapshots/25
 
 Writes JSON (benchmarks/results/ or --out).
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 import numpy as np
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import results_io  # noqa: E402
+from benchmarks import results_io
 
 _CONFIG = flags.DEFINE_string("config", "configs/magent_battle.py", "raw: the env's config.")
 _ENVS = flags.DEFINE_integer("envs", 2, "Envs stepped together.")

@@ -4,7 +4,7 @@ Runs in the nmmo virtualenv (scripts/nmmo_venv.sh; no jax needed) with the env s
 config, and reports agent-steps/s and, per ended agent episode, the mean lifetime, return and
 achievements (nmmo's event counts) in the same world a trained policy lives in:
 
-    .nmmo-venv/bin/python benchmarks/nmmo_random.py --config=configs/nmmo_entities.py --seconds=60
+    .nmmo-venv/bin/python -m benchmarks.nmmo_random --config=configs/nmmo_entities.py --seconds=60
 
 `--path=adapter` (default) steps the env through the PettingZoo adapter the actors use, with
 random legal (direction, style, target) actions; `--path=raw` steps nmmo.Env directly with random
@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 
 import numpy as np
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from seedlike.config import load_config_file  # noqa: E402
-from seedlike.envs import make_env, make_env_spec  # noqa: E402
-from seedlike.types import LEGAL_ACTION_MASK  # noqa: E402
+from seedlike.config import load_config_file
+from seedlike.envs import make_env, make_env_spec
+from seedlike.types import LEGAL_ACTION_MASK
 
 _CONFIG = flags.DEFINE_string("config", "configs/nmmo_entities.py", "config whose env to run")
 _SECONDS = flags.DEFINE_float("seconds", 60.0, "how long to step")

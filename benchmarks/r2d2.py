@@ -2,8 +2,8 @@
 hidden), with its switches measured: the LSTM against the same config feed-forward, and the
 stored state and the burn-in each turned off, and sequences that overlap by half.
 
-    python benchmarks/r2d2.py --logdir=runs/r2d2          # lstm and feedforward, 3 seeds each
-    python benchmarks/r2d2.py --logdir=runs/r2d2 --variants=lstm,zero_state,no_burn_in --seeds=1
+    python -m benchmarks.r2d2 --logdir=runs/r2d2          # lstm and feedforward, 3 seeds each
+    python -m benchmarks.r2d2 --logdir=runs/r2d2 --variants=lstm,zero_state,no_burn_in --seeds=1
 
 Runs go one after another through scripts/train.sh (rerun to resume); each finished run's last
 checkpoint is played greedily (evaluate.py --greedy). Writes <logdir>/r2d2.json, r2d2.md (per
@@ -13,14 +13,11 @@ the first env step at which a row reached 475) and r2d2.png.
 
 import json
 import os
-import sys
 
 import numpy as np
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from results_io import (  # noqa: E402
+from benchmarks.results_io import (
     greedy_return,
     per_seed,
     plot_curves,

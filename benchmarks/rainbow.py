@@ -1,8 +1,8 @@
 """The Rainbow-style learner's full-size results, beside PPO, with seeds and curves.
 
-    python benchmarks/rainbow.py --logdir=runs/minatar                      # MinAtar, 2 games
-    python benchmarks/rainbow.py --logdir=runs/m --games=Breakout --rainbow_seeds=1 --ppo_seeds=0
-    python benchmarks/rainbow.py --logdir=runs/cartpole --games=CartPole --steps=500000 \
+    python -m benchmarks.rainbow --logdir=runs/minatar                      # MinAtar, 2 games
+    python -m benchmarks.rainbow --logdir=runs/m --games=Breakout --rainbow_seeds=1 --ppo_seeds=0
+    python -m benchmarks.rainbow --logdir=runs/cartpole --games=CartPole --steps=500000 \
         --rainbow_seeds=3 --ppo_seeds=0
 
 MinAtar (Young & Tian 2019): configs/minatar_rainbow.py:GAME and configs/minatar_ppo.py:GAME at
@@ -19,14 +19,11 @@ training episodes, the greedy evaluation, wall times) and rainbow.png (every run
 
 import json
 import os
-import sys
 
 import numpy as np
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from results_io import (  # noqa: E402
+from benchmarks.results_io import (
     greedy_return,
     per_seed,
     plot_curves,

@@ -2,7 +2,7 @@
 stored step (the arrays, and the process's resident memory once every slot is written), inserts/s
 and samples/s (transitions gathered with their bootstrap observations, as the learner takes them).
 
-    python benchmarks/replay.py [--capacity=1000000] [--sizes=atari,cartpole]
+    python -m benchmarks.replay [--capacity=1000000] [--sizes=atari,cartpole]
 
 Atari steps are uint8 [4, 84, 84] frame stacks built as envpool builds them (each continues the
 one before; a new episode's is its first frame repeated, about one step in 400 here), stored one
@@ -11,22 +11,15 @@ batch); samples are drawn 8 sgd steps of 128 at a time, prioritized. Writes JSON
 benchmarks/results/).
 """
 
-import os
-import sys
 import time
 
 import numpy as np
 from absl import app, flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import results_io  # noqa: E402
-
-from seedlike.learning.replay import Replay  # noqa: E402
-from seedlike.runtime import procstats  # noqa: E402
-from seedlike.types import Unroll  # noqa: E402
+from benchmarks import results_io
+from seedlike.learning.replay import Replay
+from seedlike.runtime import procstats
+from seedlike.types import Unroll
 
 _CAPACITY = flags.DEFINE_integer("capacity", 1_000_000, "Env steps the replay holds.")
 _SIZES = flags.DEFINE_list("sizes", ["atari", "cartpole"], "atari and/or cartpole.")

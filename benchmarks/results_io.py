@@ -1,11 +1,12 @@
 """Where benchmark JSON goes: --out, or benchmarks/results/<name>-<time>.json."""
 
 import json
-import math
 import os
 import subprocess
 import sys
 import time
+
+from seedlike.scores import final_score
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,27 +22,13 @@ def write(name: str, result: dict, out: str | None = None, echo: dict | None = N
     return out
 
 
-def final_return(rows: list[dict], share: float = 0.1) -> float:
-    """The mean return of the last `share` of the run's episodes, from the metrics rows' per-row
-    episode counts and means (the episodes of a row weigh alike)."""
-    rows = [r for r in rows if r.get("episode_return_mean") is not None and r.get("episodes")]
-    need = share * sum(r["episodes"] for r in rows)
-    total = taken = 0.0
-    for r in reversed(rows):
-        take = min(r["episodes"], need - taken)
-        total, taken = total + take * r["episode_return_mean"], taken + take
-        if taken >= need:
-            break
-    return total / taken if taken else math.nan
-
-
 def run_summary(run_dir: str) -> dict:
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f]
     started = os.path.getmtime(os.path.join(run_dir, "server_address"))
     wall = rows[-1]["time"] - started
     return {
-        "final": final_return(rows),
+        "final": final_score(rows, weight="episodes"),
         "best_row": max(r["episode_return_mean"] for r in rows if r["episode_return_mean"]),
         "env_steps": rows[-1]["env_steps"],
         "wall_s": wall,

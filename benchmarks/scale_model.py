@@ -1,7 +1,7 @@
 """Scale model: env steps/s against actor processes, actor hosts and learner hosts, built from
 measured per-stage costs and checked against real runs on this machine.
 
-  python benchmarks/scale_model.py [--actors=1,2,4,8,16] [--envs=8] [--seconds=15]
+  python -m benchmarks.scale_model [--actors=1,2,4,8,16] [--envs=8] [--seconds=15]
 
 1. Stage costs (benchmarks/stages.py, configs/cartpole_ppo.py): CPU
    microseconds per env step of the actor's env step and encode, the server's parse + decode,
@@ -9,7 +9,7 @@ measured per-stage costs and checked against real runs on this machine.
 2. Runs: learner.py and N actor.py processes of --envs envs each (CartPole-v1, PPO, learning on),
    measured for --seconds after warm-up: env steps/s, and CPU seconds per env step of the actors
    and of the learner, the learner's split between its Python threads (py-spy's list, which
-   share one interpreter lock; benchmarks/proc_cpu.py) and the rest (XLA's, gRPC's threads).
+   share one interpreter lock; seedlike/runtime/procstats.py) and the rest (XLA's, gRPC's threads).
 3. The model, for N actor processes on a machine of C cores:
 
      sps(N) = min(N * r1, C / (a + l), 1 / g)
@@ -59,15 +59,12 @@ import time
 import numpy as np
 from absl import app, flags
 
+from benchmarks import results_io
+from benchmarks.stages import breakdown
+from seedlike.metrics import read_metrics
+from seedlike.runtime import procstats
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import results_io  # noqa: E402
-from proc_cpu import python_threads, threads_cpu  # noqa: E402
-from stages import breakdown  # noqa: E402
-
-from seedlike.metrics import read_metrics  # noqa: E402
 
 _ACTORS = flags.DEFINE_list("actors", ["1", "2", "4", "8", "16"], "Actor processes per run.")
 _ENVS = flags.DEFINE_integer("envs", 8, "Envs per actor (rows per message).")
@@ -130,11 +127,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def cpu_seconds(pid: int, python: set[int] | None = None) -> tuple[float, float]:
-    """(all threads, Python threads) CPU seconds of a process (benchmarks/proc_cpu.py)."""
-    return threads_cpu(pid, python)
-
-
 def env_steps(logdir: str) -> int:
     rows = read_metrics(logdir)
     return rows[-1]["env_steps"] if rows else 0
@@ -177,11 +169,13 @@ def run(num_actors: int) -> dict:
                 time.sleep(0.2)
             time.sleep(_WARMUP_S.value)
             pids = [learner.pid] + [a.pid for a in actors]
-            python = {learner.pid: python_threads(learner.pid)}  # the learner's Python threads
-            cpu0 = {pid: cpu_seconds(pid, python.get(pid)) for pid in pids}
+            python = {
+                learner.pid: procstats.python_threads(learner.pid)
+            }  # the learner's Python threads
+            cpu0 = {pid: procstats.interpreter_cpu_s(pid, python.get(pid)) for pid in pids}
             steps0, t0 = env_steps(logdir), time.monotonic()
             time.sleep(_SECONDS.value)
-            cpu1 = {pid: cpu_seconds(pid, python.get(pid)) for pid in pids}
+            cpu1 = {pid: procstats.interpreter_cpu_s(pid, python.get(pid)) for pid in pids}
             steps1, t1 = env_steps(logdir), time.monotonic()
         finally:
             for proc in procs:

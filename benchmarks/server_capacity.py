@@ -1,6 +1,6 @@
 """Server capacity: how many env steps per second one learner process serves to many actors.
 
-  python benchmarks/server_capacity.py [--actors=1,4,16,32] [--rows=8] [--policies=trivial,nature]
+  python -m benchmarks.server_capacity [--actors=1,4,16,32] [--rows=8] [--policies=trivial,nature]
                                       [--learn]
 
 Synthetic actors (separate processes, no envs, no JAX) replay one fixed, valid Atari-sized
@@ -40,14 +40,11 @@ import time
 import numpy as np
 from absl import app, flags
 
+from benchmarks import results_io
+from seedlike.metrics import read_metrics
+from seedlike.runtime import procstats
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import results_io  # noqa: E402
-from proc_cpu import children, process_cpu, python_threads, threads_cpu  # noqa: E402
-
-from seedlike.metrics import read_metrics  # noqa: E402
 
 _ACTORS = flags.DEFINE_list("actors", ["1", "4", "16", "32"], "Numbers of synthetic actors.")
 _ROWS = flags.DEFINE_integer("rows", 8, "Rows (envs) per actor message.")
@@ -181,8 +178,8 @@ def _process_cpu(learner_pid: int, python: set[int] | None) -> dict:
     """CPU seconds so far of the learner process (all threads, Python threads) and of its child
     processes (stream front ends)."""
     threads: dict = {}
-    total, interpreter = threads_cpu(learner_pid, python, threads)
-    front_ends = sum(process_cpu(child) for child in children(learner_pid))
+    total, interpreter = procstats.interpreter_cpu_s(learner_pid, python, threads)
+    front_ends = sum(procstats.cpu_s(child) for child in procstats.children(learner_pid))
     out = {"central": total, "central_interpreter": interpreter, "front_ends": front_ends}
     out.update({f"thread/{k}": v for k, v in threads.items()})
     return out
@@ -256,7 +253,7 @@ def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> 
             start_at.value, stop_at.value = begin, begin + _SECONDS.value
             while time.time() < begin:
                 time.sleep(0.01)
-            python = python_threads(learner.pid)
+            python = procstats.python_threads(learner.pid)
             cpu_start = _process_cpu(learner.pid, python)
             profiler = _start_profile(learner.pid, f"{policy}-{front_ends}-{num_actors}x{rows}")
             time.sleep(_SECONDS.value)

@@ -12,7 +12,7 @@ warm-up in MiB per hour; threads and open files as a range after the warm-up. A 
 leaks shows a slope that does not fall as the run gets longer; one that only warms up shows a
 slope near 0. Writes the samples and the summary as JSON (benchmarks/results/soak-*.json).
 
-  python benchmarks/soak.py --minutes=40 --logdir=runs/soak -- \\
+  python -m benchmarks.soak --minutes=40 --logdir=runs/soak -- \\
       scripts/train.sh --config=configs/connect4_selfplay.py
 """
 
@@ -29,10 +29,8 @@ import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import proc_cpu, results_io  # noqa: E402
-from seedlike.runtime import procstats  # noqa: E402
+from benchmarks import results_io
+from seedlike.runtime import procstats
 
 _MINUTES = flags.DEFINE_float("minutes", 30.0, "How long the run lasts before Ctrl-C.")
 _INTERVAL = flags.DEFINE_float("interval_s", 15.0, "Seconds between samples.")
@@ -51,7 +49,7 @@ _TRANSIENT = ("sleep",)
 
 def descendants(root: int) -> dict[int, int]:
     """`root` and every process below it, each with its parent (parents first), from /proc."""
-    parent = {pid: int(fields[1]) for pid, fields in proc_cpu.processes().items()}
+    parent = {pid: process.ppid for pid, process in procstats.processes().items()}
     found, frontier = {root: 0}, {root}
     while frontier:
         frontier = {pid for pid, ppid in parent.items() if ppid in frontier}
@@ -63,8 +61,8 @@ def group(pgid: int) -> list[int]:
     """The live processes of process group `pgid` (zombies left out)."""
     return [
         pid
-        for pid, fields in proc_cpu.processes().items()
-        if int(fields[2]) == pgid and fields[0] != "Z"
+        for pid, process in procstats.processes().items()
+        if process.pgid == pgid and process.state != "Z"
     ]
 
 

@@ -1,6 +1,6 @@
 """Stacked frames sent once (seedlike/rpc/frames.py) on real Atari frames.
 
-  python benchmarks/stack_once.py [--config=configs/atari_ppo.py] [--envs=64] [--steps=300]
+  python -m benchmarks.stack_once [--config=configs/atari_ppo.py] [--envs=64] [--steps=300]
 
 Steps `--envs` envs of the config's task (random actions) and encodes every step twice, whole
 and with `actor.stack_once`; decodes both as the server does (in-place reader, checks, the
@@ -12,22 +12,18 @@ encode and decode time per message of each form. Writes JSON (benchmarks/results
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
+from benchmarks import results_io
+from seedlike.config import env_spec
+from seedlike.envs import make_env
+from seedlike.rpc import codec, frames, wire
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import results_io  # noqa: E402
-
-from seedlike.config import env_spec  # noqa: E402
-from seedlike.envs import make_env  # noqa: E402
-from seedlike.rpc import codec, frames, wire  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(ROOT, "configs", "atari_ppo.py"), "An Atari config."

@@ -1,6 +1,6 @@
 """Throughput of the acting path, measured in one run so the numbers compare.
 
-  python benchmarks/throughput.py [--config=configs/cartpole_ppo.py] [--num_actors=2]
+  python -m benchmarks.throughput [--config=configs/cartpole_ppo.py] [--num_actors=2]
 
 Three measurements on the same env settings (the config's env section, --num_actors processes):
   raw_env_sps:     envpool stepping with random actions, no server: the ceiling.
@@ -21,7 +21,6 @@ import multiprocessing as mp
 import os
 import platform
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,11 +28,9 @@ import time
 import numpy as np
 from absl import app, flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchmarks import results_io
 
-import results_io  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _CONFIG = flags.DEFINE_string("config", os.path.join(ROOT, "configs", "cartpole_ppo.py"), "Config.")
 _NUM_ACTORS = flags.DEFINE_integer("num_actors", 2, "Actor processes (as scripts/train.sh).")

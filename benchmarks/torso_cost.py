@@ -1,6 +1,6 @@
 """What a PPO update costs per env step with each Procgen torso, on this machine's JAX backend.
 
-  .venv/bin/python benchmarks/torso_cost.py [--rounds=2] [--out=...]   # minutes per round
+  .venv/bin/python -m benchmarks.torso_cost [--rounds=2] [--out=...]   # minutes per round
 
 Builds the learner of `configs/procgen_coinrun.py:cpu` (2,048 env steps per update: 32 unrolls of
 64 steps, 3 epochs of 4 minibatches) with each torso below and times `Learner.update` on the
@@ -16,25 +16,21 @@ torso's cost against the Nature CNN of the `:cpu` config (the baseline, measured
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import jax
 import numpy as np
 from absl import app, flags
 
+from benchmarks import results_io
+from networks import make_network
+from seedlike.config import load_config_file
+from seedlike.envs import make_env_spec
+from seedlike.learning.update import Learner
+from seedlike.runtime import xla_flags
+from seedlike.types import Unroll
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import results_io  # noqa: E402
-
-from networks import make_network  # noqa: E402
-from seedlike.config import load_config_file  # noqa: E402
-from seedlike.envs import make_env_spec  # noqa: E402
-from seedlike.learning.update import Learner  # noqa: E402
-from seedlike.runtime import xla_flags  # noqa: E402
-from seedlike.types import Unroll  # noqa: E402
 
 _ROUNDS = flags.DEFINE_integer("rounds", 2, "Timed updates per torso (after one to compile).")
 _OUT = flags.DEFINE_string("out", None, "Output JSON path.")

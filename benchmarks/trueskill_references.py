@@ -2,25 +2,21 @@
 evaluation.Evaluation.add_reference), for a config's network: fresh networks as the references,
 `--count` of them added one after another.
 
-  python benchmarks/trueskill_references.py --count=8                   # as configured
-  python benchmarks/trueskill_references.py --count=8 --opponents=0 --max_references=0  # all
+  python -m benchmarks.trueskill_references --count=8                   # as configured
+  python -m benchmarks.trueskill_references --count=8 --opponents=0 --max_references=0  # all
 """
 
-import os
-import sys
 import tempfile
 import time
 
 import jax
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import results_io  # noqa: E402
-from networks import make_network  # noqa: E402
-from seedlike.config import load_config_file  # noqa: E402
-from seedlike.envs.envpool_env import make_env_spec  # noqa: E402
-from seedlike.league.evaluation import Evaluation  # noqa: E402
+from benchmarks import results_io
+from networks import make_network
+from seedlike.config import load_config_file
+from seedlike.envs.envpool_env import make_env_spec
+from seedlike.league.evaluation import Evaluation
 
 _CONFIG = flags.DEFINE_string("config", "configs/connect4_selfplay.py", "A two-player config.")
 _COUNT = flags.DEFINE_integer("count", 8, "References added.")

@@ -9,7 +9,7 @@ call on the cores; each exploiter gets a quarter of the actors. The main exploit
 main agent's newest snapshot and joins the league when it wins 70% of 100 (decayed) games against
 it, or after 500k env steps without, and then starts again as a copy of the main agent's newest
 snapshot; the league exploiter plays the whole league by PFSP.
-benchmarks/league_roles.py plots who beat whom over time; RESULTS has 60-minute runs.
+python -m seedlike.launch.league.report plots who beat whom over time; RESULTS has 60-minute runs.
   python play.py --a=runs/c4league/main --b=scripted --games=400 --greedy
 """
 

@@ -1,5 +1,6 @@
 """Scoring a trained policy: episodes of its own env, with the mean and spread of their return and
-length (`evaluate.py --checkpoint=RUN`, `seedlike.evaluate`).
+length (`evaluate.py --checkpoint=RUN`, `seedlike.evaluate`); and a run's final score from its
+metrics rows (`final_score`: sweeps, population-based training and the benchmarks).
 
 The env is the checkpoint's (seedlike.watch plays it locally, one copy, no server). Two-player
 games are played against an opponent (the policy itself by default, a bot or another run) and also
@@ -12,8 +13,6 @@ import json
 import math
 
 import numpy as np
-
-from seedlike.league.games import wilson_interval
 
 
 def evaluate(
@@ -51,9 +50,38 @@ def evaluate(
             "draws": int((outcomes == 0).sum()),
             "losses": int((outcomes < 0).sum()),
             "win_rate": wins / len(outcomes),
-            "win_rate_ci95": list(wilson_interval(wins, len(outcomes))),
+            "win_rate_ci95": list(games.wilson_interval(wins, len(outcomes))),
         }
     return report
+
+
+def final_score(
+    rows: list[dict], metric: str = "episode_return_mean", share: float = 0.1, weight: str = ""
+) -> float:
+    """A run's final score: the mean of `metric` over the last `share` of the run, from its
+    metrics rows (those holding a finite `metric`); NaN before any row holds one.
+
+    Without `weight` the run is counted in rows: the last ceil(share x rows) of them, at least
+    one, each weighing one (what the sweeps and population-based training rank). With `weight`,
+    a key of the rows that counts what their `metric` is a mean over ("episodes"), it is counted
+    in those: each row weighs by its count and the earliest row taken counts only in part, so
+    that exactly `share` of the episodes weigh (the benchmarks' final return; rows without
+    episodes hold no mean)."""
+    held = [
+        r
+        for r in rows
+        if r.get(metric) is not None and math.isfinite(r[metric]) and (not weight or r.get(weight))
+    ]
+    counts = [float(r[weight]) if weight else 1.0 for r in held]
+    # Counted in rows, whole rows are taken: 10% of 15 rows is the last 2.
+    need = share * sum(counts) if weight else max(1, math.ceil(len(held) * share))
+    total = taken = 0.0
+    for row, count in zip(reversed(held), reversed(counts)):
+        take = min(count, need - taken)
+        total, taken = total + take * row[metric], taken + take
+        if taken >= need:
+            break
+    return total / taken if taken else math.nan
 
 
 def _stats(values) -> dict:

@@ -44,7 +44,8 @@ class Processes:
 
     def spawn(self, args, log_name, env=None, python=None, prefix=()) -> subprocess.Popen:
         """Starts `python *args` (this interpreter unless `python`) in the repository root,
-        logging to tmp_path/log_name; `prefix` runs it elsewhere (tests/netns.py: another host)."""
+        logging to tmp_path/log_name; `prefix` runs it elsewhere (seedlike/testing/netns.py:
+        another host)."""
         log = open(os.path.join(self.tmp_path, log_name), "ab")
         proc = subprocess.Popen(
             [*prefix, python or sys.executable, *args],

@@ -23,6 +23,8 @@ NEVER = {
 # package's lazy API (seedlike/__init__.py) and entrypoints import the launchers.
 GROUND = "seedlike.runtime"
 TOP = "seedlike.launch"
+# Helpers for the tests and the benchmarks (network namespaces, a malicious actor).
+TESTING = "seedlike.testing"
 
 
 def modules():
@@ -71,6 +73,18 @@ def test_runtime_helpers_are_the_ground_floor_and_launchers_the_top():
                 found.append(f"{module} imports {name}")
             if within(name, TOP) and not within(module, TOP) and module != "seedlike":
                 found.append(f"{module} imports {name}")
+    assert not found, "\n".join(sorted(found))
+
+
+def test_the_library_imports_no_test_code():
+    """The tests and benchmarks import the library, never the other way: what both need lives in
+    seedlike.testing, which no other library module imports."""
+    found = [
+        f"{module} imports {name}"
+        for module, path in modules()
+        for name in set(imports(path))
+        if within(name, "tests") or (within(name, TESTING) and not within(module, TESTING))
+    ]
     assert not found, "\n".join(sorted(found))
 
 

@@ -29,6 +29,7 @@ from seedlike.config import (
 )
 from seedlike.launch import api
 from seedlike.metrics import duration
+from seedlike.scores import final_score
 
 POLL_S = 1.0
 PROGRESS_S = 30.0  # a line on the runs in progress this often
@@ -203,14 +204,13 @@ def configured(config_path: str, overrides: dict[str, str]):
 
 
 def run_result(rows: list[dict], metric: str, mode: str, final_fraction: float) -> dict | None:
-    """final (mean over the last `final_fraction` of the rows with `metric`) and best of a run;
-    None before any row has it."""
+    """final (seedlike.scores.final_score: the mean over the last `final_fraction` of the rows
+    with `metric`) and best of a run; None before any row has it."""
     values = [r[metric] for r in rows if r.get(metric) is not None and math.isfinite(r[metric])]
     if not values:
         return None
-    last = max(1, math.ceil(len(values) * final_fraction))
     return {
-        "final": float(np.mean(values[-last:])),
+        "final": final_score(rows, metric, final_fraction),
         "best": float(max(values) if mode == "max" else min(values)),
         "env_steps": int(rows[-1].get("env_steps", 0)),
     }

@@ -24,7 +24,8 @@ them), each with its snapshots in <role>/league/snapshots/<version>/ as a single
 A role picks up the others' new snapshots from there (seedlike.league.league.PeerSnapshots, a
 thread of its own) and knows them by policy id `snapshot_id(role, version)`: main's ids are its
 versions, as in a single-role league; the other roles' lie above `STRIDE`. Each role keeps its own
-payoff matrix of its own results; benchmarks/league_roles.py plays them against each other.
+payoff matrix of its own results; python -m seedlike.launch.league.report plays them against each
+other.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 
 from seedlike.launch.api import evaluate
 from seedlike.rpc import security
-from tests.attacker import attack_streams
+from seedlike.testing.attacker import attack_streams
 from tests.helpers import make_credentials
 from tests.procs import metrics, wait_for
 

@@ -1,7 +1,7 @@
-"""A learner and an actor on hosts of their own (network namespaces, tests/netns.py), with TLS and
-the actor's own certificate: the network between them drops every packet for a while and heals.
-Keepalive, not TCP's own give-up of many minutes, tells the actor
-(seedlike.rpc.client.KEEPALIVE_OPTIONS). A learner host that vanishes for good, and a
+"""A learner and an actor on hosts of their own (network namespaces,
+seedlike/testing/netns.py), with TLS and the actor's own certificate: the network between them
+drops every packet for a while and heals. Keepalive, not TCP's own give-up of many minutes, tells
+the actor (seedlike.rpc.client.KEEPALIVE_OPTIONS). A learner host that vanishes for good, and a
 two-process learner cut in two, are benchmarks/faults.py's learner_vanish and learner_partition
 (RESULTS.md, "Identities proven")."""
 
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests import netns
+from seedlike.testing import netns
 from tests.helpers import make_credentials
 from tests.procs import last, log_text, wait_for
 

@@ -4,6 +4,7 @@ files and the CPU time Python measures.
 The counts are taken in a fresh interpreter: a test worker may still hold threads and memory of
 earlier tests that end or free while these are measured."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -86,7 +87,41 @@ def test_another_process_is_read_until_it_is_gone():
 
         seen = wait_for(loaded, 5, what="the interpreter loaded")
         assert seen.threads == 1
+        assert child.pid in procstats.children(os.getpid())
+        process = procstats.processes()[child.pid]
+        assert process.ppid == os.getpid() and process.state != "Z"
+        assert procstats.cpu_s(child.pid) >= process.cpu_s  # CPU time only grows
     finally:
         child.kill()
         child.wait()
     assert procstats.usage(child.pid) is None
+    assert procstats.cpu_s(child.pid) == 0.0 and procstats.thread_usage(child.pid) == []
+    assert child.pid not in procstats.children(os.getpid())
+
+
+def test_a_named_python_thread_is_counted_apart_from_the_rest():
+    run_fresh("""
+        import os, threading, time
+        from seedlike.runtime import procstats
+        from seedlike.runtime.threadnames import name_this_thread
+
+        def spin():
+            name_this_thread("probe")
+            while time.thread_time() < 0.2:  # this thread's own CPU
+                pass
+            spun.set()
+            done.wait()
+
+        spun, done = threading.Event(), threading.Event()
+        worker = threading.Thread(target=spin)
+        worker.start()
+        spun.wait()
+        by_thread = {}
+        names = [t.name for t in procstats.thread_usage(os.getpid())]
+        total, interpreter = procstats.interpreter_cpu_s(os.getpid(), None, by_thread)
+        done.set()
+        worker.join()
+        assert "sl-probe" in names, names
+        assert by_thread.get("python:sl-probe", 0) > 0, by_thread
+        assert total >= interpreter >= by_thread["python:sl-probe"], (total, interpreter)
+    """)

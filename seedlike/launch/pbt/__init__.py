@@ -39,6 +39,7 @@ import numpy as np
 from seedlike.config import load_config_file
 from seedlike.launch import api, jobs
 from seedlike.metrics import read_metrics
+from seedlike.scores import final_score
 
 STATE_FILE = "pbt_state.json"
 COPIED = ("checkpoints", "league")  # what a member takes from the one it copies
@@ -108,10 +109,10 @@ def member_dir(m: int) -> str:
     return f"member_{m}"
 
 
-def fitness_of(rows: list[dict], since: float, key: str, mode: str) -> float:
-    """The mean of `key` over the later half of the rows written at or after `since`."""
-    result = jobs.run_result([r for r in rows if r.get("time", 0) >= since], key, mode, 0.5)
-    return float("nan") if result is None else result["final"]
+def fitness_of(rows: list[dict], since: float, key: str) -> float:
+    """The mean of `key` over the later half of the rows written at or after `since` (a final
+    score, seedlike.scores.final_score); NaN before any row has it."""
+    return final_score([r for r in rows if r.get("time", 0) >= since], key, share=0.5)
 
 
 class Population:
@@ -193,9 +194,7 @@ class Population:
                 f"--fitness={self.fitness}: no member logged it; the metrics rows hold "
                 f"{', '.join(logged[:12])}{', ...' if len(logged) > 12 else ''}"
             )
-        fitness = [
-            fitness_of(rows[m], started[str(m)], self.fitness, self.mode) for m in range(len(rows))
-        ]
+        fitness = [fitness_of(rows[m], started[str(m)], self.fitness) for m in range(len(rows))]
         records = [
             {
                 "generation": g,

@@ -4,7 +4,10 @@ Reads the `episode infos` lines the actors log every 30 s (means over the agent 
 ended since the last line, per population member) and each member's metrics.jsonl, and averages
 them over windows of the run, weighted by episodes:
 
-    python benchmarks/nmmo_summary.py --run=runs/nmmo --windows=6
+    python -m seedlike.envs.nmmo_summary --run=runs/nmmo --windows=6
+
+The lines are seedlike/actor.py's (any PettingZoo env that reports episode infos writes them);
+the default keys are Neural MMO's (seedlike/envs/nmmo_env.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A malicious actor that speaks the protocol correctly (tests/integration/test_identity_attack.py,
-benchmarks/faults.py): made-up CartPole states, rewards steered by the actions it is sent."""
+benchmarks/faults.py): made-up CartPole-v1 states, rewards steered by the actions it is sent."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import threading
 import time
 
 import numpy as np
-
-from tests.procs import CONFIG
 
 
 def attacker(
@@ -27,12 +25,10 @@ def attacker(
     made-up CartPole states (random normal(0, 0.1), or +-obs_value), paid +reward for action 0
     and -reward for action 1 (steer) or +reward always, episodes of `episode` steps; with
     `credentials` (seedlike.rpc.security.Credentials), over TLS with that certificate."""
-    from seedlike.config import load_config_file  # here: importing this module stays cheap
-    from seedlike.envs.envpool_env import make_env_spec
-    from seedlike.rpc import client, codec
+    from seedlike.rpc import client, codec  # here: importing this module stays cheap
     from seedlike.types import Rows
 
-    spec = make_env_spec(load_config_file(CONFIG).env)
+    spec = cartpole_spec()
     n = envs
     rng = np.random.default_rng(actor_id)
     hello = codec.make_hello(spec, actor_id=actor_id, num_envs=n)
@@ -70,6 +66,17 @@ def attacker(
     finally:
         connection.close()
     out["steps_sent"] = out.get("steps_sent", 0) + sent * n
+
+
+def cartpole_spec():
+    """The EnvSpec that a CartPole-v1 learner (configs/cartpole_ppo.py) expects in a hello: the
+    default env settings with that task, as no other setting of that config changes the spec."""
+    from seedlike.config import base_config
+    from seedlike.envs.envpool_env import make_env_spec
+
+    env = base_config().env
+    env.name = "CartPole-v1"
+    return make_env_spec(env)
 
 
 def attack_streams(

@@ -1,7 +1,7 @@
 """What a league of roles did (python -m seedlike.launch.league): did the exploiters find
 weaknesses of the main agent, and did the main agent then lose them?
 
-    python benchmarks/league_roles.py --logdir=runs/c4league --vs=runs/c4single
+    python -m seedlike.launch.league.report --logdir=runs/c4league --vs=runs/c4single
 
 1. The payoff over time: every snapshot a main exploiter left in the league (one per exploit
    found or time limit) plays `--games` games against main-agent snapshots taken along the run
@@ -14,19 +14,17 @@ weaknesses of the main agent, and did the main agent then lose them?
 Writes <logdir>/league_roles.json and league_roles.png.
 """
 
+from __future__ import annotations
+
 import json
 import os
-import sys
 
 import numpy as np
 from absl import app, flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from seedlike.league import games  # noqa: E402
-from seedlike.league.roles import snapshot_dir  # noqa: E402
-from seedlike.metrics import read_metrics  # noqa: E402
+from seedlike.league import games
+from seedlike.league.roles import snapshot_dir
+from seedlike.metrics import read_metrics
 
 _LOGDIR = flags.DEFINE_string(
     "logdir", None, "The league's directory (python -m seedlike.launch.league)."
@@ -41,6 +39,7 @@ _REPLOT = flags.DEFINE_bool("replot", False, "Draw league_roles.png again from t
 
 
 def versions(directory: str) -> list[int]:
+    """The snapshot versions in a role's snapshot directory, oldest first."""
     return (
         sorted(int(v) for v in os.listdir(directory) if v.isdigit())
         if os.path.isdir(directory)
@@ -64,9 +63,60 @@ def minute_of(rows: list[dict], version: int, start: float) -> float:
     return (rows[-1]["time"] - start) / 60.0 if rows else float("nan")
 
 
-def match(a, b, games_: int, seed: int) -> dict:
-    result = games.play_match("ConnectFour-v1", a, b, games_, seed=seed, num_envs=_ENVS.value)
+def match(a, b, games_: int, seed: int, envs: int) -> dict:
+    """`games_` Connect Four games of agent a against b, `envs` at once: games.summarize's."""
+    result = games.play_match("ConnectFour-v1", a, b, games_, seed=seed, num_envs=envs)
     return games.summarize(result)
+
+
+def payoff_over_time(
+    logdir: str, rows: dict, start: float, games_: int, main_versions: int, exploits: int, envs: int
+) -> dict:
+    """The main agent's win rate of `games_` games for each pair of (at most `main_versions`
+    main snapshots, at most `exploits` main-exploiter snapshots), with the minute of the league
+    each was taken."""
+    mains = spaced(versions(snapshot_dir(logdir, "main")), main_versions)
+    found = spaced(versions(snapshot_dir(logdir, "main_exploiter")), exploits)
+    agent = lambda role, v: games.checkpoint_agent(  # noqa: E731
+        os.path.join(snapshot_dir(logdir, role), str(v)), name=f"{role}/v{v}"
+    )
+    exploiters = {v: agent("main_exploiter", v) for v in found}
+    table = np.full((len(mains), len(found)), np.nan)
+    for i, m in enumerate(mains):
+        main_agent = agent("main", m)
+        for j, e in enumerate(found):
+            outcome = match(main_agent, exploiters[e], games_, seed=i * 1000 + j, envs=envs)
+            table[i, j] = outcome["win_rate"]
+            print(f"main v{m} vs main_exploiter v{e}: {table[i, j]:.2f}", flush=True)
+    return {
+        "main_versions": mains,
+        "main_minutes": [minute_of(rows["main"], v, start) for v in mains],
+        "exploiter_versions": found,
+        "exploiter_minutes": [minute_of(rows["main_exploiter"], v, start) for v in found],
+        "main_win_rate": table.tolist(),
+        "games_per_pair": games_,
+    }
+
+
+def final_matches(logdir: str, vs: str | None, games_: int, envs: int) -> dict:
+    """The main agent's last checkpoint against the scripted agent (sampled and greedy) and, with
+    `vs`, against that run's, which also plays the scripted agent."""
+    final = os.path.join(logdir, "main")
+    finals = {}
+    for greedy in (False, True):
+        name = "vs_scripted_greedy" if greedy else "vs_scripted"
+        finals[name] = match(
+            games.checkpoint_agent(final, greedy=greedy), games.make_agent("scripted"),
+            games_, seed=7, envs=envs,
+        )  # fmt: skip
+    if vs:
+        finals["head_to_head"] = match(
+            games.checkpoint_agent(final), games.checkpoint_agent(vs), games_, seed=8, envs=envs
+        )
+        finals["other_vs_scripted"] = match(
+            games.checkpoint_agent(vs), games.make_agent("scripted"), games_, seed=7, envs=envs
+        )
+    return finals
 
 
 def main(argv):
@@ -77,46 +127,10 @@ def main(argv):
     if _REPLOT.value:
         with open(os.path.join(logdir, "league_roles.json")) as f:
             return plot(json.load(f), rows, start, os.path.join(logdir, "league_roles.png"))
-    mains = spaced(versions(snapshot_dir(logdir, "main")), _MAIN_VERSIONS.value)
-    exploits = spaced(versions(snapshot_dir(logdir, "main_exploiter")), _EXPLOITS.value)
-    agent = lambda role, v: games.checkpoint_agent(  # noqa: E731
-        os.path.join(snapshot_dir(logdir, role), str(v)), name=f"{role}/v{v}"
+    out = payoff_over_time(
+        logdir, rows, start, _GAMES.value, _MAIN_VERSIONS.value, _EXPLOITS.value, _ENVS.value
     )
-    exploiters = {v: agent("main_exploiter", v) for v in exploits}
-    table = np.full((len(mains), len(exploits)), np.nan)
-    for i, m in enumerate(mains):
-        main_agent = agent("main", m)
-        for j, e in enumerate(exploits):
-            table[i, j] = match(main_agent, exploiters[e], _GAMES.value, seed=i * 1000 + j)[
-                "win_rate"
-            ]
-            print(f"main v{m} vs main_exploiter v{e}: {table[i, j]:.2f}", flush=True)
-    out = {
-        "main_versions": mains,
-        "main_minutes": [minute_of(rows["main"], v, start) for v in mains],
-        "exploiter_versions": exploits,
-        "exploiter_minutes": [minute_of(rows["main_exploiter"], v, start) for v in exploits],
-        "main_win_rate": table.tolist(),
-        "games_per_pair": _GAMES.value,
-    }
-    final = os.path.join(logdir, "main")
-    finals = {}
-    for greedy in (False, True):
-        name = "vs_scripted_greedy" if greedy else "vs_scripted"
-        finals[name] = match(
-            games.checkpoint_agent(final, greedy=greedy), games.make_agent("scripted"),
-            _FINAL_GAMES.value, seed=7,
-        )  # fmt: skip
-    if _VS.value:
-        finals["head_to_head"] = match(
-            games.checkpoint_agent(final), games.checkpoint_agent(_VS.value),
-            _FINAL_GAMES.value, seed=8,
-        )  # fmt: skip
-        finals["other_vs_scripted"] = match(
-            games.checkpoint_agent(_VS.value), games.make_agent("scripted"),
-            _FINAL_GAMES.value, seed=7,
-        )  # fmt: skip
-    out["final"] = finals
+    out["final"] = finals = final_matches(logdir, _VS.value, _FINAL_GAMES.value, _ENVS.value)
     for name, s in finals.items():
         low, high = s["win_rate_ci95"]
         print(f"{name}: {s['win_rate']:.3f} [{low:.3f}, {high:.3f}] "
