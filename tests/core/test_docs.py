@@ -76,7 +76,8 @@ def test_the_docs_site_builds_with_its_links_checked(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     built = {p for p in os.listdir(tmp_path / "site") if os.path.isdir(tmp_path / "site" / p)}
-    assert {"configs", "metrics", "scaling-out", "security", "internals"} <= built
+    pages = {p[: -len(".md")] for p in os.listdir(os.path.join(ROOT, "docs")) if p.endswith(".md")}
+    assert len(pages) > 15 and pages - {"index"} <= built
 
 
 def test_the_readme_starts_with_what_seedlike_is_and_the_two_commands():
@@ -84,6 +85,36 @@ def test_the_readme_starts_with_what_seedlike_is_and_the_two_commands():
         first_screen = "".join(f.readlines()[:30])
     assert "trains agents that play games" in first_screen
     assert "scripts/train.sh" in first_screen and "scripts/test.sh" in first_screen
+
+
+def test_the_readme_is_short_and_leads_to_every_page():
+    """The README is the first screen and a map; the details live in docs/."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        lines = f.readlines()
+    assert len(lines) <= 350, f"README.md has {len(lines)} lines: move details into docs/"
+    text = "".join(lines)
+    assert ".venv/bin/mkdocs serve" in text
+    pages = {p for p in os.listdir(os.path.join(ROOT, "docs")) if p.endswith(".md")}
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)", text))
+    assert sorted(pages - linked) == [], "docs pages the README does not link"
+
+
+def test_the_home_page_starts_with_install_and_a_first_run():
+    """docs/index.md, where the site starts: what seedlike is, how to install it, the two
+    commands, how the site is served; then a link to every page."""
+    with open(os.path.join(ROOT, "docs", "index.md")) as f:
+        text = f.read()
+    top, *_ = text.split("\n## ")
+    assert top.startswith("# seedlike\n") and "trains agents that play games" in top
+    assert re.findall(r"^## (.+)$", text, re.M)[:2] == ["Install", "First run"]
+    first_run = text.split("\n## First run\n")[1].split("\n## ")[0]
+    commands = first_run.split("```bash\n")[1].split("```")[0].splitlines()
+    assert commands[0].startswith("scripts/train.sh ")
+    assert commands[1].startswith("scripts/test.sh ")
+    assert ".venv/bin/mkdocs serve" in text
+    pages = {p for p in os.listdir(os.path.join(ROOT, "docs")) if p.endswith(".md")}
+    linked = set(re.findall(r"\]\(([\w-]+\.md)", text))
+    assert sorted(pages - linked - {"index.md"}) == [], "pages the home page does not link"
 
 
 def test_the_result_files_results_md_names_are_in_the_repository():
