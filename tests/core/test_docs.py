@@ -1,14 +1,19 @@
 """The README and the documentation site (docs/, mkdocs.yml): the site builds with every internal
-link checked, every relative link of the README, the pages and benchmarks/RESULTS.md (its summary
-table's anchors) leads to a file and heading that exist, and every result file RESULTS.md cites
-is in the checkout."""
+link checked, every relative link of the README, the pages and benchmarks/RESULTS.md leads to a
+file and heading that exist, every result file RESULTS.md cites is in the checkout, and the
+reference pages say what the code does: docs/configs.md lists every setting of base_config() with
+its default (and is what `python -m seedlike.config_doc` writes)."""
 
+import ast
 import glob
 import os
 import re
 import subprocess
 import sys
 
+import ml_collections
+
+from seedlike import config, config_doc
 from tests.procs import ROOT
 
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
@@ -130,3 +135,71 @@ def test_the_result_files_results_md_names_are_in_the_repository():
         {p for p in named if not glob.glob(os.path.join(ROOT, "benchmarks", p.rstrip("/")))}
     )
     assert not missing, f"RESULTS.md cites files that are not in the checkout: {missing}"
+
+
+def _value(text: str):
+    """The value a default written in a page stands for: a literal, or arithmetic on literals."""
+    tree = ast.parse(text, mode="eval")
+    allowed = (
+        ast.Expression, ast.Constant, ast.Tuple, ast.List, ast.Dict, ast.UnaryOp, ast.USub,
+        ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Load,
+    )  # fmt: skip
+    assert all(isinstance(n, allowed) for n in ast.walk(tree)), f"not a literal: {text}"
+    return eval(compile(tree, "<default>", "eval"), {"__builtins__": {}})  # noqa: S307
+
+
+def _settings(tree, prefix: str = "") -> dict:
+    """Every setting of a config as "section.key" -> value (an empty section, env.kwargs, is one
+    setting whose default is {})."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, ml_collections.ConfigDict) and len(value):
+            out.update(_settings(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value.to_dict() if hasattr(value, "to_dict") else value
+    return out
+
+
+def _setting_rows(path: str) -> dict[str, str]:
+    """The page's table rows as key -> default text (the first two cells, unquoted)."""
+    rows = {}
+    row = re.compile(r"^\| `([^`]+)` \| `((?:[^`\\]|\\.)*)` \|")
+    with open(path) as f:
+        for line in f:
+            m = row.match(line)
+            if m:
+                assert m.group(1) not in rows, f"{m.group(1)} listed twice"
+                rows[m.group(1)] = m.group(2).replace("\\|", "|").replace("&lt;", "<")
+    return rows
+
+
+def test_the_settings_page_lists_every_setting_with_its_default():
+    """docs/configs.md has a row for every key of base_config(), and no other, and the default
+    each row shows is the one the code sets."""
+    defaults = _settings(config.base_config())
+    assert len(defaults) > 200 and "env.kwargs" in defaults and "r2d2.batch_sequences" in defaults
+    rows = _setting_rows(os.path.join(ROOT, "docs", "configs.md"))
+    assert sorted(set(defaults) - set(rows)) == [], "settings the page lacks"
+    assert sorted(set(rows) - set(defaults)) == [], "rows for settings that do not exist"
+    wrong = {k: (rows[k], defaults[k]) for k in defaults if _value(rows[k]) != defaults[k]}
+    assert wrong == {}, "defaults the page shows wrongly: {key: (page, code)}"
+    # The check itself finds a missing key and a wrong default.
+    assert _value("2.0 / 3.0") == 2.0 / 3.0 and _value("1_000_000") == 10**6
+    assert _value("(-10.0, 10.0)") == (-10.0, 10.0) and _value("None") is None
+
+
+def test_the_settings_page_is_what_the_code_writes():
+    """The tables are generated from the comments beside each default; after a change there,
+    `python -m seedlike.config_doc` rewrites them. Every setting has a line of meaning."""
+    path = os.path.join(ROOT, "docs", "configs.md")
+    with open(path) as f:
+        text = f.read()
+    assert config_doc.page_with_tables(text) == text, "run: python -m seedlike.config_doc"
+    sections = config_doc.sections()
+    assert [s.name for s in sections][: len(config_doc.ORDER)] == list(config_doc.ORDER)
+    assert [r.key for s in sections for r in s.settings if not r.doc] == []
+    # Sections appear as headings of the page, in the order a user meets them.
+    found = headings(path)
+    assert {"run-settings", "env", "network", "ppo", "r2d2", "distributed"} <= found
+    # The link configs.md has always had into the learner contract still leads there.
+    assert "internals.md#the-learner-contract" in text
