@@ -2,7 +2,8 @@
 link checked, every relative link of the README, the pages and benchmarks/RESULTS.md leads to a
 file and heading that exist, every result file RESULTS.md cites is in the checkout, and the
 reference pages say what the code does: docs/configs.md lists every setting of base_config() with
-its default (and is what `python -m seedlike.config_doc` writes)."""
+its default (and is what `python -m seedlike.config_doc` writes), docs/metrics.md every key a
+metrics row can hold and no other."""
 
 import ast
 import glob
@@ -203,3 +204,179 @@ def test_the_settings_page_is_what_the_code_writes():
     assert {"run-settings", "env", "network", "ppo", "r2d2", "distributed"} <= found
     # The link configs.md has always had into the learner contract still leads there.
     assert "internals.md#the-learner-contract" in text
+
+
+# Where metrics rows get their keys. metrics_row (seedlike/learner.py) builds each row from literal
+# keys and from the parts below; a row.update() it makes from anything else fails the test, so a
+# new source of keys cannot go unread.
+ROW_WRITERS = {
+    "seedlike/learner.py": ("metrics_row", "LearnerProcess.log"),
+    "seedlike/learning/replay_update.py": ("ReplayLearner._counters",),
+    "seedlike/server/curriculum.py": ("Curriculum.take_metrics",),
+    "seedlike/league/league.py": ("League.take_metrics",),
+    "seedlike/league/evaluation.py": ("Evaluation.evaluate", "EvaluationThread.run"),
+    "seedlike/league/ratings.py": ("TrueSkillEvaluator.metrics",),
+}
+# Files whose `self.metric_keys = (...)` name the learner's keys (besides the algorithms' records).
+METRIC_KEYS_FILES = ("seedlike/learning/update.py", "seedlike/learning/replay_update.py")
+# What metrics_row's row.update({k: ... for k in X}) may read: the learner's keys, one update's
+# keys (the same), the renamed keys' old names.
+KEY_ITERABLES = ("p.learner.metric_keys", "keys", "METRIC_ALIASES.items()")
+# The methods whose dicts metrics_row merges as they are (row.update(x.method())).
+MERGED_METHODS = ("take_metrics", "metrics")
+
+
+def _parse(path: str) -> ast.Module:
+    with open(os.path.join(ROOT, path)) as f:
+        return ast.parse(f.read())
+
+
+def _function(tree: ast.Module, qualname: str):
+    node = tree
+    for part in qualname.split("."):
+        node = next(
+            n
+            for n in node.body
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == part
+        )
+    return node
+
+
+def _key(node) -> str | None:
+    """A literal key ("loss/total"), or a family with its f-string's fields as <> ("busy/<>")."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "<>" for v in node.values)
+    return None
+
+
+def _row_keys(func) -> set[str]:
+    """The keys a function writes into the dicts it returns or fills by key: literal dicts
+    assigned to, merged into or returned as such a variable, its subscripts, dict
+    comprehensions with f-string keys."""
+    names = {n.value.id for n in ast.walk(func) if isinstance(n, ast.Return)
+             and isinstance(n.value, ast.Name)}  # fmt: skip
+    names |= {
+        t.value.id
+        for n in ast.walk(func)
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and _key(t.slice)
+    }
+    dicts = []
+    for n in ast.walk(func):
+        if isinstance(n, ast.Return) and isinstance(n.value, (ast.Dict, ast.DictComp)):
+            dicts.append(n.value)
+        elif isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict):
+            if any(isinstance(t, ast.Name) and t.id in names for t in n.targets):
+                dicts.append(n.value)
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+            target = n.func.value
+            if n.func.attr == "update" and isinstance(target, ast.Name) and target.id in names:
+                dicts += [a for a in n.args if isinstance(a, (ast.Dict, ast.DictComp))]
+    keys = set()
+    for d in dicts:
+        keys |= {_key(k) for k in (d.keys if isinstance(d, ast.Dict) else [d.key])} - {None}
+    for n in ast.walk(func):
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
+                    if t.value.id in names and _key(t.slice):
+                        keys.add(_key(t.slice))
+    return keys
+
+
+def _unread_row_sources(func) -> list[str]:
+    """What metrics_row merges into its row that the collector does not read."""
+    out = []
+    for n in ast.walk(func):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+            if n.func.attr == "update" and ast.unparse(n.func.value) == "row":
+                (arg,) = n.args
+                if isinstance(arg, ast.Dict):
+                    continue
+                if isinstance(arg, ast.DictComp):
+                    if _key(arg.key) or ast.unparse(arg.generators[0].iter) in KEY_ITERABLES:
+                        continue
+                if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute):
+                    if arg.func.attr in MERGED_METHODS and not arg.args:
+                        continue
+                out.append(ast.unparse(arg))
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Subscript) and ast.unparse(t.value) == "row":
+                    if not _key(t.slice):
+                        out.append(ast.unparse(t))
+    return out
+
+
+def _module_value(path: str, name: str):
+    tree = _parse(path)
+    for n in tree.body:
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == name for t in n.targets):
+            return ast.literal_eval(n.value)
+    raise KeyError(f"{path} has no {name}")
+
+
+def emitted_metric_keys() -> set[str]:
+    """Every key a metrics row can hold, read from the code that writes rows; families as
+    "busy/<>"."""
+    from seedlike.algos import ALGORITHMS
+
+    keys = set()
+    for path, functions in ROW_WRITERS.items():
+        tree = _parse(path)
+        for name in functions:
+            found = _row_keys(_function(tree, name))
+            assert found, f"{path}: {name} writes no key this test can read"
+            keys |= found
+    for path in METRIC_KEYS_FILES:
+        assigned = [
+            n.value
+            for n in ast.walk(_parse(path))
+            if isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Attribute) and t.attr == "metric_keys" for t in n.targets)
+        ]
+        assert assigned, f"{path} sets no metric_keys"
+        keys |= {_key(e) for v in assigned for e in v.elts} - {None}
+    keys |= set(_module_value("seedlike/learner.py", "METRIC_ALIASES"))
+    for algorithm in ALGORITHMS.values():
+        keys |= set(algorithm.metrics)
+    return keys
+
+
+def documented_metric_keys(path: str) -> dict[str, str]:
+    """The keys in the first cells of the page's tables ("busy/<stage>" as "busy/<>") -> the
+    row's meaning."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("| `"):
+                continue
+            first, meaning = line[2:].split(" | ", 1)
+            for key in re.findall(r"`([^`]+)`", first):
+                out[re.sub(r"<[^>]*>", "<>", key)] = meaning
+    return out
+
+
+def test_the_metrics_page_lists_every_key_a_row_can_hold_and_no_other():
+    learner = _parse("seedlike/learner.py")
+    metrics_row = _function(learner, "metrics_row")
+    assert _unread_row_sources(metrics_row) == [], "metrics_row merges keys this test cannot read"
+    emitted = emitted_metric_keys()
+    assert {"loss/state_age", "busy/<>", "replay/size", "eval/seconds", "episodes_total"} <= emitted
+    documented = documented_metric_keys(os.path.join(ROOT, "docs", "metrics.md"))
+    assert sorted(emitted - set(documented)) == [], "keys rows hold that docs/metrics.md lacks"
+    assert sorted(set(documented) - emitted) == [], "keys docs/metrics.md lists that no row holds"
+    # A family's row names each of its members where the code names them.
+    stages = [*_module_value("seedlike/server/inference.py", "STAGES")]
+    busy = next(n.value for n in ast.walk(metrics_row) if isinstance(n, ast.Assign)
+                and getattr(n.targets[0], "id", None) == "busy")  # fmt: skip
+    stages += [k.value for k in busy.keys if k is not None]
+    segments = _module_value("seedlike/server/inference.py", "SEGMENTS")
+    for family, members in (("busy/<>", stages), ("latency_ms/<>", segments)):
+        assert [m for m in members if f"`{m}`" not in documented[family]] == [], family
+    # The reader itself sees a merge it does not know.
+    probe = ast.parse("def f(row, p):\n    row.update(p.other())\n    row[p.key] = 1\n").body[0]
+    assert sorted(_unread_row_sources(probe)) == ["p.other()", "row[p.key]"]
