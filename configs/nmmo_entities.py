@@ -16,7 +16,7 @@ spaces without it):
         --actor_python=.nmmo-venv/bin/python --logdir=runs/nmmo
 
 teams.sizes splits the agents into two halves: population member k learns from the agents of
-team k (README "Teams and populations"). benchmarks/RESULTS.md has a 60-minute run on a 2-core
+team k (docs/teams.md, "Populations"). benchmarks/RESULTS.md has a 60-minute run on a 2-core
 machine against random play in the same world (benchmarks/nmmo_random.py).
 """
 

@@ -9,7 +9,7 @@
 #   .actor-venv/bin/python actor.py --server=HOST:PORT --config=configs/magent_battle.py
 #
 # The learner still reads the env's spec (observation shapes, agents) from the env itself, so the
-# env's package must import where the learner runs too; README "An actor in its own virtualenv".
+# env's package must import where the learner runs too; docs/teams.md, "An actor in its own virtualenv".
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DIR="${1:-$ROOT/.actor-venv}"

@@ -5,13 +5,13 @@
 #
 # Two pytest workers (pytest-xdist), each taking whole files: the process tests leave a core
 # idle much of the time (waiting for learners to start, for actors' steps): two workers took the
-# suite from 12.5 to 7.7 minutes on 2 cores when it was smaller (README: how long it takes now). SEEDLIKE_TEST_WORKERS=0 runs it in one process.
+# suite from 12.5 to 7.7 minutes on 2 cores when it was smaller (docs/development.md: how long it takes now). SEEDLIKE_TEST_WORKERS=0 runs it in one process.
 #
 # `scripts/test.sh --cpu=MODEL [pytest arguments]` runs the tests on an emulated CPU of another
 # feature set (qemu-x86_64 -cpu MODEL, e.g. EPYC-Rome: AVX2 without AVX-512; installed with
 # apt-get when missing), where numerical kernels round differently: a test that compares floats
 # bit for bit across computations of different shapes fails there. About 60 times slower than
-# the real CPU: give it the tests to run (README, Development).
+# the real CPU: give it the tests to run (docs/development.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_venv.sh

@@ -8,7 +8,7 @@
 # --config and --config.* flags go to the learner and every actor; other flags go to the learner.
 # --learners=L > 1 runs L learner processes that form one learner (seedlike/runtime/distributed.py, as
 # on L hosts): process k logs to <logdir>/process_k (k > 0), actor i serves learner i mod L.
-# --population=N > 1 runs N independent learners in one world (README "Teams and populations"):
+# --population=N > 1 runs N independent learners in one world (docs/teams.md, "Populations"):
 # member k learns from the agents of teams k, k + N, ... and logs to <logdir>/member_k; every
 # actor streams to all of them. The job ends when the first member finishes (the others save).
 # --actor_python runs the actors with another interpreter: a virtualenv of the env's own
@@ -40,7 +40,7 @@ usage: scripts/train.sh [flags]   a local training job: a learner and its actors
   -h, --help               this message
 
 Any other flag goes to learner.py (`.venv/bin/python learner.py --helpfull` lists them).
-Ctrl-C checkpoints and stops every process. README.md says more.
+Ctrl-C checkpoints and stops every process. docs/quickstart.md says more.
 EOF
 }
 for arg in "$@"; do
