@@ -2,7 +2,7 @@
 
 from setuptools import find_packages, setup
 
-# Versions seen working together on Python 3.11 (CPU); see README "Run, test".
+# Versions seen working together on Python 3.11 (CPU); see docs/development.md.
 INSTALL_REQUIRES = [
     "jax==0.10.2",
     "jaxlib==0.10.2",

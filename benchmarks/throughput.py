@@ -118,8 +118,9 @@ def trivial_server(config_path):
     from networks import make_network
     from seedlike.config import load_config_file
     from seedlike.envs.envpool_env import make_env_spec
-    from seedlike.learner import start_inference
     from seedlike.policy import PolicyRegistry
+    from seedlike.rpc.listen import start_inference
+    from seedlike.server.inference import InferenceService
     from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
     from seedlike.server.unrolls import UnrollPool
 
@@ -146,9 +147,10 @@ def trivial_server(config_path):
 
     threading.Thread(target=drain, daemon=True).start()
     with tempfile.TemporaryDirectory() as logdir:
-        service, server, address = start_inference(
-            config, spec, network, registry, store, logdir, "127.0.0.1", 0
+        service = InferenceService.from_config(
+            config, spec=spec, network=network, registry=registry, store=store
         )
+        server, address = start_inference(service, config, logdir, "127.0.0.1", 0)
         try:
             yield service, store, address
         finally:

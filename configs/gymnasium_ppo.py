@@ -1,6 +1,6 @@
 """PPO on a Gymnasium env (env.backend=gymnasium): a registered id or your own env's entry point,
 e.g. --config.env.name=examples.corridor:Corridor, or package:Id for an id a package registers
-(minigrid:MiniGrid-Empty-5x5-v0; README, "Your own environment"). Defaults for small
+(minigrid:MiniGrid-Empty-5x5-v0; docs/environments.md, "Your own environment"). Defaults for small
 discrete-action tasks (continuous ones: configs/mujoco_ppo.py with --config.env.backend=gymnasium);
 env.kwargs go to the env's constructor or gymnasium.make."""
 

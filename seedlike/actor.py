@@ -4,8 +4,8 @@ server and applies the actions it returns.
 Actors hold no model (SEED RL). Every (re)connection starts fresh episodes: the server keeps no
 state for a stream that broke, so a half-played episode could not be attributed correctly.
 
-With several servers (a population: one independent learner per member, README "Teams and
-populations"), the actor holds one stream to each and sends each member the rows of its teams
+With several servers (a population: one independent learner per member, docs/teams.md,
+"Populations"), the actor holds one stream to each and sends each member the rows of its teams
 (seedlike.teams.Teams.member_of), to all members before it waits for any (client.exchange_all); a
 step's actions are all members' replies put together.
 

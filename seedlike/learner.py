@@ -564,8 +564,8 @@ def _check_resumed_config(config, meta: dict, logdir: str) -> None:
         return
     raise config_lib.ConfigError(
         f"{logdir} was trained with another config: {'; '.join(changes)}. Resume with its own "
-        f"(--config=configs/of_run.py:{logdir}), change a network by surgery (README, "
-        '"Surgery"), or pass --config.checkpoint.force_resume=True'
+        f"(--config=configs/of_run.py:{logdir}), change a network by surgery "
+        "(docs/surgery.md), or pass --config.checkpoint.force_resume=True"
     )
 
 

@@ -4,7 +4,7 @@ from the team's (config section `teams`, read once here), and who won each game.
 A seat's player id p (seedlike.server.seats) names its agent; `team_of[p]` its team. Team 0 is
 always the learning policy's; in a league every other team is played by the episode's opponent
 (seedlike.server.matchmaking). In a population of N independent learners sharing one world (Neural
-MMO's N_pop; README, "Teams and populations"), actors send team k's rows to member k mod N.
+MMO's N_pop; docs/teams.md, "Populations"), actors send team k's rows to member k mod N.
 
 Imported by actors too: numpy only.
 """

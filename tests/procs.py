@@ -132,6 +132,26 @@ def log_text(proc) -> str:
         return f.read()
 
 
+def wait_until(predicate, timeout) -> bool:
+    """Whether `predicate` came true within `timeout` seconds (polled every 0.2 s; no error when
+    it did not: a cleanup's wait)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return bool(predicate())
+
+
+def repeat_for(seconds: float, action) -> int:
+    """Calls `action()` again and again for at least `seconds`; returns how many times."""
+    start, count = time.monotonic(), 0
+    while time.monotonic() - start < seconds:
+        action()
+        count += 1
+    return count
+
+
 def wait_for(predicate, timeout, proc=None, what="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -93,39 +93,128 @@ def test_no_test_demands_bitwise_equal_floats_from_a_report():
     rounding, which depends on the CPU's kernels: `max_abs_logits == 0` passed on an AVX-512 CPU
     and failed on an AVX2 one. Such checks take a tolerance (tests/surgery/test_surgery.py's TOL);
     `scripts/test.sh --cpu=EPYC-Rome` runs tests on an emulated AVX2 CPU."""
-    pattern = re.compile(r"\b(max_abs_\w+|max_kl|error)\s*==\s*0(\.0*)?\b")
-    found = [
-        f"{path}:{number}: {line.strip()}"
-        for path, number, line in lines_of_tests()
-        if pattern.search(line) and not path.endswith("test_layers.py")
-    ]
+    reported = re.compile(r"max_abs_\w+|max_kl|error")
+    found = []
+    for path, tree in _test_files():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare) or not isinstance(node.ops[0], ast.Eq):
+                continue
+            sides = [node.left, *node.comparators]
+            named = [s for s in sides if reported.fullmatch(_name(s))]
+            zero = [s for s in sides if isinstance(s, ast.Constant) and s.value == 0]
+            if named and zero:
+                found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
     assert not found, "\n".join(found)
 
 
-def test_tests_mirror_the_packages_and_wait_without_reading_the_clock():
-    """Every test file lives in the folder of what it tests (tests/<package>/); a deadline loop
-    is procs.wait_for, and no test asserts how long something took (a slower CPU is not a bug)."""
-    loose = sorted(
-        name
-        for name in os.listdir(os.path.join(ROOT, "tests"))
-        if name.startswith("test_") and name != "test_layers.py"
-    )
+def test_tests_wait_without_reading_the_clock():
+    """A deadline loop is procs.wait_for (or procs.wait_until, which does not raise), a loop that
+    works for a time is procs.repeat_for, and no test asserts how long something took (a slower
+    CPU is not a bug): outside tests/procs.py no `while` reads the clock and no assert does."""
+    found = []
+    for path, tree in _test_files():
+        if path.endswith("procs.py"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.While) and _reads_clock(node.test):
+                found.append(f"{path}:{node.lineno}: while {ast.unparse(node.test)}")
+            if isinstance(node, ast.Assert) and _reads_clock(node.test):
+                found.append(f"{path}:{node.lineno}: assert {ast.unparse(node.test)}")
+    assert not found, "\n".join(found)
+    # The reader itself sees both shapes.
+    probe = ast.parse("while time.monotonic() < t:\n    pass\nassert perf_counter() - t < 1\n")
+    assert [_reads_clock(n.test) for n in probe.body] == [True, True]
+
+
+# Test folders that mirror no one package: the library's top-level modules (seedlike/config.py,
+# checkpoint.py, metrics.py, ...), and whole runs across packages.
+MIRRORLESS = {"core": "seedlike", "integration": None}
+NOT_TESTS = {"fixtures", "fake_ssh", "__pycache__"}  # data and a fake ssh command
+
+
+def test_tests_mirror_the_packages():
+    """Every test file lives in tests/<package>/ for a package of the library (seedlike/<p>/,
+    networks/, surgery/), and uses that package (imports it, or runs one of its modules in a
+    process): a test of the trajectory store sits in tests/server/, not beside the learner's."""
+    tests = os.path.join(ROOT, "tests")
+    loose = sorted(n for n in os.listdir(tests) if n.startswith("test_") and n != "test_layers.py")
     assert not loose, f"test files outside a package folder: {loose}"
-    clock = re.compile(r"assert .*(time\.monotonic\(\)|time\.time\(\)|perf_counter\(\)) - ")
-    deadline = re.compile(r"while time\.monotonic\(\) < deadline")
-    found = [
-        f"{path}:{number}: {line.strip()}"
-        for path, number, line in lines_of_tests()
-        if (clock.search(line) or deadline.search(line)) and not path.endswith("procs.py")
-    ]
+    found = []
+    for folder in sorted(os.listdir(tests)):
+        if not os.path.isdir(os.path.join(tests, folder)) or folder in NOT_TESTS:
+            continue
+        package = MIRRORLESS.get(folder, _package_of(folder))
+        if folder not in MIRRORLESS and package is None:
+            found.append(f"tests/{folder}/ mirrors no package (seedlike/{folder}/, {folder}/)")
+            continue
+        for path, tree in _test_files(os.path.join(tests, folder)):
+            if not os.path.basename(path).startswith("test_") or package is None:
+                continue
+            names = {n for n in _imports_of(tree) if within(n, package)}
+            top = {n for n in names if n.count(".") <= 1} if folder == "core" else names
+            if not top and not _names_in_strings(tree, package):
+                found.append(f"{path} is in tests/{folder}/ but uses nothing of {package}")
     assert not found, "\n".join(found)
 
 
-def lines_of_tests():
-    """(path, line number, line) of every line of the test files."""
-    for dirpath, _, files in os.walk(os.path.join(ROOT, "tests")):
+def _package_of(folder: str) -> str | None:
+    """The library package a test folder mirrors, or None."""
+    for package, where in ((f"seedlike.{folder}", ("seedlike", folder)), (folder, (folder,))):
+        if os.path.isfile(os.path.join(ROOT, *where, "__init__.py")):
+            return package
+    return None
+
+
+def _names_in_strings(tree, package: str) -> bool:
+    """Whether a string of the file names a module of `package` (dotted, for `python -m`, or as
+    a path): a test that runs the package in a process of its own."""
+    path = package.replace(".", "/") + "/"
+    return any(
+        isinstance(n, ast.Constant) and isinstance(n.value, str)
+        and (package + "." in n.value or path in n.value)
+        for n in ast.walk(tree)
+    )  # fmt: skip
+
+
+def _imports_of(tree) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return names
+
+
+CLOCKS = {"monotonic", "time", "perf_counter", "monotonic_ns", "perf_counter_ns"}
+
+
+def _reads_clock(node) -> bool:
+    """Whether an expression calls time.monotonic(), time.time(), perf_counter() or the like."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call):
+            f = n.func
+            if isinstance(f, ast.Attribute) and f.attr in CLOCKS and _name(f.value) == "time":
+                return True
+            if isinstance(f, ast.Name) and f.id in CLOCKS - {"time"}:
+                return True
+    return False
+
+
+def _name(node) -> str:
+    """The last name of a Name or an attribute chain ("" for anything else)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return ""
+
+
+def _test_files(folder: str = os.path.join(ROOT, "tests")):
+    """(path, ast) of every Python file under `folder` but this one."""
+    for dirpath, _, files in os.walk(folder):
         for name in sorted(files):
-            if name.endswith(".py"):
-                path = os.path.join(dirpath, name)
-                for number, line in enumerate(open(path), 1):
-                    yield os.path.relpath(path, ROOT), number, line
+            path = os.path.join(dirpath, name)
+            if name.endswith(".py") and path != os.path.abspath(__file__):
+                with open(path) as f:
+                    yield os.path.relpath(path, ROOT), ast.parse(f.read())

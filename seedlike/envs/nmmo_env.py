@@ -169,7 +169,8 @@ class NmmoEnv(ParallelEnv):
             raise ValueError(
                 f"Neural MMO needs nmmo, which {sys.executable} cannot import ({e}): build its "
                 "virtualenv with scripts/nmmo_venv.sh and run the actors there, "
-                "scripts/train.sh --actor_python=.nmmo-venv/bin/python (README, Neural MMO)"
+                "scripts/train.sh --actor_python=.nmmo-venv/bin/python (docs/entities.md, "
+                "'Neural MMO')"
             ) from None
 
         kwargs = _check(num_agents, map_size, horizon, num_npcs, num_maps)

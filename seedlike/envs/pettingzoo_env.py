@@ -14,8 +14,8 @@ resets; one that appears mid-episode starts sending rows (and an episode) when i
 Like envpool, an env whose agents are all done is reset on the next `send` (its rows' actions are
 ignored) and its next rows are the new episode's first, with reward 0.
 
-Imports only numpy and the env's own package: actors may run without jax (README, "An actor in its
-own virtualenv").
+Imports only numpy and the env's own package: actors may run without jax (docs/teams.md, "An
+actor in its own virtualenv").
 """
 
 from __future__ import annotations

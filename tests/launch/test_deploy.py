@@ -1,4 +1,5 @@
-"""deploy.py's Kubernetes manifests, validated offline against the Kubernetes API schemas."""
+"""deploy.py's Kubernetes manifests (seedlike.launch.deploy), validated offline against the
+Kubernetes API schemas."""
 
 import base64
 import os

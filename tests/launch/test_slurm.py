@@ -11,13 +11,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from seedlike.checkpoint import Checkpointer
 from seedlike.launch import slurm
-from tests.procs import ROOT, free_port, last, pids_matching, wait_for
+from tests.procs import ROOT, free_port, last, pids_matching, wait_for, wait_until
 
 PACKAGES = ("slurmctld", "slurmd", "munge", "slurm-client")
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch")
@@ -145,22 +144,14 @@ def cluster(tmp_path_factory):
         yield env, folder
     finally:
         subprocess.run(["scancel", "--full", "--user=root"], env=env, capture_output=True)
-        deadline = time.monotonic() + 60
-        while (
-            time.monotonic() < deadline
-            and subprocess.run(
-                ["squeue", "-h"], env=env, capture_output=True, text=True
-            ).stdout.strip()
-        ):
-            time.sleep(0.5)
+        wait_until(lambda: not subprocess.run(
+            ["squeue", "-h"], env=env, capture_output=True, text=True
+        ).stdout.strip(), 60)  # fmt: skip
         for name in ("slurmd", "slurmctld", "munged"):
             pid = pids.get(name)
             if _alive(pid):
                 os.kill(pid, signal.SIGTERM)
-                deadline = time.monotonic() + 30
-                while _alive(pid) and time.monotonic() < deadline:
-                    time.sleep(0.2)
-                if _alive(pid):
+                if not wait_until(lambda: not _alive(pid), 30):  # noqa: B023 (waited for here)
                     os.kill(pid, signal.SIGKILL)
         assert not [n for n, p in pids.items() if _alive(p)], "a daemon outlived the test"
 

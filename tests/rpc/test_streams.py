@@ -1,6 +1,7 @@
 """Streams that cannot hold the server: a missing Hello and a silent actor are closed and free
 their slots, while an actor that the server itself keeps waiting is never timed out."""
 
+import itertools
 import threading
 import time
 
@@ -13,7 +14,7 @@ from seedlike.rpc.listen import listen
 from seedlike.rpc.streams import Peer, peer_host
 from tests.helpers import SERVE_SPEC as SPEC
 from tests.helpers import rows, service_of
-from tests.procs import wait_for
+from tests.procs import repeat_for, wait_for
 
 
 class Gate:
@@ -251,11 +252,14 @@ def test_a_busy_session_is_never_evicted(server):
     actors = [
         client.Connection(address, codec.make_hello(SPEC, actor_id=i, num_envs=2)) for i in range(2)
     ]
-    sequence, start = 0, time.monotonic()
-    while time.monotonic() - start < 3.0:  # connected twice evict_idle_s, never silent for it
+    sequence = itertools.count()
+
+    def step_both():
+        n = next(sequence)
         for actor in actors:
-            actor.step(codec.encode_step(sequence, rows(2)))
-        sequence += 1
+            actor.step(codec.encode_step(n, rows(2)))
+
+    repeat_for(3.0, step_both)  # connected twice evict_idle_s, never silent for it
     with pytest.raises(client.Disconnected, match="RESOURCE_EXHAUSTED: 2 actors are connected"):
         client.Connection(address, codec.make_hello(SPEC, actor_id=2, num_envs=2))
     for actor in actors:

@@ -22,7 +22,9 @@ _LOGDIR = flags.DEFINE_string(
     "The run directory, on a file system every node shares (submit again to resume).",
 )
 _ACTORS = flags.DEFINE_integer("actors", 2, "Actor processes (job tasks).")
-_CPUS = flags.DEFINE_integer("cpus_per_actor", 1, "Cores per actor (README, 'Sizing a fleet').")
+_CPUS = flags.DEFINE_integer(
+    "cpus_per_actor", 1, "Cores per actor (docs/scaling-out.md, 'Sizing a fleet')."
+)
 _NODES = flags.DEFINE_integer("nodes", 1, "Nodes; the first runs the learner (>1: TLS).")
 _GPUS = flags.DEFINE_integer("gpus", 0, "GPUs for the learner on the first node.")
 _PARTITION = flags.DEFINE_string("partition", "", "sbatch --partition ('' the default).")
