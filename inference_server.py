@@ -42,8 +42,7 @@ flags.mark_flag_as_required("checkpoint")
 def main(argv):
     del argv
     console.setup()
-    xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
-    xla_flags.cache_compilations()
+    xla_flags.prepare()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

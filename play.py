@@ -45,8 +45,7 @@ flags.mark_flag_as_required("a")
 def main(argv):
     del argv
     console.setup()
-    xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
-    xla_flags.cache_compilations()
+    xla_flags.prepare()
     try:
         a, b = (
             games.make_agent(x, greedy=_GREEDY.value, search_depth=_SEARCH.value)

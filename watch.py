@@ -27,8 +27,7 @@ flags.mark_flag_as_required("checkpoint")
 def main(argv):
     del argv
     console.setup()
-    xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
-    xla_flags.cache_compilations()
+    xla_flags.prepare()
     from seedlike import watch
     from seedlike.checkpoint import CheckpointError
     from seedlike.league import games

@@ -961,105 +961,45 @@ def learner_partition(workdir: str) -> dict:
     why = netns.unavailable()
     if why is not None:
         raise RuntimeError(f"no separate hosts here: {why}")
-    hosts = netns.Hosts("learner0", "learner1", "actor0", "actor1")
-    procs: list[subprocess.Popen] = []
-    ips = [hosts.address["learner0"], hosts.address["learner1"]]
-    try:
-        creds = make_credentials(os.path.join(workdir, "creds"), ips[0], range(2))
-        subprocess.run(
-            [os.path.join(ROOT, "scripts", "make_credentials.sh"), "--rotate", creds, *ips],
-            check=True, capture_output=True,
-        )  # fmt: skip
-    except BaseException:
-        hosts.close()
-        raise
-    tls = f"--config.transport.credentials={creds}"
-    # A port each: the hosts share this machine's files, where a learner claims its port.
-    ports = [free_port(), free_port()]
-
-    def spawn(host: str, args, log: str) -> subprocess.Popen:
-        with open(os.path.join(workdir, log), "ab") as out:  # the child keeps its own
-            proc = subprocess.Popen(
-                [*hosts.prefix(host), sys.executable, *args],
-                cwd=_ROOT.value, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        procs.append(proc)
-        return proc
-
-    def learners(tag: str) -> list[subprocess.Popen]:
-        return [
-            spawn(
-                f"learner{k}",
-                [
-                    "learner.py",
-                    *COMMON,
-                    f"--logdir={workdir}",
-                    f"--port={ports[k]}",
-                    f"--bind={ips[k]}",
-                    tls,
-                    "--config.checkpoint.interval_s=10",
-                    "--config.distributed.num_processes=2",
-                    f"--config.distributed.coordinator={ips[0]}:{ports[0] + 1}",
-                    f"--config.distributed.process_id={k}",
-                ],
-                f"learner{k}_{tag}.log",
-            )  # fmt: skip
-            for k in range(2)
-        ]
-
-    def log(name: str) -> str:
-        with open(os.path.join(workdir, name), errors="replace") as f:
-            return f.read()
-
+    job = _TwoLearners(workdir)
     run = Run.__new__(Run)
     run.logdir = workdir
     try:
-        run.learner = learners("first")[0]
+        run.learner = job.learners("first")[0]
         for i in range(2):
-            spawn(
+            job.spawn(
                 f"actor{i}",
-                ["actor.py", COMMON[0], f"--server={ips[i]}:{ports[i]}", f"--actor_id={i}", tls],
+                ["actor.py", COMMON[0], f"--server={job.ips[i]}:{job.ports[i]}",
+                 f"--actor_id={i}", job.tls],
                 f"actor_{i}.log",
-            )
-        checkpoints = os.path.join(workdir, "checkpoints")
-
-        def saved() -> list[int]:
-            if not os.path.isdir(checkpoints):
-                return []
-            return sorted(int(d) for d in os.listdir(checkpoints) if d.isdigit())
-
-        run.wait(lambda: len(saved()) >= 2, 400, "two checkpoints")
+            )  # fmt: skip
+        run.wait(lambda: len(job.saved()) >= 2, 400, "two checkpoints")
         version = run.latest("policy_version")
-        hosts.partition("learner1")
-        first, second = procs[0], procs[1]
+        job.hosts.partition("learner1")
+        first, second = job.procs[0], job.procs[1]
         ended = _until(lambda: first.poll() is not None, 240)
-        last_line = (log("learner0_first.log").strip().splitlines() or [""])[-1]
+        last_line = _last_line(job.log("learner0_first.log"))
         second_ended = _until(lambda: second.poll() is not None, 30)
-        newest = saved()[-1] if saved() else None
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=30)
-        hosts.heal("learner1")
+        newest = job.saved()[-1] if job.saved() else None
+        job.kill()
+        job.hosts.heal("learner1")
         restart = time.monotonic()
-        again = learners("again")
-        resumed = _until(lambda: "resumed from" in log("learner0_again.log"), 240)
+        again = job.learners("again")
+        resumed = _until(lambda: "resumed from" in job.log("learner0_again.log"), 240)
         run.learner = again[0]
-        text = log("learner0_again.log")
-        restored = re.findall(r"resumed from .*", text)
+        restored = re.findall(r"resumed from .*", job.log("learner0_again.log"))
+        second_log = job.log("learner1_first.log")
         return {
             "policy_version_at_cut": version,
             "process0_ended_after_s": ended,
             "process0_status": first.returncode,
             "process0_last_line": last_line[-300:],
-            "process0_tracebacks": log("learner0_first.log").count("Traceback"),
+            "process0_tracebacks": job.log("learner0_first.log").count("Traceback"),
             "process1_ended_within_30s_more": second_ended is not None,
-            "process1_last_line": (log("learner1_first.log").strip().splitlines() or [""])[-1][
-                -300:
-            ],
+            "process1_last_line": _last_line(second_log)[-300:],
             "process1_why": [
                 line[:300]
-                for line in log("learner1_first.log").splitlines()
+                for line in second_log.splitlines()
                 if line.startswith(("E1", "F1", "error:", "Fatal", "*** "))
             ][:6],
             "newest_checkpoint": newest,
@@ -1068,11 +1008,84 @@ def learner_partition(workdir: str) -> dict:
             "restart_s": round(time.monotonic() - restart, 1),
         }
     finally:
-        for proc in procs:
+        job.kill()
+        job.hosts.close()
+
+
+def _last_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[-1]
+
+
+class _TwoLearners:
+    """learner_partition's hosts (two learners, two actors, each a network namespace), their
+    TLS credentials (the server certificate names both learner hosts), ports and processes."""
+
+    def __init__(self, workdir: str):
+        self.workdir = workdir
+        self.hosts = netns.Hosts("learner0", "learner1", "actor0", "actor1")
+        self.procs: list[subprocess.Popen] = []
+        self.ips = [self.hosts.address["learner0"], self.hosts.address["learner1"]]
+        try:
+            creds = make_credentials(os.path.join(workdir, "creds"), self.ips[0], range(2))
+            subprocess.run(
+                [os.path.join(ROOT, "scripts", "make_credentials.sh"), "--rotate", creds,
+                 *self.ips],
+                check=True, capture_output=True,
+            )  # fmt: skip
+        except BaseException:
+            self.hosts.close()
+            raise
+        self.tls = f"--config.transport.credentials={creds}"
+        # A port each: the hosts share this machine's files, where a learner claims its port.
+        self.ports = [free_port(), free_port()]
+
+    def spawn(self, host: str, args, log: str) -> subprocess.Popen:
+        with open(os.path.join(self.workdir, log), "ab") as out:  # the child keeps its own
+            proc = subprocess.Popen(
+                [*self.hosts.prefix(host), sys.executable, *args],
+                cwd=_ROOT.value, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        self.procs.append(proc)
+        return proc
+
+    def learners(self, tag: str) -> list[subprocess.Popen]:
+        """Both learner processes, on their hosts, logging to learner<k>_<tag>.log."""
+        return [
+            self.spawn(
+                f"learner{k}",
+                [
+                    "learner.py",
+                    *COMMON,
+                    f"--logdir={self.workdir}",
+                    f"--port={self.ports[k]}",
+                    f"--bind={self.ips[k]}",
+                    self.tls,
+                    "--config.checkpoint.interval_s=10",
+                    "--config.distributed.num_processes=2",
+                    f"--config.distributed.coordinator={self.ips[0]}:{self.ports[0] + 1}",
+                    f"--config.distributed.process_id={k}",
+                ],
+                f"learner{k}_{tag}.log",
+            )  # fmt: skip
+            for k in range(2)
+        ]
+
+    def log(self, name: str) -> str:
+        with open(os.path.join(self.workdir, name), errors="replace") as f:
+            return f.read()
+
+    def saved(self) -> list[int]:
+        """The policy versions of the checkpoints process 0 saved."""
+        checkpoints = os.path.join(self.workdir, "checkpoints")
+        if not os.path.isdir(checkpoints):
+            return []
+        return sorted(int(d) for d in os.listdir(checkpoints) if d.isdigit())
+
+    def kill(self) -> None:
+        for proc in self.procs:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=30)
-        hosts.close()
 
 
 def main(argv):

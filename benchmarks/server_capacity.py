@@ -191,35 +191,17 @@ def _median(rows, key):
 
 
 def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> dict:
+    """One cell: a learner serving `policy` to `num_actors` synthetic actors of `rows` rows
+    each, measured over --seconds once it has warmed up."""
     with tempfile.TemporaryDirectory() as logdir:
-        cmd = [
-            sys.executable, "learner.py", f"--config={_CONFIG.value}", f"--logdir={logdir}",
-            "--port=0", f"--config.env.num_envs={rows}", "--config.log.interval_s=2",
-            "--config.total_env_steps=1000000000", "--config.optimizer.anneal_lr=False",
-            "--config.log.wandb_mode=disabled",
-            "--config.checkpoint.interval_s=1000000", f"--config.learn={_LEARN.value}",
-            *POLICY_FLAGS[policy], *_LEARNER_FLAGS.value,
-        ]  # fmt: skip
-        if front_ends is not None:
-            cmd.append(f"--config.server.front_ends={front_ends}")
-        log = open(os.path.join(logdir, "learner.log"), "w")
-        learner = subprocess.Popen(
-            cmd, cwd=_LEARNER_ROOT.value, stdout=log, stderr=subprocess.STDOUT
-        )
+        learner, log = _start_learner(logdir, policy, rows, front_ends)
         ctx = mp.get_context("spawn")
         results = ctx.Queue()
         actors = []
         try:
-            address_file = os.path.join(logdir, "server_address")
-            deadline = time.time() + 120
-            while not (os.path.exists(address_file) and open(address_file).read().strip()):
-                if learner.poll() is not None or time.time() > deadline:
-                    raise RuntimeError(f"learner did not start: {open(log.name).read()[-3000:]}")
-                time.sleep(0.2)
-            address = open(address_file).read().strip()
+            address = _address(logdir, learner, log)
             far = time.time() + 1e6  # the window is set once the learner has warmed up
-            start_at = ctx.Value("d", far)
-            stop_at = ctx.Value("d", far)
+            start_at, stop_at = ctx.Value("d", far), ctx.Value("d", far)
             actors = [
                 ctx.Process(
                     target=_actor,
@@ -232,46 +214,21 @@ def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> 
                         start_at,
                         stop_at,
                         results,
-                    ),  # fmt: skip
-                )
+                    ),
+                )  # fmt: skip
                 for i in range(num_actors)
             ]
             for p in actors:
                 p.start()
-            deadline = time.time() + _WARMUP_TIMEOUT.value
-            while True:  # compiled, serving, and (when learning) updating
-                busy = [r for r in read_metrics(logdir) if r["sps"]]
-                learned = not _LEARN.value or (busy and busy[-1]["policy_version"] >= 2)
-                if len(busy) >= _WARMUP_ROWS.value and learned:
-                    break
-                if not any(p.is_alive() for p in actors):  # each says why (results)
-                    raise RuntimeError(f"every actor ended: {results.get(timeout=5)}")
-                if learner.poll() is not None or time.time() > deadline:
-                    raise RuntimeError(f"no warm-up: {open(log.name).read()[-3000:]}")
-                time.sleep(0.5)
+            _warm_up(logdir, learner, log, actors, results)
             begin = time.time() + 1.0
             start_at.value, stop_at.value = begin, begin + _SECONDS.value
             while time.time() < begin:
                 time.sleep(0.01)
-            python = procstats.python_threads(learner.pid)
-            cpu_start = _process_cpu(learner.pid, python)
-            profiler = _start_profile(learner.pid, f"{policy}-{front_ends}-{num_actors}x{rows}")
-            time.sleep(_SECONDS.value)
-            cpu_end = _process_cpu(learner.pid, python)
-            if profiler is not None:
-                profiler.wait(timeout=60)
-            cpu = {k: (cpu_end[k] - cpu_start.get(k, 0.0)) / _SECONDS.value for k in cpu_end}
+            cpu, python = _learner_cpu(learner, f"{policy}-{front_ends}-{num_actors}x{rows}")
             outcomes = [results.get(timeout=120) for _ in actors]
         finally:
-            for p in actors:
-                p.join(timeout=30)
-                if p.is_alive():
-                    p.kill()
-            learner.terminate()
-            try:
-                learner.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                learner.kill()
+            _stop(actors, learner)
             log.close()
         errors = [o["error"] for o in outcomes if "error" in o]
         if errors:
@@ -281,20 +238,89 @@ def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> 
             for r in read_metrics(logdir)
             if begin + 1.0 <= r["time"] <= begin + _SECONDS.value + 1.0
         ]
+    cell = {"policy": policy, "front_ends": front_ends, "actors": num_actors}
+    return {**cell, **_summary(window, outcomes, cpu, python, num_actors * rows)}
+
+
+def _start_learner(logdir: str, policy: str, rows: int, front_ends: str | None):
+    """The learner process (a checkout's learner.py) and its log file."""
+    cmd = [
+        sys.executable, "learner.py", f"--config={_CONFIG.value}", f"--logdir={logdir}",
+        "--port=0", f"--config.env.num_envs={rows}", "--config.log.interval_s=2",
+        "--config.total_env_steps=1000000000", "--config.optimizer.anneal_lr=False",
+        "--config.log.wandb_mode=disabled",
+        "--config.checkpoint.interval_s=1000000", f"--config.learn={_LEARN.value}",
+        *POLICY_FLAGS[policy], *_LEARNER_FLAGS.value,
+    ]  # fmt: skip
+    if front_ends is not None:
+        cmd.append(f"--config.server.front_ends={front_ends}")
+    log = open(os.path.join(logdir, "learner.log"), "w")
+    learner = subprocess.Popen(cmd, cwd=_LEARNER_ROOT.value, stdout=log, stderr=subprocess.STDOUT)
+    return learner, log
+
+
+def _address(logdir: str, learner, log) -> str:
+    """The learner's address, once it writes it (within 120 s)."""
+    address_file = os.path.join(logdir, "server_address")
+    deadline = time.time() + 120
+    while not (os.path.exists(address_file) and open(address_file).read().strip()):
+        if learner.poll() is not None or time.time() > deadline:
+            raise RuntimeError(f"learner did not start: {open(log.name).read()[-3000:]}")
+        time.sleep(0.2)
+    return open(address_file).read().strip()
+
+
+def _warm_up(logdir: str, learner, log, actors, results) -> None:
+    """Waits until the learner has compiled, serves, and (when learning) updates."""
+    deadline = time.time() + _WARMUP_TIMEOUT.value
+    while True:
+        busy = [r for r in read_metrics(logdir) if r["sps"]]
+        learned = not _LEARN.value or (busy and busy[-1]["policy_version"] >= 2)
+        if len(busy) >= _WARMUP_ROWS.value and learned:
+            return
+        if not any(p.is_alive() for p in actors):  # each says why (results)
+            raise RuntimeError(f"every actor ended: {results.get(timeout=5)}")
+        if learner.poll() is not None or time.time() > deadline:
+            raise RuntimeError(f"no warm-up: {open(log.name).read()[-3000:]}")
+        time.sleep(0.5)
+
+
+def _learner_cpu(learner, label: str) -> tuple[dict, list]:
+    """The learner process's cores by part over --seconds (profiled with --profile), and its
+    Python threads."""
+    python = procstats.python_threads(learner.pid)
+    cpu_start = _process_cpu(learner.pid, python)
+    profiler = _start_profile(learner.pid, label)
+    time.sleep(_SECONDS.value)
+    cpu_end = _process_cpu(learner.pid, python)
+    if profiler is not None:
+        profiler.wait(timeout=60)
+    return {k: (cpu_end[k] - cpu_start.get(k, 0.0)) / _SECONDS.value for k in cpu_end}, python
+
+
+def _stop(actors, learner) -> None:
+    for p in actors:
+        p.join(timeout=30)
+        if p.is_alive():
+            p.kill()
+    learner.terminate()
+    try:
+        learner.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        learner.kill()
+
+
+def _summary(window: list[dict], outcomes: list[dict], cpu: dict, python, in_flight: int):
+    """A cell's figures from the learner's metrics rows in the window and the actors' counts."""
     rtts = np.concatenate([o["rtt_ms"] for o in outcomes])
     served = sum(o["served"] for o in outcomes) / _SECONDS.value
     per_step = {f"{k}_us_per_step": v / max(served, 1e-9) * 1e6 for k, v in cpu.items()}
-    busy = {}
-    for key in sorted({k for r in window for k in r if k.startswith("busy/")}):
-        busy[key[len("busy/") :]] = _median(window, key)
-    segments = {}
-    for key in sorted({k for r in window for k in r if k.startswith("latency_ms/")}):
-        segments[key[len("latency_ms/") :]] = _median(window, key)
+    families = {}
+    for family in ("busy", "latency_ms"):
+        keys = sorted({k for r in window for k in r if k.startswith(family + "/")})
+        families[family] = {k[len(family) + 1 :]: _median(window, k) for k in keys}
     return {
-        "policy": policy,
-        "front_ends": front_ends,
-        "actors": num_actors,
-        "rows_in_flight": num_actors * rows,
+        "rows_in_flight": in_flight,
         "served_sps": served,
         "batch_mean": _median(window, "inference_batch_mean"),
         "window_ms": _median(window, "inference_window_ms"),
@@ -311,8 +337,7 @@ def measure(policy: str, num_actors: int, rows: int, front_ends: str | None) -> 
         **per_step,
         "actors_cpu": sum(o["cpu_s"] for o in outcomes) / _SECONDS.value,
         "metrics_rows": len(window),
-        "busy": busy,
-        "latency_ms": segments,
+        **families,
     }
 
 

@@ -28,13 +28,8 @@ def breakdown(env: str, config_file: str = "atari_ppo.py") -> dict:
 
     from networks import make_network
     from seedlike.config import load_config_file
-    from seedlike.envs.envpool_env import EnvpoolAdapter, make_env_spec
-    from seedlike.learning.update import Learner
-    from seedlike.policy import PolicyOutput, PolicyRunner
-    from seedlike.rpc import codec
-    from seedlike.rpc import seedlike_pb2 as pb
-    from seedlike.server.trajectory_store import BatchQueue, StepRecord, TrajectoryStore
-    from seedlike.server.unrolls import UnrollPool
+    from seedlike.envs.envpool_env import make_env_spec
+    from seedlike.policy import PolicyRunner
 
     config = load_config_file(os.path.join(ROOT, "configs", config_file))
     config.unlock()
@@ -42,8 +37,32 @@ def breakdown(env: str, config_file: str = "atari_ppo.py") -> dict:
     spec = make_env_spec(config.env)
     network = make_network(config.network, spec)
     n = int(config.env.num_envs)  # rows per actor message
-    out = {}
+    out, message = _wire_stages(config, spec, n)
 
+    params = {"params": network.init(jax.random.key(0)), "obs_norm": network.init_obs_norm()}
+    runner = PolicyRunner(network)
+    batch = 2 * n  # both actors in one call, as the batcher does
+    obs = {k: np.zeros((batch, *a.shape), a.dtype) for k, a in spec.observation.items()}
+    first = np.zeros(batch, bool)
+    s, cores = _timed(lambda: runner.step(params, obs, {}, (), first), 100)
+    out["server_inference"] = s * cores / batch * 1e6
+    us, full = _store_stage(config, spec, n, message)
+    out["server_trajectory_store"] = us
+    out["learner_update"] = _update_stage(config, network, full[0])
+    out["total"] = sum(out.values())
+    return {k: round(v, 1) for k, v in out.items()}
+
+
+def _wire_stages(config, spec, n: int):
+    """The actor's env step and encoding, the server's decoding and reply (microseconds of CPU
+    per env step), and one step message."""
+    import numpy as np
+
+    from seedlike.envs.envpool_env import EnvpoolAdapter
+    from seedlike.rpc import codec
+    from seedlike.rpc import seedlike_pb2 as pb
+
+    out = {}
     actor = EnvpoolAdapter(config.env, spec, 0)
     actor.reset()
     rng = np.random.default_rng(0)
@@ -64,14 +83,18 @@ def breakdown(env: str, config_file: str = "atari_ppo.py") -> dict:
     reply = pb.ServerMessage(actions=pb.ActionBatch(action=codec.encode(np.zeros(n, np.int32))))
     s, cores = _timed(lambda: reply.SerializeToString(), 500)
     out["server_encode_reply"] = s * cores / n * 1e6
+    return out, message
 
-    params = {"params": network.init(jax.random.key(0)), "obs_norm": network.init_obs_norm()}
-    runner = PolicyRunner(network)
-    batch = 2 * n  # both actors in one call, as the batcher does
-    obs = {k: np.zeros((batch, *a.shape), a.dtype) for k, a in spec.observation.items()}
-    first = np.zeros(batch, bool)
-    s, cores = _timed(lambda: runner.step(params, obs, {}, (), first), 100)
-    out["server_inference"] = s * cores / batch * 1e6
+
+def _store_stage(config, spec, n: int, message):
+    """Microseconds of CPU per env step the trajectory store takes to record a message's rows,
+    and the full learner batches it made."""
+    import numpy as np
+
+    from seedlike.policy import PolicyOutput
+    from seedlike.rpc import codec
+    from seedlike.server.trajectory_store import BatchQueue, StepRecord, TrajectoryStore
+    from seedlike.server.unrolls import UnrollPool
 
     # The store records into the pool's unroll buffers and hands complete unrolls to the learner
     # by reference. Two slots: the store reserves the next batch inside the record() that fills
@@ -99,15 +122,19 @@ def breakdown(env: str, config_file: str = "atari_ppo.py") -> dict:
             batch.release()
 
     s, cores = _timed(record, 500)
-    out["server_trajectory_store"] = s * cores / n * 1e6
+    return s * cores / n * 1e6, full
+
+
+def _update_stage(config, network, stacked) -> float:
+    """Microseconds of CPU per env step of one learner update on one device."""
+    import jax
+
+    from seedlike.learning.update import Learner
 
     learner = Learner(
         config, network, window_s=config.server.fair_window_s, devices=jax.local_devices()[:1]
     )
     learner.set_state(learner.init_state(jax.random.key(0)))
-    stacked = full[0]
     steps = config.batch_unrolls * config.unroll_length
     s, cores = _timed(lambda: learner.update(stacked), 3)
-    out["learner_update"] = s * cores / steps * 1e6
-    out["total"] = sum(out.values())
-    return {k: round(v, 1) for k, v in out.items()}
+    return s * cores / steps * 1e6

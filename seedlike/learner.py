@@ -745,8 +745,7 @@ def main(config, logdir: str, bind: str, port: int) -> None:
     """learner.py: trains until done, saving a checkpoint and stopping within
     checkpoint.stop_grace_s on SIGTERM or SIGINT (a second signal REPEAT_S or more later exits at
     once); errors a restart cannot fix end the process with one line, no traceback."""
-    xla_flags.tune_cpu()  # before the first JAX computation initializes the CPU backend
-    xla_flags.cache_compilations()
+    xla_flags.prepare()
     stop = threading.Event()
     grace_s = float(config.checkpoint.stop_grace_s)
     first_signal: list[float] = []

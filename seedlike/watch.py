@@ -94,6 +94,34 @@ def record_episodes(
         spec.num_players,
     )
     first = np.ones(len(agents), bool)  # per player: the next move starts an episode
+    act_spec = spec.action_spec
+
+    def score(rows):
+        mine = rows.player_id == 0
+        return float(rows.reward[mine].sum()), bool(rows.game_over[mine].any())
+
+    def act(rows, ended):
+        if ended:
+            first[:] = True
+        actions = np.zeros((rows.reward.shape[0], *act_spec.shape), act_spec.dtype)
+        for p, agent in enumerate(agents):
+            acting = rows.acting & (rows.player_id == p)
+            if not acting.any():
+                continue
+            first_move = np.array([first[p]])
+            actions[acting] = _act(
+                agent, rows, acting, rows.env_id[acting], first_move, spec.logits_size, rng
+            )
+            first[p] = False
+        return to_env(actions), bool(rows.acting[rows.player_id == 0].any())
+
+    return _play(env, out, episodes, max_frames, render, score, act)
+
+
+def _play(env, out: Recording, episodes: int, max_frames: int, render: bool, score, act):
+    """Steps `env` until `episodes` episodes end (or `max_frames` observations), recording
+    frames and results into `out`: score(rows) -> (the recorded side's reward, whether its
+    episode ended), act(rows, ended) -> (the env's actions, whether the recorded side moved)."""
     episode_return, length, observed = 0.0, 0, 0
     env.reset()
     try:
@@ -102,25 +130,15 @@ def record_episodes(
             observed += 1
             if render:
                 out.frames.append(env.render())
-            mine = rows.player_id == 0
-            episode_return += float(rows.reward[mine].sum())
-            if rows.game_over[mine].any():
+            reward, ended = score(rows)
+            episode_return += reward
+            if ended:
                 out.returns.append(episode_return)
                 out.lengths.append(length)
-                episode_return, length, first[:] = 0.0, 0, True
-            act = spec.action_spec
-            actions = np.zeros((rows.reward.shape[0], *act.shape), act.dtype)
-            for p, agent in enumerate(agents):
-                acting = rows.acting & (rows.player_id == p)
-                if not acting.any():
-                    continue
-                first_move = np.array([first[p]])
-                actions[acting] = _act(
-                    agent, rows, acting, rows.env_id[acting], first_move, spec.logits_size, rng
-                )
-                first[p] = False
-            length += int(rows.acting[mine].any())
-            env.send(to_env(actions), rows)
+                episode_return, length = 0.0, 0
+            actions, moved = act(rows, ended)
+            length += int(moved)
+            env.send(actions, rows)
     finally:
         env.close()
     return out
@@ -206,33 +224,24 @@ def _record_team_game(
     rng = np.random.default_rng(seed)
     out = Recording(env_config.name, [], [], [])
     first = np.ones(spec.num_players, bool)
-    episode_return, length, observed = 0.0, 0, 0
-    env.reset()
-    try:
-        while len(out.returns) < episodes and observed < max_frames:
-            rows = env.recv()
-            observed += 1
-            if render:
-                out.frames.append(env.render())
-            episode_return += float(rows.reward[team_of[rows.player_id] == 0].sum())
-            if (rows.terminated | rows.truncated).all():  # the env resets next
-                out.returns.append(episode_return)
-                out.lengths.append(length)
-                episode_return, length, first[:] = 0.0, 0, True
-            actions = np.zeros(rows.reward.shape[0], np.int32)
-            acting = rows.acting
-            if acting.any():
-                seat = rows.player_id[acting]
-                actions[acting] = _act(
-                    agent, rows, acting, seat, first[seat], spec.logits_size, rng
-                )
-                first[seat] = False
-                length += 1
-            first[rows.player_id[~acting]] = True
-            env.send(actions, rows)
-    finally:
-        env.close()
-    return out
+
+    def score(rows):
+        ours = float(rows.reward[team_of[rows.player_id] == 0].sum())
+        return ours, bool((rows.terminated | rows.truncated).all())  # the env resets next
+
+    def act(rows, ended):
+        if ended:
+            first[:] = True
+        actions = np.zeros(rows.reward.shape[0], np.int32)
+        acting = rows.acting
+        if acting.any():
+            seat = rows.player_id[acting]
+            actions[acting] = _act(agent, rows, acting, seat, first[seat], spec.logits_size, rng)
+            first[seat] = False
+        first[rows.player_id[~acting]] = True
+        return actions, bool(acting.any())
+
+    return _play(env, out, episodes, max_frames, render, score, act)
 
 
 def _act(agent, rows, acting, slot, first, logits_size, rng) -> np.ndarray:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import ClassVar
 
 import ml_collections
@@ -141,52 +141,57 @@ class Context:
 # Ops ---------------------------------------------------------------------------------------------
 
 
+class _WidenLayer:
+    """What WidenDense and WidenConv share: the layer at `path` widened to `units` by the ops
+    function `widen` (mode "random" or "replicate"; init_scale and noise as ops.widen_dense)."""
+
+    widen: ClassVar[Callable]
+
+    def apply(self, params, rng, ctx: Context) -> OpResult:
+        return type(self).widen(
+            params,
+            self.path,
+            self.units,
+            graph=ctx.graph,
+            rng=rng,
+            mode=self.mode,
+            init_scale=self.init_scale,
+            noise=self.noise,
+        )
+
+
 @dataclasses.dataclass(frozen=True)
-class WidenDense:
+class WidenDense(_WidenLayer):
     """ops.widen_dense: a torso Dense layer to `width` units (mode "random" or "replicate")."""
 
     kind: ClassVar[str] = "widen_dense"
+    widen: ClassVar[Callable] = ops.widen_dense
     path: str
     width: int
     mode: str = "random"
     init_scale: float = 0.1
     noise: float = 1e-2
 
-    def apply(self, params, rng, ctx: Context) -> OpResult:
-        return ops.widen_dense(
-            params,
-            self.path,
-            self.width,
-            graph=ctx.graph,
-            rng=rng,
-            mode=self.mode,
-            init_scale=self.init_scale,
-            noise=self.noise,
-        )
+    @property
+    def units(self) -> int:
+        return self.width
 
 
 @dataclasses.dataclass(frozen=True)
-class WidenConv:
+class WidenConv(_WidenLayer):
     """ops.widen_conv: a CNN torso conv layer to `channels` filters."""
 
     kind: ClassVar[str] = "widen_conv"
+    widen: ClassVar[Callable] = ops.widen_conv
     path: str
     channels: int
     mode: str = "random"
     init_scale: float = 0.1
     noise: float = 1e-2
 
-    def apply(self, params, rng, ctx: Context) -> OpResult:
-        return ops.widen_conv(
-            params,
-            self.path,
-            self.channels,
-            graph=ctx.graph,
-            rng=rng,
-            mode=self.mode,
-            init_scale=self.init_scale,
-            noise=self.noise,
-        )
+    @property
+    def units(self) -> int:
+        return self.channels
 
 
 @dataclasses.dataclass(frozen=True)

@@ -88,6 +88,36 @@ def test_the_library_imports_no_test_code():
     assert not found, "\n".join(sorted(found))
 
 
+# Functions longer than this (their docstring aside) are cut into named parts; a declarative
+# table (a config section, a manifest) may be longer, and is named here with why.
+MAX_FUNCTION_LINES = 80
+LONG_TABLES: dict[str, str] = {}
+
+
+def test_no_function_is_longer_than_a_screen():
+    """The library's, the benchmarks' and the entrypoints' functions stay under
+    MAX_FUNCTION_LINES lines of code each, so that each reads as one idea."""
+    found = []
+    paths = [path for _, path in modules()]
+    for folder in ("benchmarks", ""):
+        where = os.path.join(ROOT, folder)
+        paths += [os.path.join(where, n) for n in sorted(os.listdir(where)) if n.endswith(".py")]
+    for path in paths:
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            lines = node.end_lineno - node.lineno + 1
+            doc = node.body[0]
+            if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant):
+                lines -= doc.end_lineno - doc.lineno + 1
+            where = f"{os.path.relpath(path, ROOT)}:{node.name}"
+            if lines > MAX_FUNCTION_LINES and where not in LONG_TABLES:
+                found.append(f"{where} ({lines} lines)")
+    assert not found, "\n".join(found)
+
+
 def test_no_test_demands_bitwise_equal_floats_from_a_report():
     """Outputs of computations of different shapes (a surgery's wider matmuls) agree up to float32
     rounding, which depends on the CPU's kernels: `max_abs_logits == 0` passed on an AVX-512 CPU

@@ -77,7 +77,7 @@ class Sequences(NamedTuple):
     obs/extras: dict key -> [S, T+1, ...]; action int32 [S, T+1]; first bool [S, T+1] (an
     episode starts: the core resets before the step); carry: the recurrent state before step 0
     (a pytree of [S, ...]); reward, discount float32 [S, T] and boot int32 [S, T] (the n-step
-    targets' pieces, seedlike.algos.targets.n_step_targets); learn bool [S, T]: the steps the
+    targets' pieces, seedlike.algos.td.n_step_targets); learn bool [S, T]: the steps the
     loss counts (valid, after the burn-in); weight float32 [S], the importance weight; age
     float32 [S]: how many policy versions older than the learner the stored state is.
     """

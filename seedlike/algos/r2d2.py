@@ -6,7 +6,7 @@ A sampled sequence is one stored unroll of T+1 steps (seedlike.learning.replay.S
 The online and the target network each run over it from its stored state (`stored_state`; else
 from zeros); the first `burn_in` steps only refresh that state: no loss, and no gradient flows
 through them. On the steps after, with R the discounted n-step reward sum and D the discount to
-the bootstrap step b (both computed once, at insert: seedlike.algos.targets.n_step_targets),
+the bootstrap step b (both computed once, at insert: seedlike.algos.td.n_step_targets),
 
     y_t = h(R_t + D_t * h^-1(Q_target(s_b, argmax_a Q_online(s_b, a))))
 
@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from seedlike.algos.batches import LossAux, Sequences
-from seedlike.algos.targets import huber
+from seedlike.algos.td import huber
 
 
 def rescale(x: jax.Array, eps: float = 1e-3) -> jax.Array:

@@ -3,7 +3,7 @@ Q-learning with a target network, over a plain, dueling or distributional (C51) 
 (networks.heads.QHead), each sample weighted by its prioritized-replay importance weight.
 
 The replay (seedlike.learning.replay) turns each stored unroll into transitions with `n_step`
-targets once, when it is inserted (seedlike.algos.targets.n_step_targets); the loss reads a
+targets once, when it is inserted (seedlike.algos.td.n_step_targets); the loss reads a
 `Transitions` batch (seedlike.algos.batches): the observation acted on, the action, the
 discounted n-step reward R, the discount D to the bootstrap observation (0 past a termination)
 and that observation. The target is
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from networks import heads
 from seedlike.algos.batches import LossAux, Transitions
-from seedlike.algos.targets import huber
+from seedlike.algos.td import huber
 
 
 def categorical_projection(values: jax.Array, probs: jax.Array, support: jax.Array) -> jax.Array:

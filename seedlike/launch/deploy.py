@@ -77,80 +77,111 @@ def render(
         pod (scripts/make_credentials.sh DIR <name>-learner-0.<name>-learner ...).
       gpus: GPUs for the learner (nvidia.com/gpu); 0 runs JAX on its CPUs.
     """
-    learner = f"{name}-learner"
+    if len(credentials["actors"]) < actors:
+        raise ValueError(
+            f"{actors} actors need {actors} certificates, not {len(credentials['actors'])}"
+        )
     transport = f"--config.transport.credentials={CREDENTIALS_MOUNT}"
     common = [f"--config={config_path}", *config_flags_, transport]
-
-    def secret(secret_name: str, files: dict[str, bytes]) -> dict:
-        data = {k: base64.b64encode(v).decode() for k, v in sorted(files.items())}
-        return {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": secret_name, "labels": {"seedlike/run": name}},
-            "type": "Opaque",
-            "data": data,
-        }
-
-    def resources(cpu: str, memory: str, gpu: int = 0) -> dict:
-        limits = {"memory": memory, **({"nvidia.com/gpu": str(gpu)} if gpu else {})}
-        return {"requests": {"cpu": cpu, "memory": memory}, "limits": limits}
-
-    def credentials_volume(secret_name: str) -> dict:
-        # 0400: the token and keys readable by the process only.
-        return {
-            "name": "credentials",
-            "secret": {"secretName": secret_name, "defaultMode": 0o400},
-        }
-
-    credentials_mount = {"name": "credentials", "mountPath": CREDENTIALS_MOUNT, "readOnly": True}
-    labels = {"learner": {"seedlike/run": name, "seedlike/role": "learner"}}
-    labels["actor"] = {"seedlike/run": name, "seedlike/role": "actor"}
-    ports = [{"name": "grpc", "port": port, "targetPort": port}]
+    labels = {
+        "learner": {"seedlike/run": name, "seedlike/role": "learner"},
+        "actor": {"seedlike/run": name, "seedlike/role": "actor"},
+    }
     learner_args = [*common, f"--logdir={RUNS_MOUNT}/{name}", "--bind=0.0.0.0", f"--port={port}"]
-    learner_env = [{"name": "WANDB_MODE", "value": "offline"}]
+    objects = _learner_objects(
+        name, image, learner_args, labels["learner"], credentials["learner"], port, learners,
+        _resources(learner_cpu, learner_memory, gpus), storage,
+    )  # fmt: skip
+    learner = f"{name}-learner"
+    for i in range(actors):
+        server = (
+            f"{learner}:{port}" if learners == 1 else f"{learner}-{i % learners}.{learner}:{port}"
+        )
+        objects += _actor_objects(
+            name, i, image, [*common, f"--server={server}", f"--actor_id={i}"],
+            {**labels["actor"], "seedlike/actor": str(i)}, credentials["actors"][i],
+            _resources(actor_cpu, actor_memory),
+        )  # fmt: skip
+    if learners > 1:
+        objects.append(_learner_network_policy(learner, labels["learner"], port))
+    return objects
+
+
+def _secret(name: str, run: str, files: dict[str, bytes]) -> dict:
+    data = {k: base64.b64encode(v).decode() for k, v in sorted(files.items())}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "labels": {"seedlike/run": run}},
+        "type": "Opaque",
+        "data": data,
+    }
+
+
+def _resources(cpu: str, memory: str, gpu: int = 0) -> dict:
+    limits = {"memory": memory, **({"nvidia.com/gpu": str(gpu)} if gpu else {})}
+    return {"requests": {"cpu": cpu, "memory": memory}, "limits": limits}
+
+
+def _credentials_volume(secret_name: str) -> dict:
+    # 0400: the token and keys readable by the process only.
+    return {"name": "credentials", "secret": {"secretName": secret_name, "defaultMode": 0o400}}
+
+
+CREDENTIALS_VOLUME_MOUNT = {"name": "credentials", "mountPath": CREDENTIALS_MOUNT, "readOnly": True}
+
+
+def _learner_objects(
+    name, image, args, labels, files, port, learners, resources, storage
+) -> list[dict]:
+    """The learner's credentials Secret, headless Service and StatefulSet (`learners` pods)."""
+    learner = f"{name}-learner"
+    ports = [{"name": "grpc", "port": port, "targetPort": port}]
+    env = [{"name": "WANDB_MODE", "value": "offline"}]
     if learners > 1:
         ports.append({"name": "coordinator", "port": port + 1, "targetPort": port + 1})
-        learner_args += [
+        args = [
+            *args,
             f"--config.distributed.num_processes={learners}",
             f"--config.distributed.coordinator={learner}-0.{learner}:{port + 1}",
             "--config.distributed.process_id=$(POD_INDEX)",
         ]
-        learner_env.append(_pod_index("POD_INDEX"))
+        env.append(_pod_index("POD_INDEX"))
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": learner, "labels": labels["learner"]},
-        "spec": {"clusterIP": "None", "selector": labels["learner"], "ports": ports},
+        "metadata": {"name": learner, "labels": labels},
+        "spec": {"clusterIP": "None", "selector": labels, "ports": ports},
     }
-    learner_container = {
+    container = {
         "name": "learner",
         "image": image,
         "workingDir": "/seedlike",
         "command": ["python", "learner.py"],
-        "args": learner_args,
-        "env": learner_env,
+        "args": args,
+        "env": env,
         "ports": [{"name": p["name"], "containerPort": p["port"]} for p in ports],
         "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 5},
-        "resources": resources(learner_cpu, learner_memory, gpus),
-        "volumeMounts": [credentials_mount, {"name": "runs", "mountPath": RUNS_MOUNT}],
+        "resources": resources,
+        "volumeMounts": [CREDENTIALS_VOLUME_MOUNT, {"name": "runs", "mountPath": RUNS_MOUNT}],
     }
     learner_set = {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": {"name": learner, "labels": labels["learner"]},
+        "metadata": {"name": learner, "labels": labels},
         "spec": {
             "serviceName": learner,
             "replicas": learners,
             # Every learner process must join before any can start: none waits for another.
             **({"podManagementPolicy": "Parallel"} if learners > 1 else {}),
-            "selector": {"matchLabels": labels["learner"]},
+            "selector": {"matchLabels": labels},
             "template": {
-                "metadata": {"labels": labels["learner"]},
+                "metadata": {"labels": labels},
                 "spec": {
                     # Ctrl-C's path: SIGTERM makes the learner save a checkpoint before it exits.
                     "terminationGracePeriodSeconds": 120,
-                    "containers": [learner_container],
-                    "volumes": [credentials_volume(f"{learner}-credentials")],
+                    "containers": [container],
+                    "volumes": [_credentials_volume(f"{learner}-credentials")],
                 },
             },
             "volumeClaimTemplates": [
@@ -164,64 +195,54 @@ def render(
             ],
         },
     }
-    objects = [secret(f"{learner}-credentials", credentials["learner"]), service, learner_set]
-    if len(credentials["actors"]) < actors:
-        raise ValueError(
-            f"{actors} actors need {actors} certificates, not {len(credentials['actors'])}"
-        )
-    for i in range(actors):
-        actor = f"{name}-actor-{i}"
-        server = (
-            f"{learner}:{port}" if learners == 1 else f"{learner}-{i % learners}.{learner}:{port}"
-        )
-        pod_labels = {**labels["actor"], "seedlike/actor": str(i)}
-        container = {
-            "name": "actor",
-            "image": image,
-            "workingDir": "/seedlike",
-            "command": ["python", "actor.py"],
-            "args": [*common, f"--server={server}", f"--actor_id={i}"],
-            "resources": resources(actor_cpu, actor_memory),
-            "volumeMounts": [credentials_mount],
-        }
-        objects.append(secret(f"{actor}-credentials", credentials["actors"][i]))
-        objects.append(
-            {
-                "apiVersion": "apps/v1",
-                "kind": "StatefulSet",
-                "metadata": {"name": actor, "labels": pod_labels},
+    return [_secret(f"{learner}-credentials", name, files), service, learner_set]
+
+
+def _actor_objects(name, i, image, args, labels, files, resources) -> list[dict]:
+    """Actor i's credentials Secret and its one-pod StatefulSet."""
+    actor = f"{name}-actor-{i}"
+    container = {
+        "name": "actor",
+        "image": image,
+        "workingDir": "/seedlike",
+        "command": ["python", "actor.py"],
+        "args": args,
+        "resources": resources,
+        "volumeMounts": [CREDENTIALS_VOLUME_MOUNT],
+    }
+    actor_set = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": actor, "labels": labels},
+        "spec": {
+            "serviceName": f"{name}-learner",
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
                 "spec": {
-                    "serviceName": learner,
-                    "replicas": 1,
-                    "selector": {"matchLabels": pod_labels},
-                    "template": {
-                        "metadata": {"labels": pod_labels},
-                        "spec": {
-                            "containers": [container],
-                            "volumes": [credentials_volume(f"{actor}-credentials")],
-                        },
-                    },
+                    "containers": [container],
+                    "volumes": [_credentials_volume(f"{actor}-credentials")],
                 },
-            }
-        )
-    if learners > 1:
-        peers = {"podSelector": {"matchLabels": labels["learner"]}}
-        objects.append(
-            {
-                "apiVersion": "networking.k8s.io/v1",
-                "kind": "NetworkPolicy",
-                "metadata": {"name": learner, "labels": labels["learner"]},
-                "spec": {
-                    "podSelector": {"matchLabels": labels["learner"]},
-                    "policyTypes": ["Ingress"],
-                    "ingress": [
-                        {"ports": [{"protocol": "TCP", "port": port}]},
-                        {"from": [peers]},
-                    ],
-                },
-            }
-        )
-    return objects
+            },
+        },
+    }
+    return [_secret(f"{actor}-credentials", name, files), actor_set]
+
+
+def _learner_network_policy(learner: str, labels: dict, port: int) -> dict:
+    """Learner pods take actors on the gRPC port and each other on every port."""
+    peers = {"podSelector": {"matchLabels": labels}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": learner, "labels": labels},
+        "spec": {
+            "podSelector": {"matchLabels": labels},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"ports": [{"protocol": "TCP", "port": port}]}, {"from": [peers]}],
+        },
+    }
 
 
 def _pod_index(variable: str) -> dict:

@@ -5,7 +5,7 @@ transitions, uniformly or in proportion to a priority (Schaul et al. 2016).
 Each slot holds one unroll's T+1 steps as the trajectory store built it (seedlike.types.Unroll):
 an observation is stored once per unroll it appears in (step T is also the next unroll's step 0:
 (T+1)/T of the bytes per step), and a transition's bootstrap observation is another step of the
-same slot, found when the unroll is inserted (targets.n_step_targets), never a copy. A stack of
+same slot, found when the unroll is inserted (td.n_step_targets), never a copy. A stack of
 frames (seedlike.types.frame_stack: Atari's uint8 [4, 84, 84]) is stored as each step's newest
 frame once, and stacks are rebuilt when sampled (`StackedFrames`): (T + S) / T frames per step
 instead of S. A step
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from seedlike.algos import targets
+from seedlike.algos import td
 from seedlike.algos.batches import Sequences, Transitions
 from seedlike.types import frame_stack
 
@@ -123,7 +123,7 @@ class Replay:
       example: one unroll's arrays as the learner receives them (any leading batch shape): what
         the slots are allocated like.
       capacity: env steps held (slots of T steps; the oldest slot is overwritten first).
-      n_step, gamma, reward_clip: the transitions' targets (targets.n_step_targets).
+      n_step, gamma, reward_clip: the transitions' targets (td.n_step_targets).
       prioritized: sample in proportion to (priority + eps) ** exponent; False: uniformly.
       exponent, eps: the priorities' exponent and floor.
       seed: the sampling generator's.
@@ -183,7 +183,7 @@ class Replay:
     def insert(self, unrolls) -> int:
         """Stores stacked unrolls [B, T+1, ...] (host arrays); returns the valid steps added."""
         batch = int(np.shape(unrolls.reward)[0])
-        total, discount, boot = targets.n_step_targets(
+        total, discount, boot = td.n_step_targets(
             unrolls.reward, unrolls.terminated, unrolls.truncated, self.gamma, self.n_step,
             self.reward_clip,
         )  # fmt: skip

@@ -290,88 +290,24 @@ class InferenceServicer:
         )
 
     async def stream(self, request_iterator, context):
-        backend = self._backend
+        """One actor's stream: its Hello and session (`_open`), the Welcome, then a reply for
+        every step (`_steps`). A bad message ends it with INVALID_ARGUMENT naming the field."""
         session_id = None
         try:
-            if self._credentials is not None and not self._credentials.accepts(
-                context.invocation_metadata()
-            ):
-                # Its Hello is taken first (unread, bounded by the hello timeout and the message
-                # size limit): refused while the actor still writes it, the call can end as
-                # INTERNAL on the actor's side instead of the refusal it is.
-                await self._hello(request_iterator, context)
-                await context.abort(
-                    grpc.StatusCode.UNAUTHENTICATED,
-                    "missing or wrong run token: give the actor the learner's "
-                    "transport.credentials directory",
-                )
-            first = await self._hello(request_iterator, context)
-            if first is None:
+            session = await self._open(request_iterator, context)
+            if session is None:
                 return
-            hello = codec.parse_actor_message(first)
-            if hello.WhichOneof("kind") != "hello":
-                raise codec.ProtocolError(
-                    "request.hello", "the first message of a stream must be a Hello"
-                )
-            codec.check_hello(hello.hello, backend.spec, backend.max_envs_per_actor)
-            num_envs = hello.hello.num_envs
-            stacks = codec.stacks_for(hello.hello, backend.spec)
-            host = peer_host(context.peer())
-            auth = context.auth_context() if self._credentials is not None else {}
-            who = Peer(
-                host,
-                security.identity(auth, host, hello.hello.actor_id, self._trust_actor_ids),
-            )
-            name = security.certificate_name(auth)
-            if name and name in self._revoked:
-                await self._refuse_revoked(context, name)
-            try:
-                opened = await backend.open_session(hello.hello.actor_id, num_envs, who)
-            except Refused as e:
-                await context.abort(e.code, str(e))
-            session_id = opened.session_id
-            levels_sent = opened.levels_version
+            session_id = session.opened.session_id
             yield pb.ServerMessage(
                 welcome=pb.Welcome(
                     protocol_version=codec.PROTOCOL_VERSION,
                     session_id=session_id,
-                    policy_version=opened.policy_version,
-                    level_probs=opened.level_probs,
+                    policy_version=session.opened.policy_version,
+                    level_probs=session.opened.level_probs,
                 )
             ).SerializeToString()
-            sequence = 0
-            reader = wire.StepReader()
-            while True:
-                raw = await _receive(
-                    request_iterator, context, self._idle_timeout_s, "step", "idle_timeout_s"
-                )
-                if raw is None:
-                    break
-                if name and name in self._revoked:
-                    await self._refuse_revoked(context, name)
-                start = time.perf_counter()
-                step = codec.parse_step(raw, reader)
-                if step.sequence != sequence:
-                    raise codec.ProtocolError(
-                        "step.sequence", f"got {step.sequence}, expected {sequence}"
-                    )
-                rows = codec.decode_step(step, backend.spec, num_envs, self._limits, stacks)
-                try:
-                    actions, version = await backend.submit(
-                        session_id, rows, time.perf_counter() - start
-                    )
-                except Refused as e:  # evicted while it was silent (SessionGate)
-                    await context.abort(e.code, str(e))
-                backend.answered(session_id)
-                reply = pb.ActionBatch(
-                    sequence=sequence, action=codec.encode(actions), policy_version=version
-                )
-                levels, probs = backend.level_probs()
-                if levels != levels_sent:  # the curriculum moved: new episodes draw from these
-                    reply.level_probs.extend(probs)
-                    levels_sent = levels
-                yield pb.ServerMessage(actions=reply).SerializeToString()
-                sequence += 1
+            async for reply in self._steps(request_iterator, context, session):
+                yield reply
         except codec.ProtocolError as e:
             logging.warning("rejecting session %s: %s", session_id, e)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
@@ -382,7 +318,86 @@ class InferenceServicer:
                 )
         finally:
             if session_id is not None:
-                backend.close_session(session_id)
+                self._backend.close_session(session_id)
+
+    async def _open(self, request_iterator, context) -> _Stream | None:
+        """The stream's token, Hello and identity checked, and its session opened (None: the
+        stream ended before its Hello)."""
+        backend = self._backend
+        if self._credentials is not None and not self._credentials.accepts(
+            context.invocation_metadata()
+        ):
+            # Its Hello is taken first (unread, bounded by the hello timeout and the message
+            # size limit): refused while the actor still writes it, the call can end as
+            # INTERNAL on the actor's side instead of the refusal it is.
+            await self._hello(request_iterator, context)
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "missing or wrong run token: give the actor the learner's "
+                "transport.credentials directory",
+            )
+        first = await self._hello(request_iterator, context)
+        if first is None:
+            return None
+        hello = codec.parse_actor_message(first)
+        if hello.WhichOneof("kind") != "hello":
+            raise codec.ProtocolError(
+                "request.hello", "the first message of a stream must be a Hello"
+            )
+        codec.check_hello(hello.hello, backend.spec, backend.max_envs_per_actor)
+        host = peer_host(context.peer())
+        auth = context.auth_context() if self._credentials is not None else {}
+        who = Peer(host, security.identity(auth, host, hello.hello.actor_id, self._trust_actor_ids))
+        name = security.certificate_name(auth)
+        if name and name in self._revoked:
+            await self._refuse_revoked(context, name)
+        num_envs = hello.hello.num_envs
+        try:
+            opened = await backend.open_session(hello.hello.actor_id, num_envs, who)
+        except Refused as e:
+            await context.abort(e.code, str(e))
+        return _Stream(opened, num_envs, codec.stacks_for(hello.hello, backend.spec), name)
+
+    async def _steps(self, request_iterator, context, session: _Stream):
+        """The replies to a session's steps, in order, until its actor ends the stream."""
+        backend = self._backend
+        session_id, name = session.opened.session_id, session.name
+        levels_sent = session.opened.levels_version
+        sequence = 0
+        reader = wire.StepReader()
+        while True:
+            raw = await _receive(
+                request_iterator, context, self._idle_timeout_s, "step", "idle_timeout_s"
+            )
+            if raw is None:
+                return
+            if name and name in self._revoked:
+                await self._refuse_revoked(context, name)
+            start = time.perf_counter()
+            step = codec.parse_step(raw, reader)
+            if step.sequence != sequence:
+                raise codec.ProtocolError(
+                    "step.sequence", f"got {step.sequence}, expected {sequence}"
+                )
+            rows = codec.decode_step(
+                step, backend.spec, session.num_envs, self._limits, session.stacks
+            )
+            try:
+                actions, version = await backend.submit(
+                    session_id, rows, time.perf_counter() - start
+                )
+            except Refused as e:  # evicted while it was silent (SessionGate)
+                await context.abort(e.code, str(e))
+            backend.answered(session_id)
+            reply = pb.ActionBatch(
+                sequence=sequence, action=codec.encode(actions), policy_version=version
+            )
+            levels, probs = backend.level_probs()
+            if levels != levels_sent:  # the curriculum moved: new episodes draw from these
+                reply.level_probs.extend(probs)
+                levels_sent = levels
+            yield pb.ServerMessage(actions=reply).SerializeToString()
+            sequence += 1
 
     async def _refuse_revoked(self, context, name: str) -> None:
         logging.warning("refusing actor %s: its certificate is revoked", name)
@@ -391,6 +406,16 @@ class InferenceServicer:
             f"the certificate of actor {name} is revoked (transport.credentials/revoked); "
             "this actor may not connect to this run",
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stream:
+    """An opened stream: its session, envs, frame stacks and certificate name ("" without)."""
+
+    opened: object  # the backend's Opened
+    num_envs: int
+    stacks: object
+    name: str
 
 
 def peer_host(peer: str) -> str:

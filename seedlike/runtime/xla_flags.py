@@ -16,6 +16,13 @@ YNN_FLAG = "xla_cpu_experimental_ynn_fusion_type"
 CONVOLUTIONS_OFF = f"--{YNN_FLAG}=-individual_convolution"
 
 
+def prepare() -> None:
+    """What an entrypoint that computes with JAX applies before its first computation (which
+    initializes the CPU backend and reads the flags): `tune_cpu`, then `cache_compilations`."""
+    tune_cpu()
+    cache_compilations()
+
+
 def tune_cpu() -> None:
     """Adds the flag to XLA_FLAGS unless the user set that flag already."""
     flags = os.environ.get("XLA_FLAGS", "")

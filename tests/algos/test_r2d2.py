@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seedlike.algos import batches, r2d2, targets
+from seedlike.algos import batches, r2d2, td
 from seedlike.config import base_config
 from seedlike.learning.replay import SequenceReplay
 from seedlike.types import ArraySpec, EnvSpec, Unroll
@@ -35,7 +35,7 @@ def test_the_rescaling_and_its_inverse_by_hand():
 def test_the_rescaled_n_step_target_by_hand():
     # Rewards 1, 0, 0.5 then a bootstrap after 3 steps (gamma 0.9), of rescaled value h(10):
     # y = h(1 + 0.9^2 * 0.5 + 0.9^3 * 10).
-    total, discount, boot = targets.n_step_targets(
+    total, discount, boot = td.n_step_targets(
         np.array([[1.0, 0.0, 0.5, 2.0]]), np.zeros((1, 4), bool), np.zeros((1, 4), bool), 0.9, 3
     )
     assert total[0, 0] == pytest.approx(1.405) and discount[0, 0] == pytest.approx(0.729)
@@ -62,7 +62,7 @@ def _setup(burn_in=3, stored_state=True, horizon=8, size=4, seed=0):
     c.burn_in, c.stored_state, c.huber_delta = burn_in, stored_state, 0.0
     rng = np.random.default_rng(seed)
     t1 = horizon + 1
-    total, discount, boot = targets.n_step_targets(
+    total, discount, boot = td.n_step_targets(
         rng.normal(size=(size, horizon)), rng.random((size, horizon)) < 0.1,
         np.zeros((size, horizon), bool), 0.99, 3,
     )  # fmt: skip

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seedlike.algos import batches, rainbow, targets
+from seedlike.algos import batches, rainbow, td
 from seedlike.config import base_config
 from tests.helpers import make_net, random_params
 
@@ -38,7 +38,7 @@ def test_n_step_targets_match_the_literal_definition(seed, n):
     reward = rng.normal(size=(batch, horizon)).astype(np.float32)
     terminated = rng.random((batch, horizon)) < 0.12
     truncated = ~terminated & (rng.random((batch, horizon)) < 0.08)
-    total, discount, boot = targets.n_step_targets(reward, terminated, truncated, 0.9, n)
+    total, discount, boot = td.n_step_targets(reward, terminated, truncated, 0.9, n)
     for b in range(batch):
         want = reference_n_step(reward[b], terminated[b], truncated[b], 0.9, n)
         np.testing.assert_allclose(total[b], want[0], rtol=1e-5, atol=1e-6)
@@ -51,7 +51,7 @@ def test_n_step_targets_by_hand():
     reward = np.array([[1.0, 2.0, 3.0, 4.0]])
     terminated = np.array([[False, False, True, False]])
     truncated = np.zeros_like(terminated)
-    total, discount, boot = targets.n_step_targets(reward, terminated, truncated, 0.5, 2)
+    total, discount, boot = td.n_step_targets(reward, terminated, truncated, 0.5, 2)
     np.testing.assert_allclose(total, [[1 + 0.5 * 2, 2 + 0.5 * 3, 3, 4]])
     np.testing.assert_allclose(discount, [[0.25, 0.0, 0.0, 0.5]])  # step 3: the unroll's end
     np.testing.assert_array_equal(boot, [[2, 3, 3, 4]])

@@ -411,27 +411,32 @@ def test_a_config_sized_for_an_accelerator_names_its_cpu_variant_on_a_cpu_learne
     assert advice(paper, spec, "gpu") == [] == advice(cpu, spec, "cpu")
 
 
-def test_a_renamed_setting_is_read_under_its_new_name_from_runs_and_flags(capsys):
-    from seedlike.config import RENAMED_KEYS, check_override_flags, from_dict
+def _renamed():
+    from seedlike.config import RENAMED_KEYS
 
-    assert RENAMED_KEYS["server.max_actor_share"] == "server.max_identity_share"
+    return sorted(RENAMED_KEYS.items())
+
+
+@pytest.mark.parametrize("old, new", _renamed(), ids=[old for old, _ in _renamed()])
+def test_a_renamed_setting_is_read_under_its_new_name_from_runs_and_flags(old, new, capsys):
+    from seedlike.config import check_override_flags, from_dict
+
+    (old_section, old_key), (section, key) = old.rsplit(".", 1), new.rsplit(".", 1)
+    default = base_config()[section][key]
+    value = default / 2 if isinstance(default, float) else default + 1
     stored = base_config().to_dict()
-    del stored["server"]["max_identity_share"]
-    stored["server"]["max_actor_share"] = 0.4  # as a run of an earlier release stored it
+    del stored[section][key]
+    stored[old_section][old_key] = value  # as a run of an earlier release stored it
     config = from_dict(stored)
-    assert config.server.max_identity_share == 0.4 and "max_actor_share" not in config.server
-    argv = ["learner.py", "--config.server.max_actor_share=0.3", "--config.seed=2"]
+    assert config[section][key] == value and old_key not in config[old_section]
+    argv = ["learner.py", f"--config.{old}={value}", "--config.seed=2"]
     check_override_flags(argv, os.path.join(ROOT, "configs", "cartpole_ppo.py"))
-    assert argv == ["learner.py", "--config.server.max_identity_share=0.3", "--config.seed=2"]
-    assert "--config.server.max_actor_share is now --config.server.max_identity_share" in (
-        capsys.readouterr().err
-    )
+    assert argv == ["learner.py", f"--config.{new}={value}", "--config.seed=2"]
+    assert f"--config.{old} is now --config.{new}" in capsys.readouterr().err
     stray = load_config_file(os.path.join(ROOT, "configs", "cartpole_ppo.py"))
     with stray.unlocked():
-        stray.server.max_actor_share = 0.5  # a config file of the old name: refused, not ignored
-    with pytest.raises(
-        ConfigError, match="server.max_actor_share is now server.max_identity_share"
-    ):
+        stray[old_section][old_key] = value  # a config file of the old name: refused, not ignored
+    with pytest.raises(ConfigError, match=re.escape(f"{old} is now {new}")):
         validate(stray)
 
 

@@ -1,7 +1,9 @@
 """seedlike extended from outside its code, as a researcher would: an env backend, a learning
 algorithm and a policy head, each one module (this one) plus one registry line, with no edit to
 the library. They train together, in one process (learner and actor threads), and the trained
-network is widened by surgery exactly, its new head included.
+network is widened by surgery exactly, its new head included. A replay algorithm (one-step
+Q-learning from the learner's replay, its module made here) trains on the same env through the
+same contract.
 
 The env ("signal"): every step shows one of K cues, one-hot; the action that names it earns 1.
 Episodes last LENGTH steps, so a random policy returns LENGTH / K and the best one LENGTH.
@@ -10,7 +12,9 @@ Episodes last LENGTH steps, so a random policy returns LENGTH / K and the best o
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import types
 
 import flax.linen as nn
 import jax
@@ -24,7 +28,7 @@ from networks.graph import Part, Reader, Space
 from seedlike import algos, envs
 from seedlike.actor import Actor
 from seedlike.algos import gae
-from seedlike.algos.batches import SampleBatch
+from seedlike.algos.batches import SampleBatch, Transitions
 from seedlike.config import base_config
 from seedlike.learner import train
 from seedlike.metrics import read_metrics
@@ -137,6 +141,34 @@ def make_loss(network, section, axis_name):
     return loss_fn
 
 
+# A replay algorithm: one-step Q-learning against the target network (the same contract) -------
+
+
+def toy_q_defaults() -> ml_collections.ConfigDict:
+    c = algos.replay_settings(ml_collections.ConfigDict())
+    c.batch_transitions = 32
+    c.n_step = 1  # the replay's targets: one reward, then the bootstrap
+    c.target_period = 20
+    c.capacity, c.min_fill, c.replay_ratio = 4_000, 256, 2.0
+    c.epsilon, c.epsilon_slots = 0.1, 1
+    return c
+
+
+def make_q_loss(network, section, axis_name):
+    def loss_fn(params, target_params, obs_norm, batch, key):
+        # The record's batch type is transitions: a Transitions batch sampled by priority.
+        assert isinstance(batch, Transitions) and target_params
+        q = network.q_values(network.apply(params, obs_norm, batch.obs, batch.extras)[0])
+        after = network.apply(target_params, obs_norm, batch.next_obs, batch.next_extras)[0]
+        goal = batch.reward + batch.discount * network.q_values(after).max(-1)
+        td = jax.lax.stop_gradient(goal) - jnp.take_along_axis(q, batch.action[:, None], -1)[:, 0]
+        loss = jnp.mean(batch.weight * jnp.square(td))
+        metrics = {"loss/total": loss, "loss/td_abs": jnp.mean(jnp.abs(td))}
+        return loss, (metrics, jax.lax.stop_gradient(jnp.abs(td)))  # the new priorities
+
+    return loss_fn
+
+
 # The policy head (the POLICY_HEADS contract in networks/heads.py) -----------------------------
 
 
@@ -179,12 +211,29 @@ def extended(monkeypatch):
         batch=algos.STEPS,
     )
     monkeypatch.setitem(algos.ALGORITHMS, "toy_pg", record)
+    q_module = types.ModuleType("toy_q")  # its module, made from outside the library
+    q_module.make_loss = make_q_loss
+    monkeypatch.setitem(sys.modules, "toy_q", q_module)
+    q_record = algos.Algorithm(
+        name="toy_q",
+        defaults=toy_q_defaults,
+        check=lambda config: (
+            algos.check_replay("toy_q", config.toy_q) + algos.check_replay_run(config)
+        ),
+        metrics=("loss/total", "loss/td_abs"),
+        module="toy_q",
+        batch=algos.TRANSITIONS,
+        sgd_steps=algos.replayed,
+        head="q",
+        self_play=False,
+    )
+    monkeypatch.setitem(algos.ALGORITHMS, "toy_q", q_record)
     monkeypatch.setitem(heads.POLICY_HEADS, "hidden_layer", HiddenLayerHead)
     monkeypatch.setitem(heads.POLICY_HEADS, "wider_hidden_layer", WiderHiddenLayerHead)
 
 
 def toy_config(**network) -> ml_collections.ConfigDict:
-    c = base_config()  # after the registry lines: it has a toy_pg section
+    c = base_config()  # after the registry lines: it has toy_pg and toy_q sections
     c.env.backend, c.env.name, c.env.num_envs = "toy", "signal", 16
     c.algo = "toy_pg"
     c.toy_pg.gamma = 0.5  # a cue's reward is the action's alone: little to look ahead for
@@ -199,10 +248,8 @@ def toy_config(**network) -> ml_collections.ConfigDict:
     return c
 
 
-@pytest.mark.slow
-def test_a_backend_an_algorithm_and_a_head_from_outside_train_and_widen_exactly(extended, tmp_path):
-    config = toy_config()
-    logdir = str(tmp_path / "run")
+def train_with_an_actor(config, logdir: str) -> list[float]:
+    """Trains `config` in this process with one actor thread; the run's returns."""
     stop = threading.Event()
     codes = []
 
@@ -224,8 +271,15 @@ def test_a_backend_an_algorithm_and_a_head_from_outside_train_and_widen_exactly(
         actor.join(60)
     assert codes == [0]  # the actor ended with the run
     rows = read_metrics(logdir)
-    returns = [r["episode_return_mean"] for r in rows if r["episode_return_mean"] is not None]
-    assert "loss/policy" in rows[-1] and rows[-1]["policy_version"] > 20
+    assert rows[-1]["policy_version"] > 20
+    assert all(k in rows[-1] for k in algos.ALGORITHMS[config.algo].metrics)
+    return [r["episode_return_mean"] for r in rows if r["episode_return_mean"] is not None]
+
+
+@pytest.mark.slow
+def test_a_backend_an_algorithm_and_a_head_from_outside_train_and_widen_exactly(extended, tmp_path):
+    logdir = str(tmp_path / "run")
+    returns = train_with_an_actor(toy_config(), logdir)
     assert returns[-1] > 0.75 * LENGTH > 2 * LENGTH / K  # well above random play
 
     # Surgery: the torso widened by a derived plan, and the new head's own layer by a hand plan.
@@ -241,3 +295,13 @@ def test_a_backend_an_algorithm_and_a_head_from_outside_train_and_widen_exactly(
     outcome = run_surgery(logdir, str(tmp_path / "head"), plan=hand, new_config=wider_head)
     assert outcome.changes["params/policy_head/hidden/kernel"] == "[16, 16] -> [16, 24]"
     assert outcome.report.unroll_max_abs_logits < 1e-5
+
+
+@pytest.mark.slow
+def test_a_replay_algorithm_from_outside_learns_through_the_same_contract(extended, tmp_path):
+    config = toy_config(policy_head="auto", hidden_sizes=(32,))  # auto: the record's "q"
+    config.algo = "toy_q"
+    config.optimizer.learning_rate = 3e-3
+    returns = train_with_an_actor(config, str(tmp_path / "q"))
+    # Greedy on the cue earns LENGTH; exploring 10% of the time a little less (0.9 + 0.1 / K).
+    assert returns[-1] > 0.75 * LENGTH > 2 * LENGTH / K, returns

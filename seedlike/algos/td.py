@@ -1,5 +1,5 @@
-"""The pieces of temporal-difference targets that several algorithms share: n-step returns along
-unrolls (computed by the replay when it stores them, in numpy) and the Huber loss."""
+"""The pieces of temporal-difference (TD) targets that several algorithms share: n-step returns
+along unrolls (computed by the replay when it stores them, in numpy) and the Huber loss."""
 
 from __future__ import annotations
 
