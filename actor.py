@@ -18,13 +18,8 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from seedlike.actor import EXIT_REJECTED, Actor
-from seedlike.config import (
-    ConfigError,
-    actor_sizing,
-    add_env_kwargs,
-    check_override_flags,
-    validate,
-)
+from seedlike.cli import add_env_kwargs, check_flags, check_override_flags
+from seedlike.config import ConfigError, actor_sizing, validate
 from seedlike.rpc.security import TransportError
 from seedlike.runtime import console
 
@@ -94,4 +89,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    check_flags()  # a mistyped flag gets the one to write, before absl refuses it
     app.run(main)

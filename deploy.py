@@ -16,13 +16,8 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from seedlike.config import (
-    ConfigError,
-    actor_sizing,
-    add_env_kwargs,
-    check_override_flags,
-    validate,
-)
+from seedlike.cli import add_env_kwargs, check_flags, check_override_flags
+from seedlike.config import ConfigError, actor_sizing, validate
 from seedlike.launch.deploy import read_credentials, render, to_yaml
 from seedlike.runtime import console
 
@@ -150,4 +145,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    check_flags()  # a mistyped flag gets the one to write, before absl refuses it
     app.run(main)

@@ -33,6 +33,7 @@ from absl import app, flags
 
 from seedlike import generalization as gen
 from seedlike.checkpoint import CheckpointError, load_checkpoint
+from seedlike.cli import check_flags
 from seedlike.runtime import console
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -178,4 +179,5 @@ def _describe(levels) -> str:
 
 
 if __name__ == "__main__":
+    check_flags()  # a mistyped flag gets the one to write, before absl refuses it
     app.run(main)

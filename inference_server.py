@@ -15,6 +15,7 @@ import threading
 from absl import app, flags, logging
 
 from seedlike.checkpoint import CheckpointError
+from seedlike.cli import check_flags
 from seedlike.inference_server import serve_checkpoint
 from seedlike.rpc.security import TransportError
 from seedlike.runtime import console, xla_flags
@@ -64,4 +65,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    check_flags()  # a mistyped flag gets the one to write, before absl refuses it
     app.run(main)

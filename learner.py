@@ -16,7 +16,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from seedlike import learner
-from seedlike.config import add_env_kwargs, check_override_flags
+from seedlike.cli import add_env_kwargs, check_flags, check_override_flags
 from seedlike.runtime import console
 
 DEFAULT_CONFIG = os.path.join(
@@ -42,4 +42,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    check_flags()  # a mistyped flag gets the one to write, before absl refuses it
     app.run(main)

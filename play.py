@@ -19,6 +19,7 @@ import json
 from absl import app, flags
 
 from seedlike.checkpoint import CheckpointError
+from seedlike.cli import check_flags
 from seedlike.league import games
 from seedlike.runtime import console, xla_flags
 
@@ -78,4 +79,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    check_flags()  # a mistyped flag gets the one to write, before absl refuses it
     app.run(main)

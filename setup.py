@@ -74,6 +74,11 @@ setup(
             "ipykernel==7.4.0",
             "kubernetes-validate==1.37.0",  # tests/launch/test_deploy.py, offline schemas
             "mkdocs==1.6.1",  # the documentation site (docs/, mkdocs.yml; tests/core/test_docs.py)
+            # tests/core/test_aggregate.py checks seedlike.aggregate against rliable; arch 7.2
+            # (rliable's bootstrap) does not import with pandas 3.
+            "rliable==1.2.0",
+            "arch==7.2.0",
+            "pandas==2.2.3",
         ],
     },
 )

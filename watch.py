@@ -11,6 +11,7 @@ two-player games it is player 0; --opponent is `self` (the same policy), `random
 
 from absl import app, flags
 
+from seedlike.cli import check_flags
 from seedlike.runtime import console, xla_flags
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Run dir, checkpoints dir or step dir.")
@@ -55,4 +56,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    check_flags()  # a mistyped flag gets the one to write, before absl refuses it
     app.run(main)

@@ -19,7 +19,7 @@ import time
 import numpy as np
 from absl import app, flags
 
-from benchmarks.results_io import plot_curves, run_summary
+from benchmarks.results_io import over_seeds, plot_curves, run_summary, stat_cell
 from seedlike.launch import jobs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,6 +79,7 @@ def main(argv):
             "finals": finals,
             "mean": float(np.mean(finals)),
             "std": float(np.std(finals)),
+            "over_seeds": over_seeds(finals),
             "wall_s": [r["wall_s"] for r in runs],
             "sps": [r["sps"] for r in runs],
             "envpool_sps": ceilings[task],
@@ -89,14 +90,17 @@ def main(argv):
     with open(os.path.join(logdir, "mujoco.json"), "w") as f:
         json.dump({"config": _CONFIG.value, "flags": _FLAGS.value, "tasks": results}, f, indent=1)
     lines = [
-        "| task | seeds (final) | mean ± std | CleanRL | wall min/run | env steps/s | of envpool |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| task | seeds (final) | IQM [95%] | mean [95%] | CleanRL | wall min/run | env steps/s "
+        "| of envpool |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for task, r in results.items():
         ref = f"{r['cleanrl'][0]} ± {r['cleanrl'][1]}" if r["cleanrl"] else "-"
         lines.append(
-            f"| {task} | {' / '.join(f'{x:.0f}' for x in r['finals'])} | {r['mean']:.0f} ± "
-            f"{r['std']:.0f} | {ref} | {np.mean(r['wall_s']) / 60:.1f} | "
+            f"| {task} | {' / '.join(f'{x:.0f}' for x in r['finals'])} | "
+            f"{stat_cell(r['over_seeds'], 'iqm', '.0f')} | "
+            f"{stat_cell(r['over_seeds'], 'mean', '.0f')} | {ref} | "
+            f"{np.mean(r['wall_s']) / 60:.1f} | "
             f"{np.mean(r['sps']):,.0f} | {r['of_envpool']:.2f} (of {r['envpool_sps']:,.0f}) |"
         )
     table = "\n".join(lines)

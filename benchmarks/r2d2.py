@@ -19,9 +19,11 @@ from absl import app, flags
 
 from benchmarks.results_io import (
     greedy_return,
+    over_seeds,
     per_seed,
     plot_curves,
     run_summary,
+    stat_cell,
     train,
     write_markdown,
 )
@@ -61,6 +63,7 @@ def main(argv):
                          "solved_at": reached[0] if reached else None})  # fmt: skip
         results[variant] = {
             "finals": [r["final"] for r in runs],
+            "over_seeds": over_seeds([r["final"] for r in runs]),
             "greedy": [r["greedy"] for r in runs],
             "best_row": [r["best_row"] for r in runs],
             "solved_at": [r["solved_at"] for r in runs],
@@ -70,14 +73,15 @@ def main(argv):
     with open(os.path.join(logdir, "r2d2.json"), "w") as f:
         json.dump({"steps": _STEPS.value, "config": CONFIG, "runs": results}, f, indent=1)
     lines = [
-        "| variant | final (per seed) | greedy (20 episodes) | best row | first row >= 475 | "
-        "wall min/run |",
-        "| --- | --- | --- | --- | --- | ---: |",
+        "| variant | final (per seed) | IQM [95%] | mean [95%] | greedy (20 episodes) | best row "
+        "| first row >= 475 | wall min/run |",
+        "| --- | --- | ---: | ---: | --- | --- | --- | ---: |",
     ]
     for name, r in results.items():
         solved = " / ".join(f"{s / 1e3:.0f}k" if s else "never" for s in r["solved_at"])
         lines.append(
-            f"| {name} | {per_seed(r['finals'])} | {per_seed(r['greedy'])} | "
+            f"| {name} | {per_seed(r['finals'])} | {stat_cell(r['over_seeds'], 'iqm')} | "
+            f"{stat_cell(r['over_seeds'], 'mean')} | {per_seed(r['greedy'])} | "
             f"{per_seed(r['best_row'])} | {solved} | {np.mean(r['wall_s']) / 60:.1f} |"
         )
     write_markdown(os.path.join(logdir, "r2d2.md"), lines)

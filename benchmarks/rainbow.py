@@ -25,9 +25,11 @@ from absl import app, flags
 
 from benchmarks.results_io import (
     greedy_return,
+    over_seeds,
     per_seed,
     plot_curves,
     run_summary,
+    stat_cell,
     train,
     write_markdown,
 )
@@ -69,6 +71,7 @@ def main(argv):
                 results[f"{game}/{algo}"] = {
                     "finals": finals,
                     "mean": float(np.mean(finals)),
+                    "over_seeds": over_seeds(finals),
                     "greedy": [r["greedy"] for r in runs],
                     "best_row": [r["best_row"] for r in runs],
                     "wall_s": [r["wall_s"] for r in runs],
@@ -79,13 +82,14 @@ def main(argv):
     with open(os.path.join(logdir, "rainbow.json"), "w") as f:
         json.dump({"steps": _STEPS.value, "flags": _FLAGS.value, "runs": results}, f, indent=1)
     lines = [
-        "| game / algo | seeds (final) | mean | greedy | best row | reference | wall min/run "
-        "| env steps/s |",
-        "| --- | --- | ---: | --- | --- | ---: | ---: | ---: |",
+        "| game / algo | seeds (final) | IQM [95%] | mean [95%] | greedy | best row | reference "
+        "| wall min/run | env steps/s |",
+        "| --- | --- | ---: | ---: | --- | --- | ---: | ---: | ---: |",
     ]
     for key, r in results.items():
         lines.append(
-            f"| {key} | {per_seed(r['finals'])} | {r['mean']:.1f} | {per_seed(r['greedy'])} | "
+            f"| {key} | {per_seed(r['finals'])} | {stat_cell(r['over_seeds'], 'iqm')} | "
+            f"{stat_cell(r['over_seeds'], 'mean')} | {per_seed(r['greedy'])} | "
             f"{per_seed(r['best_row'])} | {r['reference'] or '-'} | "
             f"{np.mean(r['wall_s']) / 60:.0f} | {np.mean(r['sps']):,.0f} |"
         )

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+from seedlike import aggregate
 from seedlike.scores import final_score
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -96,6 +97,18 @@ def greedy_return(run_dir: str, episodes: int) -> float:
         subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
     with open(out) as f:
         return float(json.load(f)["return"]["mean"])
+
+
+def over_seeds(values) -> dict:
+    """The IQM and mean of one task's per-seed values, with stratified bootstrap 95% intervals
+    (seedlike.aggregate)."""
+    return aggregate.summarize({"task": [v for v in values if v is not None and v == v]})
+
+
+def stat_cell(summary: dict, name: str, fmt: str = ".1f") -> str:
+    """A table cell "487.2 [431.9, 500.0]" of aggregate.summarize's `name` ("iqm", "mean")."""
+    s = summary[name]
+    return f"{s['value']:{fmt}} [{s['ci95'][0]:{fmt}}, {s['ci95'][1]:{fmt}}]"
 
 
 def per_seed(values, fmt: str = ".1f") -> str:

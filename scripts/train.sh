@@ -81,21 +81,14 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-# A mistyped flag of this script would reach learner.py, whose error cannot suggest ours.
-for flag in "${learner_flags[@]}"; do
-  name="${flag%%=*}"; name="${name#--}"
-  case "$name" in  # learner.py's own flags and absl's (they reach the learner as they are)
-    config | logdir | bind | port | helpfull | helpxml | v | verbosity | alsologtostderr | \
-      logtostderr | log_dir | stderrthreshold | showprefixforinfo | only_check_args) continue ;;
-  esac
-  near="$("$SEEDLIKE_PY" -c 'import difflib, sys
-print(*difflib.get_close_matches(sys.argv[1], sys.argv[2:], 1, 0.75))' "$name" \
-    num_actors learners population max_actor_restarts actor_python config logdir)"
-  if [ -n "$near" ]; then
-    echo "unknown flag --$name; did you mean --$near? (scripts/train.sh --help lists the flags)" >&2
-    exit 2
-  fi
-done
+# A mistyped flag is answered with the one to write before anything starts: a near-miss of this
+# script's flags or learner.py's (absl's --log_dir for --logdir), a config setting without
+# "config." (seedlike/cli.py).
+if [ "${#learner_flags[@]}" -gt 0 ]; then
+  "$SEEDLIKE_PY" -m seedlike.cli flags \
+    --own=num_actors,learners,population,max_actor_restarts,actor_python,config,logdir,bind,port \
+    -- "${learner_flags[@]}" || exit 2
+fi
 if [ -n "$actor_py" ] && [ ! -x "$actor_py" ]; then
   echo "--actor_python=$actor_py is not an executable; make the venv first (scripts/actor_venv.sh DIR, scripts/nmmo_venv.sh)" >&2
   exit 2
@@ -116,6 +109,11 @@ if [ "$population" -gt 1 ]; then
   for ((k = 0; k < population; k++)); do learner_dirs[k]="$logdir/member_$k"; done
   mkdir -p "${learner_dirs[@]}"
 fi
+# A run done already with this budget says so, and nothing starts.
+status=0
+"$SEEDLIKE_PY" -m seedlike.cli finished --logdir="${learner_dirs[0]}" --config="$config" \
+  -- "${config_flags[@]}" || status=$?
+if [ "$status" -eq 3 ]; then exit 0; elif [ "$status" -ne 0 ]; then exit "$status"; fi
 for dir in "${learner_dirs[@]}"; do rm -f "$dir/server_address"; done
 
 pids=()

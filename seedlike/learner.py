@@ -28,6 +28,7 @@ import numpy as np
 
 from networks import make_network
 from seedlike import checkpoint as ckpt_lib
+from seedlike import cli
 from seedlike import config as config_lib
 from seedlike.algos import ALGORITHMS, unroll_overlap
 from seedlike.league import roles
@@ -36,7 +37,7 @@ from seedlike.league.league import League, PeerSnapshots
 from seedlike.league.players import LEARNER
 from seedlike.learning import train_state as ts
 from seedlike.learning.update import Interrupted, Learner
-from seedlike.metrics import MetricsWriter
+from seedlike.metrics import MetricsWriter, run_summary, write_config, write_summary
 from seedlike.policy import PolicyRegistry
 from seedlike.rpc import security
 from seedlike.rpc.listen import start_inference
@@ -201,6 +202,8 @@ def build(config, logdir: str, bind: str = "127.0.0.1", port: int = 0) -> Learne
     )
     logging.info("learner on %d device(s): %s", learner.num_devices, learner.devices)
     checkpointer, meta, counters = restore(config, logdir, learner)
+    if checkpointer is not None:  # resolved, and accepted for a resumed run: every setting
+        write_config(logdir, config)
     registry = PolicyRegistry()
     registry.publish(learner.policy_version, learner.policy_params())
     league = start_league(config, logdir, network, learner, meta, teams)
@@ -511,6 +514,12 @@ def _finish(p: LearnerProcess, interval: Interval, finished: bool, paused: bool 
         if paused:
             outcome = "paused at pause_at_env_steps (rerun with a larger one, or 0, to go on)"
         logging.info("%s", p.metrics.summary(outcome, checkpoint))
+        if p.checkpointer is not None:
+            kind = "paused" if paused else "finished" if finished else "stopped"
+            wall_s = time.time() - p.metrics.started
+            summary = run_summary(p.logdir, kind, int(p.config.total_env_steps), wall_s,
+                                  checkpoint=checkpoint)  # fmt: skip
+            write_summary(p.logdir, summary)
         return row
     finally:
         p.metrics.close()
@@ -767,6 +776,10 @@ def main(config, logdir: str, bind: str, port: int) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    done = cli.finished_line(logdir, config)
+    if done:  # nothing to serve or learn: the run has this budget's results already
+        logging.info("%s", done)
+        return
     try:
         train(config, logdir, bind=bind, port=port, stop=stop, freeze_gc=True)
     except (config_lib.ConfigError, ckpt_lib.CheckpointError, security.TransportError) as e:

@@ -33,6 +33,8 @@ CONSOLE_OPTIONAL = (
     ("trueskill_mu", "trueskill", "{:.1f}"),
 )
 WANDB_ID_FILE = "wandb_run_id"
+CONFIG_FILE = "config.json"  # the run's resolved config, written when it starts
+SUMMARY_FILE = "summary"  # summary.json and summary.md, written when it ends
 RATE_WINDOW_S = 60.0  # the ETA follows the speed of the last minute
 TENSORBOARD_DIR = "tensorboard"
 _VS_POOL = "league/win_rate_vs_pool"  # the other league/win_rate_vs_* keys are bots
@@ -80,7 +82,7 @@ class MetricsWriter:
         _drop_partial_row(self.path)
         self._file = open(self.path, "a", buffering=1)
         self._write_failed = False
-        self._start = time.time()
+        self._start = self.started = time.time()
         self._total = total_env_steps
         self._label = label
         # (time, env_steps) of this process's recent rows since its steps began to move, for the
@@ -89,6 +91,7 @@ class MetricsWriter:
         self._previous_steps: int | None = None
         self.rows_written = 0
         self.best_return: float | None = None
+        self.last_return: float | None = None  # the newest row's that had episodes
         self.last: dict = {}  # the last row (values as written)
         self._wandb = None
         mode = os.environ.get("WANDB_MODE") or wandb_mode
@@ -160,6 +163,8 @@ class MetricsWriter:
         returns = row.get("episode_return_mean")
         if returns is not None and (self.best_return is None or returns > self.best_return):
             self.best_return = returns
+        if returns is not None:
+            self.last_return = returns
         elapsed = time.time() - self._start
         # A row's sps once its whole interval was in motion; an ETA after two such intervals.
         shown = row if len(self._recent) >= 2 else {**row, "sps": None}
@@ -185,10 +190,9 @@ class MetricsWriter:
             f"{_si(row.get('env_steps') or 0)} env steps, policy version "
             f"{row.get('policy_version', '-')}, after {duration(elapsed, precise=True)}"
         ]
-        returns = row.get("episode_return_mean")
-        if returns is not None or self.best_return is not None:
-            last = f"{returns:.2f}" if returns is not None else "-"
-            parts.append(f"return {last} (best {self.best_return:.2f})")
+        if self.last_return is not None:
+            # The newest row with episodes: a row cut short by a stop may have none.
+            parts.append(f"return {self.last_return:.2f} (best {self.best_return:.2f})")
         if checkpoint:
             parts.append(f"checkpoint {checkpoint}")
         parts.append(f"metrics {self.path}")
@@ -207,6 +211,69 @@ class MetricsWriter:
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
+
+
+def write_config(logdir: str, config) -> str:
+    """<logdir>/config.json: the run's resolved config, every setting, readable (and loadable:
+    configs/of_run.py)."""
+    path = os.path.join(logdir, CONFIG_FILE)
+    with open(path, "w") as f:
+        f.write(json.dumps(json.loads(config.to_json()), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def run_summary(logdir: str, outcome: str, total_env_steps: int, wall_s: float, **extra) -> dict:
+    """What a run ended with, from its metrics rows: its outcome ("finished", "stopped",
+    "paused"), env steps against the budget, the wall time and env steps/s of this process's
+    session, and the final return (over its last 10% of episodes) with a bootstrap 95% interval
+    over those rows; `extra`: the checkpoint and the like."""
+    from seedlike.scores import final_interval, final_score
+
+    rows = read_metrics(logdir)
+    last = rows[-1] if rows else {}
+    returns = [r["episode_return_mean"] for r in rows if r.get("episode_return_mean") is not None]
+    session = [r for r in rows if r["time"] >= last.get("time", 0) - wall_s]
+    steps = [r["env_steps"] for r in session] or [0]
+    return {
+        "outcome": outcome,
+        "env_steps": last.get("env_steps", 0),
+        "total_env_steps": int(total_env_steps),
+        "policy_version": last.get("policy_version"),
+        "wall_s": round(wall_s, 1),
+        # This session's env steps over its whole wall time, its start and compiling included.
+        "env_steps_per_s": round((steps[-1] - steps[0]) / wall_s) if wall_s > 0 else None,
+        "final_return": _jsonable(final_score(rows, weight="episodes")),
+        "final_return_ci95": [_jsonable(x) for x in final_interval(rows, weight="episodes")],
+        "best_return": max(returns) if returns else None,
+        "episodes": sum(r.get("episodes") or 0 for r in rows),
+        **extra,
+        "metrics": os.path.join(logdir, "metrics.jsonl"),
+        "config": os.path.join(logdir, CONFIG_FILE),
+    }
+
+
+def write_summary(logdir: str, summary: dict) -> None:
+    """<logdir>/summary.json and summary.md (a table of the same)."""
+    with open(os.path.join(logdir, SUMMARY_FILE + ".json"), "w") as f:
+        f.write(json.dumps(summary, indent=2) + "\n")
+    lines = [f"# {os.path.basename(os.path.abspath(logdir))}", "", "| | |", "| --- | --- |"]
+    for key, value in summary.items():
+        if isinstance(value, float):
+            value = f"{value:,.2f}"
+        elif isinstance(value, list):
+            value = " to ".join("-" if v is None else f"{v:,.2f}" for v in value)
+        lines.append(f"| {key} | {'-' if value is None else value} |")
+    with open(os.path.join(logdir, SUMMARY_FILE + ".md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def read_summary(logdir: str) -> dict | None:
+    """A run's summary.json, or None (a run still going, or from before summaries)."""
+    try:
+        with open(os.path.join(logdir, SUMMARY_FILE + ".json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def _wandb_run_id(logdir: str) -> str:

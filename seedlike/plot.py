@@ -7,7 +7,9 @@ One panel per key, one line per run (labelled with the run directory's name). Th
 steps (the default) or wall-clock minutes since the run's first row; a resumed run's rows keep
 counting env steps, and its minutes leave out the time it was stopped. Rows where a key is null
 (no episode ended in that interval, no update) are skipped, not drawn as zero. `--smooth=N`
-averages each point with the N-1 before it.
+averages each point with the N-1 before it. `--seeds` takes the runs as seeds of one setting:
+one line, their mean, with a bootstrap 95% band across them, and the final returns' IQM and mean
+with their intervals printed (seedlike.aggregate).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import os
 import numpy as np
 from absl import app, flags
 
+from seedlike import aggregate
 from seedlike.metrics import read_metrics
+from seedlike.scores import final_score
 
 X_AXES = ("env_steps", "minutes")
 
@@ -70,8 +74,11 @@ def load_runs(paths: list[str]) -> dict[str, list[dict]]:
     return runs
 
 
-def plot_runs(runs: dict[str, list[dict]], keys: list[str], x: str = "env_steps", smooth=1):
-    """A matplotlib Figure with one panel per key and one line per run."""
+def plot_runs(
+    runs: dict[str, list[dict]], keys: list[str], x: str = "env_steps", smooth=1, seeds=False
+):
+    """A matplotlib Figure with one panel per key and one line per run (with `seeds`, one line:
+    the runs' mean with a bootstrap 95% band across them)."""
     # No backend is forced: without a display matplotlib picks Agg by itself, and a notebook
     # keeps its inline one (the figure shows under the cell).
     import matplotlib.pyplot as plt
@@ -82,9 +89,15 @@ def plot_runs(runs: dict[str, list[dict]], keys: list[str], x: str = "env_steps"
             raise PlotError(f"no run has the key {key!r}; keys in these runs: {', '.join(known)}")
     fig, axes = plt.subplots(len(keys), 1, figsize=(7, 3 * len(keys)), squeeze=False)
     for ax, key in zip(axes[:, 0], keys):
-        for name, rows in runs.items():
-            xs, ys = curve(rows, key, x, smooth)
-            ax.plot(xs, ys, label=name)
+        curves = {name: curve(rows, key, x, smooth) for name, rows in runs.items()}
+        curves = {name: c for name, c in curves.items() if c[0].size}
+        if seeds and curves:
+            xs, mean, low, high = aggregate.curve_band(list(curves.values()))
+            ax.plot(xs, mean, label=f"mean of {len(curves)} runs")
+            ax.fill_between(xs, low, high, alpha=0.25, label="95% bootstrap band")
+        else:
+            for name, (xs, ys) in curves.items():
+                ax.plot(xs, ys, label=name)
         ax.set_ylabel(key)
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize="small")
@@ -97,17 +110,30 @@ _KEYS = flags.DEFINE_list("keys", ["episode_return_mean"], "metrics.jsonl keys, 
 _X = flags.DEFINE_enum("x", "env_steps", X_AXES, "x axis: env steps or wall-clock minutes.")
 _SMOOTH = flags.DEFINE_integer("smooth", 1, "Average each point with the N-1 points before it.")
 _OUT = flags.DEFINE_string("out", "curve.png", "Image to write (.png, .pdf, .svg).")
+_SEEDS = flags.DEFINE_bool(
+    "seeds",
+    False,
+    "The runs are seeds of one setting: their mean with a 95% band, and the "
+    "final return's IQM and mean with bootstrap intervals.",
+)
 
 
 def main(argv):
     if len(argv) < 2:
         raise app.UsageError("pass one or more run directories: python -m seedlike.plot RUN ...")
     try:
-        fig = plot_runs(load_runs(argv[1:]), _KEYS.value, _X.value, max(_SMOOTH.value, 1))
+        runs = load_runs(argv[1:])
+        fig = plot_runs(runs, _KEYS.value, _X.value, max(_SMOOTH.value, 1), _SEEDS.value)
     except PlotError as e:
         raise SystemExit(f"error: {e}") from None
     fig.savefig(_OUT.value, dpi=120)
     print(f"wrote {_OUT.value}")
+    if _SEEDS.value:
+        key = _KEYS.value[0]  # a mean over episodes weighs by them; any other key by rows
+        weight = "episodes" if key.startswith("episode_") else ""
+        finals = [final_score(rows, key, weight=weight) for rows in runs.values()]
+        summary = aggregate.summarize({"runs": [f for f in finals if f == f]})
+        print(f"final {key}: {aggregate.describe(summary)}")
 
 
 if __name__ == "__main__":

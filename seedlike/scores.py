@@ -67,6 +67,28 @@ def final_score(
     in those: each row weighs by its count and the earliest row taken counts only in part, so
     that exactly `share` of the episodes weigh (the benchmarks' final return; rows without
     episodes hold no mean)."""
+    values, weights = _final_rows(rows, metric, share, weight)
+    return float(np.dot(values, weights) / weights.sum()) if weights.size else math.nan
+
+
+def final_interval(
+    rows: list[dict], metric: str = "episode_return_mean", share: float = 0.1, weight: str = "",
+    resamples: int = 2000, seed: int = 0,
+) -> tuple[float, float]:  # fmt: skip
+    """A 95% interval of `final_score` (the same rows and weights): the percentile bootstrap of
+    the weighted mean over the final rows, resampled with replacement. (NaN, NaN) before any
+    row holds `metric`; a single row's value twice."""
+    values, weights = _final_rows(rows, metric, share, weight)
+    if not weights.size:
+        return math.nan, math.nan
+    pick = np.random.default_rng(seed).integers(0, values.size, (resamples, values.size))
+    means = (values[pick] * weights[pick]).sum(1) / weights[pick].sum(1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def _final_rows(rows, metric, share, weight) -> tuple[np.ndarray, np.ndarray]:
+    """(values, weights) of the final rows `final_score` averages, oldest first."""
     held = [
         r
         for r in rows
@@ -75,13 +97,15 @@ def final_score(
     counts = [float(r[weight]) if weight else 1.0 for r in held]
     # Counted in rows, whole rows are taken: 10% of 15 rows is the last 2.
     need = share * sum(counts) if weight else max(1, math.ceil(len(held) * share))
-    total = taken = 0.0
+    values, weights, taken = [], [], 0.0
     for row, count in zip(reversed(held), reversed(counts)):
         take = min(count, need - taken)
-        total, taken = total + take * row[metric], taken + take
+        values.append(row[metric])
+        weights.append(take)
+        taken += take
         if taken >= need:
             break
-    return total / taken if taken else math.nan
+    return np.asarray(values[::-1], np.float64), np.asarray(weights[::-1], np.float64)
 
 
 def _stats(values) -> dict:

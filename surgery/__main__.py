@@ -18,7 +18,8 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from seedlike.config import check_override_flags, renamed
+from seedlike.cli import check_override_flags
+from seedlike.config import renamed
 from seedlike.runtime import console
 
 

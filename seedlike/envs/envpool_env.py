@@ -48,11 +48,21 @@ class UnknownTask(ValueError):
     """env.name is not an envpool task id (the message suggests close ones)."""
 
 
+# Name prefixes of envs other packages register with Gymnasium, which envpool does not have.
+GYMNASIUM_ONLY = ("minigrid", "babyai", "ale", "gymnasium_robotics", "highway", "pendulum-v1")
+
+
 def check_task_id(name: str) -> None:
     tasks = _all_task_ids()
     if name not in tasks:
         close = difflib.get_close_matches(name, tasks, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
+        if ":" in name or name.split("/")[0].lower() in GYMNASIUM_ONLY:
+            # package:Id (minigrid:MiniGrid-...) and ids envpool lacks are Gymnasium's.
+            hint = (
+                f" {name} reads as a Gymnasium id: set --config.env.backend=gymnasium "
+                "(docs/environments.md)."
+            )
         raise UnknownTask(
             f"env.name={name!r} is not an envpool task id.{hint} "
             "See envpool.list_all_envs() for the full list."

@@ -26,6 +26,7 @@ Imports only numpy and gymnasium: actors may run without jax.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import logging
@@ -183,12 +184,9 @@ def observation_parts(name: str, space, env_config) -> list[Part]:
     kept = []
     for part in parts:
         if part.kind == "tokens" and not int(env_config.mission_tokens):
-            logging.getLogger(__name__).warning(
-                "%s: observation %r (%s) is text and is left out; --config.env.mission_tokens=L "
-                "reads it as L word ids",
-                name,
-                part.key,
-                type(part.space).__name__,
+            _warn_once(
+                f"{name}: observation {part.key!r} ({type(part.space).__name__}) is text and is "
+                "left out; --config.env.mission_tokens=L reads it as L word ids"
             )
             continue
         if part.kind == "array" and (part.space.dtype is None or part.space.shape is None):
@@ -316,3 +314,9 @@ class GymnasiumAdapter:
 
 
 Adapter = GymnasiumAdapter  # the backend contract's name for it (seedlike/envs/__init__.py)
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    """A warning about the env's spaces, once per process (the spec is read more than once)."""
+    logging.getLogger(__name__).warning("%s", message)

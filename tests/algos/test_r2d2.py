@@ -85,6 +85,7 @@ def _setup(burn_in=3, stored_state=True, horizon=8, size=4, seed=0):
     return network, r2d2.make_r2d2_loss(network, c), params, target, batch
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_the_burn_in_refreshes_the_state_and_passes_no_gradient():
     burn = 3
     network, loss_fn, params, target, batch = _setup(burn_in=burn)

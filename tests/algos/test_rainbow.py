@@ -135,6 +135,7 @@ def test_dueling_head_is_value_plus_centred_advantages():
     np.testing.assert_allclose(q, value + adv - adv.mean(-1, keepdims=True), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_c51_loss_is_the_cross_entropy_to_the_projected_target():
     atoms, value_range = 5, (-2.0, 2.0)
     network = make_net(policy_head="q", atoms=atoms, value_range=value_range, normalize_obs=False)
@@ -174,6 +175,7 @@ def test_c51_loss_is_the_cross_entropy_to_the_projected_target():
         np.testing.assert_allclose(priority[i], want, rtol=1e-4)
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_epsilon_greedy_takes_the_greedy_action_or_a_uniform_one():
     from networks import heads
 

@@ -13,11 +13,11 @@ import pytest
 from networks import make_network
 from seedlike.algos import ALGORITHMS
 from seedlike.checkpoint import Checkpointer
+from seedlike.cli import check_override_flags
 from seedlike.config import (
     ConfigError,
     actor_sizing,
     base_config,
-    check_override_flags,
     load_config_file,
     meaning_changes,
     validate,
@@ -241,7 +241,7 @@ def test_of_run_is_the_config_a_run_was_trained_with(tmp_path):
 def test_env_kwargs_come_from_flags_too():
     """ml_collections cannot add keys: a --config.env.kwargs.NAME flag the config does not declare
     is taken out of argv and added to the parsed config, its value read as a literal."""
-    from seedlike.config import add_env_kwargs, check_override_flags
+    from seedlike.cli import add_env_kwargs, check_override_flags
 
     path = os.path.join(ROOT, "configs", "coins_teams.py")
     argv = ["learner.py", f"--config={path}", "--config.env.kwargs.max_steps=50",
@@ -258,6 +258,7 @@ def test_env_kwargs_come_from_flags_too():
     assert env._envs[0].max_steps == 50 and env._envs[0].size == 7
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -305,17 +306,24 @@ def test_config_values_that_parse_pass(flag):
     assert check_override_flags(["learner.py", flag], "configs/cartpole_ppo.py") == []
 
 
-def test_a_mistyped_train_sh_flag_names_the_flag_meant(tmp_path):
+@pytest.mark.parametrize(
+    "arg, line",
+    [
+        ("--num_actor=3", "error: unknown flag --num_actor: did you mean --num_actors?"),
+        ("--total_env_steps=20000", "error: --total_env_steps is a config setting: write "
+         "--config.total_env_steps=20000"),
+        ("--log_dir=runs/typo4", "error: unknown flag --log_dir: absl's own flag (its log files' "
+         "folder), not this command's; did you mean --logdir?"),
+    ],
+)  # fmt: skip
+def test_a_mistyped_train_sh_flag_names_the_flag_meant(tmp_path, arg, line):
     done = subprocess.run(
-        ["scripts/train.sh", "--num_actor=3", f"--logdir={tmp_path / 'r'}"],
+        ["scripts/train.sh", arg, f"--logdir={tmp_path / 'r'}"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
         env={**os.environ, "SEEDLIKE_PYTHON": sys.executable},
     )  # fmt: skip
     assert done.returncode == 2 and not (tmp_path / "r").exists(), done.stderr
-    assert done.stderr.strip() == (
-        "unknown flag --num_actor; did you mean --num_actors? (scripts/train.sh --help lists "
-        "the flags)"
-    )
+    assert done.stderr.strip() == line
 
 
 def test_images_read_by_dense_layers_get_advice():
@@ -419,7 +427,8 @@ def _renamed():
 
 @pytest.mark.parametrize("old, new", _renamed(), ids=[old for old, _ in _renamed()])
 def test_a_renamed_setting_is_read_under_its_new_name_from_runs_and_flags(old, new, capsys):
-    from seedlike.config import check_override_flags, from_dict
+    from seedlike.cli import check_override_flags
+    from seedlike.config import from_dict
 
     (old_section, old_key), (section, key) = old.rsplit(".", 1), new.rsplit(".", 1)
     default = base_config()[section][key]
@@ -445,3 +454,29 @@ def test_actor_sizing_leaves_an_unknown_backend_to_validate():
 
     sized = actor_sizing(section("env", backend="nope", num_envs=4), cores=2)
     assert sized == {"num_threads": 2, "num_envs": 64}  # no KeyError: validate names it after
+
+
+@pytest.mark.parametrize(
+    "arg, message",
+    [
+        ("--total_env_steps=20000", "--total_env_steps is a config setting: write "
+         "--config.total_env_steps=20000"),
+        ("--env.num_envs=4", "write --config.env.num_envs=4"),
+        ("--clip_eps=0.1", "write --config.ppo.clip_eps=0.1"),
+        ("--log_dir=runs/typo4", "--log_dir: absl's own flag (its log files' folder), not this "
+         "command's; did you mean --logdir?"),
+        ("--num_actor=3", "unknown flag --num_actor: did you mean --num_actors?"),
+    ],
+)  # fmt: skip
+def test_a_mistyped_flag_gets_the_flag_to_write(arg, message):
+    from seedlike.cli import ABSL_FLAGS, check_flag_names
+
+    own = ["config", "logdir", "num_actors", "port"]
+    with pytest.raises(SystemExit) as raised:
+        check_flag_names(["learner.py", arg], own, [*own, *ABSL_FLAGS])
+    assert message in str(raised.value.code), raised.value.code
+    # What is right passes: own flags, their negations, absl's, --config.* and positionals.
+    check_flag_names(
+        ["learner.py", "--logdir=d", "--noport", "--v=1", "--config.seed=2", "x"], own,
+        [*own, *ABSL_FLAGS],
+    )  # fmt: skip

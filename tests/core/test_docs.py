@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import ml_collections
+import pytest
 
 from seedlike import config, config_doc
 from tests.procs import ROOT
@@ -189,6 +190,7 @@ def test_the_settings_page_lists_every_setting_with_its_default():
     assert _value("(-10.0, 10.0)") == (-10.0, 10.0) and _value("None") is None
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_the_settings_page_is_what_the_code_writes():
     """The tables are generated from the comments beside each default; after a change there,
     `python -m seedlike.config_doc` rewrites them. Every setting has a line of meaning."""

@@ -49,6 +49,7 @@ def procgen_config():
     return c
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 @needs_qt
 def test_a_level_is_played_alone_and_as_envpool_plays_it():
     """Greedy play of a fixed network: Procgen is deterministic given the level and the actions,

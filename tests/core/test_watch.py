@@ -14,6 +14,7 @@ from tests.helpers import save_untrained_run
 from tests.procs import ROOT
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_recording_has_one_frame_per_observation_and_the_episode_returns(tmp_path):
     save_untrained_run(tmp_path, "cartpole_ppo")
     rec = watch.record_episodes(str(tmp_path), episodes=1)
@@ -77,6 +78,7 @@ def test_watch_py_records_mujoco_on_a_machine_without_a_display(tmp_path):
     assert not np.array_equal(frames[0], frames[-1])
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_watch_cli_rejects_missing_paths_in_one_line(tmp_path):
     missing = tmp_path / "no_such_run"
     bad = subprocess.run(
@@ -90,6 +92,7 @@ def test_watch_cli_rejects_missing_paths_in_one_line(tmp_path):
     assert not missing.exists()  # nothing created for a path that does not exist
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_evaluate_py_scores_a_run_in_one_command(tmp_path):
     """evaluate.py --checkpoint=RUN: mean and spread of return and length, JSON and Markdown."""
     save_untrained_run(tmp_path, "cartpole_ppo")

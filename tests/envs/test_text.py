@@ -80,6 +80,7 @@ def test_missions_need_a_mission_observation():
         env_spec(c)
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_text_encoder_reads_words_in_order_and_ignores_padding():
     enc = TextEncoder(vocab_size=10, features=6)
     tokens = jnp.array([[3, 4, 5, 0, 0], [5, 4, 3, 0, 0], [3, 4, 6, 0, 0]], jnp.int32)
@@ -126,6 +127,7 @@ def test_the_policy_depends_on_the_mission_and_gradients_reach_only_the_words_us
     assert set(np.flatnonzero(used)) == {VOCAB[w] for w in ("go", "to", "the", "red", "ball")}
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_surgery_widens_a_text_network_and_refuses_to_move_its_words():
     old, new = text_network(), text_network(cnn_hidden=160)
     params = random_params(old, 2)

@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import grpc
@@ -20,6 +21,7 @@ from seedlike.envs.envpool_env import make_env_spec
 from seedlike.learning import train_state as ts
 from seedlike.rpc import codec
 from seedlike.rpc.codec import STREAM_METHOD
+from seedlike.scores import final_score
 from seedlike.types import ArraySpec, EnvSpec, Rows
 from tests.procs import (
     CONFIG,
@@ -79,6 +81,21 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     assert own["process/open_files"] >= 5 and 0.1 < own["process/cpu"] <= os.cpu_count(), own
     address = open(logdir / "server_address").read().strip()
     assert not pids_matching(f"--server={address}"), "train.sh left actor processes behind"
+    # The run explains itself: its resolved config, and a summary of what it reached.
+    assert json.loads((logdir / "config.json").read_text())["total_env_steps"] == 70_000
+    done = json.loads((logdir / "summary.json").read_text())
+    assert done["outcome"] == "finished" and done["env_steps"] == rows[-1]["env_steps"]
+    assert done["final_return"] == pytest.approx(final_score(rows, weight="episodes"))
+    low, high = done["final_return_ci95"]
+    assert low <= done["final_return"] <= high and (logdir / "summary.md").exists()
+    # Run again, it says it is finished and starts nothing (no row, no actor log, exit 0).
+    again = subprocess.run(
+        ["scripts/train.sh", f"--logdir={logdir}", "--config.total_env_steps=70000"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "SEEDLIKE_PYTHON": sys.executable},
+    )  # fmt: skip
+    assert again.returncode == 0 and "is finished at" in again.stdout, again
+    assert "--config.total_env_steps" in again.stdout and len(metrics(logdir)) == len(rows)
 
     # The final checkpoint serves as a frozen policy that plays (greedily) as well as it trained,
     # for a fixed number of episodes.
@@ -96,11 +113,10 @@ def test_train_sh_learns_cartpole_and_stops_everything(tmp_path, procs):
     assert served and all(r["policy_version"] == rows[-1]["policy_version"] for r in served)
     summary = json.loads(log_text(server).split("served: ", 1)[1].splitlines()[0])
     assert summary["episodes"] == 20
-    # Against the mean of the last three reports, not their best: each is a 2 s window of a
-    # stochastic policy, and they swing (a CI run ended 393, 273, 214 and served 280 greedily).
-    # Serving untrained parameters would play near a random policy's ~22.
-    last = sum(returns[-3:]) / 3
-    assert summary["episode_return_mean"] >= 0.6 * last, (summary, returns)
+    # Serving untrained parameters would play near a random policy's ~22; the trained one,
+    # greedily, played 280 in a CI run whose last reports swung 393, 273, 214 (each a 2 s
+    # window of a stochastic policy), so a fixed bar far above random holds on any machine.
+    assert summary["episode_return_mean"] >= 100, (summary, returns)
 
     # Ctrl-C twice in a terminal (two SIGINTs to the job's process group, 0.5 s apart): the
     # resumed job checkpoints a later version, and the script returns only when every process

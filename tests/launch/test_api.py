@@ -28,6 +28,7 @@ def test_evaluate_plays_whole_episodes(tmp_path):
     assert result["return_mean"] == result["length_mean"] > 0
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_play_and_record_a_board_game(tmp_path):
     save_untrained_run(tmp_path, "tictactoe_selfplay")
     summary = seedlike.play(str(tmp_path), "random", games=20)

@@ -102,6 +102,7 @@ def _population(logdir, exploit=True):
     )  # fmt: skip
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_a_resumed_population_makes_the_same_choices(tmp_path, monkeypatch):
     monkeypatch.setattr(jobs, "POLL_S", 0.01)  # the stand-in jobs end at once
     whole = str(tmp_path / "whole")

@@ -299,6 +299,7 @@ def test_dominated_agent_falls_dominating_agent_rises_references_stay_fixed():
     assert loser.mu == loser_mus[-1] and loser.sigma == pytest.approx(25 / 3) and loser.games == 0
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_rate_references_anchors_random_at_zero_and_orders_by_strength():
     results = {
         (WEAK, RANDOM): [1] * 45 + [-1] * 5,

@@ -29,6 +29,7 @@ def run_update(devices, config, updates=2, obs_on_device=False):
     return learner.state(), metrics, state
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_one_and_two_devices_compute_the_same_update(variant):
     assert jax.local_device_count() >= 2, "tests/conftest.py forces 2 CPU devices"
@@ -62,6 +63,7 @@ def test_one_and_two_devices_compute_the_same_update(variant):
             np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-6, err_msg=key)
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 @pytest.mark.parametrize("variant", ["ppo", "vtrace_lstm"])
 def test_observations_stacked_on_the_device_give_the_same_update(variant):
     config = variant_config(variant)
@@ -213,6 +215,7 @@ def run_replay_updates(devices, config, updates=2):
     return states, metrics, initial
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_replay_learner_is_the_same_on_one_and_two_devices():
     # C51 (5 atoms) and dueling: the projection and the per-atom head run on both device counts;
     # one atom's Huber path is tests/algos/test_rainbow.py's (one run costs 12 s of the suite).
@@ -246,6 +249,7 @@ def test_replay_learner_is_the_same_on_one_and_two_devices():
     np.testing.assert_allclose(metrics_one[-1]["replay/ratio"], 4 * 16 / inserted)
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_the_r2d2_learner_is_the_same_on_one_and_two_devices():
     """Sequences with their stored LSTM states, split over devices like transitions."""
     c = small_config(algo="r2d2")

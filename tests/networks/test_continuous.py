@@ -211,6 +211,7 @@ def test_return_scale_divides_by_the_std_of_every_discounted_return_so_far():
     np.testing.assert_allclose(got, [1.0, -1.0], rtol=1e-6)
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_ppo_ratio_is_one_at_the_acting_params():
     spec = EnvSpec("t", {"obs": ArraySpec(np.float32, (3,))}, 4, action_heads=(4,),
                    action_low=(-1.0, -1.0), action_high=(1.0, 1.0))  # fmt: skip
@@ -251,6 +252,7 @@ def test_a_discrete_checkpoint_resumed_on_a_continuous_task_is_one_clear_line(tm
     assert "\n" not in message and "gaussian_head" in message and "policy_head" in message
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_vtrace_importance_ratios_are_one_at_the_acting_params():
     from seedlike.algos.batches import SequenceBatch
     from seedlike.algos.vtrace import make_vtrace_loss

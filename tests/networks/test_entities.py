@@ -255,6 +255,7 @@ def test_targets_random_play_scores_about_a_third():
     assert 2.0 < total / 300 < 2.8, total / 300
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_padding_changes_nothing_in_the_entity_encoder():
     """Absent entities are masked as attention keys and out of the pool: more padding rows leave
     the present entities' embeddings and the pooled features as they were."""
@@ -394,6 +395,7 @@ def test_add_action_head_bounds_the_new_choices_for_every_input():
     assert report.max_abs_logits <= TOL and report.max_kl <= 1e-4 and report.max_kl > 1e-5
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_entity_surgery_refuses_what_it_cannot_keep():
     old = entity_network(entity_spec())
     for overrides, match in (
@@ -417,6 +419,7 @@ def test_entity_surgery_refuses_what_it_cannot_keep():
         plan.apply(old.init(jax.random.key(0)), 0, Context(layout_of(old)))
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_entity_surgery_on_a_whole_checkpoint_with_a_league_snapshot(tmp_path):
     import surgery
 
@@ -466,6 +469,7 @@ def ar_inputs(net, rows, seed):
     return obs, {LEGAL_ACTION_MASK: mask}
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_autoregressive_heads_act_as_the_chain_of_their_conditionals():
     """act() chooses argument by argument; step(actions=...) gives each argument's logits given
     the earlier ones. The two agree on log pi(a), pi sums to 1 over every joint action, sampled

@@ -56,6 +56,7 @@ def test_mirror_actions_by_hand():
     np.testing.assert_array_equal(mirror_actions("cells", 6, width=3), [2, 1, 0, 5, 4, 3])
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 @pytest.mark.parametrize(
     "spec, mirror, overrides",
     [
@@ -159,6 +160,7 @@ def played_boards(game, n, seed):
     return np.stack([mine, theirs], -1).astype(np.int8)
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 @pytest.mark.parametrize("name", ["ConnectFour-v1", "TicTacToe-v1"])
 def test_line_features_match_placing_each_stone_and_the_legal_moves(name):
     game = search.GAMES[name]
@@ -194,6 +196,7 @@ def test_line_features_of_a_hand_made_board():
     assert set(zip(*np.nonzero(features[..., 2]))) == playable
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_board_lines_feed_the_torso_and_keep_the_mirror_exact():
     lined = build(CONNECT_FOUR, hidden_sizes=(16,), board_lines=4, board_gravity=True)
     assert lined.input_spec["obs_lines"] == ArraySpec(np.float32, (6, 7, 3))

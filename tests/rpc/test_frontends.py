@@ -70,6 +70,7 @@ def run(front_ends: int):
     return sorted(unrolls), store.steps_written_in_place, service.stats.rows_read_in_place
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 @pytest.mark.parametrize("front_ends", [1, 2])
 def test_front_ends_write_each_step_once_and_the_unrolls_are_the_same(front_ends):
     local, written_local, in_place_local = run(0)

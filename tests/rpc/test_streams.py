@@ -160,6 +160,7 @@ def test_one_host_cannot_hold_more_streams_than_its_cap(server):
     again.close()
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 @pytest.mark.transport(max_pending_streams=4, hello_timeout_s=3.0)
 def test_streams_without_a_hello_hold_no_slot_and_give_way_to_newcomers(server):
     """Finding 6 of issue 33: 200 streams that open and stay silent held every slot and locked an
@@ -184,6 +185,7 @@ def test_streams_without_a_hello_hold_no_slot_and_give_way_to_newcomers(server):
     assert codes.count(grpc.StatusCode.DEADLINE_EXCEEDED) <= 4
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 @pytest.mark.transport(evict_idle_s=0.3, idle_timeout_s=3.0)
 def test_a_full_server_gives_the_slot_of_a_silent_session_to_a_newcomer(server, request):
     """Finding 6 of issue 33 (Hello, then silence): both slots held by sessions that never step;
@@ -245,6 +247,7 @@ def test_an_evicted_session_that_steps_again_is_told_why():
 # evict_idle_s leaves room for a loaded machine: with 0.3 s, the newcomer's own connection (after
 # the actors' last steps) took longer than that once under a full test run, and a busy session
 # looked idle.
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 @pytest.mark.transport(evict_idle_s=1.5)
 def test_a_busy_session_is_never_evicted(server):
     """Sessions that step keep their slots however long they have been connected."""

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.procs import ROOT
 
 # One jitted program in a fresh process; prints the cache folder JAX uses and how many programs
@@ -32,6 +34,7 @@ def run(env):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_a_second_process_reads_the_program_the_first_compiled(tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     first, second = run(env), run(env)
@@ -41,6 +44,7 @@ def test_a_second_process_reads_the_program_the_first_compiled(tmp_path):
     assert first["hits"] == 0 and second["hits"] >= 1, (first, second)
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_a_cache_folder_the_user_set_is_left_alone(tmp_path):
     folder = str(tmp_path / "mine")
     assert run({"JAX_COMPILATION_CACHE_DIR": folder})["dir"] == folder

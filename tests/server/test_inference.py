@@ -2,6 +2,7 @@
 and every answered step ends up recorded once."""
 
 import numpy as np
+import pytest
 
 from seedlike.server.inference import RECORD_QUEUE
 from seedlike.server.trajectory_store import BatchQueue, TrajectoryStore
@@ -40,6 +41,7 @@ def test_actions_go_back_while_the_recorder_waits_for_the_learner():
     ]
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
 def test_sessions_of_many_sizes_are_batched_and_recorded_once():
     batches = BatchQueue(slots=1000)
     store = TrajectoryStore(UnrollPool(SPEC, 2), 1, batches)

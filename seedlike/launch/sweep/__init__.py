@@ -22,35 +22,25 @@ are skipped, failed and stopped ones continue. <logdir>/sweep_state.json keeps e
 
 Results, rewritten whenever a run ends: for each run the final value of --metric (the mean over
 the last --final_fraction of its metrics rows that have one; CleanRL reports the last 10% of a
-run's episodes) and its best; for each cell their mean over seeds with a 95% Student-t interval.
-<logdir>/sweep.md is the table (best cell first), sweep.json the same numbers, sweep.png each
-cell's mean curve over its seeds and the finals with their intervals. Each run's W&B group is the
+run's episodes) and its best; for each cell the IQM and mean of its seeds' finals with stratified
+bootstrap 95% intervals (seedlike.aggregate). <logdir>/sweep.md is the table (best cell first),
+sweep.json the same numbers, sweep.png each cell's mean curve over its seeds with a bootstrap band
+and the finals' IQM with their intervals. Each run's W&B group is the
 sweep's name (the logdir's base name), so the W&B UI shows a sweep's runs together.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 
 import numpy as np
 
+from seedlike import aggregate
 from seedlike.launch import jobs
 from seedlike.metrics import read_metrics
 
 STATE_FILE = "sweep_state.json"
-
-
-def interval(values: list[float]) -> tuple[float, float | None]:
-    """(mean, half-width of its 95% Student-t interval; None for one value)."""
-    from scipy import stats
-
-    mean = float(np.mean(values))
-    if len(values) < 2:
-        return mean, None
-    sem = float(np.std(values, ddof=1)) / math.sqrt(len(values))
-    return mean, float(stats.t.ppf(0.975, len(values) - 1)) * sem
 
 
 def summarize(state: dict, logdir: str, metric: str, mode: str, final_fraction: float) -> list:
@@ -73,24 +63,27 @@ def summarize(state: dict, logdir: str, metric: str, mode: str, final_fraction: 
             cell["seeds"][run["seed"]] = result
     out = []
     for cell in cells.values():
-        finals = [r["final"] for r in cell["seeds"].values()]
-        bests = [r["best"] for r in cell["seeds"].values()]
-        cell["final_mean"], cell["final_ci"] = interval(finals) if finals else (None, None)
-        cell["best_mean"], cell["best_ci"] = interval(bests) if bests else (None, None)
+        for what in ("final", "best"):
+            values = [r[what] for r in cell["seeds"].values()]
+            cell[what] = aggregate.summarize({cell["cell"]: values}) if values else None
+        cell["final_mean"] = cell["final"]["mean"]["value"] if cell["final"] else None
         out.append(cell)
     sign = -1.0 if mode == "max" else 1.0
     return sorted(out, key=lambda c: (c["final_mean"] is None, sign * (c["final_mean"] or 0.0)))
 
 
-def _pm(mean, half) -> str:
-    if mean is None:
+def _stat(summary: dict | None, name: str) -> str:
+    """'value [low, high]' of a statistic of aggregate.summarize, '-' without one."""
+    if summary is None:
         return "-"
-    return f"{mean:.4g}" if half is None else f"{mean:.4g} ± {half:.3g}"
+    s = summary[name]
+    return f"{s['value']:.4g} [{s['ci95'][0]:.4g}, {s['ci95'][1]:.4g}]"
 
 
 def markdown(cells: list[dict], metric: str, final_fraction: float) -> str:
     keys = list(dict.fromkeys(k for c in cells for k in c["overrides"]))
-    head = [*keys, f"{metric}, final (mean ± 95%)", "best (mean ± 95%)", "per seed (final)"]
+    head = [*keys, f"{metric}, final IQM [95%]", "final mean [95%]", "best mean [95%]",
+            "per seed (final)"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for c in cells:
         seeds = ", ".join(f"{s}: {r['final']:.4g}" for s, r in sorted(c["seeds"].items()))
@@ -98,9 +91,13 @@ def markdown(cells: list[dict], metric: str, final_fraction: float) -> str:
             if c[what]:
                 seeds += ("; " if seeds else "") + f"{what}: " + ", ".join(map(str, c[what]))
         values = [c["overrides"].get(k, "") for k in keys]
-        final, best = _pm(c["final_mean"], c["final_ci"]), _pm(c["best_mean"], c["best_ci"])
-        lines.append("| " + " | ".join([*values, final, best, seeds or "-"]) + " |")
-    note = f"final: the mean of the last {final_fraction:.0%} of a run's rows with {metric}"
+        stats = [_stat(c["final"], "iqm"), _stat(c["final"], "mean"), _stat(c["best"], "mean")]
+        lines.append("| " + " | ".join([*values, *stats, seeds or "-"]) + " |")
+    note = (
+        f"final: the mean of the last {final_fraction:.0%} of a run's rows with {metric}; IQM "
+        "and mean over a cell's seeds with stratified bootstrap 95% intervals "
+        "(seedlike.aggregate, Agarwal et al. 2021)"
+    )
     return "\n".join(lines) + f"\n\n{note}.\n"
 
 
@@ -123,21 +120,17 @@ def plot(cells: list[dict], state: dict, logdir: str, metric: str, out: str) -> 
         curves = [(x, y) for x, y in curves if x.size]
         if not curves:
             continue
-        xs = np.linspace(0, min(x[-1] for x, _ in curves), 100)
-        mean = np.mean([np.interp(xs, x, y) for x, y in curves], axis=0)
-        left.plot(xs, mean, label=f"{c['cell']} ({len(curves)})")
-    left.set(xlabel="env steps", ylabel=metric, title="mean over seeds")
+        xs, mean, low, high = aggregate.curve_band(curves)
+        (line,) = left.plot(xs, mean, label=f"{c['cell']} ({len(curves)})")
+        left.fill_between(xs, low, high, color=line.get_color(), alpha=0.2)
+    left.set(xlabel="env steps", ylabel=metric, title="mean over seeds, 95% bootstrap band")
     left.legend(fontsize=7)
     done = [c for c in cells if c["final_mean"] is not None]
-    right.errorbar(
-        range(len(done)),
-        [c["final_mean"] for c in done],
-        yerr=[c["final_ci"] or 0.0 for c in done],
-        fmt="o",
-        capsize=4,
-    )
+    iqm = np.array([c["final"]["iqm"]["value"] for c in done])
+    low, high = (np.array([c["final"]["iqm"]["ci95"][k] for c in done]) for k in (0, 1))
+    right.errorbar(range(len(done)), iqm, yerr=[iqm - low, high - iqm], fmt="o", capsize=4)
     right.set_xticks(range(len(done)), [c["cell"] for c in done], rotation=30, ha="right")
-    right.set(ylabel=f"final {metric}", title="finals, 95% interval over seeds")
+    right.set(ylabel=f"final {metric} (IQM)", title="finals' IQM, bootstrap 95% over seeds")
     right.tick_params(axis="x", labelsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
