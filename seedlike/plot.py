@@ -106,35 +106,43 @@ def plot_runs(
     return fig
 
 
-_KEYS = flags.DEFINE_list("keys", ["episode_return_mean"], "metrics.jsonl keys, one panel each.")
-_X = flags.DEFINE_enum("x", "env_steps", X_AXES, "x axis: env steps or wall-clock minutes.")
-_SMOOTH = flags.DEFINE_integer("smooth", 1, "Average each point with the N-1 points before it.")
-_OUT = flags.DEFINE_string("out", "curve.png", "Image to write (.png, .pdf, .svg).")
-_SEEDS = flags.DEFINE_bool(
-    "seeds",
-    False,
-    "The runs are seeds of one setting: their mean with a 95% band, and the "
-    "final return's IQM and mean with bootstrap intervals.",
-)
+def define_flags() -> None:
+    """The entrypoint's flags, defined when it runs rather than on import: the sweep imports
+    `curve` and has a --seeds flag of its own."""
+    flags.DEFINE_list("keys", ["episode_return_mean"], "metrics.jsonl keys, one panel each.")
+    flags.DEFINE_enum("x", "env_steps", X_AXES, "x axis: env steps or wall-clock minutes.")
+    flags.DEFINE_integer("smooth", 1, "Average each point with the N-1 points before it.")
+    flags.DEFINE_string("out", "curve.png", "Image to write (.png, .pdf, .svg).")
+    flags.DEFINE_bool(
+        "seeds",
+        False,
+        "The runs are seeds of one setting: their mean with a 95% band, and the "
+        "final return's IQM and mean with bootstrap intervals.",
+    )
 
 
 def main(argv):
     if len(argv) < 2:
         raise app.UsageError("pass one or more run directories: python -m seedlike.plot RUN ...")
+    f = flags.FLAGS
     try:
         runs = load_runs(argv[1:])
-        fig = plot_runs(runs, _KEYS.value, _X.value, max(_SMOOTH.value, 1), _SEEDS.value)
+        fig = plot_runs(runs, f.keys, f.x, max(f.smooth, 1), f.seeds)
     except PlotError as e:
         raise SystemExit(f"error: {e}") from None
-    fig.savefig(_OUT.value, dpi=120)
-    print(f"wrote {_OUT.value}")
-    if _SEEDS.value:
-        key = _KEYS.value[0]  # a mean over episodes weighs by them; any other key by rows
+    fig.savefig(f.out, dpi=120)
+    print(f"wrote {f.out}")
+    if f.seeds:
+        key = f.keys[0]  # a mean over episodes weighs by them; any other key by rows
         weight = "episodes" if key.startswith("episode_") else ""
         finals = [final_score(rows, key, weight=weight) for rows in runs.values()]
-        summary = aggregate.summarize({"runs": [f for f in finals if f == f]})
+        summary = aggregate.summarize({"runs": [v for v in finals if v == v]})
         print(f"final {key}: {aggregate.describe(summary)}")
 
 
 if __name__ == "__main__":
+    from seedlike.cli import check_flags
+
+    define_flags()
+    check_flags()
     app.run(main)

@@ -248,3 +248,35 @@ def _test_files(folder: str = os.path.join(ROOT, "tests")):
             if name.endswith(".py") and path != os.path.abspath(__file__):
                 with open(path) as f:
                     yield os.path.relpath(path, ROOT), ast.parse(f.read())
+
+
+def test_nothing_imports_an_entrypoint():
+    """absl's flags are one process-wide table: a module that defines flags when imported is an
+    entrypoint, and one that imports it (even lazily, inside a function) collides with its own
+    flags of the same name the day they meet (the sweep's --seeds met seedlike.plot's)."""
+    scripts = {
+        f"{folder}.{name[:-3]}".lstrip("."): os.path.join(ROOT, folder, name)
+        for folder in ("", "benchmarks")
+        for name in os.listdir(os.path.join(ROOT, folder))
+        if name.endswith(".py")
+    }
+    every = {**dict(modules()), **scripts}
+    entrypoints = {module for module, path in every.items() if _defines_flags_on_import(path)}
+    assert {"learner", "seedlike.launch.sweep.__main__", "benchmarks.rainbow"} <= entrypoints
+    found = [
+        f"{module} imports the entrypoint {name}"
+        for module, path in every.items()
+        for name in set(imports(path))
+        if name in entrypoints and name != module
+    ]
+    assert not found, "\n".join(sorted(found))
+
+
+def _defines_flags_on_import(path: str) -> bool:
+    """A flags.DEFINE_* call at the module's top level (not inside a def or a __main__ guard)."""
+    return any(
+        isinstance(call, ast.Call) and _name(call.func).startswith("DEFINE_")
+        for node in ast.parse(open(path).read()).body
+        if not isinstance(node, (ast.FunctionDef, ast.If))
+        for call in ast.walk(node)
+    )
