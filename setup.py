@@ -31,6 +31,10 @@ INSTALL_REQUIRES = [
     "pyyaml==6.0.3",  # deploy.py's Kubernetes manifests
     "scipy==1.17.1",  # python -m seedlike.launch.sweep's Student-t intervals (jax needs it too)
     "minatar==1.0.15",  # MinAtar/<Game>-v1 through env.backend=gymnasium (configs/minatar_*.py)
+    # env.backend=gymnax: JAX envs stepped on the device (seedlike.ondevice). 0.0.9: gymnax 0.1
+    # pins gymnasium below the 1.4 above; seaborn is what it imports for its plots.
+    "gymnax==0.0.9",
+    "seaborn==0.13.2",
 ]
 
 # What an actor process imports (seedlike.actor, seedlike.envs, seedlike.rpc, seedlike.config):

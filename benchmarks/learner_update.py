@@ -95,6 +95,7 @@ def measure(config) -> dict:
     import jax
 
     from networks import make_network
+    from seedlike.algos import batches
     from seedlike.envs.envpool_env import make_env_spec
     from seedlike.learning import update as learner_lib
 
@@ -131,7 +132,7 @@ def measure(config) -> dict:
 
         items, num_items = SequenceBatch(resident, advantage, value_target), unrolls.action.shape[0]
     else:
-        items = learner_lib._step_source(resident, advantage, value_target)
+        items = batches.step_source(resident, advantage, value_target)
         num_items = unrolls.reward.size
     size = num_items // learner.num_minibatches
     idx = np.random.default_rng(0).permutation(num_items).astype(np.int32)

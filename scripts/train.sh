@@ -115,6 +115,18 @@ status=0
   -- "${config_flags[@]}" || status=$?
 if [ "$status" -eq 3 ]; then exit 0; elif [ "$status" -ne 0 ]; then exit "$status"; fi
 for dir in "${learner_dirs[@]}"; do rm -f "$dir/server_address"; done
+# An env stepped inside the learner's compiled program (env.backend=gymnax: seedlike.ondevice)
+# has no actors: the learner is the job.
+runtime="$("$SEEDLIKE_PY" -m seedlike.cli runtime --config="$config" -- "${config_flags[@]}")"
+if [ "$runtime" = "device" ]; then
+  if [ "$learners" -gt 1 ] || [ "$population" -gt 1 ]; then
+    echo "env.backend runs on the device: one learner process (no --learners or --population)" >&2
+    exit 2
+  fi
+  echo "the envs run on the device inside the learner's program; no actors; logs in $logdir" >&2
+  exec "$SEEDLIKE_PY" learner.py --config="$config" "${config_flags[@]}" --logdir="$logdir" \
+    "${learner_flags[@]}"
+fi
 
 pids=()
 learner_pids=()

@@ -40,6 +40,9 @@ class DamagedCheckpoint(CheckpointError):
 
 # meta key of the state's digest (tree_digest), written by save and checked by restore.
 DIGEST_KEY = "state_digest"
+# A runtime's arrays saved beside the state (Checkpointer.save's `extra`), and their digest.
+EXTRA = "device"
+EXTRA_DIGEST_KEY = "device_digest"
 
 
 class _QuietOrbax(logging.Filter):
@@ -112,6 +115,7 @@ class Checkpointer:
             item_handlers={
                 "state": ocp.StandardCheckpointHandler(multiprocessing_options=alone),
                 "meta": ocp.JsonCheckpointHandler(multiprocessing_options=alone),
+                EXTRA: ocp.StandardCheckpointHandler(multiprocessing_options=alone),
             },
         )
 
@@ -125,32 +129,34 @@ class Checkpointer:
                 logging.warning("removing %s, left by an interrupted save", name)
                 shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
 
-    def save(self, step: int, state, meta: dict) -> None:
+    def save(self, step: int, state, meta: dict, extra=None) -> None:
         """Starts saving and returns; orbax writes in the background and commits the step when
         complete (`wait` or `close` waits for it). The state is copied to host memory first, so
-        the caller may go on changing it."""
+        the caller may go on changing it. `extra`: a runtime's own arrays saved beside the state
+        (an on-device run's envs and keys: `restore_extra`), digested with it."""
         self.wait()  # one save at a time
         # orbax copies the arrays before it returns (tests/core/test_checkpoint.py checks that later
         # changes to the caller's arrays do not reach the write).
         state = jax.device_get(state)
+        extra = jax.device_get(extra)
         meta = {**meta, DIGEST_KEY: tree_digest(state)}
+        if extra is not None:
+            meta[EXTRA_DIGEST_KEY] = tree_digest(extra)
         try:
             if int(step) in self._manager.all_steps():
                 # Same policy version saved again (an interval without an update, or a resume
                 # stopped before its first): the state is the one on disk, the counters in meta
                 # may have moved on. Deleting the step to write it again would leave no step N
                 # until the new write commits, so its meta is replaced in place instead.
-                if self._replace_meta(int(step), meta):
+                # (Not with an `extra`: it may have moved on while the state did not.)
+                if extra is None and self._replace_meta(int(step), meta):
                     self._pending = None
                     return
                 self._manager.delete(int(step))  # written before digests were saved with it
-            self._manager.save(
-                int(step),
-                args=ocp.args.Composite(
-                    state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
-                ),
-                force=True,
-            )
+            items = {"state": ocp.args.StandardSave(state), "meta": ocp.args.JsonSave(meta)}
+            if extra is not None:
+                items[EXTRA] = ocp.args.StandardSave(extra)
+            self._manager.save(int(step), args=ocp.args.Composite(**items), force=True)
         except StorageError:
             raise
         except Exception as e:  # noqa: BLE001 - whatever orbax wraps the OSError in
@@ -255,6 +261,7 @@ class Checkpointer:
             ),
         )
         meta = dict(restored.meta)
+        meta.pop(EXTRA_DIGEST_KEY, None)
         digest = meta.pop(DIGEST_KEY, None)  # absent in checkpoints of older seedlike versions
         where = f"checkpoint {self.directory}/{step}"
         if digest is not None and tree_digest(restored.state) != digest:
@@ -267,6 +274,26 @@ class Checkpointer:
         if bad:
             raise DamagedCheckpoint(f"{where} holds non-finite values in {', '.join(bad[:4])}")
         return restored.state, meta
+
+    def restore_extra(self, step: int, target):
+        """The `extra` saved with step, in the structure of `target` (IncompatibleCheckpoint
+        where the step has none, or one of another shape)."""
+        where = f"checkpoint {self.directory}/{step}"
+        if not os.path.isdir(os.path.join(self.directory, str(step), EXTRA)):
+            raise IncompatibleCheckpoint(f"{where} holds no {EXTRA!r} state to resume from")
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
+        try:
+            restored = self._manager.restore(
+                step, args=ocp.args.Composite(**{EXTRA: ocp.args.StandardRestore(abstract)})
+            )[EXTRA]
+        except (ValueError, KeyError) as e:
+            raise IncompatibleCheckpoint(
+                f"{where}: its {EXTRA!r} state does not fit: {e}"
+            ) from None
+        digest = self.read_meta(step).get(EXTRA_DIGEST_KEY)
+        if digest is not None and tree_digest(restored) != digest:
+            raise DamagedCheckpoint(f"{where}: its {EXTRA!r} state does not match its digest")
+        return restored
 
     def read_meta(self, step: int) -> dict:
         restored = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))

@@ -247,6 +247,8 @@ def main(argv: list[str]) -> None:
 
       python -m seedlike.cli flags --own=A,B,... -- ARGS   check_flag_names, own flags A, B, ...
       python -m seedlike.cli finished --logdir=D --config=F -- --config.K=V ...   finished_line
+      python -m seedlike.cli runtime --config=F -- --config.K=V ...   prints "device" where the
+          env runs inside the learner's program (no actors to start), else "actors"
     """
     options = dict(a[2:].split("=", 1) for a in argv[2 : argv.index("--")] if "=" in a)
     args = argv[argv.index("--") + 1 :]
@@ -258,6 +260,15 @@ def main(argv: list[str]) -> None:
             sys.exit(2)
         return
     config = load_config_file(options["config"])
+    if argv[1] == "runtime":
+        from seedlike.envs import BACKENDS
+
+        backend = config.env.backend
+        for arg in args:  # an unknown backend is the learner's to report
+            backend = arg.partition("=")[2] if arg.startswith("--config.env.backend=") else backend
+        found = BACKENDS.get(backend)
+        print("device" if found is not None and found.on_device else "actors")
+        return
     for arg in args:  # the two settings the budget depends on; the learner checks the rest
         key, _, value = arg[len("--config.") :].partition("=")
         if key in ("total_env_steps", "pause_at_env_steps") and value.isdigit():

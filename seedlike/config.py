@@ -7,6 +7,7 @@ file or a --config.x.y=v flag) is an error instead of a silently ignored setting
 from __future__ import annotations
 
 import json
+import logging
 
 import ml_collections
 import numpy as np
@@ -792,6 +793,20 @@ SECTION_CHECKS = (
     check_population, check_curriculum, check_server, check_league, check_log,
     check_distributed,
 )  # fmt: skip
+
+
+def check_resumed(config, meta: dict, logdir: str) -> None:
+    """Refuses to resume a run with a config that changes what its parameters mean."""
+    changes = meaning_changes(meta.get("config") or {}, config)
+    if not changes or config.checkpoint.force_resume:
+        for change in changes:
+            logging.warning("resuming with a changed config (checkpoint.force_resume): %s", change)
+        return
+    raise ConfigError(
+        f"{logdir} was trained with another config: {'; '.join(changes)}. Resume with its own "
+        f"(--config=configs/of_run.py:{logdir}), change a network by surgery "
+        "(docs/surgery.md), or pass --config.checkpoint.force_resume=True"
+    )
 
 
 def validate(config) -> None:

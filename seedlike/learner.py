@@ -28,7 +28,7 @@ import numpy as np
 
 from networks import make_network
 from seedlike import checkpoint as ckpt_lib
-from seedlike import cli
+from seedlike import cli, envs
 from seedlike import config as config_lib
 from seedlike.algos import ALGORITHMS, unroll_overlap
 from seedlike.league import roles
@@ -272,7 +272,7 @@ def restore(config, logdir: str, learner: Learner):
         )
         checkpointer.remove_interrupted_saves()
         state, meta = _restore(checkpointer, state)
-        _check_resumed_config(config, meta, logdir)
+        config_lib.check_resumed(config, meta, logdir)
         if not meta and config.init_from:
             state = _init_from(config.init_from, state)
         if meta and learner.save_replay:
@@ -564,20 +564,6 @@ def _restore(checkpointer, initial):
     return state, meta
 
 
-def _check_resumed_config(config, meta: dict, logdir: str) -> None:
-    """Refuses to resume a run with a config that changes what its parameters mean."""
-    changes = config_lib.meaning_changes(meta.get("config") or {}, config)
-    if not changes or config.checkpoint.force_resume:
-        for change in changes:
-            logging.warning("resuming with a changed config (checkpoint.force_resume): %s", change)
-        return
-    raise config_lib.ConfigError(
-        f"{logdir} was trained with another config: {'; '.join(changes)}. Resume with its own "
-        f"(--config=configs/of_run.py:{logdir}), change a network by surgery "
-        "(docs/surgery.md), or pass --config.checkpoint.force_resume=True"
-    )
-
-
 def _init_from(path: str, state):
     """A new run's state with the parameters and observation statistics of another run's
     checkpoint (fine-tuning); optimizer, counters and RNG stay fresh."""
@@ -781,7 +767,14 @@ def main(config, logdir: str, bind: str, port: int) -> None:
         logging.info("%s", done)
         return
     try:
-        train(config, logdir, bind=bind, port=port, stop=stop, freeze_gc=True)
+        if envs.on_device(config.env):  # no actors to serve: the envs run in the program
+            from seedlike.ondevice import run as ondevice
+
+            ondevice.train(config, logdir, stop)
+        else:
+            train(config, logdir, bind=bind, port=port, stop=stop, freeze_gc=True)
+    except envs.UnknownEnv as e:
+        raise SystemExit(f"error: {e}") from None
     except (config_lib.ConfigError, ckpt_lib.CheckpointError, security.TransportError) as e:
         raise SystemExit(f"error: {e}") from None
     except StorageError as e:

@@ -18,6 +18,8 @@ NEVER = {
     "seedlike.learning": ["seedlike.server", "seedlike.rpc", "seedlike.league"],
     "seedlike.algos": ["seedlike.server", "seedlike.rpc", "seedlike.league", "seedlike.learning"],
     "networks": ["seedlike.server", "seedlike.rpc", "seedlike.league", "seedlike.learning"],
+    # The on-device runtime is called by the learner process and serves no actors.
+    "seedlike.ondevice": ["seedlike.learner", "seedlike.server", "seedlike.rpc"],
 }
 # The ground floor and the top: runtime helpers import nothing else of seedlike, and only the
 # package's lazy API (seedlike/__init__.py) and entrypoints import the launchers.

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
 
 class LossAux(NamedTuple):
@@ -113,3 +114,31 @@ def forward_sequence(network, params, obs_norm, unroll, steps: int):
     return network.apply(
         params, obs_norm, take(unroll.obs), take(unroll.extras), take(unroll.action)
     )
+
+
+def step_source(unrolls, advantage, value_target) -> SampleBatch:
+    """What feed-forward PPO samples steps from: the unrolls' fields [B, T+1, ...] (step T only
+    bootstraps, so it is never drawn) beside the advantages and value targets [B, T]."""
+    return SampleBatch(
+        obs=unrolls.obs,
+        extras=unrolls.extras,
+        action=unrolls.action,
+        behaviour_logp=unrolls.behaviour_logp,
+        behaviour_value=unrolls.behaviour_value,
+        advantage=advantage,
+        value_target=value_target,
+        mask=unrolls.valid,
+    )
+
+
+def take_steps(source: SampleBatch, idx) -> SampleBatch:
+    """The minibatch of steps idx [S] (step t of unroll b is b * T + t) from a step_source."""
+    horizon = source.advantage.shape[1]
+    unroll, step = idx // horizon, idx % horizon
+    batch = jax.tree.map(lambda x: x[unroll, step], source)
+    return batch._replace(mask=batch.mask.astype(jnp.float32))
+
+
+def take_unrolls(items: SequenceBatch, idx) -> SequenceBatch:
+    """The minibatch of whole unrolls idx [S]."""
+    return jax.tree.map(lambda x: x[idx], items)

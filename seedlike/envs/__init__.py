@@ -6,6 +6,8 @@ envs an actor steps.
               "magent2.environments.battle_v4" or "seedlike.envs.coins")
   gymnasium   any single-agent Gymnasium env, by registered id ("CartPole-v1") or entry point
               ("examples.corridor:Corridor")
+  gymnax      gymnax's JAX envs (classic control, MinAtar), on-device: stepped inside the
+              learner's compiled program (seedlike.ondevice), no actors
 
 Every backend turns a batch of envs into seedlike.types.Rows of (env, player) seats, with the same
 adapter methods: reset(), recv() -> Rows, send(actions, rows), render(), close(). With
@@ -22,6 +24,8 @@ A new backend is a module and one line in `BACKENDS`. The module defines
     takes_render_mode(name) -> bool        whether render_mode="rgb_array" gives frames (watch.py)
 
 and imports no jax (actors run without it). seedlike/envs/gymnasium_env.py is the shortest.
+An on-device backend (`Backend.on_device`) has no Adapter: its `device_env(env_config, spec)`
+gives the env's pure JAX functions (seedlike/envs/device.py), which the on-device runtime steps.
 """
 
 from __future__ import annotations
@@ -48,12 +52,15 @@ class Backend:
       async_steps: its adapter steps part of its envs while the rest wait for their actions
         (env.batch_envs < env.num_envs; seedlike.config.actor_sizing sends halves).
       levels: it can play curriculum levels inside one job (env.levels).
+      on_device: its envs are JAX functions the learner's program steps (seedlike.ondevice),
+        not adapters that actors step.
     """
 
     name: str
     module: str
     async_steps: bool = False
     levels: bool = False
+    on_device: bool = False
 
     def load(self) -> ModuleType:
         return importlib.import_module(self.module)
@@ -63,6 +70,7 @@ BACKENDS = {
     "envpool": Backend("envpool", "seedlike.envs.envpool_env", async_steps=True, levels=True),
     "pettingzoo": Backend("pettingzoo", "seedlike.envs.pettingzoo_env"),
     "gymnasium": Backend("gymnasium", "seedlike.envs.gymnasium_env"),
+    "gymnax": Backend("gymnax", "seedlike.envs.gymnax_env", on_device=True),
 }
 
 
@@ -107,6 +115,16 @@ def _level_config(env_config, name: str, num_envs: int):
     config.name, config.num_envs, config.levels = name, num_envs, ()
     config.batch_envs, config.num_threads = 0, 1
     return config
+
+
+def on_device(env_config) -> bool:
+    """Whether the configured env is stepped inside the learner's program (no actors)."""
+    return backend(env_config).on_device
+
+
+def device_env(env_config, spec):
+    """The configured on-device env's pure functions (seedlike.envs.device.DeviceEnv)."""
+    return backend(env_config).load().device_env(env_config, spec)
 
 
 def make_env(env_config, spec, seed: int):

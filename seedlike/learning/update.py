@@ -86,7 +86,10 @@ class Learner:
         # Minibatches of whole unrolls: a recurrent network's, or a batch type of whole unrolls.
         self.sequences = self.network.is_recurrent or self.algorithm.batch == UNROLLS
         self._check_divisibility()
-        sgd_step, take = self._sgd_step, _take_unrolls if self.sequences else _take_steps
+        sgd_step, take = (
+            self._sgd_step,
+            batches.take_unrolls if self.sequences else batches.take_steps,
+        )
 
         def sgd_epoch(state, items, order):
             """One epoch's sgd steps: order [num_minibatches, size] indexes items."""
@@ -288,7 +291,7 @@ class Learner:
             items = batches.SequenceBatch(unrolls, advantage, value_target)
             num_items = batch
         else:
-            items = _step_source(unrolls, advantage, value_target)
+            items = batches.step_source(unrolls, advantage, value_target)
             num_items = batch * horizon
         if n > 1:
             items = self.guard(self._replicate, items)  # one transfer per device, no host copy
@@ -382,31 +385,3 @@ def _score(network):
         return jax.grad(total)(jax.lax.stop_gradient(logits))
 
     return score
-
-
-def _step_source(unrolls: Unroll, advantage, value_target) -> batches.SampleBatch:
-    """What feed-forward PPO samples steps from: the unrolls' fields [B, T+1, ...] (step T only
-    bootstraps, so it is never drawn) beside the advantages and value targets [B, T]."""
-    return batches.SampleBatch(
-        obs=unrolls.obs,
-        extras=unrolls.extras,
-        action=unrolls.action,
-        behaviour_logp=unrolls.behaviour_logp,
-        behaviour_value=unrolls.behaviour_value,
-        advantage=advantage,
-        value_target=value_target,
-        mask=unrolls.valid,
-    )
-
-
-def _take_steps(source: batches.SampleBatch, idx) -> batches.SampleBatch:
-    """The minibatch of steps idx [S] (step t of unroll b is b * T + t) from a _step_source."""
-    horizon = source.advantage.shape[1]
-    unroll, step = idx // horizon, idx % horizon
-    batch = jax.tree.map(lambda x: x[unroll, step], source)
-    return batch._replace(mask=batch.mask.astype(np.float32))
-
-
-def _take_unrolls(items: batches.SequenceBatch, idx) -> batches.SequenceBatch:
-    """The minibatch of whole unrolls idx [S]."""
-    return jax.tree.map(lambda x: x[idx], items)

@@ -223,6 +223,7 @@ ROW_WRITERS = {
     "seedlike/league/league.py": ("League.take_metrics",),
     "seedlike/league/evaluation.py": ("Evaluation.evaluate", "EvaluationThread.run"),
     "seedlike/league/ratings.py": ("TrueSkillEvaluator.metrics",),
+    "seedlike/ondevice/run.py": ("row_of",),
 }
 # Files whose `self.metric_keys = (...)` name the learner's keys (besides the algorithms' records).
 METRIC_KEYS_FILES = ("seedlike/learning/update.py", "seedlike/learning/replay_update.py")

@@ -30,8 +30,10 @@ from seedlike.actor import Actor
 from seedlike.algos import gae
 from seedlike.algos.batches import SampleBatch, Transitions
 from seedlike.config import base_config
+from seedlike.envs.device import DeviceEnv
 from seedlike.learner import train
 from seedlike.metrics import read_metrics
+from seedlike.ondevice import run as ondevice
 from seedlike.rpc.listen import ADDRESS_FILE
 from seedlike.types import ArraySpec, EnvSpec, Rows
 from surgery.checkpoint_surgery import run_surgery
@@ -88,6 +90,25 @@ class Adapter:
 
     def close(self) -> None:
         pass
+
+
+def device_env(env_config, spec: EnvSpec) -> DeviceEnv:
+    """The same env as JAX functions, for the backend declared on-device (seedlike.ondevice)."""
+
+    def observe(cue):
+        return {"obs": jax.nn.one_hot(cue, K, dtype=jnp.float32)}
+
+    def reset(key):
+        cue = jax.random.randint(key, (), 0, K)
+        return (cue, jnp.int32(0)), observe(cue)
+
+    def step(state, action, key):
+        cue, t = state
+        reward = (action == cue).astype(jnp.float32)
+        cue = jax.random.randint(key, (), 0, K)
+        return (cue, t + 1), observe(cue), reward, t + 1 >= LENGTH, jnp.bool_(False)
+
+    return DeviceEnv(reset, step)
 
 
 # The algorithm: policy gradient with a learned baseline (the Algorithm contract) -------------
@@ -202,6 +223,7 @@ class WiderHiddenLayerHead(HiddenLayerHead):
 def extended(monkeypatch):
     """The three registry lines (undone after the test)."""
     monkeypatch.setitem(envs.BACKENDS, "toy", envs.Backend("toy", THIS))
+    monkeypatch.setitem(envs.BACKENDS, "toy_jax", envs.Backend("toy_jax", THIS, on_device=True))
     record = algos.Algorithm(
         name="toy_pg",
         defaults=toy_defaults,
@@ -305,3 +327,16 @@ def test_a_replay_algorithm_from_outside_learns_through_the_same_contract(extend
     returns = train_with_an_actor(config, str(tmp_path / "q"))
     # Greedy on the cue earns LENGTH; exploring 10% of the time a little less (0.9 + 0.1 / K).
     assert returns[-1] > 0.75 * LENGTH > 2 * LENGTH / K, returns
+
+
+def test_the_same_algorithm_and_head_learn_on_the_device_from_an_outside_jax_env(
+    extended, tmp_path
+):
+    """The toy env as JAX functions (device_env), declared on-device: the outside algorithm and
+    head train inside the compiled program through the same contract, with no actor."""
+    config = toy_config()
+    config.env.backend = "toy_jax"
+    config.batch_unrolls = 8  # envs on the device, 4 on each of the suite's 2
+    row = ondevice.train(config, str(tmp_path / "device"))
+    assert row["policy_version"] == 12_000 // 64 + 1
+    assert row["episode_return_mean"] > 0.75 * LENGTH > 2 * LENGTH / K  # well above random

@@ -127,7 +127,9 @@ def test_a_burst_spread_over_more_than_the_timeout_stays_one_batch():
     open; requests that keep trickling in close it after WINDOW_LIMIT timeouts."""
     from seedlike.server.batcher import WINDOW_LIMIT
 
-    timeout = 0.2
+    # Each arrival lands 0.4 timeouts (0.16 s) inside the window: room for a sender thread that a
+    # loaded machine schedules late (at 0.2 s, 0.08 s of room, it was seen to split).
+    timeout = 0.4
     batcher = Batcher(max_rows=1024, timeout_s=timeout)
     opened(batcher, range(12))
 
@@ -156,7 +158,10 @@ def test_the_window_follows_how_long_senders_take_per_request():
     after the latest arrival is SPREAD times the running mean of what they report."""
     from seedlike.server.batcher import SPREAD, SPREAD_MEMORY, WINDOW_LIMIT
 
-    timeout = 0.1
+    # Arrivals 0.5 timeouts past a plain window and 0.9 inside a spread one: 0.2 and 0.36 s of
+    # room for threads a loaded machine schedules late (at 0.1, 0.05 s of room, a suite run
+    # beside a MinAtar job saw [[0, 1], [2]]).
+    timeout = 0.4
 
     def burst(batcher, sessions, spread):
         def send():

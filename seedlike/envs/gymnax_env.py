@@ -1,0 +1,82 @@
+"""gymnax (github RobertTLange/gymnax): classic control, MinAtar, bsuite and more as JAX functions,
+stepped on the accelerator inside one compiled program (seedlike.ondevice): `env.backend =
+"gymnax"`, `env.name` a gymnax id ("CartPole-v1", "Acrobot-v1", "Breakout-MinAtar",
+"SpaceInvaders-MinAtar", ...). Discrete action spaces only; the observation is "obs".
+
+An on-device backend (seedlike.envs.Backend.on_device): no actors step it, the learner's program
+does, through `device_env` (seedlike.envs.device). gymnax's own auto-reset is not used:
+`device.advance` resets the step after an episode ends, as envpool does, and an episode that
+reaches the env's step limit is truncated rather than terminated.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from seedlike.types import ArraySpec, EnvSpec
+
+
+@functools.cache
+def _make(name: str):
+    try:
+        import gymnax
+    except ImportError:
+        raise ValueError(
+            "env.backend='gymnax' needs the gymnax package: scripts/train.sh installs it"
+        ) from None
+    if name not in gymnax.registered_envs:
+        raise ValueError(
+            f"env.name={name!r} is not a gymnax env; gymnax has {list(gymnax.registered_envs)}"
+        )
+    return gymnax.make(name)
+
+
+def check_env(env_config) -> None:
+    env, params = _make(env_config.name)
+    space = env.action_space(params)
+    if not hasattr(space, "n"):
+        raise ValueError(
+            f"env.name={env_config.name!r} has continuous actions ({type(space).__name__}); "
+            "the gymnax backend takes discrete ones"
+        )
+
+
+def make_env_spec(env_config) -> EnvSpec:
+    import jax
+
+    check_env(env_config)
+    env, params = _make(env_config.name)
+    obs, _ = jax.eval_shape(env.reset, jax.random.key(0), params)
+    return EnvSpec(
+        name=env_config.name,
+        observation={"obs": ArraySpec(obs.dtype, obs.shape)},
+        num_actions=int(env.action_space(params).n),
+    )
+
+
+def takes_render_mode(name: str) -> bool:
+    del name
+    return False
+
+
+def device_env(env_config, spec: EnvSpec):
+    """The env's pure reset and step (seedlike.envs.device.DeviceEnv), without gymnax's reset."""
+    import jax.numpy as jnp
+
+    from seedlike.envs.device import DeviceEnv
+
+    env, params = _make(env_config.name)
+    dtype = spec.observation["obs"].dtype
+    limit = int(params.max_steps_in_episode)
+
+    def reset(key):
+        obs, state = env.reset_env(key, params)
+        return state, {"obs": jnp.asarray(obs, dtype)}
+
+    def step(state, action, key):
+        obs, state, reward, done, _ = env.step_env(key, state, action, params)
+        # gymnax ends an episode at its step limit with done as well: that end is a truncation.
+        truncated = done & (state.time >= limit)
+        return state, {"obs": jnp.asarray(obs, dtype)}, reward, done & ~truncated, truncated
+
+    return DeviceEnv(reset, step)

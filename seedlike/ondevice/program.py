@@ -1,0 +1,148 @@
+"""The compiled program of an on-device run: n policy versions in one call, each a rollout of
+every env followed by the algorithm's update, through the one learner contract (seedlike.algos):
+its `advantages`, its `make_loss` and train_state.make_sgd_step, as the SEED learner
+(seedlike.learning.update.Learner) runs them on actors' unrolls. pmapped over the local devices:
+each holds its share of the envs, and the sgd step averages gradients over all of them."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from networks import normalization
+from seedlike.algos import ALGORITHMS, UNROLLS, batches
+from seedlike.learning import train_state as ts
+from seedlike.ondevice import rollout as rollout_lib
+
+# What the program sums over a call, beside the algorithm's loss metrics.
+COUNTS = ("updates", "nonfinite", "episodes", "episode_return_sum", "episode_length_sum")
+
+
+class Totals(NamedTuple):
+    """Sums over the updates of one call: the loss metrics' means per update, and COUNTS."""
+
+    metrics: dict
+    counts: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """One device's share of an update: envs (each gives one unroll), steps per unroll, and the
+    algorithm's passes over the batch."""
+
+    envs: int
+    length: int
+    epochs: int
+    minibatches: int
+    sequences: bool  # minibatches of whole unrolls (a recurrent network, a batch of unrolls)
+
+
+def shape_of(config, network, devices: int) -> Shape:
+    """The per-device shape, or ValueError (one line) where the config's does not divide."""
+    c = config[config.algo]
+    algorithm = ALGORITHMS[config.algo]
+    sequences = network.is_recurrent or algorithm.batch == UNROLLS
+    envs, length, m = int(config.batch_unrolls), int(config.unroll_length), int(c.num_minibatches)
+    items = envs // devices if sequences else envs // devices * length
+    if envs % devices or items % m:
+        what = "batch_unrolls" if sequences else "batch_unrolls*unroll_length"
+        raise ValueError(
+            f"batch_unrolls={envs} (the on-device envs) must split over {devices} devices, and "
+            f"each device's {what} into {config.algo}.num_minibatches={m} minibatches"
+        )
+    return Shape(envs // devices, length, int(c.epochs), m, sequences)
+
+
+def make_update(config, network, env, shape: Shape, sgd_step):
+    """update(state, acting) -> (state, acting, metrics, counts) for one device (under pmap):
+    one policy version. A non-finite loss or gradient leaves the state as it was (nonfinite 1)."""
+    algorithm = ALGORITHMS[config.algo]
+    advantages = algorithm.load().advantages(config[config.algo])
+    take = batches.take_unrolls if shape.sequences else batches.take_steps
+    items_per_device = shape.envs if shape.sequences else shape.envs * shape.length
+
+    def learn(state, unroll, key):
+        if advantages is not None:
+            advantage, value_target = jax.vmap(advantages)(unroll)
+        else:
+            advantage = value_target = None
+        if shape.sequences:
+            items = batches.SequenceBatch(unroll, advantage, value_target)
+        else:
+            items = batches.step_source(unroll, advantage, value_target)
+
+        def epoch(state, key):
+            order = jax.random.permutation(key, items_per_device)
+            order = order.reshape(shape.minibatches, -1)
+            return jax.lax.scan(lambda s, idx: sgd_step(s, take(items, idx)), state, order)
+
+        state, (metrics, _) = jax.lax.scan(epoch, state, jax.random.split(key, shape.epochs))
+        return state, jax.tree.map(jnp.mean, metrics)
+
+    def update(state, acting):
+        key, learn_key = jax.random.split(jax.random.wrap_key_data(acting.key))
+        acting = acting._replace(key=jax.random.key_data(key))
+        acting, unroll, episodes = rollout_lib.rollout(
+            network, env, state.params, state.obs_norm, acting, shape.length, state.policy_version
+        )
+        new, metrics = learn(state, unroll, learn_key)
+        finite = jnp.all(jnp.stack([jnp.isfinite(v) for v in jax.tree.leaves(metrics)]))
+        new = new.replace(
+            obs_norm=_observed(state.obs_norm, unroll), policy_version=state.policy_version + 1
+        )
+        state = jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, state)
+        counts = {
+            "updates": jnp.float32(1),
+            "nonfinite": 1.0 - finite.astype(jnp.float32),
+            "episodes": jax.lax.psum(episodes.count, ts.AXIS),
+            "episode_return_sum": jax.lax.psum(episodes.return_sum, ts.AXIS),
+            "episode_length_sum": jax.lax.psum(episodes.length_sum, ts.AXIS),
+        }
+        return state, acting, metrics, counts
+
+    return update
+
+
+def _observed(obs_norm: dict, unroll) -> dict:
+    """The running observation statistics with the unrolls' steps 0..T-1 merged in, over every
+    device (the bootstrap step is the next unroll's first)."""
+    merged = {}
+    for k, stats in obs_norm.items():
+        x = unroll.obs[k][:, :-1].astype(jnp.float32)
+        x = x.reshape((-1,) + x.shape[2:])
+        count = jnp.float32(x.shape[0])
+        mean = jnp.mean(x, 0)
+        m2 = jnp.sum(jnp.square(x - mean), 0)
+        moments = normalization.combine_moments(count, mean, m2, 1, ts.AXIS)
+        merged[k] = normalization.update_stats(stats, *moments)
+    return merged
+
+
+def make_program(config, network, env, shape: Shape, sgd_step, devices):
+    """program(state, acting, n) -> (state, acting, Totals) for n [devices] updates per call
+    (the same n on every device; a traced count, so every call size shares one compile)."""
+    update = make_update(config, network, env, shape, sgd_step)
+
+    def run(state, acting, n):
+        def body(_, carry):
+            state, acting, totals = carry
+            state, acting, metrics, counts = update(state, acting)
+            add = lambda a, b: a + b  # noqa: E731
+            return state, acting, Totals(*jax.tree.map(add, totals, Totals(metrics, counts)))
+
+        zeros = Totals(
+            jax.tree.map(jnp.zeros_like, _metric_shapes(update, state, acting)),
+            {k: jnp.float32(0) for k in COUNTS},
+        )
+        return jax.lax.fori_loop(0, n, body, (state, acting, zeros))
+
+    return jax.pmap(run, ts.AXIS, devices=devices, donate_argnums=(0, 1))
+
+
+def _metric_shapes(update, state, acting) -> dict:
+    """The loss metrics' structure (zeros to sum into), traced without running the update."""
+    _, _, metrics, _ = jax.eval_shape(update, state, acting)
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metrics)

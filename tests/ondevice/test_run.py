@@ -1,0 +1,95 @@
+"""seedlike.ondevice: PPO on gymnax CartPole inside one compiled program, over the two forced CPU
+devices of the suite (each holds half the envs; the sgd step averages their gradients)."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from seedlike import checkpoint as ckpt_lib
+from seedlike.config import ConfigError, load_config_file
+from seedlike.metrics import read_metrics, read_summary
+from seedlike.ondevice import run
+
+pytest.importorskip("gymnax")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG = os.path.join(ROOT, "configs", "gymnax_cartpole_ppo.py")
+
+
+def config(**values):
+    c = load_config_file(CONFIG)
+    c.unlock()
+    c.log.wandb_mode = "disabled"
+    for key, value in values.items():
+        node, *path = key.split(".")
+        target = c
+        for part in [node, *path][:-1]:
+            target = target[part]
+        target[[node, *path][-1]] = value
+    c.lock()
+    return c
+
+
+@pytest.mark.slow
+def test_ppo_learns_cartpole_on_the_device(tmp_path):
+    """PureJaxRL's settings (configs/gymnax_cartpole_ppo.py): 5 of 5 seeds here played 500 over
+    the last 100k of 500k env steps (benchmarks/RESULTS.md); random play lasts about 22 steps."""
+    row = run.train(config(**{"log.interval_s": 0.5}), str(tmp_path))
+    assert row["env_steps"] >= 500_000 and row["episode_return_mean"] >= 400
+    summary = read_summary(str(tmp_path))
+    assert summary["outcome"] == "finished" and summary["final_return"] >= 400
+    assert len(jax.local_devices()) == 2  # the program was pmapped over both
+
+
+def test_a_stopped_and_resumed_run_ends_with_the_parameters_of_an_unbroken_one(tmp_path):
+    """Stopped at 40 policy versions and resumed to 80 (envs, carry and keys restored from the
+    checkpoint's "device" item), against 80 in one run: the same parameters, bit for bit."""
+    small = {"total_env_steps": 80 * 4 * 32, "unroll_length": 32, "optimizer.anneal_lr": False}
+    whole = run.train(config(**small), str(tmp_path / "whole"))
+    half = {**small, "total_env_steps": 40 * 4 * 32}
+    run.train(config(**half), str(tmp_path / "broken"))
+    resumed = run.train(config(**small), str(tmp_path / "broken"))
+    assert whole["policy_version"] == resumed["policy_version"] == 80
+    params = []
+    for name in ("whole", "broken"):
+        _, _, state, meta = ckpt_lib.load_checkpoint(str(tmp_path / name / "checkpoints"))
+        params.append(jax.tree.leaves(state.params))
+        assert meta["env_steps"] == 80 * 4 * 32
+    for a, b in zip(*params, strict=True):
+        np.testing.assert_array_equal(a, b)
+    rows = read_metrics(str(tmp_path / "broken"))
+    assert rows[-1]["env_steps"] == 80 * 4 * 32 and rows[0]["env_steps"] == 4 * 32
+
+
+def test_what_the_device_cannot_run_is_one_line_naming_it():
+    with pytest.raises(
+        ConfigError, match=r"does not take algo='rainbow' \(it learns from a replay"
+    ):
+        run.check(config(algo="rainbow"))
+    with pytest.raises(ConfigError, match="take ppo.normalize_rewards, pause_at_env_steps yet"):
+        run.check(config(**{"ppo.normalize_rewards": True, "pause_at_env_steps": 1000}))
+    with pytest.raises(ValueError, match="must split over 2 devices"):
+        run.DeviceRun(config(batch_unrolls=3), "/nonexistent/never-written")
+
+
+@pytest.mark.slow
+def test_train_sh_runs_an_on_device_config_without_actors(tmp_path):
+    logdir = str(tmp_path / "run")
+    out = subprocess.run(
+        ["scripts/train.sh", f"--config={CONFIG}", f"--logdir={logdir}",
+         "--config.total_env_steps=20000", "--config.log.wandb_mode=disabled"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "no actors" in out.stderr and "finished at 20.5k env steps" in out.stderr
+    assert not [f for f in os.listdir(logdir) if f.startswith("actor_")]
+    assert read_summary(logdir)["env_steps"] == 20_480
+    again = subprocess.run(
+        [sys.executable, "learner.py", f"--config={CONFIG}", f"--logdir={logdir}",
+         "--config.algo=rainbow", "--config.total_env_steps=40000"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert again.returncode == 1 and again.stderr.strip().splitlines()[-1].startswith("error: ")
