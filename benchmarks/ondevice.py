@@ -11,7 +11,9 @@ it does not use on gymnax: the driver below gives it a categorical distribution 
 methods and an empty brax module, and changes nothing of its code. Reported apart: compile
 time (PureJaxRL: jit lowering and compiling; seedlike: its first call, one update with it) and
 training time, env steps/s of training, and the mean return of the episodes that ended in the
-last 10% of the env steps. Writes JSON (--out).
+last 10% of the env steps. A third side times seedlike's program alone (three calls of 200
+updates after two warm-up calls, no rows): what the host loop around it costs is the difference.
+Writes JSON (--out).
 """
 
 import json
@@ -86,12 +88,30 @@ print(json.dumps({"compile_s": first["time"] - start, "train_s": last["time"] - 
                   / sum(r["episodes"] for r in tail)}))
 """
 
+# seedlike's program alone: calls of 200 updates after two warm-up calls, no rows written.
+PROGRAM_DRIVER = r"""
+import json, sys, time
+from seedlike.config import load_config_file
+from seedlike.ondevice import run
+c = load_config_file("configs/gymnax_cartpole_ppo.py")
+c.unlock(); c.seed = int(sys.argv[3]); c.log.wandb_mode = "disabled"; c.lock()
+r = run.DeviceRun(c, sys.argv[1])
+start = time.perf_counter(); r.call(1); compiled = time.perf_counter(); r.call(1)
+times = []
+for _ in range(3):
+    t = time.perf_counter(); r.call(200); times.append(time.perf_counter() - t)
+print(json.dumps({"compile_s": compiled - start, "train_s": sum(times),
+                  "env_steps": 600 * c.batch_unrolls * c.unroll_length, "final_return": None}))
+"""
+
 
 def side(name: str, seed: int, logdir: str) -> dict:
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled"}
     env.pop("XLA_FLAGS", None)  # one device on each side
     if name == "purejaxrl":
         args = ["-c", PUREJAXRL_DRIVER, _PUREJAXRL.value, str(_STEPS.value), str(seed)]
+    elif name == "seedlike_program":
+        args = ["-c", PROGRAM_DRIVER, os.path.join(logdir, f"program_{seed}"), "0", str(seed)]
     else:
         args = ["-c", SEEDLIKE_DRIVER, os.path.join(logdir, f"seed_{seed}"), str(_STEPS.value),
                 str(seed)]  # fmt: skip
@@ -108,7 +128,7 @@ def main(argv):
     import tempfile
 
     logdir = tempfile.mkdtemp(prefix="ondevice-")
-    runs = {"purejaxrl": [], "seedlike": []}
+    runs = {"purejaxrl": [], "seedlike": [], "seedlike_program": []}
     for seed in range(_PAIRS.value):
         for name in runs:
             runs[name].append(side(name, seed, logdir))
@@ -119,7 +139,8 @@ def main(argv):
         }
         for name, rs in runs.items()
     }
-    summary["sps_ratio"] = summary["seedlike"]["sps"] / summary["purejaxrl"]["sps"]
+    for name in ("seedlike", "seedlike_program"):
+        summary[name]["sps_ratio"] = summary[name]["sps"] / summary["purejaxrl"]["sps"]
     results_io.write("ondevice", {"steps": _STEPS.value, "runs": runs, "median": summary},
                      _OUT.value, echo=summary)  # fmt: skip
 

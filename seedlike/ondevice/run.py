@@ -30,7 +30,7 @@ from seedlike.metrics import MetricsWriter, run_summary, write_config, write_sum
 from seedlike.ondevice import program as program_lib
 from seedlike.ondevice import rollout as rollout_lib
 
-FIRST_CALL_UPDATES = 1  # the first call compiles; the next ones are sized by its successor's time
+FIRST_CALL_UPDATES = 1  # the first call compiles; each later one is sized by the one before
 
 
 def check(config) -> None:
@@ -85,6 +85,8 @@ class DeviceRun:
         self.checkpointer.remove_interrupted_saves()
         self.env_steps = self.episodes = 0
         self.state, self.acting = self._start()
+        # Counted on the host (an update discarded as non-finite leaves it): no wait per row.
+        self._version = int(jax.device_get(self.state.policy_version[0]))
 
     def _start(self):
         """The state and acting of the latest checkpoint, or fresh ones (one per device)."""
@@ -128,15 +130,17 @@ class DeviceRun:
 
     @property
     def policy_version(self) -> int:
-        return int(jax.device_get(self.state.policy_version[0]))
+        return self._version
 
     def call(self, updates: int) -> program_lib.Totals:
         """`updates` policy versions; their totals (on the host)."""
         n = np.full(len(self.devices), updates, np.int32)
         self.state, self.acting, totals = self.program(self.state, self.acting, n)
-        totals = jax.device_get(jax.tree.map(lambda x: x[0], totals))
+        # One transfer, then device 0's copy (every device holds the same sums).
+        totals = jax.tree.map(lambda x: x[0], jax.device_get(totals))
         self.env_steps += updates * self.steps_per_update
         self.episodes += int(totals.counts["episodes"])
+        self._version += updates - int(totals.counts["nonfinite"])
         return totals
 
     def save(self) -> str:
@@ -197,7 +201,7 @@ def train(config, logdir: str, stop: threading.Event | None = None) -> dict:
             row = row_of(totals, run, seconds, run.env_steps - steps_before)
             metrics.write(row)
             calls += 1
-            if calls >= 2:  # the first call compiled: the second's time sizes the rest
+            if calls >= 2:  # the first call compiled; each later one sizes the next
                 updates = max(1, int(log_s * row["updates_per_call"] / max(seconds, 1e-6)))
             if time.monotonic() - last_save >= float(config.checkpoint.interval_s):
                 run.save()
