@@ -20,6 +20,9 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from seedlike.types import Rows
 
 
 class DeviceEnv(NamedTuple):
@@ -89,6 +92,53 @@ def advance(env: DeviceEnv, slot: Slot, action: jax.Array, key: jax.Array) -> tu
     nothing = Outcome(*(jnp.zeros_like(x) for x in outcome))
     pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(slot.done, x, y), a, b)  # noqa: E731
     return pick(fresh, stepped), pick(nothing, outcome)
+
+
+class HostAdapter:
+    """An on-device env stepped from the host through the adapter contract (seedlike.envs), for
+    what plays outside the learner's program: evaluate.py, play.py, a league's evaluation games.
+    `env.num_envs` envs, advanced by the same `advance`, jitted over the batch."""
+
+    def __init__(self, env_config, spec, seed: int, env: DeviceEnv):
+        del spec
+        self.n = int(env_config.num_envs)
+        self._key = jax.random.key(int(seed))
+        self._start = jax.jit(jax.vmap(lambda k: start(env, k)))
+        self._advance = jax.jit(jax.vmap(lambda s, a, k: advance(env, s, a, k)))
+
+    def _keys(self):
+        self._key, key = jax.random.split(self._key)
+        return jax.random.split(key, self.n)
+
+    def reset(self) -> None:
+        self._slots = self._start(self._keys())
+        self._outcome = None
+
+    def recv(self) -> Rows:
+        slots = jax.device_get(self._slots)
+        zeros = np.zeros(self.n, bool)
+        if self._outcome is None:
+            reward, terminated, truncated = np.zeros(self.n, np.float32), zeros, zeros
+        else:
+            out = jax.device_get(self._outcome)
+            reward, terminated, truncated = out.reward, out.terminated, out.truncated
+        ended = np.asarray(terminated) | np.asarray(truncated)
+        return Rows(
+            {k: np.asarray(v) for k, v in slots.obs.items()}, {}, np.asarray(reward, np.float32),
+            np.asarray(terminated), np.asarray(truncated), np.arange(self.n, dtype=np.int32),
+            np.zeros(self.n, np.int32), ~np.asarray(slots.done), ended,
+        )  # fmt: skip
+
+    def send(self, action: np.ndarray, rows: Rows) -> None:
+        acted = np.zeros(self.n, np.int32)
+        acted[rows.env_id] = action
+        self._slots, self._outcome = self._advance(self._slots, acted, self._keys())
+
+    def render(self) -> np.ndarray:
+        raise NotImplementedError("an on-device env has no frames to render")
+
+    def close(self) -> None:
+        pass
 
 
 def _strong(tree):

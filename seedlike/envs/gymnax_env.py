@@ -4,9 +4,10 @@ stepped on the accelerator inside one compiled program (seedlike.ondevice): `env
 "SpaceInvaders-MinAtar", ...). Discrete action spaces only; the observation is "obs".
 
 An on-device backend (seedlike.envs.Backend.on_device): no actors step it, the learner's program
-does, through `device_env` (seedlike.envs.device). gymnax's own auto-reset is not used:
-`device.advance` resets the step after an episode ends, as envpool does, and an episode that
-reaches the env's step limit is truncated rather than terminated.
+does, through `device_env` (seedlike.envs.device); `Adapter` steps the same functions from the
+host for what plays outside that program (evaluate.py, play.py). gymnax's own auto-reset is not
+used: `device.advance` resets the step after an episode ends, as envpool does, and an episode
+that reaches the env's step limit is truncated rather than terminated.
 """
 
 from __future__ import annotations
@@ -80,3 +81,10 @@ def device_env(env_config, spec: EnvSpec):
         return state, {"obs": jnp.asarray(obs, dtype)}, reward, done & ~truncated, truncated
 
     return DeviceEnv(reset, step)
+
+
+def Adapter(env_config, spec: EnvSpec, seed: int):  # noqa: N802 - the backend contract's name
+    """The envs stepped from the host (seedlike.envs.device.HostAdapter): evaluate.py, play.py."""
+    from seedlike.envs.device import HostAdapter
+
+    return HostAdapter(env_config, spec, seed, device_env(env_config, spec))

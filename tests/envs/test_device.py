@@ -81,3 +81,24 @@ def test_gymnax_cartpole_has_the_spaces_of_envpools_and_truncates_at_500():
     assert (float(reward), bool(terminated), bool(truncated)) == (1.0, False, True)
     with pytest.raises(UnknownEnv, match="is not a gymnax env; gymnax has"):
         check_env(ConfigDict({**config.to_dict(), "name": "CartPole-v9"}))
+
+
+def test_the_host_adapter_gives_the_rows_an_actor_would():
+    """Through the adapter contract: the terminal observation is a row that does not act, and
+    the reset after it starts the next episode with the action ignored."""
+    from ml_collections import ConfigDict
+
+    adapter = device.HostAdapter(ConfigDict({"num_envs": 2}), None, 0, counting_env(2))
+    adapter.reset()
+    seen = []
+    for _ in range(4):
+        rows = adapter.recv()
+        seen.append((rows.obs["obs"][:, 0].tolist(), rows.reward.tolist(),
+                     rows.terminated.tolist(), rows.acting.tolist()))  # fmt: skip
+        adapter.send(np.array([1, 0], np.int32), rows)
+    assert seen == [
+        ([0.0, 0.0], [0.0, 0.0], [False, False], [True, True]),
+        ([1.0, 1.0], [2.0, 1.0], [False, False], [True, True]),
+        ([2.0, 2.0], [2.0, 1.0], [True, True], [False, False]),
+        ([0.0, 0.0], [0.0, 0.0], [False, False], [True, True]),
+    ]

@@ -1,6 +1,7 @@
 """seedlike.ondevice: PPO on gymnax CartPole inside one compiled program, over the two forced CPU
 devices of the suite (each holds half the envs; the sgd step averages their gradients)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -87,6 +88,14 @@ def test_train_sh_runs_an_on_device_config_without_actors(tmp_path):
     assert "no actors" in out.stderr and "finished at 20.5k env steps" in out.stderr
     assert not [f for f in os.listdir(logdir) if f.startswith("actor_")]
     assert read_summary(logdir)["env_steps"] == 20_480
+    # Its checkpoint plays outside the program, through the backend's host adapter.
+    played = subprocess.run(
+        [sys.executable, "evaluate.py", f"--checkpoint={logdir}", "--episodes=3"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert played.returncode == 0, played.stderr[-2000:]
+    with open(os.path.join(logdir, "evaluation.json")) as f:
+        assert json.load(f)["episodes"] == 3
     again = subprocess.run(
         [sys.executable, "learner.py", f"--config={CONFIG}", f"--logdir={logdir}",
          "--config.algo=rainbow", "--config.total_env_steps=40000"],
