@@ -172,6 +172,8 @@ def row_of(totals: program_lib.Totals, run: DeviceRun, seconds: float, steps: in
         "sps": steps / seconds if seconds > 0 else None,
         "episodes": int(episodes),
         "episode_return_mean": per_episode("episode_return_sum"),
+        # One identity plays every episode (the program): the median over identities is its mean.
+        "episode_return_robust": per_episode("episode_return_sum"),
         "episode_length_mean": per_episode("episode_length_sum"),
         "updates_per_call": int(counts["updates"]),
         **{k: float(v) / n for k, v in totals.metrics.items()},
