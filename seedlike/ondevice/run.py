@@ -103,8 +103,8 @@ class DeviceRun:
         if restored is not None:
             state, meta = restored
             config_lib.check_resumed(self.config, meta, self.logdir)
-            acting = self.checkpointer.restore_extra(int(state.policy_version), acting)
-            self.env_steps, self.episodes = int(meta["env_steps"]), int(meta["episodes"])
+            acting = self._restore_acting(int(state.policy_version), acting)
+            self.env_steps, self.episodes = int(meta["env_steps"]), int(meta.get("episodes", 0))
             logging.info(
                 "resumed from %s at env step %d, policy version %d (params %s)",
                 self.checkpointer.directory, self.env_steps, int(state.policy_version),
@@ -112,6 +112,16 @@ class DeviceRun:
             )  # fmt: skip
         replicated = jax.tree.map(lambda x: np.broadcast_to(x, (n, *np.shape(x))), state)
         return self._shard(replicated), self._shard(acting)
+
+    def _restore_acting(self, step: int, fresh):
+        """The envs, carry and key saved with step; `fresh` ones where it holds none that fit (a
+        checkpoint that surgery wrote, a SEED run's, another number of envs): the agent goes on
+        from its parameters in new episodes, as a SEED run's actors would reconnect."""
+        try:
+            return self.checkpointer.restore_extra(step, fresh)
+        except ckpt_lib.IncompatibleCheckpoint as e:
+            logging.warning("%s; starting fresh envs", e)
+            return fresh
 
     def _shard(self, tree):
         """A host tree with a leading axis [devices, ...]: row i on local device i (a pmap

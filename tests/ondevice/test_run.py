@@ -102,3 +102,20 @@ def test_train_sh_runs_an_on_device_config_without_actors(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert again.returncode == 1 and again.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+@pytest.mark.slow
+def test_surgery_widens_an_on_device_run_exactly_and_it_trains_on(tmp_path):
+    """Surgery reads an on-device checkpoint as any other; the widened run resumes on the device
+    (its checkpoint has no envs saved: new episodes, the parameters go on)."""
+    from surgery.checkpoint_surgery import run_surgery
+
+    small = {"total_env_steps": 20 * 4 * 32, "unroll_length": 32}
+    run.train(config(**small), str(tmp_path / "small"))
+    wide = config(**{**small, "total_env_steps": 40 * 4 * 32, "network.hidden_sizes": (96, 64)})
+    outcome = run_surgery(str(tmp_path / "small"), str(tmp_path / "wide"), new_config=wide)
+    assert outcome.report.unroll_max_abs_logits < 1e-5
+    row = run.train(wide, str(tmp_path / "wide"))
+    assert row["policy_version"] == 40 and row["env_steps"] == 40 * 4 * 32
+    _, network, state, _ = ckpt_lib.load_checkpoint(str(tmp_path / "wide" / "checkpoints"))
+    assert state.params["params"]["policy_torso"]["dense_0"]["kernel"].shape == (4, 96)
