@@ -132,13 +132,13 @@ def main(argv):
     for seed in range(_PAIRS.value):
         for name in runs:
             runs[name].append(side(name, seed, logdir))
-    median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-    summary = {
-        name: {
-            k: median([r[k] for r in rs]) for k in ("compile_s", "train_s", "sps", "final_return")
-        }
-        for name, rs in runs.items()
-    }
+
+    def median(values):  # of the runs that report the value (the program alone has no return)
+        values = sorted(v for v in values if v is not None)
+        return values[len(values) // 2] if values else None
+
+    keys = ("compile_s", "train_s", "sps", "final_return")
+    summary = {name: {k: median([r[k] for r in rs]) for k in keys} for name, rs in runs.items()}
     for name in ("seedlike", "seedlike_program"):
         summary[name]["sps_ratio"] = summary[name]["sps"] / summary["purejaxrl"]["sps"]
     results_io.write("ondevice", {"steps": _STEPS.value, "runs": runs, "median": summary},

@@ -148,11 +148,10 @@ class Checkpointer:
                 # stopped before its first): the state is the one on disk, the counters in meta
                 # may have moved on. Deleting the step to write it again would leave no step N
                 # until the new write commits, so its meta is replaced in place instead.
-                # (Not with an `extra`: it may have moved on while the state did not.)
-                if extra is None and self._replace_meta(int(step), meta):
+                if self._replace_meta(int(step), meta):
                     self._pending = None
                     return
-                self._manager.delete(int(step))  # written before digests were saved with it
+                self._manager.delete(int(step))  # another state or extra, or no digests
             items = {"state": ocp.args.StandardSave(state), "meta": ocp.args.JsonSave(meta)}
             if extra is not None:
                 items[EXTRA] = ocp.args.StandardSave(extra)
@@ -172,7 +171,8 @@ class Checkpointer:
                 saved = json.load(f)
         except (OSError, ValueError):
             return False
-        if saved.get(DIGEST_KEY) != meta[DIGEST_KEY]:
+        # Both the state's and any `extra`'s (which may move on while the state does not).
+        if any(saved.get(k) != meta.get(k) for k in (DIGEST_KEY, EXTRA_DIGEST_KEY)):
             return False
         partial = f"{path}.partial"
         try:
@@ -290,6 +290,10 @@ class Checkpointer:
             raise IncompatibleCheckpoint(
                 f"{where}: its {EXTRA!r} state does not fit: {e}"
             ) from None
+        # orbax restores an array of another shape or dtype as it was saved, without a word.
+        shapes = lambda tree: [(np.shape(x), np.dtype(x.dtype)) for x in jax.tree.leaves(tree)]  # noqa: E731
+        if shapes(restored) != shapes(target):
+            raise IncompatibleCheckpoint(f"{where}: its {EXTRA!r} state has other shapes")
         digest = self.read_meta(step).get(EXTRA_DIGEST_KEY)
         if digest is not None and tree_digest(restored) != digest:
             raise DamagedCheckpoint(f"{where}: its {EXTRA!r} state does not match its digest")

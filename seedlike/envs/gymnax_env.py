@@ -17,8 +17,15 @@ import functools
 from seedlike.types import ArraySpec, EnvSpec
 
 
+def _make(env_config):
+    """gymnax's (env, params) for the config's env.name, with env.kwargs given to gymnax.make."""
+    kwargs = env_config.get("kwargs") or {}
+    kwargs = kwargs.to_dict() if hasattr(kwargs, "to_dict") else dict(kwargs)
+    return _made(env_config.name, tuple(sorted(kwargs.items())))
+
+
 @functools.cache
-def _make(name: str):
+def _made(name: str, kwargs: tuple):
     try:
         import gymnax
     except ImportError:
@@ -29,11 +36,14 @@ def _make(name: str):
         raise ValueError(
             f"env.name={name!r} is not a gymnax env; gymnax has {list(gymnax.registered_envs)}"
         )
-    return gymnax.make(name)
+    try:
+        return gymnax.make(name, **dict(kwargs))
+    except TypeError as e:
+        raise ValueError(f"env.kwargs {dict(kwargs)} do not fit gymnax's {name}: {e}") from None
 
 
 def check_env(env_config) -> None:
-    env, params = _make(env_config.name)
+    env, params = _make(env_config)
     space = env.action_space(params)
     if not hasattr(space, "n"):
         raise ValueError(
@@ -46,7 +56,7 @@ def make_env_spec(env_config) -> EnvSpec:
     import jax
 
     check_env(env_config)
-    env, params = _make(env_config.name)
+    env, params = _make(env_config)
     obs, _ = jax.eval_shape(env.reset, jax.random.key(0), params)
     return EnvSpec(
         name=env_config.name,
@@ -60,15 +70,26 @@ def takes_render_mode(name: str) -> bool:
     return False
 
 
+def _time_limited(name: str) -> bool:
+    """Classic control and MinAtar: gymnax's step limit is Gymnasium's TimeLimit there."""
+    return name.endswith("-MinAtar") or name.split("-")[0] in CLASSIC_CONTROL
+
+
+CLASSIC_CONTROL = ("CartPole", "Acrobot", "MountainCar", "MountainCarContinuous", "Pendulum")
+
+
 def device_env(env_config, spec: EnvSpec):
     """The env's pure reset and step (seedlike.envs.device.DeviceEnv), without gymnax's reset."""
     import jax.numpy as jnp
 
     from seedlike.envs.device import DeviceEnv
 
-    env, params = _make(env_config.name)
+    env, params = _make(env_config)
     dtype = spec.observation["obs"].dtype
-    limit = int(params.max_steps_in_episode)
+    # Where the step limit is a time limit put on a longer task, an episode that reaches it is
+    # truncated (its last value bootstraps); elsewhere (bsuite's chains, the bandits) it is the
+    # task's own end.
+    limit = int(params.max_steps_in_episode) if _time_limited(env_config.name) else None
 
     def reset(key):
         obs, state = env.reset_env(key, params)
@@ -77,7 +98,7 @@ def device_env(env_config, spec: EnvSpec):
     def step(state, action, key):
         obs, state, reward, done, _ = env.step_env(key, state, action, params)
         # gymnax ends an episode at its step limit with done as well: that end is a truncation.
-        truncated = done & (state.time >= limit)
+        truncated = done & (state.time >= limit) if limit is not None else jnp.zeros((), bool)
         return state, {"obs": jnp.asarray(obs, dtype)}, reward, done & ~truncated, truncated
 
     return DeviceEnv(reset, step)

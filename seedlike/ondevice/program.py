@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from networks import normalization
 from seedlike.algos import ALGORITHMS, UNROLLS, batches
+from seedlike.config import ConfigError
 from seedlike.learning import train_state as ts
 from seedlike.ondevice import rollout as rollout_lib
 
@@ -22,7 +23,8 @@ COUNTS = ("updates", "nonfinite", "episodes", "episode_return_sum", "episode_len
 
 
 class Totals(NamedTuple):
-    """Sums over the updates of one call: the loss metrics' means per update, and COUNTS."""
+    """Sums over the updates of one call: the loss metrics' means per kept update (a discarded
+    one adds nothing), and COUNTS."""
 
     metrics: dict
     counts: dict
@@ -41,7 +43,7 @@ class Shape:
 
 
 def shape_of(config, network, devices: int) -> Shape:
-    """The per-device shape, or ValueError (one line) where the config's does not divide."""
+    """The per-device shape, or ConfigError (one line) where the config's does not divide."""
     c = config[config.algo]
     algorithm = ALGORITHMS[config.algo]
     sequences = network.is_recurrent or algorithm.batch == UNROLLS
@@ -49,7 +51,7 @@ def shape_of(config, network, devices: int) -> Shape:
     items = envs // devices if sequences else envs // devices * length
     if envs % devices or items % m:
         what = "batch_unrolls" if sequences else "batch_unrolls*unroll_length"
-        raise ValueError(
+        raise ConfigError(
             f"batch_unrolls={envs} (the on-device envs) must split over {devices} devices, and "
             f"each device's {what} into {config.algo}.num_minibatches={m} minibatches"
         )
@@ -130,8 +132,10 @@ def make_program(config, network, env, shape: Shape, sgd_step, devices):
         def body(_, carry):
             state, acting, totals = carry
             state, acting, metrics, counts = update(state, acting)
-            add = lambda a, b: a + b  # noqa: E731
-            return state, acting, Totals(*jax.tree.map(add, totals, Totals(metrics, counts)))
+            # A discarded update's metrics (non-finite) stay out of the sums.
+            kept = 1.0 - counts["nonfinite"]
+            metrics = jax.tree.map(lambda m: jnp.where(kept > 0, m, 0.0), metrics)
+            return state, acting, Totals(*jax.tree.map(jnp.add, totals, Totals(metrics, counts)))
 
         zeros = Totals(
             jax.tree.map(jnp.zeros_like, _metric_shapes(update, state, acting)),

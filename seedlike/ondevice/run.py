@@ -84,7 +84,12 @@ class DeviceRun:
         )
         self.checkpointer.remove_interrupted_saves()
         self.env_steps = self.episodes = 0
-        self.state, self.acting = self._start()
+        self.in_call = False  # the program holds (and has donated) the state
+        try:
+            self.state, self.acting = self._start()
+        except BaseException:
+            self.checkpointer.close()
+            raise
         # Counted on the host (an update discarded as non-finite leaves it): no wait per row.
         self._version = int(jax.device_get(self.state.policy_version[0]))
 
@@ -119,7 +124,7 @@ class DeviceRun:
         from its parameters in new episodes, as a SEED run's actors would reconnect."""
         try:
             return self.checkpointer.restore_extra(step, fresh)
-        except ckpt_lib.IncompatibleCheckpoint as e:
+        except ckpt_lib.CheckpointError as e:  # incompatible or damaged: the state stands
             logging.warning("%s; starting fresh envs", e)
             return fresh
 
@@ -145,12 +150,14 @@ class DeviceRun:
     def call(self, updates: int) -> program_lib.Totals:
         """`updates` policy versions; their totals (on the host)."""
         n = np.full(len(self.devices), updates, np.int32)
+        self.in_call = True
         self.state, self.acting, totals = self.program(self.state, self.acting, n)
         # One transfer, then device 0's copy (every device holds the same sums).
         totals = jax.tree.map(lambda x: x[0], jax.device_get(totals))
         self.env_steps += updates * self.steps_per_update
         self.episodes += int(totals.counts["episodes"])
         self._version += updates - int(totals.counts["nonfinite"])
+        self.in_call = False
         return totals
 
     def save(self) -> str:
@@ -172,7 +179,8 @@ class DeviceRun:
 def row_of(totals: program_lib.Totals, run: DeviceRun, seconds: float, steps: int) -> dict:
     """The metrics row of one call: the keys of a SEED run's row that mean the same here
     (docs/metrics.md), and updates_per_call."""
-    counts, n = totals.counts, max(float(totals.counts["updates"]), 1.0)
+    counts = totals.counts
+    kept = float(counts["updates"]) - float(counts["nonfinite"])
     episodes = float(counts["episodes"])
     per_episode = lambda key: float(counts[key]) / episodes if episodes else None  # noqa: E731
     return {
@@ -186,8 +194,8 @@ def row_of(totals: program_lib.Totals, run: DeviceRun, seconds: float, steps: in
         "episode_return_robust": per_episode("episode_return_sum"),
         "episode_length_mean": per_episode("episode_length_sum"),
         "updates_per_call": int(counts["updates"]),
-        **{k: float(v) / n for k, v in totals.metrics.items()},
-        "nonfinite": float(counts["nonfinite"]) / n,
+        **{k: float(v) / kept if kept else float("nan") for k, v in totals.metrics.items()},
+        "nonfinite": float(counts["nonfinite"]) / max(float(counts["updates"]), 1.0),
     }
 
 
@@ -196,38 +204,66 @@ def train(config, logdir: str, stop: threading.Event | None = None) -> dict:
     stop = stop or threading.Event()
     check(config)
     run = DeviceRun(config, logdir)
-    write_config(logdir, config)
-    metrics = MetricsWriter(
-        logdir, config, config.log.wandb_mode, config.log.wandb_project,
-        config.log.wandb_group, total_env_steps=int(config.total_env_steps),
-        tensorboard=bool(config.log.tensorboard),
-    )  # fmt: skip
-    total, log_s = int(config.total_env_steps), float(config.log.interval_s)
-    updates, calls, row, last_save = FIRST_CALL_UPDATES, 0, {}, time.monotonic()
     try:
-        while run.env_steps < total and not stop.is_set():
-            left = -(-(total - run.env_steps) // run.steps_per_update)
-            started, steps_before = time.monotonic(), run.env_steps
-            totals = run.call(min(updates, left))
-            seconds = time.monotonic() - started
-            row = row_of(totals, run, seconds, run.env_steps - steps_before)
-            metrics.write(row)
-            calls += 1
-            if calls >= 2:  # the first call compiled; each later one sizes the next
-                updates = max(1, int(log_s * row["updates_per_call"] / max(seconds, 1e-6)))
-            if time.monotonic() - last_save >= float(config.checkpoint.interval_s):
-                run.save()
-                last_save = time.monotonic()
+        write_config(logdir, config)
+        metrics = MetricsWriter(
+            logdir, config, config.log.wandb_mode, config.log.wandb_project,
+            config.log.wandb_group, total_env_steps=int(config.total_env_steps),
+            tensorboard=bool(config.log.tensorboard),
+        )  # fmt: skip
+    except BaseException:
+        run.checkpointer.close()
+        raise
+    try:
+        return _loop(run, metrics, stop)
     finally:
+        _finish(run, metrics)
+
+
+def _loop(run: DeviceRun, metrics: MetricsWriter, stop: threading.Event) -> dict:
+    """Calls until the budget or a stop: a row after each call, checkpoints on the interval.
+    A call lasts at most the log interval, a quarter of the stop grace and the checkpoint
+    interval, so a stop and the checkpoints wait for no more."""
+    c = run.config
+    total = int(c.total_env_steps)
+    limit_s = min(
+        float(c.log.interval_s),
+        float(c.checkpoint.stop_grace_s) / 4,
+        float(c.checkpoint.interval_s),
+    )
+    updates, calls, row, last_save = FIRST_CALL_UPDATES, 0, {}, time.monotonic()
+    while run.env_steps < total and not stop.is_set():
+        left = -(-(total - run.env_steps) // run.steps_per_update)
+        started, steps_before = time.monotonic(), run.env_steps
+        totals = run.call(min(updates, left))
+        seconds = time.monotonic() - started
+        row = row_of(totals, run, seconds, run.env_steps - steps_before)
+        metrics.write(row)
+        calls += 1
+        if calls >= 2:  # the first call compiled; each later one sizes the next
+            updates = max(1, int(limit_s * row["updates_per_call"] / max(seconds, 1e-6)))
+        if time.monotonic() - last_save >= float(c.checkpoint.interval_s):
+            run.save()
+            last_save = time.monotonic()
+    return row
+
+
+def _finish(run: DeviceRun, metrics: MetricsWriter) -> None:
+    """The last checkpoint (unless the program failed holding the state), the summary line and
+    summary.json; the writers closed whatever fails."""
+    try:
+        checkpoint = None
+        if not run.in_call:
+            checkpoint = run.save()
+            run.checkpointer.wait()
+        total = int(run.config.total_env_steps)
         finished = run.env_steps >= total
-        checkpoint = run.save()
-        run.checkpointer.wait()
         outcome = "finished" if finished else "stopped (rerun with the same --logdir to resume)"
         logging.info("%s", metrics.summary(outcome, checkpoint))
         wall_s = time.time() - metrics.started
         kind = "finished" if finished else "stopped"
-        summary = run_summary(logdir, kind, total, wall_s, checkpoint=checkpoint)
-        write_summary(logdir, summary)
+        summary = run_summary(run.logdir, kind, total, wall_s, checkpoint=checkpoint)
+        write_summary(run.logdir, summary)
+    finally:
         metrics.close()
         run.checkpointer.close()
-    return row

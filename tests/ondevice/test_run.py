@@ -72,7 +72,7 @@ def test_what_the_device_cannot_run_is_one_line_naming_it():
         run.check(config(algo="rainbow"))
     with pytest.raises(ConfigError, match="take ppo.normalize_rewards, pause_at_env_steps yet"):
         run.check(config(**{"ppo.normalize_rewards": True, "pause_at_env_steps": 1000}))
-    with pytest.raises(ValueError, match="must split over 2 devices"):
+    with pytest.raises(ConfigError, match="must split over 2 devices"):
         run.DeviceRun(config(batch_unrolls=3), "/nonexistent/never-written")
 
 
@@ -119,3 +119,23 @@ def test_surgery_widens_an_on_device_run_exactly_and_it_trains_on(tmp_path):
     assert row["policy_version"] == 40 and row["env_steps"] == 40 * 4 * 32
     _, network, state, _ = ckpt_lib.load_checkpoint(str(tmp_path / "wide" / "checkpoints"))
     assert state.params["params"]["policy_torso"]["dense_0"]["kernel"].shape == (4, 96)
+
+
+def test_a_resume_with_another_number_of_envs_starts_them_afresh(tmp_path, caplog):
+    """The saved envs are 4; the resumed run has 8: its checkpoint's "device" item does not fit
+    (orbax would restore the old shape without a word), so the run goes on in new episodes."""
+    small = {"unroll_length": 16, "optimizer.anneal_lr": False}
+    run.train(config(**small, total_env_steps=10 * 4 * 16), str(tmp_path))
+    more = config(**small, batch_unrolls=8, total_env_steps=10 * 4 * 16 + 5 * 8 * 16)
+    row = run.train(more, str(tmp_path))
+    assert row["policy_version"] == 15 and row["env_steps"] == 10 * 4 * 16 + 5 * 8 * 16
+    assert "its 'device' state has other shapes; starting fresh envs" in caplog.text
+    eight = run.DeviceRun(more, str(tmp_path / "fresh"))
+    eight.checkpointer.close()
+    checkpoints = ckpt_lib.Checkpointer(str(tmp_path / "checkpoints"))
+    try:
+        assert np.shape(checkpoints.restore_extra(15, eight.acting_host()).slots.first) == (2, 4)
+        with pytest.raises(ckpt_lib.IncompatibleCheckpoint, match="has other shapes"):
+            checkpoints.restore_extra(10, eight.acting_host())
+    finally:
+        checkpoints.close()
