@@ -135,7 +135,8 @@ class HostAdapter:
         self._slots, self._outcome = self._advance(self._slots, acted, self._keys())
 
     def render(self) -> np.ndarray:
-        raise NotImplementedError("an on-device env has no frames to render")
+        # The backend's takes_render_mode is False, so watch.py says so before it would call this.
+        raise ValueError("an on-device env gives no frames; score it with evaluate.py instead")
 
     def close(self) -> None:
         pass
