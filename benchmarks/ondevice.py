@@ -1,19 +1,28 @@
-"""The on-device runtime against PureJaxRL's own single-file PPO (github luchris429/purejaxrl,
-purejaxrl/ppo.py, fetched, not copied), on gymnax CartPole-v1 with its settings: 4 envs x 128
-steps, 500k env steps, in the same process layout (one program per run), alternating, same
-machine:
+"""The on-device runtime against the anchors' own single-file scripts (fetched, not copied), on
+gymnax CartPole-v1 with their settings, in the same process layout (one program per run),
+alternating, same machine:
 
     python -m benchmarks.ondevice --purejaxrl=/path/to/purejaxrl/purejaxrl --pairs=3
+    python -m benchmarks.ondevice --algo=pqn --purejaxql=/path/to/purejaxql/purejaxql --pairs=3
+
+PPO: PureJaxRL's purejaxrl/ppo.py (github luchris429/purejaxrl) against
+configs/gymnax_cartpole_ppo.py, 4 envs x 128 steps. PQN: purejaxql's purejaxql/pqn_gymnax.py
+(github mttga/purejaxql) with its config/alg/pqn_cartpole.yaml against
+configs/gymnax_cartpole_pqn.py, 32 envs x 64 steps; its evaluation during training is off
+(TEST_DURING_TRAINING), as seedlike's run has none, and it keeps its RAdam where seedlike has Adam.
 
 Each side runs in a process of its own with one CPU device. PureJaxRL's script imports distrax
 (whose TFP substrate does not load with this jax), brax and navix (not installed) for wrappers
 it does not use on gymnax: the driver below gives it a categorical distribution of the same three
-methods and an empty brax module, and changes nothing of its code. Reported apart: compile
-time (PureJaxRL: jit lowering and compiling; seedlike: its first call, one update with it) and
-training time, env steps/s of training, and the mean return of the episodes that ended in the
-last 10% of the env steps. A third side times seedlike's program alone (three calls of 200
-updates after two warm-up calls, no rows): what the host loop around it costs is the difference.
-Writes JSON (--out).
+methods and an empty brax module, and changes nothing of its code. purejaxql's imports hydra,
+omegaconf and safetensors for its command line and saving, which the driver does not call: empty
+modules stand in. Reported apart: compile time (the anchor: jit lowering and compiling;
+seedlike: its first call, one update with it) and training time, env steps/s of training, and the
+mean return of the episodes that ended in the last 10% of the env steps (purejaxql: the mean over
+those updates of its LogWrapper's returned_episode_returns, the last finished episode's return of
+each env). A third side times seedlike's program alone (three calls that make the run's env
+steps together, after two warm-up calls, no rows): what the host loop around it costs is the
+difference. Writes JSON (--out).
 """
 
 import json
@@ -25,7 +34,9 @@ from absl import app, flags
 
 from benchmarks import results_io
 
+_ALGO = flags.DEFINE_enum("algo", "ppo", ["ppo", "pqn"], "ppo: against PureJaxRL; pqn: purejaxql.")
 _PUREJAXRL = flags.DEFINE_string("purejaxrl", None, "Folder of purejaxrl's ppo.py and wrappers.py.")
+_PUREJAXQL = flags.DEFINE_string("purejaxql", None, "Folder of purejaxql's pqn_gymnax.py.")
 _PAIRS = flags.DEFINE_integer("pairs", 3, "Alternating runs of each side.")
 _STEPS = flags.DEFINE_integer("steps", 500_000, "Env steps per run.")
 _OUT = flags.DEFINE_string("out", None, "JSON path (default: benchmarks/results/ondevice-*.json).")
@@ -69,12 +80,42 @@ print(json.dumps({"compile_s": compiled_at - start, "train_s": done - compiled_a
                   "env_steps": steps, "final_return": float(returns[ended].mean())}))
 """
 
+PUREJAXQL_DRIVER = r"""
+import json, sys, time, types
+import jax, numpy as np
+for name in ("hydra", "omegaconf", "safetensors", "safetensors.flax"):
+    sys.modules[name] = types.ModuleType(name)
+sys.modules["hydra"].main = lambda **kw: (lambda f: f)
+sys.modules["omegaconf"].OmegaConf = None
+sys.modules["safetensors.flax"].load_file = sys.modules["safetensors.flax"].save_file = None
+sys.path.insert(0, sys.argv[1])
+import pqn_gymnax
+steps = float(sys.argv[2])
+config = {"TOTAL_TIMESTEPS": steps, "TOTAL_TIMESTEPS_DECAY": steps, "NUM_ENVS": 32,
+          "NUM_STEPS": 64, "EPS_START": 1.0, "EPS_FINISH": 0.2, "EPS_DECAY": 0.2,
+          "NUM_MINIBATCHES": 16, "NUM_EPOCHS": 4, "NORM_INPUT": False, "HIDDEN_SIZE": 256,
+          "NUM_LAYERS": 2, "NORM_TYPE": "layer_norm", "LR": 1e-4, "MAX_GRAD_NORM": 10,
+          "LR_LINEAR_DECAY": True, "REW_SCALE": 0.1, "GAMMA": 0.99, "LAMBDA": 0.95,
+          "ENV_NAME": "CartPole-v1", "ENV_KWARGS": {}, "TEST_DURING_TRAINING": False,
+          "WANDB_MODE": "disabled"}
+rng = jax.random.PRNGKey(int(sys.argv[3]))
+start = time.perf_counter()
+compiled = jax.jit(pqn_gymnax.make_train(config)).lower(rng).compile()
+compiled_at = time.perf_counter()
+out = jax.block_until_ready(compiled(rng))
+done = time.perf_counter()
+returns = np.asarray(out["metrics"]["returned_episode_returns"])
+print(json.dumps({"compile_s": compiled_at - start, "train_s": done - compiled_at,
+                  "env_steps": int(out["metrics"]["env_step"][-1]),
+                  "final_return": float(returns[-max(len(returns) // 10, 1):].mean())}))
+"""
+
 SEEDLIKE_DRIVER = r"""
 import json, sys, time
 from seedlike.config import load_config_file
 from seedlike.metrics import read_metrics
 from seedlike.ondevice import run
-c = load_config_file("configs/gymnax_cartpole_ppo.py")
+c = load_config_file(sys.argv[4])
 c.unlock(); c.total_env_steps = int(sys.argv[2]); c.seed = int(sys.argv[3])
 c.log.wandb_mode = "disabled"; c.log.interval_s = 0.25; c.checkpoint.interval_s = 1e9; c.lock()
 start = time.time()
@@ -88,33 +129,44 @@ print(json.dumps({"compile_s": first["time"] - start, "train_s": last["time"] - 
                   / sum(r["episodes"] for r in tail)}))
 """
 
-# seedlike's program alone: calls of 200 updates after two warm-up calls, no rows written.
+# seedlike's program alone: three calls that make the run's env steps together, after two warm-up
+# calls, no rows written.
 PROGRAM_DRIVER = r"""
 import json, sys, time
 from seedlike.config import load_config_file
 from seedlike.ondevice import run
-c = load_config_file("configs/gymnax_cartpole_ppo.py")
+c = load_config_file(sys.argv[4])
 c.unlock(); c.seed = int(sys.argv[3]); c.log.wandb_mode = "disabled"; c.lock()
+per_call = max(1, int(sys.argv[2]) // 3 // (c.batch_unrolls * c.unroll_length))
 r = run.DeviceRun(c, sys.argv[1])
 start = time.perf_counter(); r.call(1); compiled = time.perf_counter(); r.call(1)
 times = []
 for _ in range(3):
-    t = time.perf_counter(); r.call(200); times.append(time.perf_counter() - t)
+    t = time.perf_counter(); r.call(per_call); times.append(time.perf_counter() - t)
 print(json.dumps({"compile_s": compiled - start, "train_s": sum(times),
-                  "env_steps": 600 * c.batch_unrolls * c.unroll_length, "final_return": None}))
+                  "env_steps": 3 * per_call * c.batch_unrolls * c.unroll_length,
+                  "final_return": None}))
 """
+
+
+CONFIGS = {"ppo": "configs/gymnax_cartpole_ppo.py", "pqn": "configs/gymnax_cartpole_pqn.py"}
+ANCHORS = {"ppo": "purejaxrl", "pqn": "purejaxql"}
 
 
 def side(name: str, seed: int, logdir: str) -> dict:
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled"}
     env.pop("XLA_FLAGS", None)  # one device on each side
+    config = CONFIGS[_ALGO.value]
     if name == "purejaxrl":
         args = ["-c", PUREJAXRL_DRIVER, _PUREJAXRL.value, str(_STEPS.value), str(seed)]
+    elif name == "purejaxql":
+        args = ["-c", PUREJAXQL_DRIVER, _PUREJAXQL.value, str(_STEPS.value), str(seed)]
     elif name == "seedlike_program":
-        args = ["-c", PROGRAM_DRIVER, os.path.join(logdir, f"program_{seed}"), "0", str(seed)]
+        args = ["-c", PROGRAM_DRIVER, os.path.join(logdir, f"program_{seed}"),
+                str(_STEPS.value), str(seed), config]  # fmt: skip
     else:
         args = ["-c", SEEDLIKE_DRIVER, os.path.join(logdir, f"seed_{seed}"), str(_STEPS.value),
-                str(seed)]  # fmt: skip
+                str(seed), config]  # fmt: skip
     out = subprocess.run([sys.executable, *args], cwd=results_io.ROOT, env=env, check=True,
                          capture_output=True, text=True)  # fmt: skip
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -128,7 +180,10 @@ def main(argv):
     import tempfile
 
     logdir = tempfile.mkdtemp(prefix="ondevice-")
-    runs = {"purejaxrl": [], "seedlike": [], "seedlike_program": []}
+    anchor = ANCHORS[_ALGO.value]
+    if not {"purejaxrl": _PUREJAXRL, "purejaxql": _PUREJAXQL}[anchor].value:
+        raise app.UsageError(f"--algo={_ALGO.value} runs against {anchor}: pass --{anchor}=FOLDER")
+    runs = {anchor: [], "seedlike": [], "seedlike_program": []}
     for seed in range(_PAIRS.value):
         for name in runs:
             runs[name].append(side(name, seed, logdir))
@@ -140,11 +195,11 @@ def main(argv):
     keys = ("compile_s", "train_s", "sps", "final_return")
     summary = {name: {k: median([r[k] for r in rs]) for k in keys} for name, rs in runs.items()}
     for name in ("seedlike", "seedlike_program"):
-        summary[name]["sps_ratio"] = summary[name]["sps"] / summary["purejaxrl"]["sps"]
-    results_io.write("ondevice", {"steps": _STEPS.value, "runs": runs, "median": summary},
+        summary[name]["sps_ratio"] = summary[name]["sps"] / summary[anchor]["sps"]
+    record = {"algo": _ALGO.value, "steps": _STEPS.value, "runs": runs, "median": summary}
+    results_io.write(f"ondevice-{_ALGO.value}", record,
                      _OUT.value, echo=summary)  # fmt: skip
 
 
 if __name__ == "__main__":
-    flags.mark_flag_as_required("purejaxrl")
     app.run(main)

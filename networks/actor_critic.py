@@ -86,7 +86,7 @@ class TorsoSpec:
 
     Attributes:
       kind: "mlp" or one of torsos.CNN_TORSOS.
-      hidden_sizes, activation, residual_blocks: an MLP's layers.
+      hidden_sizes, activation, residual_blocks, layer_norm: an MLP's layers.
       shared: one torso for policy and value (always with a CNN or a core), or one each.
       cnn_channels, cnn_hidden, cnn_kernel, cnn_padding: a CNN's; None, 0 and "" leave the
         torso's own (the paper's) value.
@@ -103,6 +103,7 @@ class TorsoSpec:
     hidden_sizes: tuple[int, ...]
     activation: str
     residual_blocks: int
+    layer_norm: bool
     shared: bool
     cnn_channels: tuple[int, ...] | None
     cnn_hidden: int | None
@@ -457,6 +458,7 @@ def make_torso(module: ActorCritic, **kwargs):
             m.torso_spec.hidden_sizes,
             m.torso_spec.activation,
             m.torso_spec.residual_blocks,
+            m.torso_spec.layer_norm,
             **kwargs,
         )
     if m.torso_spec.cnn_channels is not None:

@@ -233,6 +233,7 @@ def make_network(network_config, spec: EnvSpec) -> Network:
         hidden_sizes=tuple(int(h) for h in c.hidden_sizes),
         activation=c.activation,
         residual_blocks=int(c.residual_blocks),
+        layer_norm=bool(c.layer_norm),
         # A Q head reads one torso (it has no value head for a second).
         shared=bool(c.shared_torso)
         or c.torso != "mlp"

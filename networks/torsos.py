@@ -6,6 +6,7 @@ reads which layer's units. Surgery follows that graph, so the names below are fr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import flax.linen as nn
@@ -49,18 +50,24 @@ class MLP(nn.Module):
     """Dense layers dense_0, dense_1, ..., then residual blocks res_0, res_1, ...
 
     A residual block computes h + dense_1(act(dense_0(h))) at the width of the last layer; surgery
-    inserts new ones with a zero dense_1, which leaves the function unchanged.
+    inserts new ones with a zero dense_1, which leaves the function unchanged. With layer_norm,
+    each dense layer's output is normalised over its units (LayerNorm norm_i) before the
+    activation, as PQN's torso (Gallici et al. 2024).
     """
 
     hidden_sizes: Sequence[int]
     activation: str  # network.activation
     residual_blocks: int  # network.residual_blocks
+    layer_norm: bool = False  # network.layer_norm
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = activation_fn(self.activation)
         for i, size in enumerate(self.hidden_sizes):
-            x = act(_dense(size, f"dense_{i}")(x))
+            x = _dense(size, f"dense_{i}")(x)
+            if self.layer_norm:
+                x = nn.LayerNorm(name=f"norm_{i}")(x)
+            x = act(x)
         for i in range(self.residual_blocks):
             x = ResidualDense(x.shape[-1], self.activation, name=f"res_{i}")(x)
         return x
@@ -81,6 +88,15 @@ class MLP(nn.Module):
         spaces = {d: Space((d,), readers=(Reader(n),)) for d, n in zip(dense, dense[1:])}
         if dense:
             spaces[dense[-1]] = stream
+        if self.layer_norm:
+            # A copied unit moves the mean and variance LayerNorm takes over the layer's units,
+            # so no widening of a normalised layer keeps the function.
+            for d in dense:
+                spaces[d] = dataclasses.replace(
+                    spaces[d],
+                    refused=f"params/{d} feeds a LayerNorm (network.layer_norm), which a wider "
+                    "layer changes; add residual blocks instead (deepen)",
+                )
         writer = f"params/{dense[-1]}" if dense else "none: the stream is the torso's input"
         for x, y in zip(inner, outer):
             spaces[x] = Space((x,), readers=(Reader(y),))

@@ -263,6 +263,9 @@ def network_section() -> ml_collections.ConfigDict:
     c.hidden_sizes = (64, 64)  # mlp layers
     c.activation = "tanh"  # mlp activation: tanh | relu | gelu | silu
     c.residual_blocks = 0  # mlp: residual blocks after the dense layers
+    # mlp: LayerNorm after each dense layer, before its activation (PQN's torso; surgery can
+    # deepen such a torso but not widen it)
+    c.layer_norm = False
     c.shared_torso = False  # mlp only: one torso for policy and value, or one each
     c.cnn_channels = ()  # CNN torsos: conv channels; () = the paper's
     c.cnn_hidden = 0  # CNN torsos: size of the dense layer; 0 = the paper's

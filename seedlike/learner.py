@@ -248,9 +248,10 @@ def _checked(config):
     except ValueError as e:
         raise config_lib.ConfigError(f"invalid config: {e}") from None
     if teams.num_teams > 1 and not ALGORITHMS[config.algo].self_play:
+        players = ", ".join(n for n, a in ALGORITHMS.items() if a.self_play)
         raise config_lib.ConfigError(
-            f"invalid config: algo={config.algo!r} learns one agent from its own replay; games "
-            f"between teams ({spec.name}: self-play, leagues) are for ppo and vtrace"
+            f"invalid config: algo={config.algo!r} learns one agent; games between teams "
+            f"({spec.name}: self-play, leagues) are for {players}"
         )
     if teams.num_teams > 1 and config.distributed.num_processes > 1:
         raise config_lib.ConfigError(

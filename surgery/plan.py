@@ -654,6 +654,7 @@ def _unchangeable(old, new) -> list[str]:
 
     same("network.torso", om.torso_spec.kind, nm.torso_spec.kind)
     same("network.activation", om.torso_spec.activation, nm.torso_spec.activation)
+    same("network.layer_norm", om.torso_spec.layer_norm, nm.torso_spec.layer_norm)
     same("network.shared_torso (as built)", om.torso_spec.shared, nm.torso_spec.shared)
     same("network.image_key", om.torso_spec.image_key, nm.torso_spec.image_key)
     same("network.mirror", om.torso_spec.mirror, nm.torso_spec.mirror)

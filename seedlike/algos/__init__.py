@@ -401,6 +401,38 @@ def r2d2_overlap(config) -> int:
     return int(config.r2d2.overlap)
 
 
+def pqn_defaults() -> ml_collections.ConfigDict:
+    c = reward_settings(ml_collections.ConfigDict())
+    # Q(lambda)'s trace: 0 bootstraps after one step (one-step Q-learning), 1 sums the unroll's
+    # rewards (purejaxql's MinAtar setting: 0.65).
+    c.lambda_ = 0.65
+    c.reward_scale = 1.0  # rewards learned from are multiplied by this (after reward_clip)
+    c.epochs = 2  # passes over each batch
+    c.num_minibatches = 32  # minibatches per pass
+    c = exploration_settings(c)
+    # One rate for every seat, annealed from 1 (purejaxql's: 0.05 after the first 10%).
+    c.epsilon = 0.05
+    c.epsilon_alpha = 0.0
+    c.epsilon_slots = 1
+    c.anneal_steps = 1_000_000
+    return c
+
+
+def check_pqn(config) -> list[str]:
+    c = config.pqn
+    problems = check_common("pqn", c) + check_exploration("pqn", c)
+    if not 0.0 <= c.lambda_ <= 1.0:
+        problems.append(f"pqn.lambda_={c.lambda_} must lie in [0, 1]")
+    if c.reward_scale <= 0:
+        problems.append(f"pqn.reward_scale={c.reward_scale} must be > 0")
+    if config.network.atoms != 1 or config.network.noisy:
+        problems.append(
+            "algo='pqn' learns one value per action and explores epsilon-greedily: set "
+            "network.atoms=1 and network.noisy=False"
+        )
+    return problems
+
+
 def sgd_steps_per_update(config) -> int:
     """Gradient steps in one policy version of a run's config (its record's `sgd_steps`)."""
     return ALGORITHMS[config.algo].sgd_steps(config)
@@ -465,6 +497,15 @@ ALGORITHMS = {
         sgd_steps=replayed,
         head="q",
         overlap=r2d2_overlap,
+        self_play=False,
+    ),
+    "pqn": Algorithm(
+        name="pqn",
+        defaults=pqn_defaults,
+        check=check_pqn,
+        metrics=("loss/total", "loss/td_abs", "loss/q_mean", "loss/target_mean"),
+        module="seedlike.algos.pqn",
+        head="q",
         self_play=False,
     ),
 }

@@ -11,9 +11,10 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from networks import normalization
-from seedlike.algos import ALGORITHMS, UNROLLS, batches
+from seedlike.algos import ALGORITHMS, UNROLLS, batches, exploration
 from seedlike.config import ConfigError
 from seedlike.learning import train_state as ts
 from seedlike.ondevice import rollout as rollout_lib
@@ -58,10 +59,36 @@ def shape_of(config, network, devices: int) -> Shape:
     return Shape(envs // devices, length, int(c.epochs), m, sequences)
 
 
-def make_update(config, network, env, shape: Shape, sgd_step):
+def make_epsilon(config, network, shape: Shape, devices: int):
+    """epsilon(policy_version) -> [envs] for one device (under pmap): each env's exploration
+    rate before that version's rollout, where the network is a Q network (None otherwise). Env
+    i of all the program's envs holds Ape-X slot i mod epsilon_slots (seedlike.algos.exploration,
+    as the inference server gives a slot to each actor identity), annealed over the env steps of
+    the versions before."""
+    c = config[config.algo]
+    if not network.q:
+        return None
+    rates = exploration.apex_epsilons(c.epsilon, c.epsilon_alpha, c.epsilon_slots)
+    table = rates[np.arange(devices * shape.envs) % int(c.epsilon_slots)]
+    table = table.reshape(devices, shape.envs)
+    steps_per_version = float(devices * shape.envs * shape.length)
+    anneal = float(c.anneal_steps)
+
+    def epsilon(version):
+        own = jnp.asarray(table)[jax.lax.axis_index(ts.AXIS)]
+        if anneal <= 0:
+            return own
+        left = jnp.clip(1.0 - version.astype(jnp.float32) * steps_per_version / anneal, 0.0, 1.0)
+        return exploration.annealed(own, left)
+
+    return epsilon
+
+
+def make_update(config, network, env, shape: Shape, sgd_step, devices: int):
     """update(state, acting) -> (state, acting, metrics, counts) for one device (under pmap):
     one policy version. A non-finite loss or gradient leaves the state as it was (nonfinite 1)."""
     algorithm = ALGORITHMS[config.algo]
+    epsilon = make_epsilon(config, network, shape, devices)
     advantages = algorithm.load().advantages(config[config.algo])
     take = batches.take_unrolls if shape.sequences else batches.take_steps
     items_per_device = shape.envs if shape.sequences else shape.envs * shape.length
@@ -87,9 +114,11 @@ def make_update(config, network, env, shape: Shape, sgd_step):
     def update(state, acting):
         key, learn_key = jax.random.split(jax.random.wrap_key_data(acting.key))
         acting = acting._replace(key=jax.random.key_data(key))
+        version = state.policy_version
         acting, unroll, episodes = rollout_lib.rollout(
-            network, env, state.params, state.obs_norm, acting, shape.length, state.policy_version
-        )
+            network, env, state.params, state.obs_norm, acting, shape.length, version,
+            None if epsilon is None else epsilon(version),
+        )  # fmt: skip
         new, metrics = learn(state, unroll, learn_key)
         finite = jnp.all(jnp.stack([jnp.isfinite(v) for v in jax.tree.leaves(metrics)]))
         new = new.replace(
@@ -126,7 +155,7 @@ def _observed(obs_norm: dict, unroll) -> dict:
 def make_program(config, network, env, shape: Shape, sgd_step, devices):
     """program(state, acting, n) -> (state, acting, Totals) for n [devices] updates per call
     (the same n on every device; a traced count, so every call size shares one compile)."""
-    update = make_update(config, network, env, shape, sgd_step)
+    update = make_update(config, network, env, shape, sgd_step, len(devices))
 
     def run(state, acting, n):
         def body(_, carry):

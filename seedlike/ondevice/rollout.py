@@ -37,16 +37,18 @@ def start(network, env: device.DeviceEnv, num_envs: int, key: jax.Array) -> Acti
     return Acting(slots, network.initial_carry(num_envs), jax.random.key_data(key))
 
 
-def rollout(network, env, params, obs_norm, acting: Acting, length: int, version):
+def rollout(network, env, params, obs_norm, acting: Acting, length: int, version, epsilon=None):
     """`length` steps of every env: (acting after them, Unroll [B, length+1, ...], Episodes).
-    Step `length` of the unroll is the next one's step 0 (its value bootstraps)."""
+    Step `length` of the unroll is the next one's step 0 (its value bootstraps). `epsilon` [B]:
+    each env's exploration rate, where the network is a Q network (Network.act)."""
+    explore = {} if epsilon is None else {"epsilon": epsilon}
 
     def step(acting: Acting, _):
         slots, carry, key = acting
         key, act_key, env_key = jax.random.split(key, 3)
 
         action, logp, value, new_carry = network.act(
-            params, obs_norm, slots.obs, {}, carry, slots.first, act_key
+            params, obs_norm, slots.obs, {}, carry, slots.first, act_key, **explore
         )
         keys = jax.random.split(env_key, action.shape[0])
         new_slots, outcome = jax.vmap(lambda s, a, k: device.advance(env, s, a, k))(

@@ -24,7 +24,7 @@ from networks import make_network
 from seedlike import checkpoint as ckpt_lib
 from seedlike import config as config_lib
 from seedlike import envs
-from seedlike.algos import ALGORITHMS, BATCHES, ON_POLICY
+from seedlike.algos import ALGORITHMS, BATCHES, ON_POLICY, exploration
 from seedlike.learning import train_state as ts
 from seedlike.metrics import MetricsWriter, run_summary, write_config, write_summary
 from seedlike.ondevice import program as program_lib
@@ -40,8 +40,9 @@ def check(config) -> None:
     algo, backend = config.algo, config.env.backend
     c = config[algo]
     replay = BATCHES[ALGORITHMS[algo].batch] != ON_POLICY
+    here = ", ".join(n for n, a in ALGORITHMS.items() if BATCHES[a.batch] == ON_POLICY)
     unsupported = {
-        f"algo={algo!r} (it learns from a replay; ppo and vtrace run here)": replay,
+        f"algo={algo!r} (it learns from a replay; {here} run here)": replay,
         f"{algo}.normalize_rewards": bool(c.normalize_rewards),
         f"{algo}.reward_clip": float(c.reward_clip) != 0.0,
         "distributed.num_processes > 1 (one host's devices)": config.distributed.num_processes > 1,
@@ -194,8 +195,24 @@ def row_of(totals: program_lib.Totals, run: DeviceRun, seconds: float, steps: in
         "episode_return_robust": per_episode("episode_return_sum"),
         "episode_length_mean": per_episode("episode_length_sum"),
         "updates_per_call": int(counts["updates"]),
+        **exploration_columns(run.config, run.network, run.env_steps),
         **{k: float(v) / kept if kept else float("nan") for k, v in totals.metrics.items()},
         "nonfinite": float(counts["nonfinite"]) / max(float(counts["updates"]), 1.0),
+    }
+
+
+def exploration_columns(config, network, env_steps: int) -> dict:
+    """A Q network's exploration/epsilon_<i> at env_steps: slot i's rate (the rate of the envs
+    holding it; program.make_epsilon), as a SEED run's rows give each slot's."""
+    if not network.q:
+        return {}
+    c = config[config.algo]
+    rates = exploration.apex_epsilons(c.epsilon, c.epsilon_alpha, c.epsilon_slots)
+    anneal = float(c.anneal_steps)
+    left = max(0.0, 1.0 - env_steps / anneal) if anneal > 0 else 0.0
+    return {
+        f"exploration/epsilon_{i}": float(exploration.annealed(r, left))
+        for i, r in enumerate(rates)
     }
 
 

@@ -18,12 +18,7 @@ import threading
 
 import numpy as np
 
-
-def apex_epsilons(eps: float, alpha: float, slots: int) -> np.ndarray:
-    """float32 [slots]: eps ** (1 + alpha * i / (slots - 1)); one slot: eps."""
-    i = np.arange(slots, dtype=np.float64)
-    power = 1.0 + alpha * i / max(slots - 1, 1)
-    return (float(eps) ** power).astype(np.float32)
+from seedlike.algos.exploration import annealed, apex_epsilons
 
 
 class Exploration:
@@ -76,7 +71,7 @@ class Exploration:
         rates = self.rates[table[np.asarray(identity, np.int64)]]
         left = self._left(env_steps)
         if left:
-            rates = rates + (1.0 - rates) * np.float32(left)
+            rates = annealed(rates, np.float32(left))
         return rates.astype(np.float32)
 
     def _left(self, env_steps: int) -> float:
@@ -90,4 +85,4 @@ class Exploration:
         with self._lock:
             slots = sorted(set(self._slot_of.values()))
         left = self._left(env_steps)
-        return {s: float(self.rates[s] + (1.0 - self.rates[s]) * left) for s in slots}
+        return {s: float(annealed(self.rates[s], left)) for s in slots}

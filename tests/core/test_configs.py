@@ -130,7 +130,7 @@ def test_the_algorithm_records_are_the_configs_sections_and_the_losses_metrics()
     from seedlike.algos import ALGORITHMS
     from seedlike.config import base_config
 
-    assert tuple(ALGORITHMS) == ("ppo", "vtrace", "rainbow", "r2d2")
+    assert tuple(ALGORITHMS) == ("ppo", "vtrace", "rainbow", "r2d2", "pqn")
     config = base_config()
     learners = {}
     for name, algorithm in ALGORITHMS.items():
@@ -142,9 +142,10 @@ def test_the_algorithm_records_are_the_configs_sections_and_the_losses_metrics()
         assert learners[name] == "ReplayLearner" or callable(module.advantages)
     assert learners == {
         "ppo": "Learner", "vtrace": "Learner", "rainbow": "ReplayLearner",
-        "r2d2": "ReplayLearner",
+        "r2d2": "ReplayLearner", "pqn": "Learner",
     }  # fmt: skip
-    assert {n: a.head for n, a in ALGORITHMS.items() if a.head} == {"rainbow": "q", "r2d2": "q"}
+    heads = {n: a.head for n, a in ALGORITHMS.items() if a.head}
+    assert heads == {"rainbow": "q", "r2d2": "q", "pqn": "q"}
     # V-trace computes its targets inside the loss; PPO's come from GAE beforehand.
     assert ALGORITHMS["vtrace"].load().advantages(config.vtrace) is None
     assert callable(ALGORITHMS["ppo"].load().advantages(config.ppo))

@@ -4,8 +4,9 @@ importance weights, transitions read back from the stored unrolls; the Ape-X eps
 import numpy as np
 import pytest
 
+from seedlike.algos.exploration import apex_epsilons
 from seedlike.learning.replay import Replay, SumTree
-from seedlike.server.exploration import Exploration, apex_epsilons
+from seedlike.server.exploration import Exploration
 from seedlike.types import Unroll
 
 

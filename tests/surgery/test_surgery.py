@@ -868,3 +868,18 @@ def test_new_q_actions_keep_the_old_values_and_start_at_the_configured_value(hea
         np.testing.assert_allclose(q_new[:, 3:], np.repeat(v_mean[:, None], 2, 1), atol=1e-5)
     else:
         np.testing.assert_allclose(q_new[:, 3:], 1.5, atol=1e-5)
+
+
+def test_a_layer_norm_torso_deepens_exactly_and_refuses_widening_by_name():
+    kw = {"normalize_obs": False, "activation": "relu", "layer_norm": True, "policy_head": "q"}
+    old_net = make_net(hidden_sizes=(8, 6), **kw)
+    params = random_params(old_net, 2)
+    deeper = make_net(hidden_sizes=(8, 6), residual_blocks=1, **kw)
+    plan, result = derive_and_apply(old_net, deeper, params)
+    assert [op.kind for op in plan.ops] == ["add_residual_block"]
+    assert_exact(check(old_net, deeper, params, {}, result))
+    with pytest.raises(surgery.PlanError, match=r"params/torso/dense_0 feeds a LayerNorm"):
+        derive_and_apply(old_net, make_net(hidden_sizes=(12, 6), **kw), params)
+    plain = {**kw, "layer_norm": False}
+    with pytest.raises(surgery.PlanError, match="network.layer_norm changes from True to False"):
+        surgery.derive_plan(old_net, make_net(hidden_sizes=(8, 6), **plain))
