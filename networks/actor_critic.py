@@ -471,6 +471,8 @@ def make_torso(module: ActorCritic, **kwargs):
         kwargs["kernel_size"] = m.torso_spec.cnn_kernel
     if m.torso_spec.cnn_padding:
         kwargs["padding"] = m.torso_spec.cnn_padding
+    if m.torso_spec.layer_norm:
+        kwargs["layer_norm"] = True
     return torsos.CNN_TORSOS[m.torso_spec.kind](**kwargs)
 
 

@@ -61,6 +61,11 @@ def network_problems(network_config, spec: EnvSpec) -> list[str]:
             f"network.cnn_kernel / network.cnn_padding apply to the board_cnn torso only, not "
             f"network.torso={c.torso!r}; leave them at 0 / ''"
         )
+    if c.layer_norm and c.torso not in ("mlp", "board_cnn"):
+        problems.append(
+            f"network.layer_norm is for the mlp and board_cnn torsos, not network.torso="
+            f"{c.torso!r}; set it to False"
+        )
     if c.cnn_padding not in PADDINGS:
         problems.append(f"network.cnn_padding={c.cnn_padding!r} is not one of {list(PADDINGS)}")
     if c.mirror:

@@ -89,14 +89,8 @@ class MLP(nn.Module):
         if dense:
             spaces[dense[-1]] = stream
         if self.layer_norm:
-            # A copied unit moves the mean and variance LayerNorm takes over the layer's units,
-            # so no widening of a normalised layer keeps the function.
             for d in dense:
-                spaces[d] = dataclasses.replace(
-                    spaces[d],
-                    refused=f"params/{d} feeds a LayerNorm (network.layer_norm), which a wider "
-                    "layer changes; add residual blocks instead (deepen)",
-                )
+                spaces[d] = _normalised(spaces[d], d)
         writer = f"params/{dense[-1]}" if dense else "none: the stream is the torso's input"
         for x, y in zip(inner, outer):
             spaces[x] = Space((x,), readers=(Reader(y),))
@@ -120,6 +114,16 @@ class MLP(nn.Module):
             lambda j: f"res_{j}",
         )
         return spaces, inputs, None, torso
+
+
+def _normalised(space: Space, layer: str) -> Space:
+    """`space` refused: a copied unit moves the mean and variance LayerNorm takes over the
+    layer's units, so no widening of a normalised layer keeps the function."""
+    return dataclasses.replace(
+        space,
+        refused=f"params/{layer} feeds a LayerNorm (network.layer_norm), which a wider layer "
+        "changes; an MLP can add residual blocks instead (deepen)",
+    )
 
 
 class ResidualDense(nn.Module):
@@ -330,19 +334,30 @@ class BoardCNN(nn.Module):
     hidden_size: int = 256
     kernel_size: int = 3
     padding: str = "SAME"
+    # LayerNorm (norm_i) over each conv's channels at every position and over the dense layer's
+    # units, before the activation: PQN's MinAtar torso (network.layer_norm).
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, image: jax.Array, extra: jax.Array | None = None) -> jax.Array:
         x = image
         for i, c in enumerate(self.channels):
-            x = nn.relu(_conv(c, self.kernel_size, 1, f"conv_{i}", padding=self.padding)(x))
+            x = self._normed(i, _conv(c, self.kernel_size, 1, f"conv_{i}", padding=self.padding)(x))
         x = x.reshape(x.shape[0], -1)
         if extra is not None:
             x = jnp.concatenate([x, extra], axis=-1)
-        return nn.relu(_dense(self.hidden_size, "dense_0")(x))
+        return self._normed(len(self.channels), _dense(self.hidden_size, "dense_0")(x))
+
+    def _normed(self, i: int, x: jax.Array) -> jax.Array:
+        return nn.relu(nn.LayerNorm(name=f"norm_{i}")(x) if self.layer_norm else x)
 
     def graph(self, prefix, consumers, extra_rows=0, positions=0, blocks=None):
-        return conv_chain_graph(prefix, len(self.channels), consumers, extra_rows, positions)
+        spaces, inputs, image, torso = conv_chain_graph(
+            prefix, len(self.channels), consumers, extra_rows, positions
+        )
+        if self.layer_norm:
+            spaces = {name: _normalised(space, name) for name, space in spaces.items()}
+        return spaces, inputs, image, torso
 
 
 # The image torsos selectable by network.torso (surgery reads their default sizes from here too).

@@ -48,6 +48,10 @@ def run_settings() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.algo = "ppo"  # learning algorithm: a key of seedlike.algos.ALGORITHMS
     c.seed = 0  # seeds params, sampling, shuffling and env seeds
+    # On-device runs (seedlike.ondevice): train this many independent agents, seeded seed,
+    # seed + 1, ..., vmapped in one compiled program, each in <logdir>/seed_<k> with its own
+    # rows, checkpoints, config and summary. The SEED path trains one (sweeps: --seeds).
+    c.seeds = 1
     c.total_env_steps = 1_000_000  # stop after this many env steps (rows) received from actors
     # Stop earlier, as finished, once a majority of actor identities' mean returns hold this for
     # log.stop_hold_s (episode_return_robust reaching it; learning checks and budgeted sweeps:
@@ -80,6 +84,7 @@ def check_run(config, need) -> None:
         section, _, key = old.rpartition(".")
         need(key not in config[section], f"{old} is now {new}: set that instead")
     need(config.total_env_steps > 0, "total_env_steps must be positive")
+    need(config.seeds >= 1, f"seeds={config.seeds} must be >= 1")
     need(config.pause_at_env_steps >= 0, "pause_at_env_steps must be >= 0 (0: no pause)")
     need(config.unroll_length >= 1, "unroll_length must be >= 1")
     need(config.batch_unrolls >= 1, "batch_unrolls must be >= 1")
@@ -263,8 +268,8 @@ def network_section() -> ml_collections.ConfigDict:
     c.hidden_sizes = (64, 64)  # mlp layers
     c.activation = "tanh"  # mlp activation: tanh | relu | gelu | silu
     c.residual_blocks = 0  # mlp: residual blocks after the dense layers
-    # mlp: LayerNorm after each dense layer, before its activation (PQN's torso; surgery can
-    # deepen such a torso but not widen it)
+    # mlp and board_cnn: LayerNorm after each layer (a conv's over its channels), before its
+    # activation (PQN's torsos; surgery can deepen such an MLP but widens neither)
     c.layer_norm = False
     c.shared_torso = False  # mlp only: one torso for policy and value, or one each
     c.cnn_channels = ()  # CNN torsos: conv channels; () = the paper's

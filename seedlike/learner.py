@@ -247,6 +247,12 @@ def _checked(config):
         teams = Teams.from_config(config.teams, spec)
     except ValueError as e:
         raise config_lib.ConfigError(f"invalid config: {e}") from None
+    if config.seeds != 1:
+        raise config_lib.ConfigError(
+            f"invalid config: seeds={config.seeds} trains agents side by side in one program on "
+            f"the device, and env.backend={config.env.backend!r} runs through actors; set seeds=1 "
+            "(several seeds of a SEED run: python -m seedlike.launch.sweep --seeds=N)"
+        )
     if teams.num_teams > 1 and not ALGORITHMS[config.algo].self_play:
         players = ", ".join(n for n, a in ALGORITHMS.items() if a.self_play)
         raise config_lib.ConfigError(

@@ -89,6 +89,12 @@ def make_update(config, network, env, shape: Shape, sgd_step, devices: int):
     one policy version. A non-finite loss or gradient leaves the state as it was (nonfinite 1)."""
     algorithm = ALGORITHMS[config.algo]
     epsilon = make_epsilon(config, network, shape, devices)
+    c = config[config.algo]
+    reward_norm = None
+    if c.normalize_rewards:
+        reward_norm = rollout_lib.RewardNorm(
+            float(c.gamma), float(c.normalized_reward_clip), ts.AXIS
+        )
     advantages = algorithm.load().advantages(config[config.algo])
     take = batches.take_unrolls if shape.sequences else batches.take_steps
     items_per_device = shape.envs if shape.sequences else shape.envs * shape.length
@@ -117,7 +123,7 @@ def make_update(config, network, env, shape: Shape, sgd_step, devices: int):
         version = state.policy_version
         acting, unroll, episodes = rollout_lib.rollout(
             network, env, state.params, state.obs_norm, acting, shape.length, version,
-            None if epsilon is None else epsilon(version),
+            None if epsilon is None else epsilon(version), reward_norm,
         )  # fmt: skip
         new, metrics = learn(state, unroll, learn_key)
         finite = jnp.all(jnp.stack([jnp.isfinite(v) for v in jax.tree.leaves(metrics)]))
@@ -154,7 +160,9 @@ def _observed(obs_norm: dict, unroll) -> dict:
 
 def make_program(config, network, env, shape: Shape, sgd_step, devices):
     """program(state, acting, n) -> (state, acting, Totals) for n [devices] updates per call
-    (the same n on every device; a traced count, so every call size shares one compile)."""
+    (the same n on every device; a traced count, so every call size shares one compile).
+    state, acting and the Totals carry [devices, seeds, ...]: config.seeds agents side by side,
+    vmapped (each averages its gradients over the devices, with no other agent)."""
     update = make_update(config, network, env, shape, sgd_step, len(devices))
 
     def run(state, acting, n):
@@ -172,7 +180,8 @@ def make_program(config, network, env, shape: Shape, sgd_step, devices):
         )
         return jax.lax.fori_loop(0, n, body, (state, acting, zeros))
 
-    return jax.pmap(run, ts.AXIS, devices=devices, donate_argnums=(0, 1))
+    agents = jax.vmap(run, in_axes=(0, 0, None))
+    return jax.pmap(agents, ts.AXIS, devices=devices, donate_argnums=(0, 1))
 
 
 def _metric_shapes(update, state, acting) -> dict:

@@ -8,18 +8,35 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from networks import normalization
 from seedlike.envs import device
 from seedlike.types import Unroll
+
+RETURN_EPS = 1e-8  # seedlike.server.return_scale.ReturnScale's eps
 
 
 class Acting(NamedTuple):
     """What acting carries from one rollout to the next, for a batch of envs [B]: the slots,
-    the recurrent state before the next step (() if feed-forward) and the PRNG key's raw bits
-    (jax.random.key_data: what a checkpoint can hold)."""
+    the recurrent state before the next step (() if feed-forward), the PRNG key's raw bits
+    (jax.random.key_data: what a checkpoint can hold), and for reward normalization each env's
+    discounted return so far [B] and the running statistics of those returns over every env of
+    every device (the same on each; unused without normalize_rewards)."""
 
     slots: device.Slot
     carry: Any
     key: jax.Array
+    discounted: jax.Array
+    return_stats: normalization.RunningStats
+
+
+class RewardNorm(NamedTuple):
+    """Return-based reward scaling as the SEED path's recorder does it
+    (seedlike.server.return_scale): r / sqrt(Var[G] + eps), clipped to +-clip (0: no clip), G
+    each env's discounted return, reset after its episode ends."""
+
+    gamma: float
+    clip: float
+    axis_name: str | None = None  # the pmap axis whose envs share the statistics
 
 
 class Episodes(NamedTuple):
@@ -34,17 +51,40 @@ def start(network, env: device.DeviceEnv, num_envs: int, key: jax.Array) -> Acti
     """`num_envs` envs at their first observations."""
     key, reset = jax.random.split(key)
     slots = jax.vmap(lambda k: device.start(env, k))(jax.random.split(reset, num_envs))
-    return Acting(slots, network.initial_carry(num_envs), jax.random.key_data(key))
+    return Acting(
+        slots, network.initial_carry(num_envs), jax.random.key_data(key),
+        jnp.zeros(num_envs, jnp.float32), normalization.init_stats(()),
+    )  # fmt: skip
 
 
-def rollout(network, env, params, obs_norm, acting: Acting, length: int, version, epsilon=None):
+def scale_rewards(norm: RewardNorm, acting: Acting, reward, ended):
+    """(rewards to learn from [B], acting with the returns and statistics after this step)."""
+    g = norm.gamma * acting.discounted + reward
+    mean = jnp.mean(g)
+    moments = normalization.combine_moments(
+        jnp.float32(g.shape[0]), mean, jnp.sum(jnp.square(g - mean)), 1, norm.axis_name
+    )
+    stats = normalization.update_stats(acting.return_stats, *moments)
+    scaled = reward / jnp.sqrt(stats.var + RETURN_EPS)
+    if norm.clip:
+        scaled = jnp.clip(scaled, -norm.clip, norm.clip)
+    acting = acting._replace(discounted=jnp.where(ended, 0.0, g), return_stats=stats)
+    return scaled, acting
+
+
+def rollout(
+    network, env, params, obs_norm, acting: Acting, length: int, version, epsilon=None,
+    reward_norm: RewardNorm | None = None,
+):  # fmt: skip
     """`length` steps of every env: (acting after them, Unroll [B, length+1, ...], Episodes).
     Step `length` of the unroll is the next one's step 0 (its value bootstraps). `epsilon` [B]:
-    each env's exploration rate, where the network is a Q network (Network.act)."""
+    each env's exploration rate, where the network is a Q network (Network.act). With
+    `reward_norm` the unroll's rewards are scaled (`scale_rewards`); the episodes' returns stay
+    raw."""
     explore = {} if epsilon is None else {"epsilon": epsilon}
 
     def step(acting: Acting, _):
-        slots, carry, key = acting
+        slots, carry, key = acting.slots, acting.carry, acting.key
         key, act_key, env_key = jax.random.split(key, 3)
 
         action, logp, value, new_carry = network.act(
@@ -54,12 +94,16 @@ def rollout(network, env, params, obs_norm, acting: Acting, length: int, version
         new_slots, outcome = jax.vmap(lambda s, a, k: device.advance(env, s, a, k))(
             slots, action, keys
         )
-        record = (slots.obs, action, logp, value, ~slots.done, slots.first, outcome)
-        return Acting(new_slots, new_carry, key), record
+        acting = acting._replace(slots=new_slots, carry=new_carry, key=key)
+        reward = outcome.reward
+        if reward_norm is not None:
+            reward, acting = scale_rewards(reward_norm, acting, reward, outcome.ended)
+        record = (slots.obs, action, logp, value, ~slots.done, slots.first, outcome, reward)
+        return acting, record
 
     carry0 = acting.carry
     acting = acting._replace(key=jax.random.wrap_key_data(acting.key))
-    acting, (obs, action, logp, value, valid, first, outcome) = jax.lax.scan(
+    acting, (obs, action, logp, value, valid, first, outcome, reward) = jax.lax.scan(
         step, acting, None, length
     )
     # The bootstrap step: its value under the same params; its action is chosen again (and
@@ -83,7 +127,7 @@ def rollout(network, env, params, obs_norm, acting: Acting, length: int, version
         valid=closed(valid, ~acting.slots.done),
         first=closed(first, acting.slots.first),
         policy_version=jnp.full((action.shape[1], length + 1), version, jnp.int32),
-        reward=jnp.swapaxes(outcome.reward, 0, 1),
+        reward=jnp.swapaxes(reward, 0, 1),
         terminated=jnp.swapaxes(outcome.terminated, 0, 1),
         truncated=jnp.swapaxes(outcome.truncated, 0, 1),
         carry=carry0,

@@ -11,6 +11,7 @@ on the same machine (tests/ondevice/test_run.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -38,13 +39,10 @@ def check(config) -> None:
     config_lib.validate(config)
     config_lib.validate_network(config, config_lib.env_spec(config))
     algo, backend = config.algo, config.env.backend
-    c = config[algo]
     replay = BATCHES[ALGORITHMS[algo].batch] != ON_POLICY
     here = ", ".join(n for n, a in ALGORITHMS.items() if BATCHES[a.batch] == ON_POLICY)
     unsupported = {
         f"algo={algo!r} (it learns from a replay; {here} run here)": replay,
-        f"{algo}.normalize_rewards": bool(c.normalize_rewards),
-        f"{algo}.reward_clip": float(c.reward_clip) != 0.0,
         "distributed.num_processes > 1 (one host's devices)": config.distributed.num_processes > 1,
         "population.size > 1": config.population.size > 1,
         "stop_at_return": config.stop_at_return is not None,
@@ -59,8 +57,31 @@ def check(config) -> None:
         )
 
 
+@dataclasses.dataclass
+class Agent:
+    """One of the run's config.seeds agents: its own config (its seed, seeds=1), directory,
+    checkpoints and counters."""
+
+    config: object
+    logdir: str
+    checkpointer: ckpt_lib.Checkpointer
+    env_steps: int = 0
+    episodes: int = 0
+    version: int = 0  # counted on the host (an update discarded as non-finite leaves it)
+
+
+def agent_config(config, k: int):
+    """The config of agent k of a run of config.seeds: seed + k, alone (seeds=1)."""
+    c = config.copy_and_resolve_references()
+    c.unlock()
+    c.seed, c.seeds = int(config.seed) + k, 1
+    c.lock()
+    return c
+
+
 class DeviceRun:
-    """The program, its state on the devices, and the counters a run reports."""
+    """The program, its state on the devices ([devices, seeds, ...]), and each agent's
+    counters. One seed (config.seeds=1) lives in logdir itself, several in logdir/seed_<k>."""
 
     def __init__(self, config, logdir: str):
         self.config, self.logdir = config, logdir
@@ -76,55 +97,84 @@ class DeviceRun:
         sgd_steps = algorithm.sgd_steps(config)
         lr_fn = ts.make_learning_rate_fn(config.optimizer, total_updates * sgd_steps)
         loss_fn = algorithm.load().make_loss(self.network, config[config.algo], ts.AXIS)
+        # The loss's key comes from config.seed for every agent: no loss run here reads it
+        # (a noisy head's; seedlike.algos).
         sgd_step = ts.make_sgd_step(loss_fn, self.optimizer, lr_fn, 0, int(config.seed))
         self.program = program_lib.make_program(
             config, self.network, self.env, self.shape, sgd_step, self.devices
         )
-        self.checkpointer = ckpt_lib.Checkpointer(
-            os.path.join(logdir, "checkpoints"), config.checkpoint.max_to_keep
+        # Compiled once for every agent (a new lambda per agent would compile again).
+        self._init = jax.jit(lambda k: ts.init_train_state(self.network, self.optimizer, k))
+        self._start_envs = jax.jit(
+            lambda k: rollout_lib.start(self.network, self.env, self.shape.envs, k)
         )
-        self.checkpointer.remove_interrupted_saves()
-        self.env_steps = self.episodes = 0
+        seeds = int(config.seeds)
+        self.agents = []
+        for k in range(seeds):
+            own = logdir if seeds == 1 else os.path.join(logdir, f"seed_{k}")
+            checkpointer = ckpt_lib.Checkpointer(
+                os.path.join(own, "checkpoints"), config.checkpoint.max_to_keep
+            )
+            self.agents.append(Agent(agent_config(config, k), own, checkpointer))
         self.in_call = False  # the program holds (and has donated) the state
         try:
+            for agent in self.agents:
+                agent.checkpointer.remove_interrupted_saves()
             self.state, self.acting = self._start()
         except BaseException:
-            self.checkpointer.close()
+            self.close()
             raise
-        # Counted on the host (an update discarded as non-finite leaves it): no wait per row.
-        self._version = int(jax.device_get(self.state.policy_version[0]))
+
+    def close(self) -> None:
+        for agent in self.agents:
+            agent.checkpointer.close()
 
     def _start(self):
-        """The state and acting of the latest checkpoint, or fresh ones (one per device)."""
-        key = jax.random.key(int(self.config.seed))
-        init_key, env_key = jax.random.split(key)
-        state = jax.device_get(
-            jax.jit(lambda k: ts.init_train_state(self.network, self.optimizer, k))(init_key)
-        )
+        """Every agent's state and acting, from its latest checkpoint or fresh, stacked over the
+        agents and then the devices (the program's [devices, seeds, ...])."""
+        states, actings = zip(*(self._start_agent(a) for a in self.agents))
+        steps = {a.env_steps for a in self.agents}
+        if len(steps) > 1:
+            raise config_lib.ConfigError(
+                f"the seeds in {self.logdir} were saved at different env steps "
+                f"({sorted(steps)}): one program advances them together; resume each alone "
+                "(--logdir=<logdir>/seed_<k> with seeds=1) or start a new logdir"
+            )
         n = len(self.devices)
-        start = jax.jit(lambda k: rollout_lib.start(self.network, self.env, self.shape.envs, k))
-        acting = [start(k) for k in jax.random.split(env_key, n)]
+        state = jax.tree.map(
+            lambda *xs: np.broadcast_to(np.stack(xs), (n, len(xs), *np.shape(xs[0]))), *states
+        )
+        acting = jax.tree.map(lambda *xs: np.stack(xs, axis=1), *actings)
+        return self._shard(state), self._shard(acting)
+
+    def _start_agent(self, agent: Agent):
+        """(state, acting [devices, ...]) of one agent on the host, restored where it has a
+        checkpoint."""
+        key = jax.random.key(int(agent.config.seed))
+        init_key, env_key = jax.random.split(key)
+        state = jax.device_get(self._init(init_key))
+        acting = [self._start_envs(k) for k in jax.random.split(env_key, len(self.devices))]
         acting = jax.device_get(jax.tree.map(lambda *xs: np.stack(xs), *acting))
-        restored = self.checkpointer.restore(state, older=ts.older_layout)
+        restored = agent.checkpointer.restore(state, older=ts.older_layout)
         if restored is not None:
             state, meta = restored
-            config_lib.check_resumed(self.config, meta, self.logdir)
-            acting = self._restore_acting(int(state.policy_version), acting)
-            self.env_steps, self.episodes = int(meta["env_steps"]), int(meta.get("episodes", 0))
+            config_lib.check_resumed(agent.config, meta, agent.logdir)
+            acting = self._restore_acting(agent, int(state.policy_version), acting)
+            agent.env_steps, agent.episodes = int(meta["env_steps"]), int(meta.get("episodes", 0))
             logging.info(
                 "resumed from %s at env step %d, policy version %d (params %s)",
-                self.checkpointer.directory, self.env_steps, int(state.policy_version),
+                agent.checkpointer.directory, agent.env_steps, int(state.policy_version),
                 ckpt_lib.params_fingerprint(state.params),
             )  # fmt: skip
-        replicated = jax.tree.map(lambda x: np.broadcast_to(x, (n, *np.shape(x))), state)
-        return self._shard(replicated), self._shard(acting)
+        agent.version = int(state.policy_version)
+        return state, acting
 
-    def _restore_acting(self, step: int, fresh):
+    def _restore_acting(self, agent: Agent, step: int, fresh):
         """The envs, carry and key saved with step; `fresh` ones where it holds none that fit (a
         checkpoint that surgery wrote, a SEED run's, another number of envs): the agent goes on
         from its parameters in new episodes, as a SEED run's actors would reconnect."""
         try:
-            return self.checkpointer.restore_extra(step, fresh)
+            return agent.checkpointer.restore_extra(step, fresh)
         except ckpt_lib.CheckpointError as e:  # incompatible or damaged: the state stands
             logging.warning("%s; starting fresh envs", e)
             return fresh
@@ -145,40 +195,49 @@ class DeviceRun:
         return jax.tree.map(put, tree)
 
     @property
-    def policy_version(self) -> int:
-        return self._version
+    def env_steps(self) -> int:
+        return self.agents[0].env_steps  # the same for every agent (`_start`)
 
-    def call(self, updates: int) -> program_lib.Totals:
-        """`updates` policy versions; their totals (on the host)."""
+    def call(self, updates: int) -> list[program_lib.Totals]:
+        """`updates` policy versions of every agent; each agent's totals (on the host)."""
         n = np.full(len(self.devices), updates, np.int32)
         self.in_call = True
         self.state, self.acting, totals = self.program(self.state, self.acting, n)
         # One transfer, then device 0's copy (every device holds the same sums).
         totals = jax.tree.map(lambda x: x[0], jax.device_get(totals))
-        self.env_steps += updates * self.steps_per_update
-        self.episodes += int(totals.counts["episodes"])
-        self._version += updates - int(totals.counts["nonfinite"])
+        each = [jax.tree.map(lambda x, k=k: x[k], totals) for k in range(len(self.agents))]
+        for agent, own in zip(self.agents, each):
+            agent.env_steps += updates * self.steps_per_update
+            agent.episodes += int(own.counts["episodes"])
+            agent.version += updates - int(own.counts["nonfinite"])
         self.in_call = False
-        return totals
+        return each
 
-    def save(self) -> str:
+    def save(self) -> list[str]:
+        """A checkpoint for every agent (its state and acting); their directories."""
         state = jax.device_get(jax.tree.map(lambda x: x[0], self.state))
-        meta = {
-            "env_steps": self.env_steps,
-            "episodes": self.episodes,
-            "policy_version": int(state.policy_version),
-            "config": json.loads(self.config.to_json()),
-        }
-        self.checkpointer.save(int(state.policy_version), state, meta, extra=self.acting_host())
-        return os.path.join(self.checkpointer.directory, str(int(state.policy_version)))
+        acting = self.acting_host()
+        paths = []
+        for k, agent in enumerate(self.agents):
+            own = jax.tree.map(lambda x, k=k: x[k], state)
+            meta = {
+                "env_steps": agent.env_steps,
+                "episodes": agent.episodes,
+                "policy_version": int(own.policy_version),
+                "config": json.loads(agent.config.to_json()),
+            }
+            extra = jax.tree.map(lambda x, k=k: x[:, k], acting)
+            agent.checkpointer.save(int(own.policy_version), own, meta, extra=extra)
+            paths.append(os.path.join(agent.checkpointer.directory, str(int(own.policy_version))))
+        return paths
 
     def acting_host(self):
-        """Every device's acting state, stacked [devices, ...], on the host."""
+        """Every device's acting state, [devices, seeds, ...], on the host."""
         return jax.device_get(self.acting)
 
 
-def row_of(totals: program_lib.Totals, run: DeviceRun, seconds: float, steps: int) -> dict:
-    """The metrics row of one call: the keys of a SEED run's row that mean the same here
+def row_of(totals: program_lib.Totals, agent: Agent, network, seconds: float, steps: int) -> dict:
+    """An agent's metrics row of one call: the keys of a SEED run's row that mean the same here
     (docs/metrics.md), and updates_per_call."""
     counts = totals.counts
     kept = float(counts["updates"]) - float(counts["nonfinite"])
@@ -186,8 +245,8 @@ def row_of(totals: program_lib.Totals, run: DeviceRun, seconds: float, steps: in
     per_episode = lambda key: float(counts[key]) / episodes if episodes else None  # noqa: E731
     return {
         "time": time.time(),
-        "env_steps": run.env_steps,
-        "policy_version": run.policy_version,
+        "env_steps": agent.env_steps,
+        "policy_version": agent.version,
         "sps": steps / seconds if seconds > 0 else None,
         "episodes": int(episodes),
         "episode_return_mean": per_episode("episode_return_sum"),
@@ -195,7 +254,7 @@ def row_of(totals: program_lib.Totals, run: DeviceRun, seconds: float, steps: in
         "episode_return_robust": per_episode("episode_return_sum"),
         "episode_length_mean": per_episode("episode_length_sum"),
         "updates_per_call": int(counts["updates"]),
-        **exploration_columns(run.config, run.network, run.env_steps),
+        **exploration_columns(agent.config, network, agent.env_steps),
         **{k: float(v) / kept if kept else float("nan") for k, v in totals.metrics.items()},
         "nonfinite": float(counts["nonfinite"]) / max(float(counts["updates"]), 1.0),
     }
@@ -217,30 +276,44 @@ def exploration_columns(config, network, env_steps: int) -> dict:
 
 
 def train(config, logdir: str, stop: threading.Event | None = None) -> dict:
-    """Trains until config.total_env_steps or until `stop` is set; returns the last row."""
+    """Trains until config.total_env_steps or until `stop` is set; returns the last row (of
+    the first seed, where config.seeds > 1: each writes its own in logdir/seed_<k>)."""
     stop = stop or threading.Event()
     check(config)
     run = DeviceRun(config, logdir)
+    writers = []
     try:
-        write_config(logdir, config)
-        metrics = MetricsWriter(
-            logdir, config, config.log.wandb_mode, config.log.wandb_project,
-            config.log.wandb_group, total_env_steps=int(config.total_env_steps),
-            tensorboard=bool(config.log.tensorboard),
-        )  # fmt: skip
+        if len(run.agents) > 1:
+            write_config(logdir, config)  # the group's, from which a rerun resumes them all
+        for agent in run.agents:
+            c = agent.config
+            write_config(agent.logdir, c)
+            writers.append(
+                MetricsWriter(
+                    agent.logdir,
+                    c,
+                    c.log.wandb_mode,
+                    c.log.wandb_project,
+                    c.log.wandb_group,
+                    total_env_steps=int(c.total_env_steps),
+                    tensorboard=bool(c.log.tensorboard),
+                )  # fmt: skip
+            )
     except BaseException:
-        run.checkpointer.close()
+        for w in writers:
+            w.close()
+        run.close()
         raise
     try:
-        return _loop(run, metrics, stop)
+        return _loop(run, writers, stop)
     finally:
-        _finish(run, metrics)
+        _finish(run, writers)
 
 
-def _loop(run: DeviceRun, metrics: MetricsWriter, stop: threading.Event) -> dict:
-    """Calls until the budget or a stop: a row after each call, checkpoints on the interval.
-    A call lasts at most the log interval, a quarter of the stop grace and the checkpoint
-    interval, so a stop and the checkpoints wait for no more."""
+def _loop(run: DeviceRun, writers: list[MetricsWriter], stop: threading.Event) -> dict:
+    """Calls until the budget or a stop: a row per agent after each call, checkpoints on the
+    interval. A call lasts at most the log interval, a quarter of the stop grace and the
+    checkpoint interval, so a stop and the checkpoints wait for no more."""
     c = run.config
     total = int(c.total_env_steps)
     limit_s = min(
@@ -248,39 +321,46 @@ def _loop(run: DeviceRun, metrics: MetricsWriter, stop: threading.Event) -> dict
         float(c.checkpoint.stop_grace_s) / 4,
         float(c.checkpoint.interval_s),
     )
-    updates, calls, row, last_save = FIRST_CALL_UPDATES, 0, {}, time.monotonic()
+    updates, calls, rows, last_save = FIRST_CALL_UPDATES, 0, [{}], time.monotonic()
     while run.env_steps < total and not stop.is_set():
         left = -(-(total - run.env_steps) // run.steps_per_update)
         started, steps_before = time.monotonic(), run.env_steps
         totals = run.call(min(updates, left))
         seconds = time.monotonic() - started
-        row = row_of(totals, run, seconds, run.env_steps - steps_before)
-        metrics.write(row)
+        steps = run.env_steps - steps_before
+        rows = [
+            row_of(t, agent, run.network, seconds, steps) for t, agent in zip(totals, run.agents)
+        ]
+        for writer, row in zip(writers, rows):
+            writer.write(row)
         calls += 1
         if calls >= 2:  # the first call compiled; each later one sizes the next
-            updates = max(1, int(limit_s * row["updates_per_call"] / max(seconds, 1e-6)))
+            updates = max(1, int(limit_s * rows[0]["updates_per_call"] / max(seconds, 1e-6)))
         if time.monotonic() - last_save >= float(c.checkpoint.interval_s):
             run.save()
             last_save = time.monotonic()
-    return row
+    return rows[0]
 
 
-def _finish(run: DeviceRun, metrics: MetricsWriter) -> None:
-    """The last checkpoint (unless the program failed holding the state), the summary line and
-    summary.json; the writers closed whatever fails."""
+def _finish(run: DeviceRun, writers: list[MetricsWriter]) -> None:
+    """The last checkpoints (unless the program failed holding the state), each agent's summary
+    line and summary.json; the writers closed whatever fails."""
     try:
-        checkpoint = None
+        checkpoints = [None] * len(run.agents)
         if not run.in_call:
-            checkpoint = run.save()
-            run.checkpointer.wait()
+            checkpoints = run.save()
+            for agent in run.agents:
+                agent.checkpointer.wait()
         total = int(run.config.total_env_steps)
         finished = run.env_steps >= total
         outcome = "finished" if finished else "stopped (rerun with the same --logdir to resume)"
-        logging.info("%s", metrics.summary(outcome, checkpoint))
-        wall_s = time.time() - metrics.started
         kind = "finished" if finished else "stopped"
-        summary = run_summary(run.logdir, kind, total, wall_s, checkpoint=checkpoint)
-        write_summary(run.logdir, summary)
+        for agent, writer, checkpoint in zip(run.agents, writers, checkpoints):
+            logging.info("%s", writer.summary(outcome, checkpoint))
+            wall_s = time.time() - writer.started
+            summary = run_summary(agent.logdir, kind, total, wall_s, checkpoint=checkpoint)
+            write_summary(agent.logdir, summary)
     finally:
-        metrics.close()
-        run.checkpointer.close()
+        for writer in writers:
+            writer.close()
+        run.close()

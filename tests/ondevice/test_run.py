@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -62,8 +63,10 @@ def test_pqn_learns_cartpole_on_the_device(tmp_path):
 
 def test_a_stopped_and_resumed_run_ends_with_the_parameters_of_an_unbroken_one(tmp_path):
     """Stopped at 40 policy versions and resumed to 80 (envs, carry and keys restored from the
-    checkpoint's "device" item), against 80 in one run: the same parameters, bit for bit."""
+    checkpoint's "device" item, with the return statistics of the reward normalization),
+    against 80 in one run: the same parameters, bit for bit."""
     small = {"total_env_steps": 80 * 4 * 32, "unroll_length": 32, "optimizer.anneal_lr": False}
+    small["ppo.normalize_rewards"] = True
     whole = run.train(config(**small), str(tmp_path / "whole"))
     half = {**small, "total_env_steps": 40 * 4 * 32}
     run.train(config(**half), str(tmp_path / "broken"))
@@ -82,13 +85,48 @@ def test_a_stopped_and_resumed_run_ends_with_the_parameters_of_an_unbroken_one(t
     assert rows[-1]["env_steps"] == 80 * 4 * 32 and rows[0]["env_steps"] == 4 * 32
 
 
+def test_seeds_side_by_side_in_one_program_train_as_each_would_alone(tmp_path):
+    """seeds=2 from seed 3: agent 1 (seed 4) against seed 4 trained alone, 10 policy versions:
+    the same parameters up to rounding (6e-8 seen: vmapped, the ops may round differently),
+    while the two agents differ by O(1). Rerunning the group resumes both."""
+    small = {"total_env_steps": 10 * 4 * 32, "unroll_length": 32, "optimizer.anneal_lr": False}
+    run.train(config(**small, seeds=2, seed=3), str(tmp_path / "group"))
+    run.train(config(**small, seed=4), str(tmp_path / "alone"))
+
+    def params(path):
+        return jax.tree.leaves(ckpt_lib.load_checkpoint(str(path / "checkpoints"))[2].params)
+
+    alone, twin, other = (params(tmp_path / p) for p in ("alone", "group/seed_1", "group/seed_0"))
+    for a, b in zip(alone, twin, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(alone, other)) > 0.1
+    for k in (0, 1):
+        own = tmp_path / "group" / f"seed_{k}"
+        assert json.load(open(own / "config.json"))["seed"] == 3 + k
+        assert read_summary(str(own))["outcome"] == "finished"
+        assert read_metrics(str(own))[-1]["env_steps"] == 10 * 4 * 32
+    more = {**small, "total_env_steps": 15 * 4 * 32}
+    row = run.train(config(**more, seeds=2, seed=3), str(tmp_path / "group"))
+    assert row["policy_version"] == 15
+    assert read_metrics(str(tmp_path / "group" / "seed_1"))[-1]["policy_version"] == 15
+
+
+def test_seeds_through_actors_are_refused_in_one_line():
+    from seedlike import learner
+
+    c = load_config_file(os.path.join(ROOT, "configs", "cartpole_ppo.py"))
+    c.seeds = 3
+    with pytest.raises(ConfigError, match="seeds=3 trains agents side by side in one program"):
+        learner._checked(c)
+
+
 def test_what_the_device_cannot_run_is_one_line_naming_it():
     with pytest.raises(
         ConfigError, match=r"does not take algo='rainbow' \(it learns from a replay"
     ):
         run.check(config(algo="rainbow"))
-    with pytest.raises(ConfigError, match="take ppo.normalize_rewards, pause_at_env_steps yet"):
-        run.check(config(**{"ppo.normalize_rewards": True, "pause_at_env_steps": 1000}))
+    with pytest.raises(ConfigError, match="take population.size > 1, pause_at_env_steps yet"):
+        run.check(config(**{"population.size": 2, "pause_at_env_steps": 1000}))
     with pytest.raises(ConfigError, match="must split over 2 devices"):
         run.DeviceRun(config(batch_unrolls=3), "/nonexistent/never-written")
 
@@ -148,11 +186,43 @@ def test_a_resume_with_another_number_of_envs_starts_them_afresh(tmp_path, caplo
     assert row["policy_version"] == 15 and row["env_steps"] == 10 * 4 * 16 + 5 * 8 * 16
     assert "its 'device' state has other shapes; starting fresh envs" in caplog.text
     eight = run.DeviceRun(more, str(tmp_path / "fresh"))
-    eight.checkpointer.close()
+    eight.close()
+    acting = jax.tree.map(lambda x: x[:, 0], eight.acting_host())  # [devices, seeds, ...]
     checkpoints = ckpt_lib.Checkpointer(str(tmp_path / "checkpoints"))
     try:
-        assert np.shape(checkpoints.restore_extra(15, eight.acting_host()).slots.first) == (2, 4)
+        assert np.shape(checkpoints.restore_extra(15, acting).slots.first) == (2, 4)
         with pytest.raises(ckpt_lib.IncompatibleCheckpoint, match="has other shapes"):
-            checkpoints.restore_extra(10, eight.acting_host())
+            checkpoints.restore_extra(10, acting)
     finally:
         checkpoints.close()
+
+
+def test_rewards_on_the_device_are_scaled_as_the_seed_paths_recorder_scales_them(tmp_path):
+    """rollout.scale_rewards step by step against seedlike.server.return_scale.ReturnScale (the
+    SEED path's, numpy) on the same rewards and episode ends of 6 envs."""
+    from seedlike.ondevice import rollout
+    from seedlike.server.return_scale import ReturnScale
+
+    rng = np.random.default_rng(0)
+    reward = (rng.normal(size=(40, 6)) * 30).astype(np.float32)
+    ended = rng.random((40, 6)) < 0.1
+    norm = rollout.RewardNorm(gamma=0.9, clip=2.0)
+    reference = ReturnScale(0.9, 2.0)
+    acting = rollout.Acting(None, (), None, jnp.zeros(6), rollout.normalization.init_stats(()))
+    step = jax.jit(lambda a, r, e: rollout.scale_rewards(norm, a, r, e))
+    for t in range(40):
+        got, acting = step(acting, reward[t], ended[t])
+        want = reference(reward[t], np.arange(6), ended[t])
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-5)
+    assert np.abs(got).max() <= 2.0 and float(acting.return_stats.count) == 240
+    # The program scales with them where the config asks: one update counts every env's steps
+    # in the statistics, on both devices alike.
+    device_run = run.DeviceRun(
+        config(**{"ppo.normalize_rewards": True, "unroll_length": 8}), str(tmp_path)
+    )
+    try:
+        device_run.call(1)
+        counts = device_run.acting_host().return_stats.count  # [devices, seeds]
+        np.testing.assert_array_equal(counts, np.full((2, 1), 4 * 8))
+    finally:
+        device_run.close()

@@ -883,3 +883,10 @@ def test_a_layer_norm_torso_deepens_exactly_and_refuses_widening_by_name():
     plain = {**kw, "layer_norm": False}
     with pytest.raises(surgery.PlanError, match="network.layer_norm changes from True to False"):
         surgery.derive_plan(old_net, make_net(hidden_sizes=(8, 6), **plain))
+    board = EnvSpec("ConnectFour-v1", {"obs": ArraySpec(np.int8, (6, 7, 2))}, 7, 2)
+    cnn = {**kw, "torso": "board_cnn", "cnn_channels": (4,)}
+    with pytest.raises(surgery.PlanError, match=r"params/torso/conv_0 feeds a LayerNorm"):
+        derive_and_apply(
+            make_net(board, **cnn), make_net(board, **{**cnn, "cnn_channels": (8,)}),
+            random_params(make_net(board, **cnn), 3),
+        )  # fmt: skip
