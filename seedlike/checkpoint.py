@@ -437,3 +437,32 @@ def stored_config(path: str) -> dict:
         return _latest_meta(checkpointer, directory, step)[1]["config"]
     finally:
         checkpointer.close()
+
+
+def init_from(path: str, state):
+    """A new run's state with the parameters and observation statistics of another run's
+    checkpoint (fine-tuning); optimizer, counters and RNG stay fresh."""
+    try:
+        _, _, source, meta = load_checkpoint(path)
+    except FileNotFoundError as e:
+        raise IncompatibleCheckpoint(f"init_from={path}: {e}") from None
+    for part in ("params", "obs_norm"):
+        have = shapes_by_name(getattr(state, part))
+        got = shapes_by_name(getattr(source, part))
+        if have != got:
+            differ = sorted(k for k in set(have) | set(got) if have.get(k) != got.get(k))
+            raise IncompatibleCheckpoint(
+                f"init_from={path}: its {part} do not fit this config's network (they differ at "
+                f"{', '.join(differ[:4])}{' ...' if len(differ) > 4 else ''}); change a run's "
+                "network with surgery (python -m surgery) instead"
+            )
+    logging.info(
+        "initialized from %s (policy version %s, params %s); optimizer and counters fresh",
+        path,
+        meta.get("policy_version"),
+        params_fingerprint(source.params),
+    )
+    state = state.replace(params=source.params, obs_norm=source.obs_norm)
+    if state.target_params:  # a Q network's target starts where its parameters do
+        state = state.replace(target_params=source.params)
+    return state

@@ -281,7 +281,7 @@ def restore(config, logdir: str, learner: Learner):
         state, meta = _restore(checkpointer, state)
         config_lib.check_resumed(config, meta, logdir)
         if not meta and config.init_from:
-            state = _init_from(config.init_from, state)
+            state = ckpt_lib.init_from(config.init_from, state)
         if meta and learner.save_replay:
             learner.read_replay(os.path.join(checkpointer.directory, REPLAY_FILE))
     counters = {k: int(meta.get(k, 0)) for k in ("env_steps", "episodes")}
@@ -318,7 +318,7 @@ def start_league(config, logdir, network, learner, meta, teams) -> LeagueParts:
     if league.rule is not None:
         parts.initial_state = learner.init_state(jax.random.key(config.seed))
         if config.init_from:
-            parts.initial_state = _init_from(config.init_from, parts.initial_state)
+            parts.initial_state = ckpt_lib.init_from(config.init_from, parts.initial_state)
     parts.peers = PeerSnapshots(
         league,
         league.role_dir,
@@ -569,35 +569,6 @@ def _restore(checkpointer, initial):
         ckpt_lib.params_fingerprint(state.params),
     )
     return state, meta
-
-
-def _init_from(path: str, state):
-    """A new run's state with the parameters and observation statistics of another run's
-    checkpoint (fine-tuning); optimizer, counters and RNG stay fresh."""
-    try:
-        _, _, source, meta = ckpt_lib.load_checkpoint(path)
-    except FileNotFoundError as e:
-        raise ckpt_lib.IncompatibleCheckpoint(f"init_from={path}: {e}") from None
-    for part in ("params", "obs_norm"):
-        have = ckpt_lib.shapes_by_name(getattr(state, part))
-        got = ckpt_lib.shapes_by_name(getattr(source, part))
-        if have != got:
-            differ = sorted(k for k in set(have) | set(got) if have.get(k) != got.get(k))
-            raise ckpt_lib.IncompatibleCheckpoint(
-                f"init_from={path}: its {part} do not fit this config's network (they differ at "
-                f"{', '.join(differ[:4])}{' ...' if len(differ) > 4 else ''}); change a run's "
-                "network with surgery (python -m surgery) instead"
-            )
-    logging.info(
-        "initialized from %s (policy version %s, params %s); optimizer and counters fresh",
-        path,
-        meta.get("policy_version"),
-        ckpt_lib.params_fingerprint(source.params),
-    )
-    state = state.replace(params=source.params, obs_norm=source.obs_norm)
-    if state.target_params:  # a Q network's target starts where its parameters do
-        state = state.replace(target_params=source.params)
-    return state
 
 
 def _make_league(config, logdir, network, learner, meta, teams):

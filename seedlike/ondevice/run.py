@@ -45,9 +45,6 @@ def check(config) -> None:
         f"algo={algo!r} (it learns from a replay; {here} run here)": replay,
         "distributed.num_processes > 1 (one host's devices)": config.distributed.num_processes > 1,
         "population.size > 1": config.population.size > 1,
-        "stop_at_return": config.stop_at_return is not None,
-        "pause_at_env_steps": bool(config.pause_at_env_steps),
-        "init_from": bool(config.init_from),
     }
     named = [what for what, used in unsupported.items() if used]
     if named:
@@ -117,6 +114,7 @@ class DeviceRun:
             )
             self.agents.append(Agent(agent_config(config, k), own, checkpointer))
         self.in_call = False  # the program holds (and has donated) the state
+        self.reached_return = False  # config.stop_at_return held (the loop's ReturnHold)
         try:
             for agent in self.agents:
                 agent.checkpointer.remove_interrupted_saves()
@@ -156,6 +154,8 @@ class DeviceRun:
         acting = [self._start_envs(k) for k in jax.random.split(env_key, len(self.devices))]
         acting = jax.device_get(jax.tree.map(lambda *xs: np.stack(xs), *acting))
         restored = agent.checkpointer.restore(state, older=ts.older_layout)
+        if restored is None and agent.config.init_from:  # fine-tuning: a new run's start
+            state = ckpt_lib.init_from(agent.config.init_from, state)
         if restored is not None:
             state, meta = restored
             config_lib.check_resumed(agent.config, meta, agent.logdir)
@@ -315,14 +315,15 @@ def _loop(run: DeviceRun, writers: list[MetricsWriter], stop: threading.Event) -
     interval. A call lasts at most the log interval, a quarter of the stop grace and the
     checkpoint interval, so a stop and the checkpoints wait for no more."""
     c = run.config
-    total = int(c.total_env_steps)
+    total = _budget(c)
+    hold = ReturnHold(c.stop_at_return, float(c.log.stop_hold_s), len(run.agents))
     limit_s = min(
         float(c.log.interval_s),
         float(c.checkpoint.stop_grace_s) / 4,
         float(c.checkpoint.interval_s),
     )
     updates, calls, rows, last_save = FIRST_CALL_UPDATES, 0, [{}], time.monotonic()
-    while run.env_steps < total and not stop.is_set():
+    while run.env_steps < total and not stop.is_set() and not hold.reached:
         left = -(-(total - run.env_steps) // run.steps_per_update)
         started, steps_before = time.monotonic(), run.env_steps
         totals = run.call(min(updates, left))
@@ -333,13 +334,46 @@ def _loop(run: DeviceRun, writers: list[MetricsWriter], stop: threading.Event) -
         ]
         for writer, row in zip(writers, rows):
             writer.write(row)
+        hold.update(rows, time.monotonic())
         calls += 1
         if calls >= 2:  # the first call compiled; each later one sizes the next
             updates = max(1, int(limit_s * rows[0]["updates_per_call"] / max(seconds, 1e-6)))
         if time.monotonic() - last_save >= float(c.checkpoint.interval_s):
             run.save()
             last_save = time.monotonic()
+    run.reached_return = hold.reached
     return rows[0]
+
+
+def _budget(config) -> int:
+    """The env steps this job runs to: total_env_steps, or pause_at_env_steps where it pauses
+    earlier (schedules still run to total_env_steps)."""
+    total = int(config.total_env_steps)
+    return min(total, int(config.pause_at_env_steps)) if config.pause_at_env_steps else total
+
+
+@dataclasses.dataclass
+class ReturnHold:
+    """Whether every agent's return has held `target` (config.stop_at_return; None: never) for
+    `hold_s` seconds (log.stop_hold_s), row after row: the SEED path's rule (seedlike.learner),
+    with each agent its one identity."""
+
+    target: float | None
+    hold_s: float
+    agents: int
+    since: float | None = None
+    reached: bool = False
+
+    def update(self, rows: list[dict], now: float) -> None:
+        returns = [r["episode_return_mean"] for r in rows]
+        at = (
+            [x is not None and x >= self.target for x in returns] if self.target is not None else []
+        )
+        if not at or not all(at):
+            self.since = None
+            return
+        self.since = now if self.since is None else self.since
+        self.reached = now - self.since >= self.hold_s
 
 
 def _finish(run: DeviceRun, writers: list[MetricsWriter]) -> None:
@@ -352,9 +386,12 @@ def _finish(run: DeviceRun, writers: list[MetricsWriter]) -> None:
             for agent in run.agents:
                 agent.checkpointer.wait()
         total = int(run.config.total_env_steps)
-        finished = run.env_steps >= total
+        paused = run.env_steps >= _budget(run.config) and run.env_steps < total
+        finished = run.env_steps >= total or run.reached_return or paused
         outcome = "finished" if finished else "stopped (rerun with the same --logdir to resume)"
-        kind = "finished" if finished else "stopped"
+        if paused and not run.reached_return:
+            outcome = "paused at pause_at_env_steps (rerun with a larger one, or 0, to go on)"
+        kind = "paused" if paused and not run.reached_return else outcome.split(" ")[0]
         for agent, writer, checkpoint in zip(run.agents, writers, checkpoints):
             logging.info("%s", writer.summary(outcome, checkpoint))
             wall_s = time.time() - writer.started

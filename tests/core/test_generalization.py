@@ -13,10 +13,9 @@ import pytest
 
 from networks import make_network
 from seedlike import generalization as gen
-from seedlike.checkpoint import Checkpointer, IncompatibleCheckpoint
+from seedlike.checkpoint import Checkpointer, IncompatibleCheckpoint, init_from
 from seedlike.config import base_config, load_config_file
 from seedlike.envs import make_env_spec
-from seedlike.learner import _init_from
 from seedlike.learning import train_state as ts
 from tests.procs import NEEDS_QT, ROOT, has_qt5
 
@@ -105,7 +104,7 @@ def test_init_from_takes_parameters_and_statistics_and_nothing_else(tmp_path):
         make_network(c.network, make_env_spec(c.env)), ts.make_optimizer(c.optimizer),
         jax.random.key(42),
     )  # fmt: skip
-    state = _init_from(str(tmp_path / "source"), fresh)
+    state = init_from(str(tmp_path / "source"), fresh)
     for got, want in zip(jax.tree.leaves(state.params), jax.tree.leaves(source.params)):
         np.testing.assert_array_equal(got, want)
     for got, want in zip(jax.tree.leaves(state.obs_norm), jax.tree.leaves(source.obs_norm)):
@@ -114,9 +113,9 @@ def test_init_from_takes_parameters_and_statistics_and_nothing_else(tmp_path):
     for got, want in zip(jax.tree.leaves(state.opt_state), jax.tree.leaves(fresh.opt_state)):
         np.testing.assert_array_equal(got, want)
     with pytest.raises(IncompatibleCheckpoint, match="do not fit this config's network .*surgery"):
-        _init_from(str(tmp_path / "other"), fresh)
+        init_from(str(tmp_path / "other"), fresh)
     with pytest.raises(IncompatibleCheckpoint, match="init_from=.*nothing: no run or checkpoint"):
-        _init_from(str(tmp_path / "nothing"), fresh)
+        init_from(str(tmp_path / "nothing"), fresh)
 
 
 TINY = """

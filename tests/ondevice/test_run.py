@@ -120,13 +120,77 @@ def test_seeds_through_actors_are_refused_in_one_line():
         learner._checked(c)
 
 
+def test_an_lstm_keeps_its_carry_in_the_program_and_in_the_checkpoint(tmp_path):
+    """network.core='lstm': the program acts with the carry across rollouts and learns from
+    whole unrolls replayed from the carry they started with; stopped at 6 versions and resumed
+    to 12 it ends with the parameters of 12 in one run, bit for bit (the carry is in the
+    checkpoint's "device" item: a fresh carry would change the rollouts)."""
+    small = {
+        "network.core": "lstm",
+        "unroll_length": 16,
+        "optimizer.anneal_lr": False,
+        "ppo.num_minibatches": 2,  # whole sequences: 2 envs per device
+    }
+    whole = run.train(config(**small, total_env_steps=12 * 4 * 16), str(tmp_path / "whole"))
+    run.train(config(**small, total_env_steps=6 * 4 * 16), str(tmp_path / "broken"))
+    resumed = run.train(config(**small, total_env_steps=12 * 4 * 16), str(tmp_path / "broken"))
+    assert whole["policy_version"] == resumed["policy_version"] == 12
+    saved = ckpt_lib.Checkpointer(str(tmp_path / "broken" / "checkpoints"))
+    try:
+        probe = run.DeviceRun(config(**small), str(tmp_path / "probe"))
+        probe.close()
+        fresh = jax.tree.map(lambda x: x[:, 0], probe.acting_host())
+        carry = saved.restore_extra(12, fresh).carry
+    finally:
+        saved.close()
+    assert any(np.abs(c).max() > 0 for c in jax.tree.leaves(carry))  # not the initial zeros
+    for name in ("whole", "broken"):
+        assert read_summary(str(tmp_path / name))["outcome"] == "finished"
+    a, b = (
+        jax.tree.leaves(ckpt_lib.load_checkpoint(str(tmp_path / n / "checkpoints"))[2].params)
+        for n in ("whole", "broken")
+    )
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_pauses_return_targets_and_init_from_work_as_on_the_seed_path(tmp_path):
+    """What PBT generations (pause_at_env_steps), learning checks (stop_at_return) and
+    fine-tuning (init_from) need of a run, on the device."""
+    per = 4 * 16
+    small = {"unroll_length": 16, "total_env_steps": 10 * per}
+    run.train(config(**small, pause_at_env_steps=4 * per), str(tmp_path / "a"))
+    summary = read_summary(str(tmp_path / "a"))
+    assert summary["outcome"] == "paused" and summary["env_steps"] == 4 * per
+    run.train(config(**small), str(tmp_path / "a"))  # goes on to total_env_steps
+    assert read_summary(str(tmp_path / "a"))["outcome"] == "finished"
+    assert read_metrics(str(tmp_path / "a"))[-1]["policy_version"] == 10
+
+    # A return any episode reaches, held 0 s: the run ends as finished at its first row.
+    reached = {**small, "total_env_steps": 1000 * per, "stop_at_return": 1.0}
+    row = run.train(config(**reached, **{"log.stop_hold_s": 0.0}), str(tmp_path / "b"))
+    assert row["env_steps"] < 1000 * per
+    assert read_summary(str(tmp_path / "b"))["outcome"] == "finished"
+
+    # A new run from a's parameters: at learning rate 0 it keeps them through its one update.
+    tuned = {**small, "total_env_steps": per, "optimizer.learning_rate": 0.0}
+    run.train(config(**tuned, init_from=str(tmp_path / "a")), str(tmp_path / "c"))
+
+    def params(name):
+        path = str(tmp_path / name / "checkpoints")
+        return jax.tree.leaves(ckpt_lib.load_checkpoint(path)[2].params)
+
+    for x, y in zip(params("a"), params("c"), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
 def test_what_the_device_cannot_run_is_one_line_naming_it():
     with pytest.raises(
         ConfigError, match=r"does not take algo='rainbow' \(it learns from a replay"
     ):
         run.check(config(algo="rainbow"))
-    with pytest.raises(ConfigError, match="take population.size > 1, pause_at_env_steps yet"):
-        run.check(config(**{"population.size": 2, "pause_at_env_steps": 1000}))
+    with pytest.raises(ConfigError, match="take population.size > 1 yet"):
+        run.check(config(**{"population.size": 2}))
     with pytest.raises(ConfigError, match="must split over 2 devices"):
         run.DeviceRun(config(batch_unrolls=3), "/nonexistent/never-written")
 
