@@ -748,7 +748,7 @@ def main(config, logdir: str, bind: str, port: int) -> None:
         if envs.on_device(config.env):  # no actors to serve: the envs run in the program
             from seedlike.ondevice import run as ondevice
 
-            ondevice.train(config, logdir, stop)
+            ondevice.train(config, logdir, stop, address=bind, on_peer_stuck=_peer_stuck)
         else:
             train(config, logdir, bind=bind, port=port, stop=stop, freeze_gc=True)
     except envs.UnknownEnv as e:

@@ -7,6 +7,14 @@ A checkpoint holds the TrainState as a SEED run's does (evaluate.py, surgery and
 it alike) and, beside it, the envs' states, the recurrent carry and the PRNG key (the "device"
 item): a run stopped and resumed gives the parameters of one that was never stopped, bit for bit
 on the same machine (tests/ondevice/test_run.py).
+
+Several hosts (config.distributed, seedlike.runtime.distributed) run one program: the pmap spans
+every process's devices, each process steps the envs of its own devices, and the gradients and
+statistics are averaged over all of them, so 2 processes of 1 device compute what 1 process of 2
+does (tests/ondevice/test_multihost.py). Process 0's clock sizes the calls and times the
+checkpoints (`agree_call` before each call); process 0 writes the rows, the summary and the
+checkpoints, which hold every device's envs (gathered), so a run resumes on any layout of as many
+devices.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from seedlike.learning import train_state as ts
 from seedlike.metrics import MetricsWriter, run_summary, write_config, write_summary
 from seedlike.ondevice import program as program_lib
 from seedlike.ondevice import rollout as rollout_lib
+from seedlike.runtime import distributed
 
 FIRST_CALL_UPDATES = 1  # the first call compiles; each later one is sized by the one before
 
@@ -43,7 +52,6 @@ def check(config) -> None:
     here = ", ".join(n for n, a in ALGORITHMS.items() if BATCHES[a.batch] == ON_POLICY)
     unsupported = {
         f"algo={algo!r} (it learns from a replay; {here} run here)": replay,
-        "distributed.num_processes > 1 (one host's devices)": config.distributed.num_processes > 1,
         "population.size > 1": config.population.size > 1,
     }
     named = [what for what, used in unsupported.items() if used]
@@ -61,7 +69,7 @@ class Agent:
 
     config: object
     logdir: str
-    checkpointer: ckpt_lib.Checkpointer
+    checkpointer: ckpt_lib.Checkpointer | None  # None on processes > 0 (process 0 saves)
     env_steps: int = 0
     episodes: int = 0
     version: int = 0  # counted on the host (an update discarded as non-finite leaves it)
@@ -82,7 +90,10 @@ class DeviceRun:
 
     def __init__(self, config, logdir: str):
         self.config, self.logdir = config, logdir
-        self.devices = jax.local_devices()
+        self.devices = jax.devices()  # every process's: the program's collectives span them all
+        me = jax.process_index()
+        self.local = [d for d in self.devices if d.process_index == me]
+        self.positions = [i for i, d in enumerate(self.devices) if d.process_index == me]
         self.spec = envs.make_env_spec(config.env)
         self.network = make_network(config.network, self.spec)
         self.env = envs.device_env(config.env, self.spec)
@@ -109,15 +120,18 @@ class DeviceRun:
         self.agents = []
         for k in range(seeds):
             own = logdir if seeds == 1 else os.path.join(logdir, f"seed_{k}")
-            checkpointer = ckpt_lib.Checkpointer(
-                os.path.join(own, "checkpoints"), config.checkpoint.max_to_keep
-            )
+            checkpointer = None
+            if distributed.is_primary():
+                directory = os.path.join(own, "checkpoints")
+                checkpointer = ckpt_lib.Checkpointer(directory, config.checkpoint.max_to_keep)
             self.agents.append(Agent(agent_config(config, k), own, checkpointer))
         self.in_call = False  # the program holds (and has donated) the state
+        self.peer_lost = False  # a collective failed: no more of them (save without gathering)
         self.reached_return = False  # config.stop_at_return held (the loop's ReturnHold)
         try:
             for agent in self.agents:
-                agent.checkpointer.remove_interrupted_saves()
+                if agent.checkpointer is not None:
+                    agent.checkpointer.remove_interrupted_saves()
             self.state, self.acting = self._start()
         except BaseException:
             self.close()
@@ -125,7 +139,8 @@ class DeviceRun:
 
     def close(self) -> None:
         for agent in self.agents:
-            agent.checkpointer.close()
+            if agent.checkpointer is not None:
+                agent.checkpointer.close()
 
     def _start(self):
         """Every agent's state and acting, from its latest checkpoint or fresh, stacked over the
@@ -138,7 +153,7 @@ class DeviceRun:
                 f"({sorted(steps)}): one program advances them together; resume each alone "
                 "(--logdir=<logdir>/seed_<k> with seeds=1) or start a new logdir"
             )
-        n = len(self.devices)
+        n = len(self.local)
         state = jax.tree.map(
             lambda *xs: np.broadcast_to(np.stack(xs), (n, len(xs), *np.shape(xs[0]))), *states
         )
@@ -146,28 +161,35 @@ class DeviceRun:
         return self._shard(state), self._shard(acting)
 
     def _start_agent(self, agent: Agent):
-        """(state, acting [devices, ...]) of one agent on the host, restored where it has a
-        checkpoint."""
+        """(state, acting [local devices, ...]) of one agent on the host, restored where it has a
+        checkpoint: process 0 restores, every process starts from what it restored."""
         key = jax.random.key(int(agent.config.seed))
         init_key, env_key = jax.random.split(key)
         state = jax.device_get(self._init(init_key))
-        acting = [self._start_envs(k) for k in jax.random.split(env_key, len(self.devices))]
-        acting = jax.device_get(jax.tree.map(lambda *xs: np.stack(xs), *acting))
-        restored = agent.checkpointer.restore(state, older=ts.older_layout)
+        keys = jax.random.split(env_key, len(self.devices))  # device i's envs, on any host
+        acting = jax.device_get(
+            jax.tree.map(lambda *xs: np.stack(xs), *map(self._start_envs, keys))
+        )
+        restored = None if agent.checkpointer is None else agent.checkpointer.restore(
+            state, older=ts.older_layout
+        )  # fmt: skip
         if restored is None and agent.config.init_from:  # fine-tuning: a new run's start
             state = ckpt_lib.init_from(agent.config.init_from, state)
+        counts = {"env_steps": 0, "episodes": 0, "resumed": int(restored is not None)}
         if restored is not None:
             state, meta = restored
             config_lib.check_resumed(agent.config, meta, agent.logdir)
+            counts.update(env_steps=int(meta["env_steps"]), episodes=int(meta.get("episodes", 0)))
             acting = self._restore_acting(agent, int(state.policy_version), acting)
-            agent.env_steps, agent.episodes = int(meta["env_steps"]), int(meta.get("episodes", 0))
             logging.info(
                 "resumed from %s at env step %d, policy version %d (params %s)",
-                agent.checkpointer.directory, agent.env_steps, int(state.policy_version),
+                agent.checkpointer.directory, counts["env_steps"], int(state.policy_version),
                 ckpt_lib.params_fingerprint(state.params),
             )  # fmt: skip
+        (state, acting), counts = distributed.broadcast_start((state, acting), counts)
+        agent.env_steps, agent.episodes = counts["env_steps"], counts["episodes"]
         agent.version = int(state.policy_version)
-        return state, acting
+        return state, jax.tree.map(lambda x: x[np.array(self.positions)], acting)
 
     def _restore_acting(self, agent: Agent, step: int, fresh):
         """The envs, carry and key saved with step; `fresh` ones where it holds none that fit (a
@@ -180,16 +202,16 @@ class DeviceRun:
             return fresh
 
     def _shard(self, tree):
-        """A host tree with a leading axis [devices, ...]: row i on local device i (a pmap
-        argument)."""
+        """A host tree with a leading axis [local devices, ...]: row i on local device i (a
+        pmap argument)."""
         sharding = jax.sharding.NamedSharding(
-            jax.sharding.Mesh(np.array(self.devices), (ts.AXIS,)),
+            jax.sharding.Mesh(np.array(self.local), (ts.AXIS,)),
             jax.sharding.PartitionSpec(ts.AXIS),
         )
 
         def put(x):
             x = np.asarray(x)
-            shards = [jax.device_put(x[i : i + 1], d) for i, d in enumerate(self.devices)]
+            shards = [jax.device_put(x[i : i + 1], d) for i, d in enumerate(self.local)]
             return jax.make_array_from_single_device_arrays(x.shape, sharding, shards)
 
         return jax.tree.map(put, tree)
@@ -200,7 +222,7 @@ class DeviceRun:
 
     def call(self, updates: int) -> list[program_lib.Totals]:
         """`updates` policy versions of every agent; each agent's totals (on the host)."""
-        n = np.full(len(self.devices), updates, np.int32)
+        n = np.full(len(self.local), updates, np.int32)
         self.in_call = True
         self.state, self.acting, totals = self.program(self.state, self.acting, n)
         # One transfer, then device 0's copy (every device holds the same sums).
@@ -214,10 +236,17 @@ class DeviceRun:
         return each
 
     def save(self) -> list[str]:
-        """A checkpoint for every agent (its state and acting); their directories."""
+        """A checkpoint for every agent (its state and every device's acting), written by
+        process 0; their directories. With several processes a collective (the acting is
+        gathered), unless one was lost: then process 0 saves the state alone (a resumed run
+        starts fresh envs)."""
         state = jax.device_get(jax.tree.map(lambda x: x[0], self.state))
-        acting = self.acting_host()
+        acting = None if self.peer_lost else self.acting_host()
+        if acting is not None and jax.process_count() > 1:
+            acting = self._gathered(acting)
         paths = []
+        if not distributed.is_primary():
+            return paths
         for k, agent in enumerate(self.agents):
             own = jax.tree.map(lambda x, k=k: x[k], state)
             meta = {
@@ -226,14 +255,23 @@ class DeviceRun:
                 "policy_version": int(own.policy_version),
                 "config": json.loads(agent.config.to_json()),
             }
-            extra = jax.tree.map(lambda x, k=k: x[:, k], acting)
+            extra = None if acting is None else jax.tree.map(lambda x, k=k: x[:, k], acting)
             agent.checkpointer.save(int(own.policy_version), own, meta, extra=extra)
             paths.append(os.path.join(agent.checkpointer.directory, str(int(own.policy_version))))
         return paths
 
     def acting_host(self):
-        """Every device's acting state, [devices, seeds, ...], on the host."""
+        """This process's devices' acting state, [local devices, seeds, ...], on the host."""
         return jax.device_get(self.acting)
+
+    def _gathered(self, local):
+        """Every process's acting, [devices, seeds, ...] in jax.devices() order (a collective)."""
+        from jax.experimental import multihost_utils
+
+        rows = multihost_utils.process_allgather(local, tiled=True)  # process after process
+        order = sorted(range(len(self.devices)), key=lambda i: self.devices[i].process_index)
+        back = np.argsort(order)
+        return jax.tree.map(lambda x: np.asarray(x)[back], rows)
 
 
 def row_of(totals: program_lib.Totals, agent: Agent, network, seconds: float, steps: int) -> dict:
@@ -275,45 +313,52 @@ def exploration_columns(config, network, env_steps: int) -> dict:
     }
 
 
-def train(config, logdir: str, stop: threading.Event | None = None) -> dict:
+def train(
+    config, logdir: str, stop: threading.Event | None = None, address: str = "", on_peer_stuck=None
+) -> dict:
     """Trains until config.total_env_steps or until `stop` is set; returns the last row (of
-    the first seed, where config.seeds > 1: each writes its own in logdir/seed_<k>)."""
+    the first seed, where config.seeds > 1: each writes its own in logdir/seed_<k>).
+
+    With several processes (config.distributed), `address` is this host's for the collectives
+    (distributed.initialize) and `on_peer_stuck(why)` ends a process left waiting in one by a
+    lost peer (distributed.PeerWatch); a failed collective raises distributed.PeerLost."""
     stop = stop or threading.Event()
+    distributed.initialize(config, address)
     check(config)
     run = DeviceRun(config, logdir)
     writers = []
     try:
-        if len(run.agents) > 1:
-            write_config(logdir, config)  # the group's, from which a rerun resumes them all
-        for agent in run.agents:
-            c = agent.config
-            write_config(agent.logdir, c)
-            writers.append(
-                MetricsWriter(
-                    agent.logdir,
-                    c,
-                    c.log.wandb_mode,
-                    c.log.wandb_project,
-                    c.log.wandb_group,
-                    total_env_steps=int(c.total_env_steps),
-                    tensorboard=bool(c.log.tensorboard),
-                )  # fmt: skip
-            )
+        if distributed.is_primary():  # the rows and summaries (every process sees the same)
+            if len(run.agents) > 1:
+                write_config(logdir, config)  # the group's, from which a rerun resumes them all
+            writers = [_writer(agent) for agent in run.agents]
     except BaseException:
         for w in writers:
             w.close()
         run.close()
         raise
+    peers = distributed.PeerWatch(config.distributed.peer_timeout_s, on_stuck=on_peer_stuck)
     try:
-        return _loop(run, writers, stop)
+        return _loop(run, writers, stop, peers.start())
     finally:
+        peers.stop()
         _finish(run, writers)
 
 
-def _loop(run: DeviceRun, writers: list[MetricsWriter], stop: threading.Event) -> dict:
+def _writer(agent: Agent) -> MetricsWriter:
+    c = agent.config
+    write_config(agent.logdir, c)
+    return MetricsWriter(
+        agent.logdir, c, c.log.wandb_mode, c.log.wandb_project, c.log.wandb_group,
+        total_env_steps=int(c.total_env_steps), tensorboard=bool(c.log.tensorboard),
+    )  # fmt: skip
+
+
+def _loop(run: DeviceRun, writers: list[MetricsWriter], stop, peers) -> dict:
     """Calls until the budget or a stop: a row per agent after each call, checkpoints on the
     interval. A call lasts at most the log interval, a quarter of the stop grace and the
-    checkpoint interval, so a stop and the checkpoints wait for no more."""
+    checkpoint interval, so a stop and the checkpoints wait for no more. With several processes
+    each call's size, the checkpoints and the stop are agreed first (process 0's clock)."""
     c = run.config
     total = _budget(c)
     hold = ReturnHold(c.stop_at_return, float(c.log.stop_hold_s), len(run.agents))
@@ -322,11 +367,25 @@ def _loop(run: DeviceRun, writers: list[MetricsWriter], stop: threading.Event) -
         float(c.checkpoint.stop_grace_s) / 4,
         float(c.checkpoint.interval_s),
     )
+    primary = distributed.is_primary()
     updates, calls, rows, last_save = FIRST_CALL_UPDATES, 0, [{}], time.monotonic()
-    while run.env_steps < total and not stop.is_set() and not hold.reached:
+    while True:
+        if peers.lost:
+            peers.acknowledge()
+            run.peer_lost = True
+            raise distributed.peer_lost(RuntimeError(peers.lost))
+        due = time.monotonic() - last_save >= float(c.checkpoint.interval_s)
+        # Every process sees the same rows; process 0's hold (its clock) is the run's.
+        wanted = run.env_steps >= total or stop.is_set() or (primary and hold.reached)
+        updates, save, stopping = _shared(run, distributed.agree_call, updates, due, wanted)
+        if stopping:
+            break  # _finish saves
+        if save:
+            run.save()
+            last_save = time.monotonic()
         left = -(-(total - run.env_steps) // run.steps_per_update)
         started, steps_before = time.monotonic(), run.env_steps
-        totals = run.call(min(updates, left))
+        totals = _shared(run, run.call, min(updates, left))
         seconds = time.monotonic() - started
         steps = run.env_steps - steps_before
         rows = [
@@ -338,11 +397,21 @@ def _loop(run: DeviceRun, writers: list[MetricsWriter], stop: threading.Event) -
         calls += 1
         if calls >= 2:  # the first call compiled; each later one sizes the next
             updates = max(1, int(limit_s * rows[0]["updates_per_call"] / max(seconds, 1e-6)))
-        if time.monotonic() - last_save >= float(c.checkpoint.interval_s):
-            run.save()
-            last_save = time.monotonic()
     run.reached_return = hold.reached
     return rows[0]
+
+
+def _shared(run: DeviceRun, step, *args):
+    """step(*args); with several processes, a failure is a lost or failing peer (PeerLost, one
+    line; the whole error logged)."""
+    try:
+        return step(*args)
+    except Exception as e:
+        if jax.process_count() == 1:
+            raise
+        run.peer_lost = True
+        logging.error("a step shared with the other processes failed: %s", e)
+        raise distributed.peer_lost(e) from e
 
 
 def _budget(config) -> int:
@@ -384,7 +453,8 @@ def _finish(run: DeviceRun, writers: list[MetricsWriter]) -> None:
         if not run.in_call:
             checkpoints = run.save()
             for agent in run.agents:
-                agent.checkpointer.wait()
+                if agent.checkpointer is not None:
+                    agent.checkpointer.wait()
         total = int(run.config.total_env_steps)
         paused = run.env_steps >= _budget(run.config) and run.env_steps < total
         finished = run.env_steps >= total or run.reached_return or paused

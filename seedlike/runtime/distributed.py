@@ -265,3 +265,16 @@ class Lockstep:
         self._counted = int(local_steps)
         self._agreed += int(total[0])
         return bool(total[1])
+
+
+def agree_call(updates: int, save: bool, stop: bool) -> tuple[int, bool, bool]:
+    """An on-device run's next call, agreed by its processes (a collective with several; each
+    calls it once before every call and once to stop): process 0's `updates` and `save` (its
+    clock sizes the calls and times the checkpoints), and `stop` if any process wants to stop."""
+    if jax.process_count() == 1:
+        return updates, save, stop
+    from jax.experimental import multihost_utils
+
+    mine = np.array([updates, int(save), int(stop)], np.int32)
+    every = np.asarray(multihost_utils.process_allgather(mine))  # [processes, 3]
+    return int(every[0, 0]), bool(every[0, 1]), bool(every[:, 2].any())
