@@ -69,6 +69,10 @@ EVICTED = (
     "this stream sent nothing for {idle:.0f} s while the server was full and another actor "
     "asked in (server.evict_idle_s); reconnect"
 )
+OUTNUMBERED = (
+    "this stream's identity held {held} of the {where} while an identity with {fewer} asked in "
+    "(each holds at most its fair share when others wait: docs/security.md); reconnect"
+)
 
 
 class SessionGate:
@@ -79,8 +83,12 @@ class SessionGate:
     one apart). When every slot (or the host's share) is taken, the session that has left the
     server waiting longest gives its slot to the newcomer, if it has sent nothing for
     `evict_idle_s` (time the server takes to answer does not count): silent sessions cannot lock
-    honest actors out, and an evicted actor that was only slow reconnects. Thread-safe; `touch`
-    is called for every step.
+    honest actors out, and an evicted actor that was only slow reconnects. Failing that, the
+    identity holding the most of those slots gives its newest session's to a newcomer whose
+    identity holds at least two fewer: one certificate's busy streams cannot lock another
+    identity out, and every identity that knocks gets its share (max_actors over the identities
+    that want slots) at once, however busy the others are. Thread-safe; `touch` is called for
+    every step.
 
     `defer_close`: an evicted session keeps its seats and unroll buffers in the service until
     its stream ends (`close`), and `take_evicted` lists it for whoever must tell its stream. A
@@ -102,23 +110,25 @@ class SessionGate:
         self._lock = threading.Lock()
         self._peers: collections.Counter = collections.Counter()
         self._sessions: dict[int, str] = {}
+        self._identities: dict[int, str] = {}  # session -> its identity, in the order opened
         # Per session: when the server last stopped waiting for it (inf while it waits for us).
         self._idle_since: dict[int, float] = {}
-        self._evicted: dict[int, float] = {}  # session -> how long it had been idle
+        self._evicted: dict[int, str] = {}  # session -> why it was evicted
         self._untold: list[int] = []  # evicted sessions not yet listed by take_evicted
         self.evictions = 0
+        self.fair_evictions = 0  # of those, seats given to an identity with fewer
 
     def open(self, service, actor_id: int, num_envs: int, who: Peer) -> Opened:
         """Opens a session of `service` for the peer; raises Refused or ServerStopping."""
         peer = who.host
         with self._lock:
-            if self._peers[peer] >= self.max_per_peer and not self._evict(service, peer):
+            if self._peers[peer] >= self.max_per_peer and not self._make_room(service, who, peer):
                 raise Refused(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"{peer} has {self.max_per_peer} streams open already "
                     "(server.max_streams_per_peer); raise it for more actors on one host",
                 )
-            if len(self._sessions) >= self.max_actors and not self._evict(service, None):
+            if len(self._sessions) >= self.max_actors and not self._make_room(service, who, None):
                 raise Refused(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"{self.max_actors} actors are connected already (server.max_actors)",
@@ -126,49 +136,69 @@ class SessionGate:
             session_id = service.open_session(actor_id, num_envs, who.identity)
             self._peers[peer] += 1
             self._sessions[session_id] = peer
+            self._identities[session_id] = who.identity
             self._idle_since[session_id] = time.monotonic()
         levels_version, probs = service.level_probs()
         return Opened(session_id, service.registry.policy_version, levels_version, probs)
 
-    def _evict(self, service, peer: str | None) -> bool:
-        """Closes the session (of `peer`, or any) idle longest, if for evict_idle_s or more."""
+    def _make_room(self, service, who: Peer, peer: str | None) -> bool:
+        """Frees a slot (of host `peer`, or any) for `who`: an idle session's, else a seat of the
+        identity holding the most, where `who`'s holds at least two fewer."""
         sessions = [s for s, p in self._sessions.items() if peer is None or p == peer]
         if not sessions:
             return False
         victim = min(sessions, key=lambda s: self._idle_since[s])
         idle = time.monotonic() - self._idle_since[victim]
-        if idle < self.evict_idle_s:
+        if idle >= self.evict_idle_s:
+            logging.warning(
+                "session %d evicted: idle %.0f s while the server was full", victim, idle
+            )
+            self._evict(service, victim, EVICTED.format(idle=idle))
+            return True
+        held = collections.Counter(self._identities[s] for s in sessions)
+        largest, most = max(held.items(), key=lambda item: item[1])
+        mine = held.get(who.identity, 0)
+        if most < mine + 2:
             return False
-        logging.warning("session %d evicted: idle %.0f s while the server was full", victim, idle)
+        newest = [s for s in sessions if self._identities[s] == largest][-1]
+        where = f"streams of host {peer}" if peer else f"server's {self.max_actors} seats"
+        logging.warning(
+            "session %d evicted: its identity held %d of the %s, %s asking in held %d",
+            newest, most, where, who.identity, mine,
+        )  # fmt: skip
+        why = OUTNUMBERED.format(held=most, where=where, fewer=mine)
+        self._evict(service, newest, why)
+        self.fair_evictions += 1
+        return True
+
+    def _evict(self, service, victim: int, why: str) -> None:
         self._forget(victim)
-        self._evicted[victim] = idle
+        self._evicted[victim] = why
         self.evictions += 1
         if self.defer_close:
             self._untold.append(victim)
         else:
             service.close_session(victim)
-        return True
 
     def take_evicted(self) -> list[tuple[int, str]]:
         """(session, why) of the sessions evicted since the last call (with defer_close)."""
         with self._lock:
             untold, self._untold = self._untold, []
-            return [
-                (s, EVICTED.format(idle=self._evicted[s])) for s in untold if s in self._evicted
-            ]
+            return [(s, self._evicted[s]) for s in untold if s in self._evicted]
 
     def touch(self, session_id: int, waiting: bool) -> str | None:
         """A step arrived (waiting: the server now owes the actor an answer) or was answered.
         Returns why the session may not go on (it was evicted), else None."""
-        idle = self._evicted.get(session_id)
-        if idle is not None:
-            return EVICTED.format(idle=idle)
+        why = self._evicted.get(session_id)
+        if why is not None:
+            return why
         if session_id in self._idle_since:
             self._idle_since[session_id] = float("inf") if waiting else time.monotonic()
         return None
 
     def _forget(self, session_id: int) -> None:
         peer = self._sessions.pop(session_id, None)
+        self._identities.pop(session_id, None)
         self._idle_since.pop(session_id, None)
         if peer is not None:
             self._peers[peer] -= 1

@@ -188,6 +188,45 @@ def test_an_identity_is_what_a_stream_proved_not_the_actor_id_it_declares(tmp_pa
     assert security.identity(legacy, "10.0.0.5", 3, trust_actor_ids=False) == "10.0.0.5"
 
 
+def test_one_certificates_busy_streams_cannot_lock_another_identity_out(tmp_path):
+    """Issue 76's seat lockout: one certificate holds every seat with streams that step. An
+    identity with none asks in and gets the newest of them at once (that stream is told why at
+    its next step); the certificate cannot take it back, and the newcomer gets back in at once
+    after a restart."""
+    run = make_credentials(tmp_path / "run", "learner-1", actors=("attacker", "honest"))
+    bad, good = (security.Credentials.load(run, "client", n) for n in ("attacker", "honest"))
+    config = base_config().server
+    config.update(max_actors=4, max_streams_per_peer=8)
+    hello = codec.make_hello(SPEC, actor_id=0, num_envs=2)
+    serving = _serving(config, credentials=security.load(run, "server"))
+    with serving as (service, port, connections):
+        address = f"localhost:{port}"
+        attackers = [client.Connection(address, hello, credentials=bad) for _ in range(4)]
+        connections += attackers
+        for sequence in range(2):  # busy: they step, and nothing of theirs is idle
+            for attacker in attackers:
+                attacker.step(codec.encode_step(sequence, rows(2)))
+        with pytest.raises(client.Disconnected, match="RESOURCE_EXHAUSTED: 4 actors are conne"):
+            client.Connection(address, hello, credentials=bad)
+        for restart in range(2):
+            honest = client.Connection(address, hello, credentials=good)
+            connections.append(honest)
+            honest.step(codec.encode_step(0, rows(2)))
+            assert _session_identities(service) == ["cert:attacker"] * 3 + ["cert:honest"]
+            if restart == 0:  # the newest attacker stream was the one given away
+                with pytest.raises(client.Disconnected, match="held 4 of the server's 4 seats"):
+                    attackers[-1].step(codec.encode_step(2, rows(2)))
+                for attacker in attackers[:3]:
+                    attacker.step(codec.encode_step(2, rows(2)))
+                with pytest.raises(client.Disconnected, match="RESOURCE_EXHAUSTED: 4 actors are"):
+                    client.Connection(address, hello, credentials=bad)  # 3 against 1: no more
+            honest.close()
+            wait_for(lambda: len(service._sessions) == 3, 10, what="the honest session closed")
+            # While it is away its seat is free: the attacker takes it back, and gives it up
+            # again to the restarted actor.
+            connections.append(client.Connection(address, hello, credentials=bad))
+
+
 def test_a_revoked_actor_is_refused_and_its_open_stream_ends_while_others_go_on(tmp_path):
     run = make_credentials(tmp_path / "run", "learner-1", actors=("good", "bad"))
     good, bad = (security.Credentials.load(run, "client", name) for name in ("good", "bad"))
