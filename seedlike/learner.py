@@ -623,7 +623,7 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
     board.add(episodes.identity[mine], episodes.episode_return[mine], episodes.length[mine])
     board.keep(p.store.connected_identities())
     threshold = p.config.log.success_threshold
-    recent = board.summary(threshold)
+    recent = board.summary(threshold, distrusted=p.store.reward_bounded)
     p50, p99 = inference.latency_summary(stats["latency_ms"])
     env_steps = p.env_steps()
     rfps = (p.store.unrolls_emitted - interval.unrolls_emitted) * p.config.unroll_length / dt

@@ -109,6 +109,9 @@ class EpisodeBoard:
       of the run) are one vote: with the bad identities a minority, it lies between the smallest
       and largest honest identity's, and `reached` (stop_at_return) holds only when a majority
       of identities average the target. With one actor: its mean over its last `window`.
+      Identities whose rewards the reward bound is scaling (`distrusted`: their returns are
+      sums of rewards it found out of scale) do not vote while others do, so one of two
+      identities flooding rewards does not write the robust return either.
     """
 
     def __init__(self, window: int = 20):
@@ -133,7 +136,7 @@ class EpisodeBoard:
     def _quorum(self) -> bool:
         return 2 * len(self._recent) > max(self._connected, len(self._recent))
 
-    def summary(self, threshold: float | None = None) -> dict:
+    def summary(self, threshold: float | None = None, distrusted=frozenset()) -> dict:
         """The plain mean return and length of the identities' recent episodes (None before any),
         the median identity's mean return (`robust`: None before a majority of the connected
         identities finished an episode), the median identity's success rate (returns above
@@ -146,10 +149,12 @@ class EpisodeBoard:
         out["return"], out["length"] = (float(x) for x in episodes.mean(axis=0))
         if not self._quorum():
             return out
-        per = np.stack([v.mean(axis=0) for v in self._recent.values()])
+        voters = [v for k, v in self._recent.items() if k not in distrusted]
+        voters = voters or list(self._recent.values())
+        per = np.stack([v.mean(axis=0) for v in voters])
         out["robust"] = _lower_median(per[:, 0])
         if threshold is not None:
-            rates = [float(np.mean(v[:, 0] > threshold)) for v in self._recent.values()]
+            rates = [float(np.mean(v[:, 0] > threshold)) for v in voters]
             out["success"] = _lower_median(np.array(rates))
         return out
 

@@ -6,7 +6,8 @@ inside the codec's bounds (seedlike.rpc.codec.Limits), from any number of envs a
 unit is the *identity*, what its credentials prove (seedlike.rpc.security.identity): the name in
 its certificate, or its peer host; every stream of one identity is one voice, whatever actor_id
 it declares. With fewer than three identities in a batch no statistic can tell the bad one from
-the good, so the bounds below hold when the bad identities are a minority of at least three.
+the good, so the bounds below hold when the bad identities are a minority of at least three,
+except the reward bound, which holds two identities to each other (below).
 
 * `loss_mask`: over a recent window (server.fair_window_s), an identity's unrolls count in the
   loss up to `factor` x what the median identity delivered in it (and up to `max_share` x B of
@@ -17,8 +18,12 @@ the good, so the bounds below hold when the bad identities are a minority of at 
 * `reward_scales`: an identity whose mean |reward| per step over the recent window exceeds
   max(floor, scale x the median identity's) has its rewards scaled down to that bound. A bad
   minority's rewards reach the learner at most `scale` x the honest identities' rate, however
-  large they are sent; an honest actor's rare large reward passes at its value (floor 1.0: the
-  scale of Atari's clipped rewards, MiniGrid, CartPole and board games). What is bounded is the
+  large they are sent. With two identities, which no statistic can tell apart, the reference is
+  the smaller rate: neither identity's rewards reach the learner at more than `scale` x the
+  other's, and what a bad one can do to a good one by sending none is scale its rewards down to
+  the floor's rate (a constant factor, signs and proportions kept). An honest actor's rare
+  large reward passes at its value (floor 1.0: the scale of Atari's clipped rewards, MiniGrid,
+  CartPole and board games). What is bounded is the
   rate, so one large reward in a window of small ones passes too, whoever sends it: its weight in
   a PPO update is bounded there (each identity's advantages to the median identity's RMS),
   V-trace has only its own `reward_clip`.
@@ -131,8 +136,8 @@ class WindowSums:
 def reward_scales(rates: dict, scale: float, floor: float = 1.0) -> dict:
     """The factor (<= 1) each identity's rewards are multiplied by, from each one's mean |reward|
     per step over a recent window (`rates`): 1 up to max(floor, scale x the median identity's
-    rate), beyond it the factor that brings the identity's rate down to that bound. scale 0: no
-    bound ({}).
+    rate; with two identities the smaller one's), beyond it the factor that brings the
+    identity's rate down to that bound. scale 0, or one identity: no bound ({}).
 
     Why a rate and not the largest reward: a flood (large rewards at every step, however many
     envs and streams) raises its identity's rate by its full size, while a rare large reward an
@@ -141,9 +146,11 @@ def reward_scales(rates: dict, scale: float, floor: float = 1.0) -> dict:
     Why scaled and not clipped: a bounded identity keeps the signs and proportions of its
     rewards, so an honest one whose environment pays more (another level) still teaches what
     it saw, at the others' scale."""
-    if scale <= 0 or not rates:
+    if scale <= 0 or len(rates) < 2:  # one identity is the run
         return {}
-    bound = max(float(floor), float(scale) * float(np.median(list(rates.values()))))
+    values = list(rates.values())
+    reference = float(np.median(values)) if len(values) >= 3 else min(values)
+    bound = max(float(floor), float(scale) * reference)
     return {who: bound / rate for who, rate in rates.items() if rate > bound}
 
 

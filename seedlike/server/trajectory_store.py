@@ -318,6 +318,7 @@ class TrajectoryStore:
         self.steps_dropped = 0
         self.unrolls_capped = 0  # kept out of the loss by the share caps (total)
         self.rewards_scaled = 0  # nonzero rewards scaled down by the reward bound (total)
+        self.reward_bounded: frozenset = frozenset()  # identities the last batch's bound scaled
         self.unrolls_stale = 0  # kept out of the loss: acted more than max_policy_lag versions ago
         self.last_batch_max_share = 0.0  # the largest identity's share of the last batch's loss
 
@@ -523,6 +524,7 @@ class TrajectoryStore:
         scales = influence.reward_scales(
             self._rewards.means(), self._reward_scale, self._reward_floor
         )
+        self.reward_bounded = frozenset(scales)
         for who, factor in scales.items():
             rows = batch.identity == who
             if rows.any():

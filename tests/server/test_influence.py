@@ -58,6 +58,13 @@ def test_reward_scales_bring_an_identity_above_scale_times_the_median_rate_down_
     assert influence.reward_scales({0: 0.0, 1: 0.0, 2: 0.9}, scale=2.0, floor=1.0) == {}
     assert influence.reward_scales({0: 0.0, 1: 0.0, 2: 5.0}, 2.0, 1.0) == {2: pytest.approx(0.2)}
     assert influence.reward_scales(rates, scale=0.0) == {}
+    # Two identities: each held to scale x the other's (the smaller) rate, above the floor; so
+    # one of two flooding +-1e6 is brought to 2 x the honest rate, and one sending nothing can
+    # bring the other down to the floor's rate only. One identity is the run: never scaled.
+    assert influence.reward_scales({0: 1.0, 9: 1e6}, 2.0) == {9: pytest.approx(2e-6)}
+    assert influence.reward_scales({0: 5.0, 9: 0.0}, 2.0, 1.0) == {0: pytest.approx(0.2)}
+    assert influence.reward_scales({0: 1.0, 9: 0.0}, 2.0, 1.0) == {}  # CartPole's rate: 1
+    assert influence.reward_scales({9: 1e6}, 2.0) == {}
 
 
 def _unrolls(reward: np.ndarray) -> Unroll:
@@ -195,6 +202,14 @@ def test_episode_board_reports_the_plain_mean_and_the_median_identity_of_recent_
     one.add(np.array([4, 4]), np.array([1.0, 2.0]), np.array([1, 1]))
     assert one.summary()["robust"] == one.summary()["return"] == pytest.approx(1.5)
     assert one.reached(1.5)
+    # Identities the reward bound is scaling do not vote while another does: one of two
+    # flooding rewards (its returns -1e8) leaves the robust return to the other.
+    two = EpisodeBoard()
+    two.keep([1, 9])
+    two.add(np.array([1, 9]), np.array([500.0, -1e8]), np.array([500, 100]))
+    assert two.summary()["robust"] == pytest.approx(-1e8)  # the lower of two
+    assert two.summary(distrusted={9})["robust"] == pytest.approx(500.0)
+    assert two.summary(distrusted={1, 9})["robust"] == pytest.approx(-1e8)  # none left: all vote
 
 
 def test_result_quota_holds_an_identity_to_the_median_identitys_results():
