@@ -54,6 +54,13 @@ and reports:
   identity_attack issue 59's attack: one certificate, 4 streams of 64 envs declaring 4 actor
                   ids, rewards of +-1e6 by action for --identity_attack_s (60): the robust return
                   during and after, loss/value against before, identities seen, greedy return.
+  flood_two       identity_attack beside one honest actor: two identities, which no median can
+                  tell apart (issue 76: every bound was off, loss/value reached 1.2e13).
+  seat_lockout    server.max_actors=8; one certificate's 8 streams step without pause and
+                  reconnect every 0.1 s; honest actor 1 killed and restarted 1 s later: seconds
+                  until it is connected again (issue 76: refused for 60 s, then gave up).
+  oversize        16 streams x 4,096 envs under one certificate beside two honest actors for
+                  60 s: rows/s served to it against an honest identity's (issue 76: 10.8x).
   partition       learner and two actors each on a host of its own (network namespaces); actor
                   1 cut off for --partition_s (60 s; packets dropped, sockets open): when it
                   notices, when the learner frees its seats, when it is back after healing.
@@ -64,7 +71,7 @@ and reports:
                   restarted with the same flags: whether they resume from the last checkpoint.
 
 Writes JSON (benchmarks/results/ or --out) and prints a Markdown table. The partition scenarios
-need root (network namespaces) and fail saying so without. All 18 take about 30 minutes.
+need root (network namespaces) and fail saying so without. All 21 take about 35 minutes.
 """
 
 from __future__ import annotations
@@ -105,6 +112,9 @@ SCENARIOS = (
     "stop_in_update",
     "huge_actor",
     "identity_attack",
+    "flood_two",
+    "seat_lockout",
+    "oversize",
     "partition",
     "learner_vanish",
     "learner_partition",
@@ -749,11 +759,11 @@ def stop_in_update(workdir: str) -> dict:
         run.close()
 
 
-def identity_attack(workdir: str) -> dict:
+def identity_attack(workdir: str, honest: int = 2) -> dict:
     """Issue 59's attack: one authenticated host, 4 streams of 64 envs declaring 4 actor ids,
-    in-bound observations, rewards of +-1e6 by action for --identity_attack_s, against two honest
+    in-bound observations, rewards of +-1e6 by action for --identity_attack_s, against `honest`
     actors with certificates of their own."""
-    run = Run(workdir)
+    run = Run(workdir, actors=honest)
     try:
         run.wait_learned()
         time.sleep(10)
@@ -797,6 +807,69 @@ def identity_attack(workdir: str) -> dict:
             and value_max is not None
             and value_max <= 10 * value_before
             and greedy >= 450,
+        }
+    finally:
+        run.close()
+
+
+def flood_two(workdir: str) -> dict:
+    return identity_attack(workdir, honest=1)
+
+
+def seat_lockout(workdir: str) -> dict:
+    run = Run(workdir, ["--config.server.max_actors=8"])
+    try:
+        run.wait_learned()
+        threads, out = run.attack(
+            60.0, 8, envs=16, reward=1.0, steer=False, episode=200, retry_s=0.1
+        )
+        time.sleep(10)  # every free seat is the attacker's
+        log = os.path.join(workdir, "actor_1.log")
+        connects = lambda: open(log, errors="replace").read().count("connected to")  # noqa: E731
+        before = connects()
+        run.procs[2].kill()  # the learner, actor 0, actor 1
+        time.sleep(1.0)
+        run.start_actor(1)
+        back_s = _until(lambda: connects() > before, 60)
+        mark = len(run.rows())
+        for thread in threads:
+            thread.join()
+        after = run.rows()[mark:]
+        return {
+            "honest_back_in_s": back_s,
+            "attacker_refused": out.get("refused", 0),
+            "identities_after": max((r.get("episode_identities") or 0) for r in after),
+            "robust_return_min_after": min(
+                (r[RETURN] for r in after if r.get(RETURN)), default=None
+            ),
+            "held": back_s is not None and back_s <= 5,
+        }
+    finally:
+        run.close()
+
+
+def oversize(workdir: str) -> dict:
+    run = Run(workdir)
+    try:
+        run.wait_learned()
+        time.sleep(5)
+        threads, out = run.attack(60.0, 16, envs=4096, reward=1.0, steer=False, episode=200)
+        time.sleep(20)  # pacing measures a window first; then the steady state
+        t0, sent0, mark = time.monotonic(), out.get("steps_sent", 0), len(run.rows())
+        time.sleep(30)
+        t1, sent1, during = time.monotonic(), out.get("steps_sent", 0), run.rows()[mark:]
+        for thread in threads:
+            thread.join()
+        attacker = (sent1 - sent0) / (t1 - t0)
+        honest_each = max(mean_sps(during[1:]) - attacker, 0.0) / 2
+        p99 = [r["inference_latency_ms_p99"] for r in during if r.get("inference_latency_ms_p99")]
+        return {
+            "attacker_rows_per_s": round(attacker),
+            "honest_rows_per_s_each": round(honest_each),
+            "ratio": round(attacker / max(honest_each, 1e-9), 2),
+            "latency_p99_ms_max": max(p99, default=None),
+            "robust_return_min": min((r[RETURN] for r in during if r.get(RETURN)), default=None),
+            "held": attacker <= 2.5 * honest_each,
         }
     finally:
         run.close()

@@ -8,6 +8,8 @@ import time
 
 import numpy as np
 
+_COUNTING = threading.Lock()
+
 
 def attacker(
     address: str,
@@ -20,52 +22,76 @@ def attacker(
     episode: int = 100,
     steer: bool = True,
     credentials=None,
+    retry_s: float = 0.0,
 ) -> None:
     """A malicious actor that speaks the protocol correctly, on one stream: `envs` envs of
     made-up CartPole states (random normal(0, 0.1), or +-obs_value), paid +reward for action 0
     and -reward for action 1 (steer) or +reward always, episodes of `episode` steps; with
-    `credentials` (seedlike.rpc.security.Credentials), over TLS with that certificate."""
+    `credentials` (seedlike.rpc.security.Credentials), over TLS with that certificate. With
+    retry_s > 0 a refused or ended stream connects again after retry_s, until `seconds` are up
+    (out["refused"] counts those)."""
     from seedlike.rpc import client, codec  # here: importing this module stays cheap
-    from seedlike.types import Rows
 
     spec = cartpole_spec()
-    n = envs
+    hello = codec.make_hello(spec, actor_id=actor_id, num_envs=envs)
     rng = np.random.default_rng(actor_id)
-    hello = codec.make_hello(spec, actor_id=actor_id, num_envs=n)
-    try:
-        connection = client.Connection(address, hello, credentials=credentials)
-    except (client.Disconnected, client.Rejected) as e:
-        out.setdefault("ended", []).append(f"{type(e).__name__}: {e}")
-        return
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            connection = client.Connection(address, hello, credentials=credentials)
+        except (client.Disconnected, client.Rejected) as e:
+            if retry_s <= 0 or isinstance(e, client.Rejected):
+                out.setdefault("ended", []).append(f"{type(e).__name__}: {e}")
+                return
+            out["refused"] = out.get("refused", 0) + 1
+            time.sleep(retry_s)
+            continue
+        try:
+            _play(connection, spec, rng, end, out, (envs, obs_value, reward, episode, steer))
+        except client.Disconnected as e:
+            if retry_s <= 0:
+                out.setdefault("ended", []).append(f"{type(e).__name__}: {e}")
+                return
+            out["refused"] = out.get("refused", 0) + 1
+            time.sleep(retry_s)
+        except (client.Rejected, client.TrainingOver) as e:
+            out.setdefault("ended", []).append(f"{type(e).__name__}: {e}")
+            return
+        finally:
+            connection.close()
+
+
+def _play(connection, spec, rng, end, out, settings) -> None:
+    """Steps one connection until `end` (its errors propagate); out["steps_sent"] counts."""
+    from seedlike.rpc import client, codec
+    from seedlike.types import Rows
+
+    n, obs_value, reward, episode, steer = settings
     actions = np.zeros(n, np.int32)
-    sent, end, t = 0, time.monotonic() + seconds, 0
-    try:
-        while time.monotonic() < end:
-            done = np.full(n, t % episode == episode - 1)
-            paid = np.where(actions == 0, reward, -reward) if steer else np.full(n, reward)
-            if obs_value is None:
-                obs = rng.normal(0, 0.1, (n, 4))
-            else:
-                obs = rng.choice([-obs_value, obs_value], (n, 4))
-            rows = Rows(
-                obs={"obs": obs.astype(np.float32)},
-                extras={},
-                reward=paid.astype(np.float32) * (t % episode != 0),
-                terminated=done,
-                truncated=np.zeros(n, bool),
-                env_id=np.arange(n, dtype=np.int32),
-                player_id=np.zeros(n, np.int32),
-                acting=~done,
-                game_over=done,
-            )
-            reply = connection.step(codec.encode_step(sent, rows))
-            actions = client.decode_actions(reply, n, spec)
-            sent, t = sent + 1, t + 1
-    except (client.Disconnected, client.Rejected, client.TrainingOver) as e:
-        out.setdefault("ended", []).append(f"{type(e).__name__}: {e}")
-    finally:
-        connection.close()
-    out["steps_sent"] = out.get("steps_sent", 0) + sent * n
+    t = 0
+    while time.monotonic() < end:
+        done = np.full(n, t % episode == episode - 1)
+        paid = np.where(actions == 0, reward, -reward) if steer else np.full(n, reward)
+        if obs_value is None:
+            obs = rng.normal(0, 0.1, (n, 4))
+        else:
+            obs = rng.choice([-obs_value, obs_value], (n, 4))
+        rows = Rows(
+            obs={"obs": obs.astype(np.float32)},
+            extras={},
+            reward=paid.astype(np.float32) * (t % episode != 0),
+            terminated=done,
+            truncated=np.zeros(n, bool),
+            env_id=np.arange(n, dtype=np.int32),
+            player_id=np.zeros(n, np.int32),
+            acting=~done,
+            game_over=done,
+        )
+        reply = connection.step(codec.encode_step(t, rows))
+        actions = client.decode_actions(reply, n, spec)
+        t += 1
+        with _COUNTING:  # the streams' threads share `out`; read it live for rates
+            out["steps_sent"] = out.get("steps_sent", 0) + n
 
 
 def cartpole_spec():
