@@ -189,12 +189,23 @@ def apply_gradients(state: TrainState, grads, metrics, optimizer, learning_rate_
 # to it.
 COHERENCE_TOLERANCE = 3.0
 
+# What make_prepare reports of its bounds in each update (docs/metrics.md): the smallest factor
+# an identity's advantages were scaled by for their size and for their coherence, and the
+# largest identity's coherence z against the median identity's (NaN where a bound does not
+# apply: no advantages, no score, or fewer than three identities for coherence).
+INFLUENCE_METRICS = (
+    "influence/advantage_scale_min",
+    "influence/coherence_scale_min",
+    "influence/coherence_z_max",
+    "influence/coherence_z_median",
+)
+
 
 def make_prepare(
     advantages=None, axis_name: str = AXIS, groups: int = 1, parts: int = 1, score=None
 ):
-    """Returns prepare(state, unrolls, identity, moments) -> (advantage, value_target, obs_norm) for
-    pmap.
+    """Returns prepare(state, unrolls, identity, moments) -> (advantage, value_target, obs_norm,
+    influence) for pmap, influence the INFLUENCE_METRICS of this batch.
 
     unrolls is a device shard of stacked Unrolls [B/n, T+1, ...], identity [B/n] int32 the actor
     identity of each unroll in [0, groups) (seedlike.server.influence.relabel; groups: B).
@@ -233,7 +244,7 @@ def make_prepare(
         rms = jnp.sqrt(psum(jax.ops.segment_sum(squares, identity, num_segments=groups)) / n)
         median = jnp.nanmedian(jnp.where(n > 0, rms, jnp.nan))
         scale = jnp.where(rms > median, median / jnp.maximum(rms, 1e-12), 1.0)
-        return advantage * scale[identity][:, None]
+        return advantage * scale[identity][:, None], jnp.min(jnp.where(n > 0, scale, 1.0))
 
     def per_identity(x, identity):
         return psum(jax.ops.segment_sum(x, identity, num_segments=groups))
@@ -258,23 +269,30 @@ def make_prepare(
         bound = COHERENCE_TOLERANCE * median
         over = present & (z > bound) & (jnp.sum(present) >= 3)
         factor = jnp.where(over, bound / jnp.maximum(z, 1e-12), 1.0)
-        return advantage * factor[identity][:, None]
+        seen = {
+            "influence/coherence_scale_min": jnp.min(factor),
+            "influence/coherence_z_max": jnp.max(jnp.where(present, z, -jnp.inf)),
+            "influence/coherence_z_median": jnp.nanmedian(jnp.where(present, z, jnp.nan)),
+        }
+        return advantage * factor[identity][:, None], seen
 
     def prepare(state: TrainState, unrolls, identity, moments):
+        influence = dict.fromkeys(INFLUENCE_METRICS, jnp.float32(jnp.nan))
         if advantages is not None:
             advantage, value_target = jax.vmap(advantages)(unrolls)
             valid = unrolls.valid[:, :-1]
-            scaled = bounded(advantage, valid, identity)
+            scaled, influence["influence/advantage_scale_min"] = bounded(advantage, valid, identity)
             value_target = value_target - advantage + scaled
             advantage = scaled
             if score is not None:
-                advantage = coherent(state, unrolls, advantage, valid, identity)
+                advantage, seen = coherent(state, unrolls, advantage, valid, identity)
+                influence.update(seen)
         else:
             advantage = value_target = jnp.zeros_like(unrolls.reward)
         obs_norm = {}
         for key, stats in state.obs_norm.items():
             merged = normalization.combine_moments(*moments[key], parts, axis_name)
             obs_norm[key] = normalization.update_stats(stats, *merged)
-        return advantage, value_target, obs_norm
+        return advantage, value_target, obs_norm, influence
 
     return prepare

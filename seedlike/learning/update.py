@@ -74,7 +74,10 @@ class Learner:
         c = self.algo_config
         period = int(c.target_period) if "target_period" in c else 0
         self._sgd_step = ts.make_sgd_step(loss_fn, self.optimizer, lr_fn, period, int(config.seed))
-        self.metric_keys = (*self.algorithm.metrics, "grad_norm", "learning_rate", "nonfinite")
+        self.metric_keys = (
+            *self.algorithm.metrics, "grad_norm", "learning_rate", *ts.INFLUENCE_METRICS,
+            "nonfinite",
+        )  # fmt: skip
         self._setup()
 
     def _setup(self) -> None:
@@ -271,7 +274,7 @@ class Learner:
         else:
             sharded = jax.tree.map(lambda x: x.reshape((n, batch // n) + x.shape[1:]), unrolls)
             identity = identity.reshape(n, batch // n)
-        advantage, value_target, obs_norm = self.guard(
+        advantage, value_target, obs_norm, influence = self.guard(
             self._prepare, self._state, sharded, identity, moments
         )
         if not all(np.all(np.isfinite(x)) for x in jax.tree.leaves(obs_norm)):
@@ -319,7 +322,8 @@ class Learner:
         metrics = jax.device_get(metrics)  # every step's metrics in one wait, not one per value
         metrics = jax.tree.map(lambda *xs: float(np.mean([x[0] for x in xs])), *metrics)
         committed = self._commit(old_state, metrics, obs_norm=obs_norm)
-        return {**metrics, "nonfinite": 0.0 if committed else 1.0}
+        influence = {k: float(np.asarray(v)[0]) for k, v in jax.device_get(influence).items()}
+        return {**metrics, **influence, "nonfinite": 0.0 if committed else 1.0}
 
     def _obs_moments(self, unrolls: Unroll, identity: np.ndarray) -> dict:
         """This process's bounded observation moments (IdentityWindow) from the host batch: every

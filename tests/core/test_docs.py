@@ -353,6 +353,7 @@ def emitted_metric_keys() -> set[str]:
         assert assigned, f"{path} sets no metric_keys"
         keys |= {_key(e) for v in assigned for e in v.elts} - {None}
     keys |= set(_module_value("seedlike/learner.py", "METRIC_ALIASES"))
+    keys |= set(_module_value("seedlike/learning/train_state.py", "INFLUENCE_METRICS"))
     for algorithm in ALGORITHMS.values():
         keys |= set(algorithm.metrics)
     return keys

@@ -112,12 +112,15 @@ def test_prepare_scales_an_identity_with_outsized_advantages_down_to_the_median(
     reward[4:] *= 100.0
     identity = np.array([0, 0, 1, 1, 2, 2], np.int32)
     one = jax.tree.map(lambda x: x[None], (state, _unrolls(reward)))
-    advantage, target, _ = prepare(*one, identity[None], {})
+    advantage, target, _, influence = prepare(*one, identity[None], {})
     advantage, target = np.asarray(advantage)[0], np.asarray(target)[0]
+    # The row says how far the bound acted: identity 2's RMS was about 100x the median's.
+    assert 0.005 < float(influence["influence/advantage_scale_min"][0]) < 0.02
     rms = [np.sqrt(np.mean(advantage[identity == g] ** 2)) for g in range(3)]
     np.testing.assert_allclose(rms[2], np.median(rms), rtol=1e-5)
     np.testing.assert_allclose(target, advantage, rtol=1e-6)  # zero behaviour values
-    alone, alone_target, _ = prepare(*one, np.zeros((1, 6), np.int32), {})
+    alone, alone_target, _, influence = prepare(*one, np.zeros((1, 6), np.int32), {})
+    assert float(influence["influence/advantage_scale_min"][0]) == 1.0
     alone, alone_target = np.asarray(alone)[0], np.asarray(alone_target)[0]
     np.testing.assert_allclose(alone[:4], advantage[:4], rtol=1e-5)  # untouched below the median
     assert alone[4:].mean() > 50 * alone[:4].mean()
@@ -141,6 +144,7 @@ def test_prepare_scales_an_identity_whose_advantages_all_favour_one_action_to_th
         return jax.nn.one_hot(unrolls.action[:, :t], 2) - 0.5
 
     state = ts.TrainState({}, (), {}, *(jnp.zeros((), jnp.int32),) * 3)
+    seen = {}  # the last call's influence metrics
 
     def prepared(sign, action, identity):
         prepare = jax.pmap(
@@ -149,7 +153,9 @@ def test_prepare_scales_an_identity_whose_advantages_all_favour_one_action_to_th
             devices=jax.devices()[:1],
         )
         one = jax.tree.map(lambda x: x[None], (state, _unrolls(sign)._replace(action=action)))
-        return np.asarray(prepare(*one, identity[None], {})[0])[0]
+        advantage, _, _, influence = prepare(*one, identity[None], {})
+        seen.update({k: float(v[0]) for k, v in influence.items()})
+        return np.asarray(advantage)[0]
 
     identity = np.repeat(np.arange(4, dtype=np.int32), 4)
     action = rng.integers(0, 2, (16, t + 1)).astype(np.int32)
@@ -166,6 +172,10 @@ def test_prepare_scales_an_identity_whose_advantages_all_favour_one_action_to_th
     bound = ts.COHERENCE_TOLERANCE * max(np.median(z), 1.0)
     np.testing.assert_array_equal(advantage[:12], sign[:12])
     np.testing.assert_allclose(advantage[12:], bound / z[3] * sign[12:], rtol=1e-5)
+    # The row says so: the largest z, the median one, and the factor applied.
+    assert seen["influence/coherence_z_max"] == pytest.approx(np.sqrt(32), rel=1e-5)
+    assert seen["influence/coherence_z_median"] == pytest.approx(np.median(z), rel=1e-5)
+    assert seen["influence/coherence_scale_min"] == pytest.approx(bound / z[3], rel=1e-5)
     # Honest random data, identity 0 with 2 unrolls and the others 8: all left alone.
     identity = np.repeat(np.arange(5, dtype=np.int32), [2, 8, 8, 8, 8])
     action = rng.integers(0, 2, (34, t + 1)).astype(np.int32)
