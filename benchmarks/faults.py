@@ -61,6 +61,11 @@ and reports:
                   until it is connected again (issue 76: refused for 60 s, then gave up).
   oversize        16 streams x 4,096 envs under one certificate beside two honest actors for
                   60 s: rows/s served to it against an honest identity's (issue 76: 10.8x).
+  subtle_poison   one certificate's stream of 16 real CartPole envs that it steps with its own
+                  controller (honest observations and episode lengths), paid 1 for the policy's
+                  action 0 and 0 for action 1, for 150 s from a settled policy: the robust return
+                  during, the greedy return after, and what the influence metrics saw (issue 76:
+                  the honest return fell to 291-342).
   partition       learner and two actors each on a host of its own (network namespaces); actor
                   1 cut off for --partition_s (60 s; packets dropped, sockets open): when it
                   notices, when the learner frees its seats, when it is back after healing.
@@ -71,7 +76,7 @@ and reports:
                   restarted with the same flags: whether they resume from the last checkpoint.
 
 Writes JSON (benchmarks/results/ or --out) and prints a Markdown table. The partition scenarios
-need root (network namespaces) and fail saying so without. All 21 take about 35 minutes.
+need root (network namespaces) and fail saying so without. All 22 take about 40 minutes.
 """
 
 from __future__ import annotations
@@ -115,6 +120,7 @@ SCENARIOS = (
     "flood_two",
     "seat_lockout",
     "oversize",
+    "subtle_poison",
     "partition",
     "learner_vanish",
     "learner_partition",
@@ -870,6 +876,42 @@ def oversize(workdir: str) -> dict:
             "latency_p99_ms_max": max(p99, default=None),
             "robust_return_min": min((r[RETURN] for r in during if r.get(RETURN)), default=None),
             "held": attacker <= 2.5 * honest_each,
+        }
+    finally:
+        run.close()
+
+
+def subtle_poison(workdir: str) -> dict:
+    run = Run(workdir)
+    try:
+        run.wait_learned()
+        time.sleep(10)
+        mark = len(run.rows())
+        threads, out = run.attack(150.0, 1, envs=16, real=True)
+        for thread in threads:
+            thread.join()
+        during = run.rows()[mark:]
+        run.stop_learner()
+        greedy = evaluate(workdir)
+
+        def values(key):
+            return [r[key] for r in during if r.get(key) is not None]
+
+        robust = values(RETURN)
+        z_max, z_median = (
+            values("influence/coherence_z_max"),
+            values("influence/coherence_z_median"),
+        )
+        return {
+            "attack_steps_sent": out.get("steps_sent"),
+            "attacker_ended": out.get("ended", "no"),
+            "robust_return_min": min(robust, default=None),
+            "robust_return_last": robust[-1] if robust else None,
+            "coherence_z_max_median": float(np.median(z_max)) if z_max else None,
+            "coherence_z_median_median": float(np.median(z_median)) if z_median else None,
+            "coherence_scale_min": min(values("influence/coherence_scale_min"), default=None),
+            "greedy_return_after_20_episodes": greedy,
+            "held": bool(robust) and min(robust) >= 450 and greedy >= 450,
         }
     finally:
         run.close()

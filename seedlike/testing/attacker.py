@@ -23,13 +23,16 @@ def attacker(
     steer: bool = True,
     credentials=None,
     retry_s: float = 0.0,
+    real: bool = False,
 ) -> None:
     """A malicious actor that speaks the protocol correctly, on one stream: `envs` envs of
     made-up CartPole states (random normal(0, 0.1), or +-obs_value), paid +reward for action 0
     and -reward for action 1 (steer) or +reward always, episodes of `episode` steps; with
     `credentials` (seedlike.rpc.security.Credentials), over TLS with that certificate. With
     retry_s > 0 a refused or ended stream connects again after retry_s, until `seconds` are up
-    (out["refused"] counts those)."""
+    (out["refused"] counts those). With `real`, poisoning at honest magnitude instead: real
+    CartPole envs (gymnasium's) that the attacker steps with its own controller, so observations
+    and episode lengths are honest, paid 1 for the policy's action 0 and 0 for its action 1."""
     from seedlike.rpc import client, codec  # here: importing this module stays cheap
 
     spec = cartpole_spec()
@@ -47,7 +50,10 @@ def attacker(
             time.sleep(retry_s)
             continue
         try:
-            _play(connection, spec, rng, end, out, (envs, obs_value, reward, episode, steer))
+            if real:
+                _play_real(connection, spec, end, out, envs, actor_id)
+            else:
+                _play(connection, spec, rng, end, out, (envs, obs_value, reward, episode, steer))
         except client.Disconnected as e:
             if retry_s <= 0:
                 out.setdefault("ended", []).append(f"{type(e).__name__}: {e}")
@@ -91,6 +97,40 @@ def _play(connection, spec, rng, end, out, settings) -> None:
         actions = client.decode_actions(reply, n, spec)
         t += 1
         with _COUNTING:  # the streams' threads share `out`; read it live for rates
+            out["steps_sent"] = out.get("steps_sent", 0) + n
+
+
+def _play_real(connection, spec, end, out, n: int, seed: int) -> None:
+    """_play with real CartPole envs stepped by a controller that keeps the pole up (push
+    toward where it leans), rewards 1 for the policy's action 0 and 0 for its action 1."""
+    import gymnasium
+
+    from seedlike.rpc import client, codec
+    from seedlike.types import Rows
+
+    envs = [gymnasium.make("CartPole-v1") for _ in range(n)]
+    obs = np.stack([e.reset(seed=seed * 1000 + i)[0] for i, e in enumerate(envs)])
+    paid = np.zeros(n, np.float32)
+    ended = np.zeros((2, n), bool)  # terminated, truncated: this row ends its episode
+    t = 0
+    while time.monotonic() < end:
+        done = ended[0] | ended[1]
+        rows = Rows(
+            obs={"obs": obs.astype(np.float32)}, extras={}, reward=paid.copy(),
+            terminated=ended[0].copy(), truncated=ended[1].copy(),
+            env_id=np.arange(n, dtype=np.int32), player_id=np.zeros(n, np.int32),
+            acting=~done, game_over=done,
+        )  # fmt: skip
+        actions = client.decode_actions(connection.step(codec.encode_step(t, rows)), n, spec)
+        for i, env in enumerate(envs):
+            if done[i]:  # the next row starts a new episode, as envpool's reset step
+                obs[i], paid[i], ended[:, i] = env.reset()[0], 0.0, False
+                continue
+            push = int(obs[i][2] + 0.5 * obs[i][3] > 0)
+            obs[i], _, ended[0, i], ended[1, i], _ = env.step(push)
+            paid[i] = 1.0 if actions[i] == 0 else 0.0
+        t += 1
+        with _COUNTING:
             out["steps_sent"] = out.get("steps_sent", 0) + n
 
 
