@@ -418,6 +418,10 @@ def server_section() -> ml_collections.ConfigDict:
     # metric rewards_scaled.
     c.reward_scale = 2.0
     c.reward_floor = 1.0
+    # PPO: an identity whose advantage-weighted policy scores agree more than coherence_tolerance
+    # x the median identity's (z, about 1 for honest data; with 3+ identities) has its advantages
+    # scaled to that (seedlike/learning/train_state.py make_prepare; metrics influence/...).
+    c.coherence_tolerance = 3.0
     c.max_envs_per_actor = 4096
     # Largest |reward| and |float observation| accepted from actors; a row beyond them ends the
     # actor's stream with a message (NaN and infinity always do). Raise them for envs that need it.
@@ -459,6 +463,7 @@ def check_server(config, need) -> None:
     need(c.pace_factor >= 0, "server.pace_factor must be >= 0")
     need(c.max_policy_lag >= 0, "server.max_policy_lag must be >= 0")
     need(c.reward_scale >= 0, "server.reward_scale must be >= 0")
+    need(c.coherence_tolerance >= 1, "server.coherence_tolerance must be >= 1 (z of honest data)")
     need(c.reward_floor > 0, "server.reward_floor must be > 0")
 
 

@@ -183,12 +183,6 @@ def apply_gradients(state: TrainState, grads, metrics, optimizer, learning_rate_
     return state, metrics
 
 
-# How much more coherent than the median identity's (z of make_prepare) an identity's advantages
-# may be: at 3, honest noise (z about 1, half-normal-like) passes untouched but for a few in a
-# thousand batches, and an actor paid by action (z about sqrt(its steps), 20 and more) is held
-# to it.
-COHERENCE_TOLERANCE = 3.0
-
 # What make_prepare reports of its bounds in each update (docs/metrics.md): the smallest factor
 # an identity's advantages were scaled by for their size and for their coherence, and the
 # largest identity's coherence z against the median identity's (NaN where a bound does not
@@ -202,7 +196,12 @@ INFLUENCE_METRICS = (
 
 
 def make_prepare(
-    advantages=None, axis_name: str = AXIS, groups: int = 1, parts: int = 1, score=None
+    advantages=None,
+    axis_name: str = AXIS,
+    groups: int = 1,
+    parts: int = 1,
+    score=None,
+    tolerance: float = 3.0,
 ):
     """Returns prepare(state, unrolls, identity, moments) -> (advantage, value_target, obs_norm,
     influence) for pmap, influence the INFLUENCE_METRICS of this batch.
@@ -222,7 +221,9 @@ def make_prepare(
     (with three identities or more): an identity whose advantage-weighted scores agree far more
     than the median identity's (z, their sum's length over the root of their sum of squares: about
     1 for scores that point every which way, about sqrt(n) for n that agree) is scaled down to
-    COHERENCE_TOLERANCE x the median's z (at least 1). Honest advantages at a given size point
+    `tolerance` x the median's z (at least 1; server.coherence_tolerance: at 3, honest noise
+    passes untouched but for a few in a thousand batches, and an actor paid by action, z about
+    sqrt(its steps), is held to it). Honest advantages at a given size point
     every which way; an actor that pays one action and fines another everywhere points the same
     way at every step, and at an equal RMS it would move the policy by its whole share of the
     batch.
@@ -263,10 +264,10 @@ def make_prepare(
         # honest identity however many steps it sent, and about sqrt(n) for a coherent one.
         z = total / jnp.sqrt(jnp.maximum(squares, 1e-30))
         present = n > 0
-        # Bounded at COHERENCE_TOLERANCE x the median identity's z (at least 1: honest noise):
+        # Bounded at `tolerance` x the median identity's z (at least 1: honest noise):
         # identities that all agree (an env where one action is always better) keep theirs.
         median = jnp.maximum(jnp.nanmedian(jnp.where(present, z, jnp.nan)), 1.0)
-        bound = COHERENCE_TOLERANCE * median
+        bound = tolerance * median
         over = present & (z > bound) & (jnp.sum(present) >= 3)
         factor = jnp.where(over, bound / jnp.maximum(z, 1e-12), 1.0)
         seen = {

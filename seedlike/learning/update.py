@@ -107,6 +107,7 @@ class Learner:
             groups=int(self.config.batch_unrolls),
             parts=self.num_local,
             score=_score(self.network) if advantages is not None else None,
+            tolerance=float(self.config.server.coherence_tolerance),
         )
         self._advantages = advantages is not None
         self._prepare = jax.pmap(prepare, ts.AXIS, devices=self.devices)

@@ -13,6 +13,7 @@ from seedlike.config import base_config
 from seedlike.envs import spaces
 from seedlike.inference_server import serve_checkpoint
 from seedlike.league import evaluation, league, payoff, samplers
+from seedlike.learning import train_state as ts
 from seedlike.rpc import codec
 from seedlike.server import curriculum, episodes, inference, influence, matchmaking
 from seedlike.server import trajectory_store as store
@@ -27,6 +28,7 @@ REPEATED = [
     (store.TrajectoryStore, "reward_floor", "server.reward_floor"),
     (influence.loss_mask, "max_share", "server.max_identity_share"),
     (influence.reward_scales, "floor", "server.reward_floor"),
+    (ts.make_prepare, "tolerance", "server.coherence_tolerance"),
     (normalization.IdentityWindow, "seconds", "server.fair_window_s"),
     (normalization.IdentityWindow, "row_clip", "network.obs_clip"),
     (normalization.normalize, "clip", "network.obs_clip"),

@@ -132,7 +132,7 @@ def test_prepare_scales_an_identity_whose_advantages_all_favour_one_action_to_th
     get random signs, identity 3 +1 for action 0 and -1 for action 1 at every step. With the score
     d log pi / d logits of a uniform two-action policy (onehot(a) - 1/2), identity 3's scores all
     agree: z (their sum's length over the root of their sum of squares) is sqrt(32); its
-    advantages are scaled to COHERENCE_TOLERANCE x the median z (at least 1) over its own. Honest
+    advantages are scaled to the tolerance (3) x the median z (at least 1) over its own. Honest
     random identities, one of 2 unrolls among ones of 8, are left alone."""
     rng = np.random.default_rng(0)
     t = 8
@@ -169,7 +169,7 @@ def test_prepare_scales_an_identity_whose_advantages_all_favour_one_action_to_th
         for g in range(4)
     ]
     assert z[3] == pytest.approx(np.sqrt(32)) and max(z[:3]) < 3.0
-    bound = ts.COHERENCE_TOLERANCE * max(np.median(z), 1.0)
+    bound = 3.0 * max(np.median(z), 1.0)
     np.testing.assert_array_equal(advantage[:12], sign[:12])
     np.testing.assert_allclose(advantage[12:], bound / z[3] * sign[12:], rtol=1e-5)
     # The row says so: the largest z, the median one, and the factor applied.
