@@ -1,7 +1,8 @@
 """On-device env steps/s at accelerator sizes, one device: gymnax CartPole-v1 at 2^12-2^16 envs
 and MinAtar Breakout at 2^10-2^13 envs, seedlike's compiled program beside PureJaxRL's
-purejaxrl/ppo.py at the same sizes and settings (128 steps per env and update, 4 epochs of 4
-minibatches, its 64 x 64 tanh MLP on the flattened observation), one size after another:
+purejaxrl/ppo.py at the same sizes and settings (128 steps per env and update, its 64 x 64 MLPs
+on the flattened observation; CartPole at ppo.py's own settings, Breakout at those PureJaxRL
+tuned for MinAtar, as configs/gymnax_minatar_ppo.py has them), one size after another:
 
   python3 -m benchmarks.accel_ondevice --site=.gpu/site --purejaxrl=shared/purejaxrl \\
       --out=$OUT/ondevice.json
@@ -35,14 +36,13 @@ _BUDGET = flags.DEFINE_float("budget_s", 270.0, "No new size starts after this m
 _OUT = flags.DEFINE_string("out", None, "JSON path (default benchmarks/results/...).")
 
 LENGTH = 128  # PureJaxRL's NUM_STEPS
-# task -> (seedlike config, its overrides at PureJaxRL's settings, PureJaxRL's ENV_NAME)
+# task -> (seedlike config, PureJaxRL's settings for it: ppo.py's own for CartPole)
 TASKS = {
-    "CartPole": ("configs/gymnax_cartpole_ppo.py", {}, "CartPole-v1"),
+    "CartPole": ("configs/gymnax_cartpole_ppo.py", {"ENV_NAME": "CartPole-v1"}),
     "Breakout": (
         "configs/gymnax_minatar_ppo.py:Breakout",
-        {"network.hidden_sizes": (64, 64), "network.activation": "tanh", "ppo.num_minibatches": 4},
-        "Breakout-MinAtar",
-    ),  # fmt: skip
+        {**sides.PUREJAXRL_MINATAR, "ENV_NAME": "Breakout-MinAtar"},
+    ),
 }
 
 
@@ -57,13 +57,13 @@ def child_env() -> dict:
 
 def measure(task: str, envs: int, logdir: str) -> dict:
     """Both sides at one size: {side: its JSON line}."""
-    config, overrides, env_name = TASKS[task]
+    config, anchor = TASKS[task]
     steps = envs * LENGTH * _UPDATES.value
-    ours = sides.Side(steps, 0, config, overrides={**overrides, "batch_unrolls": envs})
+    ours = sides.Side(steps, 0, config, overrides={"batch_unrolls": envs})
     out = {"seedlike_program": sides.run_side("seedlike_program", ours, logdir, child_env())}
     if _PUREJAXRL.value:
         theirs = sides.Side(steps, 0, _PUREJAXRL.value,
-                            overrides={"NUM_ENVS": envs, "ENV_NAME": env_name})  # fmt: skip
+                            overrides={**anchor, "NUM_ENVS": envs})  # fmt: skip
         out["purejaxrl"] = sides.run_side("purejaxrl", theirs, logdir, child_env())
     return out
 

@@ -6,14 +6,18 @@ alternating, same machine:
     python -m benchmarks.ondevice --algo=pqn --purejaxql=/path/to/purejaxql/purejaxql --pairs=3
     python -m benchmarks.ondevice --purejaxrl=... --seeds=8   # 8 agents vmapped, each side
     python -m benchmarks.ondevice --algo=pqn --purejaxql=... --game=Breakout --steps=2000000
+    python -m benchmarks.ondevice --purejaxrl=... --game=SpaceInvaders --steps=10000000 --seeds=3
 
 PPO: PureJaxRL's purejaxrl/ppo.py (github luchris429/purejaxrl) against
 configs/gymnax_cartpole_ppo.py, 4 envs x 128 steps. PQN: purejaxql's purejaxql/pqn_gymnax.py
 (github mttga/purejaxql) with its config/alg/pqn_cartpole.yaml against
 configs/gymnax_cartpole_pqn.py, 32 envs x 64 steps; its evaluation during training is off
 (TEST_DURING_TRAINING), as seedlike's run has none, and it keeps its RAdam where seedlike has Adam.
-With --game=GAME (PQN): purejaxql/pqn_minatar.py with config/alg/pqn_minatar.yaml against
-configs/gymnax_minatar_pqn.py:GAME, 128 envs x 32 steps, both annealing over the run's --steps.
+With --game=GAME (a gymnax MinAtar game): PPO runs ppo.py at the settings PureJaxRL tuned for
+MinAtar (examples/brax_minatar.ipynb: 64 envs x 128 steps, 8 minibatches, Adam 5e-3, relu)
+against configs/gymnax_minatar_ppo.py:GAME; PQN runs purejaxql/pqn_minatar.py with
+config/alg/pqn_minatar.yaml against configs/gymnax_minatar_pqn.py:GAME, 128 envs x 32 steps;
+both sides anneal over the run's --steps.
 
 Each side runs in a process of its own with one CPU device (the drivers and what they stand in
 for: benchmarks/ondevice_sides.py). Reported apart: compile time (the anchor: jit lowering and
@@ -39,7 +43,7 @@ _PAIRS = flags.DEFINE_integer("pairs", 3, "Alternating runs of each side.")
 _STEPS = flags.DEFINE_integer("steps", 500_000, "Env steps per run (per seed).")
 _PROGRAM = flags.DEFINE_bool("program", True, "Also time seedlike's program alone (a third side).")
 _GAME = flags.DEFINE_string(
-    "game", "", "A gymnax MinAtar game (Breakout, ...) instead of CartPole (--algo=pqn only)."
+    "game", "", "A gymnax MinAtar game (Breakout, ...) instead of CartPole."
 )
 _SEEDS = flags.DEFINE_integer(
     "seeds", 1, "Agents vmapped in each side's one program (seedlike: config.seeds)."
@@ -47,7 +51,7 @@ _SEEDS = flags.DEFINE_integer(
 _OUT = flags.DEFINE_string("out", None, "JSON path (default: benchmarks/results/ondevice-*.json).")
 
 CONFIGS = {"ppo": "configs/gymnax_cartpole_ppo.py", "pqn": "configs/gymnax_cartpole_pqn.py"}
-GAME_CONFIGS = {"pqn": "configs/gymnax_minatar_pqn.py"}
+GAME_CONFIGS = {"ppo": "configs/gymnax_minatar_ppo.py", "pqn": "configs/gymnax_minatar_pqn.py"}
 ANCHORS = {"ppo": "purejaxrl", "pqn": "purejaxql"}
 
 
@@ -56,13 +60,16 @@ def side(name: str, seed: int, logdir: str) -> dict:
     env.pop("XLA_FLAGS", None)  # one device on each side
     game, steps = _GAME.value, _STEPS.value
     anchors = {"purejaxrl": _PUREJAXRL.value, "purejaxql": _PUREJAXQL.value}
-    if name in anchors:
+    if name == "purejaxrl":
+        minatar = {**sides.PUREJAXRL_MINATAR, "ENV_NAME": f"{game}-MinAtar"} if game else {}
+        spec = sides.Side(steps, seed, anchors[name], _SEEDS.value, minatar)
+    elif name in anchors:
         spec = sides.Side(steps, seed, anchors[name], _SEEDS.value, game=game)
     else:
         config = f"{GAME_CONFIGS[_ALGO.value]}:{game}" if game else CONFIGS[_ALGO.value]
         # A game's run anneals over its own env steps on both sides (purejaxql's decays are
         # shares of TOTAL_TIMESTEPS_DECAY: 10% for epsilon, all of it for the learning rate).
-        overrides = {"pqn.anneal_steps": steps // 10} if game else {}
+        overrides = {"pqn.anneal_steps": steps // 10} if game and _ALGO.value == "pqn" else {}
         spec = sides.Side(steps, seed, config, _SEEDS.value, overrides)
     return sides.run_side(name, spec, logdir, env)
 
@@ -73,8 +80,6 @@ def main(argv):
 
     logdir = tempfile.mkdtemp(prefix="ondevice-")
     anchor = ANCHORS[_ALGO.value]
-    if _GAME.value and _ALGO.value not in GAME_CONFIGS:
-        raise app.UsageError(f"--game is for --algo={sorted(GAME_CONFIGS)}")
     if not {"purejaxrl": _PUREJAXRL, "purejaxql": _PUREJAXQL}[anchor].value:
         raise app.UsageError(f"--algo={_ALGO.value} runs against {anchor}: pass --{anchor}=FOLDER")
     runs = {anchor: [], "seedlike": [], **({"seedlike_program": []} if _PROGRAM.value else {})}

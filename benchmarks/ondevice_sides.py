@@ -24,6 +24,10 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# PureJaxRL's settings for MinAtar (its examples/brax_minatar.ipynb) over ppo.py's CartPole ones,
+# as configs/gymnax_minatar_ppo.py has them.
+PUREJAXRL_MINATAR = {"NUM_ENVS": 64, "LR": 5e-3, "NUM_MINIBATCHES": 8, "ACTIVATION": "relu"}
+
 PUREJAXRL_DRIVER = r"""
 import json, sys, time, types
 import jax, jax.numpy as jnp
