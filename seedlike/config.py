@@ -392,13 +392,12 @@ def server_section() -> ml_collections.ConfigDict:
     # actors are all trusted (one's own machine, a private cluster): any client could then be as
     # many identities as it opens streams.
     c.trust_actor_ids = False
-    # How much of the loss one actor identity (over all its streams) may
-    # weigh (seedlike/server/influence.py). Its unrolls beyond the cap stay in the batch with
-    # valid = False (metric unrolls_capped): batches fill at full speed, nothing is refused, but
-    # the excess teaches nothing. fair_share_factor: at most this many times the unrolls the
-    # median identity delivered in the last fair_window_s seconds (with 3+ identities; 0: off);
-    # max_identity_share: at most this share of each batch (1.0: no such cap; never below an equal
-    # split among the connected).
+    # How much of the loss one identity (all its streams) may weigh (seedlike/server/influence.py).
+    # Its unrolls beyond the cap stay in the batch with valid = False (metric unrolls_capped):
+    # batches fill at full speed, nothing is refused, but the excess teaches nothing.
+    # fair_share_factor: at most this many times the unrolls the median identity delivered in the
+    # last fair_window_s seconds (3+ identities; 0: off); max_identity_share: at most this share
+    # of each batch (1.0: no such cap; never below an equal split among the connected).
     c.fair_share_factor = 1.0
     c.fair_window_s = 30.0
     # An identity served faster than pace_factor x the median identity's rows/s (over 5 s, with
@@ -409,18 +408,15 @@ def server_section() -> ml_collections.ConfigDict:
     # kept out of the loss (metric unrolls_stale; 0: no limit): a paced or stalled actor's data.
     c.max_policy_lag = 50
     c.max_identity_share = 1.0
-    # An identity's rewards are scaled down (never clipped: signs and proportions kept) when
-    # their mean |reward| per step over the last fair_window_s exceeds max(reward_floor,
-    # reward_scale x the median identity's): a flood of large rewards from a minority of actors is
-    # brought to the others' scale, while a rare large reward an honest actor finds first barely
-    # moves its rate over the window and reaches the learner at its value
-    # (seedlike/server/influence.py; 0: off). Applied before the algorithm's own reward_clip;
-    # metric rewards_scaled.
+    # An identity's rewards are scaled down (signs and proportions kept) when their mean |reward|
+    # per step over fair_window_s exceeds max(reward_floor, reward_scale x the median identity's;
+    # with two identities the other's): a minority's flood is brought to the others' scale, a rare
+    # large reward an honest actor finds first passes (seedlike/server/influence.py; 0: off).
+    # Applied before the algorithm's own reward_clip; metric rewards_scaled.
     c.reward_scale = 2.0
     c.reward_floor = 1.0
-    # PPO: an identity whose advantage-weighted policy scores agree more than coherence_tolerance
-    # x the median identity's (z, about 1 for honest data; with 3+ identities) has its advantages
-    # scaled to that (seedlike/learning/train_state.py make_prepare; metrics influence/...).
+    # PPO: advantages of an identity whose policy scores agree more than coherence_tolerance x the
+    # median identity's (z; 3+ identities) are scaled to it (train_state.make_prepare).
     c.coherence_tolerance = 3.0
     c.max_envs_per_actor = 4096
     # Largest |reward| and |float observation| accepted from actors; a row beyond them ends the

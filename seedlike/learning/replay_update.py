@@ -54,7 +54,8 @@ class ReplayLearner(Learner):
         self.min_fill = int(c.min_fill)
         self.beta0 = float(c.importance_exponent)
         self.replay: Replay | None = None  # allocated at the first batch (its shapes)
-        self.metric_keys = (*self.metric_keys, "replay/size", "replay/ratio", "replay/beta")
+        own = [k for k in self.metric_keys if k not in ts.INFLUENCE_METRICS]  # no prepare here
+        self.metric_keys = (*own, "replay/size", "replay/ratio", "replay/beta")
         self.consumed = 0  # env steps sampled by the last update
         self.save_replay = bool(c.save_replay)
         self._batches = 0  # learner batches inserted by this process
