@@ -416,7 +416,7 @@ def server_section() -> ml_collections.ConfigDict:
     c.reward_scale = 2.0
     c.reward_floor = 1.0
     # PPO: advantages of an identity whose policy scores agree more than coherence_tolerance x the
-    # median identity's (z; 3+ identities) are scaled to it (train_state.make_prepare).
+    # median identity's (z; of two, the other's) are scaled to it (train_state.make_prepare).
     c.coherence_tolerance = 3.0
     c.max_envs_per_actor = 4096
     # Largest |reward| and |float observation| accepted from actors; a row beyond them ends the

@@ -186,7 +186,7 @@ def apply_gradients(state: TrainState, grads, metrics, optimizer, learning_rate_
 # What make_prepare reports of its bounds in each update (docs/metrics.md): the smallest factor
 # an identity's advantages were scaled by for their size and for their coherence, and the
 # largest identity's coherence z against the median identity's (NaN where a bound does not
-# apply: no advantages, no score, or fewer than three identities for coherence).
+# apply: no advantages, no score, or one identity alone for coherence).
 INFLUENCE_METRICS = (
     "influence/advantage_scale_min",
     "influence/coherence_scale_min",
@@ -218,9 +218,10 @@ def make_prepare(
     discovery) is learned at the median's pace, a flood cannot corrupt the others' baselines.
     With `score`, fn(params, obs_norm, unrolls) -> the gradient of log pi(a|s) with respect to
     the logits [B, T, ...] of each step under the current parameters, one more bound applies
-    (with three identities or more): an identity whose advantage-weighted scores agree far more
-    than the median identity's (z, their sum's length over the root of their sum of squares: about
-    1 for scores that point every which way, about sqrt(n) for n that agree) is scaled down to
+    (with two identities or more): an identity whose advantage-weighted scores agree far more
+    than the median identity's (of two, the other's; z, their sum's length over the root of their
+    sum of squares: about 1 for scores that point every which way, about sqrt(n) for n that
+    agree) is scaled down to
     `tolerance` x the median's z (at least 1; server.coherence_tolerance: at 3, honest noise
     passes untouched but for a few in a thousand batches, and an actor paid by action, z about
     sqrt(its steps), is held to it). Honest advantages at a given size point
@@ -264,11 +265,15 @@ def make_prepare(
         # honest identity however many steps it sent, and about sqrt(n) for a coherent one.
         z = total / jnp.sqrt(jnp.maximum(squares, 1e-30))
         present = n > 0
+        count = jnp.sum(present)
         # Bounded at `tolerance` x the median identity's z (at least 1: honest noise):
         # identities that all agree (an env where one action is always better) keep theirs.
-        median = jnp.maximum(jnp.nanmedian(jnp.where(present, z, jnp.nan)), 1.0)
-        bound = tolerance * median
-        over = present & (z > bound) & (jnp.sum(present) >= 3)
+        # Two identities, which no median tells apart, are held to the smaller z: at least 1, so
+        # an honest one (z about 1) is never scaled whatever the other sends.
+        median = jnp.nanmedian(jnp.where(present, z, jnp.nan))
+        smaller = jnp.min(jnp.where(present, z, jnp.inf))
+        bound = tolerance * jnp.maximum(jnp.where(count >= 3, median, smaller), 1.0)
+        over = present & (z > bound) & (count >= 2)
         factor = jnp.where(over, bound / jnp.maximum(z, 1e-12), 1.0)
         seen = {
             "influence/coherence_scale_min": jnp.min(factor),

@@ -172,6 +172,12 @@ def test_prepare_scales_an_identity_whose_advantages_all_favour_one_action_to_th
     bound = 3.0 * max(np.median(z), 1.0)
     np.testing.assert_array_equal(advantage[:12], sign[:12])
     np.testing.assert_allclose(advantage[12:], bound / z[3] * sign[12:], rtol=1e-5)
+    # Two identities: the coherent one is held to the tolerance x the other's z (at least 1).
+    pair = np.isin(identity, [0, 3])
+    two = prepared(sign[pair], action[pair], np.repeat(np.arange(2, dtype=np.int32), 4))
+    np.testing.assert_array_equal(two[:4], sign[:4])
+    np.testing.assert_allclose(two[4:], 3.0 * max(z[0], 1.0) / z[3] * sign[12:], rtol=1e-5)
+    advantage = prepared(sign, action, identity)  # the four again, for the metrics below
     # The row says so: the largest z, the median one, and the factor applied.
     assert seen["influence/coherence_z_max"] == pytest.approx(np.sqrt(32), rel=1e-5)
     assert seen["influence/coherence_z_median"] == pytest.approx(np.median(z), rel=1e-5)
