@@ -109,9 +109,10 @@ class EpisodeBoard:
       of the run) are one vote: with the bad identities a minority, it lies between the smallest
       and largest honest identity's, and `reached` (stop_at_return) holds only when a majority
       of identities average the target. With one actor: its mean over its last `window`.
-      Identities whose rewards the reward bound is scaling (`distrusted`: their returns are
-      sums of rewards it found out of scale) do not vote while others do, so one of two
-      identities flooding rewards does not write the robust return either.
+      With two identities, which a median cannot tell apart, one whose rewards the reward bound
+      is scaling (`distrusted`: its returns are sums of rewards found out of scale) does not
+      vote while the other does, so one of two flooding rewards does not write it either (with
+      three or more the median already leaves it out).
     """
 
     def __init__(self, window: int = 20):
@@ -149,8 +150,9 @@ class EpisodeBoard:
         out["return"], out["length"] = (float(x) for x in episodes.mean(axis=0))
         if not self._quorum():
             return out
-        voters = [v for k, v in self._recent.items() if k not in distrusted]
-        voters = voters or list(self._recent.values())
+        voters = list(self._recent.values())
+        if len(voters) < 3:
+            voters = [v for k, v in self._recent.items() if k not in distrusted] or voters
         per = np.stack([v.mean(axis=0) for v in voters])
         out["robust"] = _lower_median(per[:, 0])
         if threshold is not None:

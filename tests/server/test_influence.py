@@ -226,6 +226,10 @@ def test_episode_board_reports_the_plain_mean_and_the_median_identity_of_recent_
     assert two.summary()["robust"] == pytest.approx(-1e8)  # the lower of two
     assert two.summary(distrusted={9})["robust"] == pytest.approx(500.0)
     assert two.summary(distrusted={1, 9})["robust"] == pytest.approx(-1e8)  # none left: all vote
+    # Of three the median already leaves one out: the scaled one still votes.
+    two.keep([1, 2, 9])
+    two.add(np.array([2]), np.array([300.0]), np.array([300]))
+    assert two.summary(distrusted={9})["robust"] == pytest.approx(300.0)
 
 
 def test_result_quota_holds_an_identity_to_the_median_identitys_results():
