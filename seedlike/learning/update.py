@@ -320,10 +320,11 @@ class Learner:
             self._state, (epoch_metrics, _) = self.guard(self._sgd_epoch, self._state, items, idx)
             metrics.append(epoch_metrics)
 
-        metrics = jax.device_get(metrics)  # every step's metrics in one wait, not one per value
+        # Every step's metrics and prepare's influence in one wait, not one per value.
+        metrics, influence = jax.device_get((metrics, influence))
         metrics = jax.tree.map(lambda *xs: float(np.mean([x[0] for x in xs])), *metrics)
         committed = self._commit(old_state, metrics, obs_norm=obs_norm)
-        influence = {k: float(np.asarray(v)[0]) for k, v in jax.device_get(influence).items()}
+        influence = {k: float(np.asarray(v)[0]) for k, v in influence.items()}
         return {**metrics, **influence, "nonfinite": 0.0 if committed else 1.0}
 
     def _obs_moments(self, unrolls: Unroll, identity: np.ndarray) -> dict:
