@@ -71,7 +71,7 @@ class IdentityWindow:
             w = mask.reshape(mask.shape + (1,) * (x.ndim - 2))
             rows, s1, s2 = mask.sum(axis=1), np.sum(w * x, axis=1), np.sum(w * x * x, axis=1)
             batch[key] = {
-                int(i): [rows[mine].sum(), s1[mine].sum(0), s2[mine].sum(0)]
+                i.item(): [rows[mine].sum(), s1[mine].sum(0), s2[mine].sum(0)]
                 for i in np.unique(identity)
                 for mine in [identity == i]
             }

@@ -125,8 +125,7 @@ class LearnerProcess:
         finally:
             batch.release()  # unroll() copied what the update reads
         interval.staleness.append(_staleness(learner.policy_version, unrolls))
-        identity = influence.relabel(batch.identity)[0]
-        interval.update_metrics.append(learner.update(unrolls, identity))
+        interval.update_metrics.append(learner.update(unrolls, batch.identity))
         interval.consumed += learner.samples(unrolls)
         self.registry.publish(learner.policy_version, learner.policy_params())
         if self.league is not None and self.league.after_update(

@@ -185,13 +185,17 @@ def apply_gradients(state: TrainState, grads, metrics, optimizer, learning_rate_
 
 # What make_prepare reports of its bounds in each update (docs/metrics.md): the smallest factor
 # an identity's advantages were scaled by for their size and for their coherence, and the
-# largest identity's coherence z against the median identity's (NaN where a bound does not
-# apply: no advantages, no score, or one identity alone for coherence).
+# largest identity's coherence z against the median identity's; for direction, the smallest
+# factor and the largest distance (in z) of an identity's push from where the median identity
+# pushes (NaN where a bound does not apply: no advantages, no score, one identity alone for
+# coherence, fewer than three for direction).
 INFLUENCE_METRICS = (
     "influence/advantage_scale_min",
     "influence/coherence_scale_min",
     "influence/coherence_z_max",
     "influence/coherence_z_median",
+    "influence/direction_scale_min",
+    "influence/direction_z_max",
 )
 
 
@@ -207,7 +211,7 @@ def make_prepare(
     influence) for pmap, influence the INFLUENCE_METRICS of this batch.
 
     unrolls is a device shard of stacked Unrolls [B/n, T+1, ...], identity [B/n] int32 the actor
-    identity of each unroll in [0, groups) (seedlike.server.influence.relabel; groups: B).
+    identity of each unroll in [0, groups) (dense labels; groups: B).
     `advantages` is the algorithm's per-unroll fn(unroll) -> (advantage, value_target)
     (seedlike.algos; None: zeros, the loss computes its own); an identity whose advantages' RMS
     exceeds the median identity's is scaled down to it, so no actor outweighs the others in the
@@ -227,7 +231,12 @@ def make_prepare(
     sqrt(its steps), is held to it). Honest advantages at a given size point
     every which way; an actor that pays one action and fines another everywhere points the same
     way at every step, and at an equal RMS it would move the policy by its whole share of the
-    batch.
+    batch. With three identities or more in the batch, an identity's push (its scores' sum, D =
+    the logits' size) may lie at most `tolerance` x its noise from the median identity's push per
+    step times its steps: scaled by the largest f in [0, 1] that brings it there (or nearest to
+    it), an identity that pulls against the others keeps the part of its push they share,
+    whatever its z. (A batch holds the identities that filled it: one that sends whole requests
+    of many envs fills batches alone, where neither bound applies; issue 76.)
     The returned
     obs_norm merges `moments`, key -> (count, mean, M2) of this batch's observations as this
     process computed them (networks.normalization.IdentityWindow, given to each of its `parts`
@@ -248,6 +257,15 @@ def make_prepare(
         scale = jnp.where(rms > median, median / jnp.maximum(rms, 1e-12), 1.0)
         return advantage * scale[identity][:, None], jnp.min(jnp.where(n > 0, scale, 1.0))
 
+    def within(push, expected, room):
+        """The largest f in [0, 1] with |f push - expected| <= room, per row (or where none is,
+        the f nearest to it): a bounded push keeps its direction and loses only length."""
+        pp = jnp.sum(push * push, -1)
+        pe = jnp.sum(push * expected, -1)
+        room2 = jnp.sum(expected * expected, -1) - jnp.square(room)
+        f = (pe + jnp.sqrt(jnp.maximum(pe * pe - pp * room2, 0.0))) / jnp.maximum(pp, 1e-30)
+        return jnp.where(pp > 0, jnp.clip(f, 0.0, 1.0), 1.0)
+
     def per_identity(x, identity):
         return psum(jax.ops.segment_sum(x, identity, num_segments=groups))
 
@@ -258,12 +276,13 @@ def make_prepare(
         delta = delta.reshape(*delta.shape[:2], -1)
         n = per_identity(jnp.sum(mask, 1), identity)
         step = (mask * advantage)[..., None] * delta
-        total = jnp.linalg.norm(per_identity(jnp.sum(step, axis=1), identity), axis=-1)
+        push = per_identity(jnp.sum(step, axis=1), identity)  # [groups, ...]
         squares = per_identity(jnp.sum(jnp.square(step), axis=(1, 2)), identity)
         # Summed over n steps, scores that point every which way grow like sqrt(n) x their RMS,
         # scores that agree like n x it: z = |sum| / sqrt(sum of squares) is about 1 for an
         # honest identity however many steps it sent, and about sqrt(n) for a coherent one.
-        z = total / jnp.sqrt(jnp.maximum(squares, 1e-30))
+        noise = jnp.sqrt(jnp.maximum(squares, 1e-30))
+        z = jnp.linalg.norm(push, axis=-1) / noise
         present = n > 0
         count = jnp.sum(present)
         # Bounded at `tolerance` x the median identity's z (at least 1: honest noise):
@@ -275,12 +294,27 @@ def make_prepare(
         bound = tolerance * jnp.maximum(jnp.where(count >= 3, median, smaller), 1.0)
         over = present & (z > bound) & (count >= 2)
         factor = jnp.where(over, bound / jnp.maximum(z, 1e-12), 1.0)
+        # Of three identities or more, each is also held to where the others push: its sum may
+        # lie at most `tolerance` x its noise (the root of its sum of squares) from the median
+        # identity's push per step times its steps. A minority pulling against the others
+        # (their z rises as they resist it, so the z bound alone lets it through) keeps only
+        # the part of its push that the others share.
+        per_step = push / jnp.maximum(n, 1.0)[:, None]
+        reference = jnp.nanmedian(jnp.where(present[:, None], per_step, jnp.nan), axis=0)
+        expected = n[:, None] * reference
+        many = present & (count >= 3)
+        along = jnp.where(many, within(push, expected, tolerance * noise), 1.0)
+        deviation = jnp.linalg.norm(push - expected, axis=-1) / noise
         seen = {
             "influence/coherence_scale_min": jnp.min(factor),
             "influence/coherence_z_max": jnp.max(jnp.where(present, z, -jnp.inf)),
             "influence/coherence_z_median": jnp.nanmedian(jnp.where(present, z, jnp.nan)),
+            "influence/direction_scale_min": jnp.min(along),
+            "influence/direction_z_max": jnp.where(
+                jnp.any(many), jnp.max(jnp.where(many, deviation, -jnp.inf)), jnp.nan
+            ),
         }
-        return advantage * factor[identity][:, None], seen
+        return advantage * jnp.minimum(factor, along)[identity][:, None], seen
 
     def prepare(state: TrainState, unrolls, identity, moments):
         influence = dict.fromkeys(INFLUENCE_METRICS, jnp.float32(jnp.nan))

@@ -228,8 +228,9 @@ class Learner:
         """One policy version from stacked unrolls [B, T+1, ...]; returns averaged metrics.
 
         B is local_batch_unrolls (this process's share); identity [B] the actor identity of each
-        unroll as labels 0..k-1 (seedlike.server.influence.relabel; None: one identity, the same
-        on every process).
+        unroll (what its credentials prove, seedlike.rpc.security.identity; any values numpy
+        sorts: the bounds across batches, IdentityWindow's, are kept per value; None: one
+        identity, the same on every process).
         A non-finite loss or gradient leaves the state untouched and reports nonfinite=1 (on
         every process: metrics are averaged first). An exception (a collective whose peer host
         is gone) leaves it untouched too, so the last complete version can still be saved.
@@ -261,10 +262,12 @@ class Learner:
         n = self.num_local
         batch, horizon = unrolls.action.shape[0], unrolls.reward.shape[1]
         if identity is None:  # one identity for the whole batch, across processes
-            identity = np.zeros(batch, np.int32)
-        else:
-            identity = np.asarray(identity, np.int32) + np.int32(self._identity_offset)
-        moments = self._obs_moments(unrolls, identity)
+            names = identity = np.zeros(batch, np.int32)
+        else:  # dense labels for the devices' segment sums, a range of them per process
+            names = np.asarray(identity)
+            identity = np.unique(names, return_inverse=True)[1].reshape(batch).astype(np.int32)
+            identity += np.int32(self._identity_offset)
+        moments = self._obs_moments(unrolls, names)
 
         # The sgd steps gather their minibatches on the devices, from the whole batch that every
         # local device holds (a minibatch draws from anywhere in a host's block). With one device
@@ -327,7 +330,7 @@ class Learner:
         influence = {k: float(np.asarray(v)[0]) for k, v in influence.items()}
         return {**metrics, **influence, "nonfinite": 0.0 if committed else 1.0}
 
-    def _obs_moments(self, unrolls: Unroll, identity: np.ndarray) -> dict:
+    def _obs_moments(self, unrolls: Unroll, names: np.ndarray) -> dict:
         """This process's bounded observation moments (IdentityWindow) from the host batch: every
         step but the bootstrap one of the unrolls that count in the loss (those kept out by the
         influence caps add nothing). One copy per local device."""
@@ -339,7 +342,7 @@ class Learner:
         moments = self.obs_window.moments(
             {k: np.asarray(unrolls.obs[k])[:, :-1] for k in stats},  # maybe on the device
             counted,
-            identity,
+            names,
             jax.tree.map(np.asarray, stats),
             time.monotonic(),
         )

@@ -89,6 +89,33 @@ def test_normalizer_sees_every_step_but_the_bootstrap_one():
     np.testing.assert_allclose(state.obs_norm["obs"].var, seen.var(0), rtol=1e-4)
 
 
+def test_the_observation_bound_follows_each_identity_across_batches_whatever_their_order():
+    """Identity "a" sends observations 10 above "b"'s and "c"'s in two batches, first in the
+    first and last in the second: the statistics are those of the median identity's rows, the
+    same as when the second batch comes in the first's order (the window keeps each identity's
+    sums by its name; keyed by per-batch labels, a's rows and c's shared one)."""
+    config = small_config()
+    network = make_network(config.network, SPEC)
+
+    def statistics(order):
+        learner = Learner(config, network, window_s=30.0, devices=jax.local_devices()[:1])
+        state = learner.init_state(jax.random.key(0))
+        learner.set_state(state)
+        names = np.array(["a", "a", "b", "c"])
+        for i, idx in enumerate((np.arange(4), order)):
+            unrolls = random_unrolls(network, state.params, state.obs_norm, 4, 8, seed=i)
+            obs = unrolls.obs["obs"].copy()
+            obs[:2] += 10.0
+            unrolls = unrolls._replace(obs={"obs": obs})
+            learner.update(jax.tree.map(lambda x, i=idx: x[i], unrolls), names[idx])
+        return learner.state().obs_norm["obs"]
+
+    ordered, reversed_ = statistics(np.arange(4)), statistics(np.arange(4)[::-1])
+    np.testing.assert_allclose(reversed_.mean, ordered.mean, rtol=1e-6)
+    np.testing.assert_allclose(reversed_.var, ordered.var, rtol=1e-5)
+    assert np.all(np.asarray(ordered.mean) < 4.0)  # b's and c's level (2), not a's (12)
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_first_sgd_step_is_on_policy(variant):
     """Replaying the batch (from the stored carries) reproduces the behaviour policy exactly."""
