@@ -199,6 +199,16 @@ INFLUENCE_METRICS = (
 )
 
 
+def _within(push, expected, room):
+    """The largest f in [0, 1] with |f push - expected| <= room, per row (or where none is,
+    the f nearest to it): a bounded push keeps its direction and loses only length."""
+    pp = jnp.sum(push * push, -1)
+    pe = jnp.sum(push * expected, -1)
+    room2 = jnp.sum(expected * expected, -1) - jnp.square(room)
+    f = (pe + jnp.sqrt(jnp.maximum(pe * pe - pp * room2, 0.0))) / jnp.maximum(pp, 1e-30)
+    return jnp.where(pp > 0, jnp.clip(f, 0.0, 1.0), 1.0)
+
+
 def make_prepare(
     advantages=None,
     axis_name: str = AXIS,
@@ -257,15 +267,6 @@ def make_prepare(
         scale = jnp.where(rms > median, median / jnp.maximum(rms, 1e-12), 1.0)
         return advantage * scale[identity][:, None], jnp.min(jnp.where(n > 0, scale, 1.0))
 
-    def within(push, expected, room):
-        """The largest f in [0, 1] with |f push - expected| <= room, per row (or where none is,
-        the f nearest to it): a bounded push keeps its direction and loses only length."""
-        pp = jnp.sum(push * push, -1)
-        pe = jnp.sum(push * expected, -1)
-        room2 = jnp.sum(expected * expected, -1) - jnp.square(room)
-        f = (pe + jnp.sqrt(jnp.maximum(pe * pe - pp * room2, 0.0))) / jnp.maximum(pp, 1e-30)
-        return jnp.where(pp > 0, jnp.clip(f, 0.0, 1.0), 1.0)
-
     def per_identity(x, identity):
         return psum(jax.ops.segment_sum(x, identity, num_segments=groups))
 
@@ -303,7 +304,7 @@ def make_prepare(
         reference = jnp.nanmedian(jnp.where(present[:, None], per_step, jnp.nan), axis=0)
         expected = n[:, None] * reference
         many = present & (count >= 3)
-        along = jnp.where(many, within(push, expected, tolerance * noise), 1.0)
+        along = jnp.where(many, _within(push, expected, tolerance * noise), 1.0)
         deviation = jnp.linalg.norm(push - expected, axis=-1) / noise
         seen = {
             "influence/coherence_scale_min": jnp.min(factor),
