@@ -209,6 +209,22 @@ def _within(push, expected, room):
     return jnp.where(pp > 0, jnp.clip(f, 0.0, 1.0), 1.0)
 
 
+def _direction(push, n, present, noise, tolerance):
+    """make_prepare's direction bound: each identity's factor [groups] and the largest distance
+    (in z) of a push from the median identity's per step x its steps (NaN below 3 identities).
+    Of three identities or more, each is held to where the others push: its sum may lie at most
+    `tolerance` x its noise from there. A minority pulling against the others (their z rises as
+    they resist it, so the z bound alone lets it through) keeps what they share."""
+    per_step = push / jnp.maximum(n, 1.0)[:, None]
+    reference = jnp.nanmedian(jnp.where(present[:, None], per_step, jnp.nan), axis=0)
+    expected = n[:, None] * reference
+    many = present & (jnp.sum(present) >= 3)
+    along = jnp.where(many, _within(push, expected, tolerance * noise), 1.0)
+    distance = jnp.linalg.norm(push - expected, axis=-1) / noise
+    largest = jnp.where(jnp.any(many), jnp.max(jnp.where(many, distance, -jnp.inf)), jnp.nan)
+    return along, largest
+
+
 def make_prepare(
     advantages=None,
     axis_name: str = AXIS,
@@ -295,25 +311,13 @@ def make_prepare(
         bound = tolerance * jnp.maximum(jnp.where(count >= 3, median, smaller), 1.0)
         over = present & (z > bound) & (count >= 2)
         factor = jnp.where(over, bound / jnp.maximum(z, 1e-12), 1.0)
-        # Of three identities or more, each is also held to where the others push: its sum may
-        # lie at most `tolerance` x its noise (the root of its sum of squares) from the median
-        # identity's push per step times its steps. A minority pulling against the others
-        # (their z rises as they resist it, so the z bound alone lets it through) keeps only
-        # the part of its push that the others share.
-        per_step = push / jnp.maximum(n, 1.0)[:, None]
-        reference = jnp.nanmedian(jnp.where(present[:, None], per_step, jnp.nan), axis=0)
-        expected = n[:, None] * reference
-        many = present & (count >= 3)
-        along = jnp.where(many, _within(push, expected, tolerance * noise), 1.0)
-        deviation = jnp.linalg.norm(push - expected, axis=-1) / noise
+        along, deviation = _direction(push, n, present, noise, tolerance)
         seen = {
             "influence/coherence_scale_min": jnp.min(factor),
             "influence/coherence_z_max": jnp.max(jnp.where(present, z, -jnp.inf)),
             "influence/coherence_z_median": jnp.nanmedian(jnp.where(present, z, jnp.nan)),
             "influence/direction_scale_min": jnp.min(along),
-            "influence/direction_z_max": jnp.where(
-                jnp.any(many), jnp.max(jnp.where(many, deviation, -jnp.inf)), jnp.nan
-            ),
+            "influence/direction_z_max": deviation,
         }
         return advantage * jnp.minimum(factor, along)[identity][:, None], seen
 
