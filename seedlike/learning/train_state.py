@@ -315,7 +315,7 @@ def make_prepare(
         seen = {
             "influence/coherence_scale_min": jnp.min(factor),
             "influence/coherence_z_max": jnp.max(jnp.where(present, z, -jnp.inf)),
-            "influence/coherence_z_median": jnp.nanmedian(jnp.where(present, z, jnp.nan)),
+            "influence/coherence_z_median": median,
             "influence/direction_scale_min": jnp.min(along),
             "influence/direction_z_max": deviation,
         }
