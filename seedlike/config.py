@@ -362,62 +362,8 @@ def server_section() -> ml_collections.ConfigDict:
     """The learner's serving side: inference batching, admission of actor streams and what one
     actor identity may weigh (seedlike/server/influence.py)."""
     c = ml_collections.ConfigDict()
-    # An inference batch takes every request waiting, up to max_batch_rows rows, and closes when
-    # every actor that can still send is in it, or batch_timeout_ms after the latest request
-    # joined it (longer where front ends spend longer per request: seedlike/server/batcher.py).
-    # A batch of every row in flight serializes the server: actors wait while it is gathered,
-    # computed and answered, and the server waits while they step. Capped below that, one batch
-    # computes while the next is gathered (RESULTS.md, "One learner host with cores to spare"). A
-    # bigger request is a batch of its own. With front ends and a few big requests, smaller
-    # batches serve more: each batch is one front end's rows, read in place.
-    c.max_batch_rows = 256
-    # ... and a batch closes at batch_share of the rows the connected actors send per round,
-    # together, if that is smaller, but not below min_batch_rows: 4 actors x 64 Atari rows at 64,
-    # 16 x 64 at 256, 8 x 8 CartPole at all 64 (seedlike/server/batcher.py; RESULTS.md, "Batches
-    # that close at a quarter"). batch_share = 1: only max_batch_rows.
-    c.batch_share = 0.25
-    c.min_batch_rows = 64
-    c.batch_timeout_ms = 5.0
-    # Unrolls that may wait for the learner, in whole batches (0 = one batch): with one, acting
-    # fills the next batch while the learner trains and then waits (backpressure). More raise
-    # throughput when acting is bursty but make data staler.
-    c.queue_unrolls = 0
-    c.max_actors = 64  # concurrent actor streams
-    # Streams one host may hold at once (more are refused, and their actors retry), so a single
-    # machine cannot take every slot. Raise it to run more actors than this on one host.
-    c.max_streams_per_peer = 32
-    # What one actor *identity* is (seedlike/rpc/security.py): the name in its certificate
-    # (scripts/make_credentials.sh --actors), else its peer host; every stream of one identity
-    # counts as one voice. True: the peer host and the actor_id a stream declares, for runs whose
-    # actors are all trusted (one's own machine, a private cluster): any client could then be as
-    # many identities as it opens streams.
-    c.trust_actor_ids = False
-    # How much of the loss one identity (all its streams) may weigh (seedlike/server/influence.py).
-    # Its unrolls beyond the cap stay in the batch with valid = False (metric unrolls_capped):
-    # batches fill at full speed, nothing is refused, but the excess teaches nothing.
-    # fair_share_factor: at most this many times the unrolls the median identity delivered in the
-    # last fair_window_s seconds (3+ identities; 0: off); max_identity_share: at most this share
-    # of each batch (1.0: no such cap; never below an equal split among the connected).
-    c.fair_share_factor = 1.0
-    c.fair_window_s = 30.0
-    # An identity served faster than pace_factor x the median identity's rows/s (over 5 s, with
-    # 3+ identities) gets its replies at that rate: an actor with thousands of envs cannot take
-    # the server from the others (seedlike/server/pacing.py; 0: off).
-    c.pace_factor = 2.0
-    # Unrolls with a step acted more than max_policy_lag policy versions before the newest are
-    # kept out of the loss (metric unrolls_stale; 0: no limit): a paced or stalled actor's data.
-    c.max_policy_lag = 50
-    c.max_identity_share = 1.0
-    # An identity's rewards are scaled down (signs and proportions kept) when their mean |reward|
-    # per step over fair_window_s exceeds max(reward_floor, reward_scale x the median identity's;
-    # with two identities the other's): a minority's flood is brought to the others' scale, a rare
-    # large reward an honest actor finds first passes (seedlike/server/influence.py; 0: off).
-    # Applied before the algorithm's own reward_clip; metric rewards_scaled.
-    c.reward_scale = 2.0
-    c.reward_floor = 1.0
-    # PPO: advantages of an identity whose policy scores agree more than coherence_tolerance x the
-    # median identity's (z; of two, the other's) are scaled to it (train_state.make_prepare).
-    c.coherence_tolerance = 3.0
+    _batching_and_seats(c)
+    _identity_bounds(c)
     c.max_envs_per_actor = 4096
     # Largest |reward| and |float observation| accepted from actors; a row beyond them ends the
     # actor's stream with a message (NaN and infinity always do). Raise them for envs that need it.
@@ -442,6 +388,76 @@ def server_section() -> ml_collections.ConfigDict:
     return c
 
 
+def _batching_and_seats(c: ml_collections.ConfigDict) -> None:
+    """server_section's settings of how inference batches form and how many streams connect."""
+    # An inference batch takes every request waiting, up to max_batch_rows rows, and closes when
+    # every actor that can still send is in it, or batch_timeout_ms after the latest request
+    # joined it (longer where front ends spend longer per request: seedlike/server/batcher.py).
+    # A batch of every row in flight serializes the server: actors wait while it is gathered,
+    # computed and answered, and the server waits while they step. Capped below that, one batch
+    # computes while the next is gathered (RESULTS.md, "One learner host with cores to spare"). A
+    # bigger request is a batch of its own. With front ends and a few big requests, smaller
+    # batches serve more: each batch is one front end's rows, read in place.
+    c.max_batch_rows = 256
+    # ... and a batch closes at batch_share of the rows the connected actors send per round,
+    # together, if that is smaller, but not below min_batch_rows: 4 actors x 64 Atari rows at 64,
+    # 16 x 64 at 256, 8 x 8 CartPole at all 64 (seedlike/server/batcher.py; RESULTS.md, "Batches
+    # that close at a quarter"). batch_share = 1: only max_batch_rows.
+    c.batch_share = 0.25
+    c.min_batch_rows = 64
+    c.batch_timeout_ms = 5.0
+    # Unrolls that may wait for the learner, in whole batches (0 = one batch): with one, acting
+    # fills the next batch while the learner trains and then waits (backpressure). More raise
+    # throughput when acting is bursty but make data staler.
+    c.queue_unrolls = 0
+    c.max_actors = 64  # concurrent actor streams
+    # Streams one host may hold at once (more are refused, and their actors retry), so a single
+    # machine cannot take every slot. Raise it to run more actors than this on one host.
+    c.max_streams_per_peer = 32
+
+
+def _identity_bounds(c: ml_collections.ConfigDict) -> None:
+    """server_section's settings of what one actor identity is and may weigh."""
+    # What one actor *identity* is (seedlike/rpc/security.py): the name in its certificate
+    # (scripts/make_credentials.sh --actors), else its peer host; every stream of one identity
+    # counts as one voice. True: the peer host and the actor_id a stream declares, for runs whose
+    # actors are all trusted (one's own machine, a private cluster): any client could then be as
+    # many identities as it opens streams.
+    c.trust_actor_ids = False
+    # How much of the loss one identity (all its streams) may weigh (seedlike/server/influence.py).
+    # Its unrolls beyond the cap stay in the batch with valid = False (metric unrolls_capped):
+    # batches fill at full speed, nothing is refused, but the excess teaches nothing.
+    # fair_share_factor: at most this many times the unrolls the median identity delivered in the
+    # last fair_window_s seconds (3+ identities; 0: off); max_identity_share: at most this share
+    # of each batch (1.0: no such cap; never below an equal split among the connected).
+    c.fair_share_factor = 1.0
+    c.fair_window_s = 30.0
+    # Complete unrolls the learner may hold back, in batches, so that each batch mixes the
+    # identities delivering: one actor's request of many envs completes all its unrolls at once,
+    # and in arrival order they would fill whole batches alone, where no bound that compares
+    # identities in a batch can act (influence.mixed_batch; metric unrolls_held; an identity's
+    # unrolls beyond its newest B + hold waiting count in unrolls_capped; 0: arrival order).
+    c.mix_hold = 1.0
+    # An identity served faster than pace_factor x the median identity's rows/s (over 5 s, with
+    # 3+ identities) gets its replies at that rate: an actor with thousands of envs cannot take
+    # the server from the others (seedlike/server/pacing.py; 0: off).
+    c.pace_factor = 2.0
+    # Unrolls with a step acted more than max_policy_lag policy versions before the newest are
+    # kept out of the loss (metric unrolls_stale; 0: no limit): a paced or stalled actor's data.
+    c.max_policy_lag = 50
+    c.max_identity_share = 1.0
+    # An identity's rewards are scaled down (signs and proportions kept) when their mean |reward|
+    # per step over fair_window_s exceeds max(reward_floor, reward_scale x the median identity's;
+    # with two identities the other's): a minority's flood is brought to the others' scale, a rare
+    # large reward an honest actor finds first passes (seedlike/server/influence.py; 0: off).
+    # Applied before the algorithm's own reward_clip; metric rewards_scaled.
+    c.reward_scale = 2.0
+    c.reward_floor = 1.0
+    # PPO: advantages of an identity whose policy scores agree more than coherence_tolerance x the
+    # median identity's (z; of two, the other's) are scaled to it (train_state.make_prepare).
+    c.coherence_tolerance = 3.0
+
+
 def check_server(config, need) -> None:
     """What cannot work in `server_section`."""
     c = config.server
@@ -455,6 +471,7 @@ def check_server(config, need) -> None:
     need(c.max_pending_streams >= 1, "server.max_pending_streams must be >= 1")
     need(0 < c.max_identity_share <= 1, "server.max_identity_share must lie in (0, 1]")
     need(c.fair_share_factor >= 0, "server.fair_share_factor must be >= 0")
+    need(c.mix_hold >= 0, "server.mix_hold must be >= 0 (batches of unrolls; 0: arrival order)")
     need(c.fair_window_s > 0, "server.fair_window_s must be > 0")
     need(c.pace_factor >= 0, "server.pace_factor must be >= 0")
     need(c.max_policy_lag >= 0, "server.max_policy_lag must be >= 0")

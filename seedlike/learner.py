@@ -652,6 +652,7 @@ def metrics_row(p: LearnerProcess, interval: Interval, now: float) -> dict:
         "unrolls_capped": p.store.unrolls_capped,
         "rewards_scaled": p.store.rewards_scaled,
         "unrolls_stale": p.store.unrolls_stale,
+        "unrolls_held": p.store.unrolls_held,
         "identity_share_max": p.store.last_batch_max_share,
     }
     row.update({old: row[new] for old, new in METRIC_ALIASES.items()})

@@ -225,6 +225,21 @@ def _direction(push, n, present, noise, tolerance):
     return along, largest
 
 
+def _rms_bound(advantage, valid, identity, groups, psum):
+    """make_prepare's first bound: each identity's advantages scaled down to at most the median
+    identity's RMS (of two, which no median tells apart, the smaller: the median of two is
+    their mean, and a flood from one of them would keep half its size), and the smallest
+    factor applied."""
+    mask = valid.astype(jnp.float32)
+    n = psum(jax.ops.segment_sum(jnp.sum(mask, 1), identity, num_segments=groups))
+    squares = jnp.sum(mask * jnp.square(advantage), 1)
+    rms = jnp.sqrt(psum(jax.ops.segment_sum(squares, identity, num_segments=groups)) / n)
+    present = jnp.where(n > 0, rms, jnp.nan)
+    median = jnp.where(jnp.sum(n > 0) == 2, jnp.nanmin(present), jnp.nanmedian(present))
+    scale = jnp.where(rms > median, median / jnp.maximum(rms, 1e-12), 1.0)
+    return advantage * scale[identity][:, None], jnp.min(jnp.where(n > 0, scale, 1.0))
+
+
 def make_prepare(
     advantages=None,
     axis_name: str = AXIS,
@@ -261,8 +276,9 @@ def make_prepare(
     the logits' size) may lie at most `tolerance` x its noise from the median identity's push per
     step times its steps: scaled by the largest f in [0, 1] that brings it there (or nearest to
     it), an identity that pulls against the others keeps the part of its push they share,
-    whatever its z. (A batch holds the identities that filled it: one that sends whole requests
-    of many envs fills batches alone, where neither bound applies; issue 76.)
+    whatever its z. (A batch holds the identities the store put in it: it mixes them,
+    server.mix_hold, so that one that sends whole requests of many envs does not fill batches
+    alone, where neither bound could apply.)
     The returned
     obs_norm merges `moments`, key -> (count, mean, M2) of this batch's observations as this
     process computed them (networks.normalization.IdentityWindow, given to each of its `parts`
@@ -272,16 +288,6 @@ def make_prepare(
 
     def psum(x):
         return x if axis_name is None else jax.lax.psum(x, axis_name)
-
-    def bounded(advantage, valid, identity):
-        """Each identity's advantages scaled down to at most the median identity's RMS."""
-        mask = valid.astype(jnp.float32)
-        n = psum(jax.ops.segment_sum(jnp.sum(mask, 1), identity, num_segments=groups))
-        squares = jnp.sum(mask * jnp.square(advantage), 1)
-        rms = jnp.sqrt(psum(jax.ops.segment_sum(squares, identity, num_segments=groups)) / n)
-        median = jnp.nanmedian(jnp.where(n > 0, rms, jnp.nan))
-        scale = jnp.where(rms > median, median / jnp.maximum(rms, 1e-12), 1.0)
-        return advantage * scale[identity][:, None], jnp.min(jnp.where(n > 0, scale, 1.0))
 
     def per_identity(x, identity):
         return psum(jax.ops.segment_sum(x, identity, num_segments=groups))
@@ -326,7 +332,9 @@ def make_prepare(
         if advantages is not None:
             advantage, value_target = jax.vmap(advantages)(unrolls)
             valid = unrolls.valid[:, :-1]
-            scaled, influence["influence/advantage_scale_min"] = bounded(advantage, valid, identity)
+            scaled, influence["influence/advantage_scale_min"] = _rms_bound(
+                advantage, valid, identity, groups, psum
+            )
             value_target = value_target - advantage + scaled
             advantage = scaled
             if score is not None:

@@ -27,6 +27,9 @@ except the reward bound, which holds two identities to each other (below).
   rate, so one large reward in a window of small ones passes too, whoever sends it: its weight in
   a PPO update is bounded there (each identity's advantages to the median identity's RMS),
   V-trace has only its own `reward_clip`.
+* `mixed_batch`: which of the complete unrolls waiting make the next batch, every identity
+  delivering in turn, so that the bounds above and the learner's see each batch's identities
+  side by side; `beyond_hold` bounds how many of one identity's wait.
 
 Observation statistics are bounded the same way in the learner process
 (networks.normalization.IdentityWindow: per-identity moments over the window, merged by a
@@ -82,12 +85,55 @@ def loss_mask(
         window_cap = factor * float(np.median(list(offered.values())))
         before = np.array([(counted or {}).get(int(i), 0) for i in ids], np.float64)
         cap = np.minimum(cap, np.maximum(np.ceil(window_cap - before), 0).astype(np.int64))
-    # Rank of each unroll among its identity's, in batch order.
+    return _ranks(labels, counts) < cap[labels]
+
+
+def _ranks(labels: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Each item's rank among the items of its label (0 for the first), in array order."""
     order = np.argsort(labels, kind="stable")
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    rank = np.empty(batch, np.int64)
-    rank[order] = np.arange(batch) - np.repeat(starts, counts)
-    return rank < cap[labels]
+    rank = np.empty(labels.shape[0], np.int64)
+    rank[order] = np.arange(labels.shape[0]) - np.repeat(starts, counts)
+    return rank
+
+
+def mixed_batch(identity: np.ndarray, batch: int, active: int, hold: int) -> np.ndarray | None:
+    """The next learner batch from the complete unrolls waiting (identity [n], oldest first): the
+    indices of `batch` of them in arrival order, or None to wait for more.
+
+    The batch takes the identities in turn, each one's oldest first, so it holds every identity
+    with unrolls waiting, as evenly as they allow: a request of many envs, whose unrolls all
+    complete at once, does not fill batches alone, and the bounds that compare identities within
+    a batch see all of them. It waits while one of the `active` identities (those delivering)
+    would get less than an equal split, until `batch + hold` unrolls wait, and with two active
+    or more it never holds one identity alone (`beyond_hold` bounds what waits then). hold 0:
+    never waits, and the batch is the oldest `batch`, in arrival order.
+    """
+    n = identity.shape[0]
+    if n < batch:
+        return None
+    if hold <= 0:
+        return np.arange(batch)
+    labels, ids = relabel(identity)
+    counts = np.bincount(labels, minlength=ids.size)
+    turn = np.lexsort((np.arange(n), _ranks(labels, counts)))[:batch]
+    k = max(int(active), ids.size)
+    if k > 1 and ids.size == 1:
+        return None
+    if n < batch + hold and k > 1:
+        got = np.bincount(labels[turn], minlength=ids.size)
+        if ids.size < k or got.min() < batch // k:
+            return None
+    return np.sort(turn)
+
+
+def beyond_hold(identity: np.ndarray, limit: int) -> np.ndarray:
+    """Which of the unrolls waiting (identity [n], oldest first) lie beyond their identity's
+    newest `limit` (bool [n]): what one identity sends faster than batches with the others take
+    it, released rather than kept waiting without end."""
+    labels, ids = relabel(identity)
+    counts = np.bincount(labels, minlength=ids.size)
+    return counts[labels] - 1 - _ranks(labels, counts) >= limit
 
 
 def reward_sums(reward: np.ndarray, valid: np.ndarray, identity: np.ndarray) -> dict:

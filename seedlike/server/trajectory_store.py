@@ -241,6 +241,8 @@ class TrajectoryStore:
       reward_scale, reward_floor: each identity's rewards in a full batch are scaled by
         influence.reward_scales over the window (reward_scale 0: never), counted in
         `rewards_scaled`.
+      mix_hold: complete unrolls the store may hold back, in batches, so that each batch mixes
+        the identities delivering (influence.mixed_batch; 0: batches in arrival order).
 
     The bounds default to off (1.0 equals server.max_identity_share's default, and the
     others' config defaults are compared in tests/core/test_defaults.py); a learner takes them
@@ -259,6 +261,7 @@ class TrajectoryStore:
             max_policy_lag=int(s.max_policy_lag),
             reward_scale=float(s.reward_scale),
             reward_floor=float(s.reward_floor),
+            mix_hold=float(s.mix_hold),
         )  # fmt: skip
 
     def __init__(
@@ -273,6 +276,7 @@ class TrajectoryStore:
         max_policy_lag: int = 0,
         reward_scale: float = 0.0,
         reward_floor: float = 1.0,
+        mix_hold: float = 0.0,
     ):
         self.pool = pool
         self.spec = pool.spec
@@ -292,7 +296,10 @@ class TrajectoryStore:
         self._reward_scale = float(reward_scale)
         self._reward_floor = float(reward_floor)
         self._carry_template = jax.tree.map(np.asarray, carry_template)
-        self._batch: LearnerBatch | None = None  # the learner batch being filled
+        self._batch: LearnerBatch | None = None  # the next learner batch (its slot reserved)
+        self._hold = int(round(float(mix_hold) * self.batch_unrolls))
+        self._held = np.zeros(0, np.int64)  # complete unrolls waiting for a batch, oldest first
+        self._held_identity = np.zeros(0, np.int64)
         # Per buffer: the small fields of its steps and the carry before its step 0.
         self._small = {
             name: np.zeros((0, pool.steps, *shape), d)
@@ -448,35 +455,68 @@ class TrajectoryStore:
         self._emit(old[keep], self.identity[place.done_seat[keep]])
 
     def _emit(self, buffers: np.ndarray, identities: np.ndarray) -> None:
-        """Adds complete unrolls to learner batches (references to their buffers)."""
-        while buffers.size:
-            if self._batch is None:
-                self.batches.reserve()
-                self._batch = LearnerBatch(self.pool, self.batch_unrolls, self._carry_template)
-            b = self._batch
-            take = slice(0, self.batch_unrolls - b.filled)
-            here, there = buffers[take], identities[take]
-            buffers, identities = buffers[here.size :], identities[here.size :]
-            rows = slice(b.filled, b.filled + here.size)
-            b.buffers[rows] = here
-            b.identity[rows] = there
+        """Adds complete unrolls to the ones waiting, and fills learner batches from them
+        (references to their buffers) as influence.mixed_batch chooses."""
+        if self._batch is None:
+            self.batches.reserve()
+            self._batch = LearnerBatch(self.pool, self.batch_unrolls, self._carry_template)
+        self._held = np.concatenate([self._held, buffers])
+        self._held_identity = np.concatenate([self._held_identity, identities])
+        self.unrolls_emitted += buffers.size
+        active = self._delivering()
+        if active > 1:
+            beyond = influence.beyond_hold(self._held_identity, self.batch_unrolls + self._hold)
+            if beyond.any():
+                self.pool.release(self._held[beyond])
+                self.unrolls_capped += int(beyond.sum())
+                self._held, self._held_identity = self._held[~beyond], self._held_identity[~beyond]
+        while self._held.size >= self.batch_unrolls:
+            take = influence.mixed_batch(
+                self._held_identity, self.batch_unrolls, active, self._hold
+            )
+            if take is None:
+                return
+            b, here = self._batch, self._held[take]
+            b.buffers[:] = here
+            b.identity[:] = self._held_identity[take]
             for name, field in self._small.items():
-                b.small[name][rows] = field[here]
+                b.small[name][:] = field[here]
             for dst, src in zip(jax.tree.leaves(b.carry), jax.tree.leaves(self._carry_start)):
-                dst[rows] = src[here]
-            b.filled += here.size
-            self.unrolls_emitted += here.size
-            if b.filled == self.batch_unrolls:
-                if self._bound(b):
-                    self.batches.hand_over(b)
-                    # The next batch's slot is taken now, not when its first unroll completes:
-                    # with every seat's unroll completing at once (lockstep actors), waiting until
-                    # then would let a whole extra round of steps be acted on the old policy while
-                    # the learner works, and those steps reach it a version later (staleness ~2).
-                    self.batches.reserve()
-                else:  # nothing in it counts: no update from it (the slot stays reserved)
-                    b.release()
-                self._batch = LearnerBatch(self.pool, self.batch_unrolls, self._carry_template)
+                dst[:] = src[here]
+            b.filled = here.size
+            left = np.ones(self._held.size, np.bool_)
+            left[take] = False
+            self._held, self._held_identity = self._held[left], self._held_identity[left]
+            if self._bound(b):
+                self.batches.hand_over(b)
+                # The next batch's slot is taken now, not when its first unroll completes: with
+                # every seat's unroll completing at once (lockstep actors), waiting until then
+                # would let a whole extra round of steps be acted on the old policy while the
+                # learner works, and those steps reach it a version later (staleness ~2).
+                self.batches.reserve()
+            else:  # nothing in it counts: no update from it (the slot stays reserved)
+                b.release()
+            self._batch = LearnerBatch(self.pool, self.batch_unrolls, self._carry_template)
+
+    def _delivering(self) -> int:
+        """How many identities a batch waits for: the connected ones whose unrolls in the
+        window's batches and waiting come to at least 2 / B of the median identity's. A batch
+        needs one of a slow identity's unrolls, so one that delivers more never loses data to
+        the wait, and one that connects and trickles (or sends nothing) holds no one back."""
+        if self._hold <= 0:
+            return 1
+        recent = self._offered + collections.Counter(self._held_identity.tolist())
+        connected = set(self.connected_identities().tolist())
+        sizes = [n for who, n in recent.items() if who in connected]
+        if len(sizes) < 2:
+            return 1
+        least = np.median(sizes) * 2.0 / self.batch_unrolls
+        return sum(n >= least for n in sizes)
+
+    @property
+    def unrolls_held(self) -> int:
+        """Complete unrolls waiting for a batch (the mix's hold, and a batch not yet full)."""
+        return int(self._held.size)
 
     def _bound(self, batch: LearnerBatch) -> bool:
         """Applies the influence bounds to a full batch (seedlike.server.influence); False when

@@ -59,14 +59,15 @@ def test_one_certificate_with_four_streams_and_huge_rewards_moves_nothing_decisi
     # before; the attacker unbounded drove it to -53M. Tightening this is issue 76's work.
     robust = sorted(_values(during, ROBUST))
     assert robust[len(robust) // 2] >= 475 and robust[0] >= 100
-    # Unbounded, the value loss went from ~30 to 1e12. faults.py reports the ratio of 60 s runs
-    # (RESULTS.md: 6-12x); this run is shorter and noisier, so it leaves room.
-    assert max(_values(during, "loss/value")) <= 30 * value_before
+    # Unbounded, the value loss went from ~30 to 1e12; with batches in arrival order, where the
+    # attacker's filled batches alone, to 10-14x; mixed (server.mix_hold), 0.3-2.6x in the 60 s
+    # runs of faults.py (RESULTS.md, "One certificate").
+    assert max(_values(during, "loss/value")) <= 10 * value_before
     assert during[-1]["rewards_scaled"] > 0
     # The flood does not end the run: the honest actors bring it back to play 500. Right after
     # the flood the greedy policy can be bent (181.8 and 377.2 over 5 episodes in suite runs of
-    # 2026-12-03, 500 in others): the attacker's 256 envs fill whole batches alone, where no
-    # bound across identities applies (issue 76; RESULTS.md, "One certificate").
+    # 2026-12-03, 500 in others), and the honest return can dip once the attacker leaves: the
+    # honest actors' resistance to its push, unopposed, overshoots (issue 76; RESULTS.md).
     # Its sampled returns lag the policy: 15 rows (about 15 s) of honest play first.
     ended = len(metrics(logdir))
     back = lambda: len(metrics(logdir)) >= ended + 15 and settled()  # noqa: E731

@@ -1,6 +1,8 @@
 """The bounds on one actor's influence over a learner batch (seedlike.server.influence) and the
 advantage bound of batch preparation (seedlike.learning.train_state.make_prepare)."""
 
+import collections
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -43,6 +45,49 @@ def test_loss_mask_holds_an_identity_to_what_the_median_one_delivered_in_the_win
         influence.loss_mask(identity[:13], 2, 1.0, max_share=0.25, offered=two, counted={}),
         [True] * 7 + [False] * 3 + [True] * 3,  # 0.25 x 13 -> 4, raised to the split 7
     )
+
+
+def round_robin(identity, batch):
+    """The reference: rounds, each taking the next unroll of every identity with one left (the
+    round's in order of arrival), until the batch is full; positions in arrival order."""
+    queues = {}
+    for position, who in enumerate(identity):
+        queues.setdefault(who, []).append(position)
+    taken = []
+    while len(taken) < batch:
+        heads = sorted(q.pop(0) for q in queues.values() if q)
+        taken += heads[: batch - len(taken)]
+    return sorted(taken)
+
+
+def test_mixed_batch_takes_the_identities_in_turn_and_waits_for_the_ones_delivering():
+    # Identity 3's request completed 6 unrolls at once, before 1's and 2's single ones.
+    burst = np.array([3] * 6 + [1, 2])
+    np.testing.assert_array_equal(round_robin(np.array([0, 1, 1, 1, 0, 0]), 3), [0, 1, 2])
+    np.testing.assert_array_equal(influence.mixed_batch(burst, 4, active=3, hold=4), [0, 1, 6, 7])
+    assert influence.mixed_batch(burst[:7], 4, active=3, hold=4) is None  # 2 has none yet
+    assert influence.mixed_batch(burst[:7], 4, active=2, hold=4) is None  # 1 has 1 of its 2
+    np.testing.assert_array_equal(influence.mixed_batch(burst[:7], 4, 3, hold=3), [0, 1, 2, 6])
+    np.testing.assert_array_equal(influence.mixed_batch(burst, 4, 3, hold=0), [0, 1, 2, 3])
+    assert influence.mixed_batch(burst[:3], 4, 1, hold=4) is None  # not a batch yet
+    np.testing.assert_array_equal(influence.mixed_batch(burst[:6], 4, 1, hold=4), [0, 1, 2, 3])
+    rng = np.random.default_rng(0)
+    branches = collections.Counter()
+    for trial in range(200):
+        identity = rng.choice([5, 9, 2, 7], size=int(rng.integers(8, 40)), p=[0.6, 0.2, 0.1, 0.1])
+        hold = (0, 9, 64)[trial % 3]  # arrival order; waits while fewer than 16; always waits
+        got = influence.mixed_batch(identity, 7, active=4, hold=hold)
+        ref = round_robin(identity, 7)
+        counts = collections.Counter(identity[ref].tolist())
+        mixed = len(counts) == 4  # every identity its equal split of 7 (1)
+        if hold == 0:
+            np.testing.assert_array_equal(got, np.arange(7))
+        elif mixed or identity.size >= 7 + hold:  # or enough waiting to go anyway
+            np.testing.assert_array_equal(got, ref)
+        else:
+            assert got is None
+        branches[hold, mixed, got is None] += 1
+    assert {(9, True, False), (9, False, False), (64, False, True)} <= set(branches)
 
 
 def test_reward_scales_bring_an_identity_above_scale_times_the_median_rate_down_to_it():
@@ -124,7 +169,7 @@ def _scored(sign, action, identity, t=8):
 def test_prepare_scales_an_identity_with_outsized_advantages_down_to_the_median():
     """Identity 2 (unrolls 4, 5) earns 100x the others' rewards: its advantages shrink to the
     median identity's RMS, and its value targets (behaviour values 0 here) to those advantages;
-    one identity is left alone."""
+    one identity is left alone; of two, the larger is held to the smaller."""
     config = ml_collections.ConfigDict({"gamma": 0.9, "gae_lambda": 0.95, "reward_clip": 0.0})
     prepare = jax.pmap(
         ts.make_prepare(ppo.advantages(config), groups=6), ts.AXIS, devices=jax.devices()[:1]
@@ -147,6 +192,15 @@ def test_prepare_scales_an_identity_with_outsized_advantages_down_to_the_median(
     np.testing.assert_allclose(alone[:4], advantage[:4], rtol=1e-5)  # untouched below the median
     assert alone[4:].mean() > 50 * alone[:4].mean()
     np.testing.assert_allclose(alone_target, alone, rtol=1e-6)
+    # Of two identities (0 and the flood 2), the flood is held to the other's RMS, not to the
+    # mean of the two (which would leave it about half its size).
+    two = np.array([0, 0, 0, 0, 2, 2], np.int32)
+    pair, *_ = prepare(*one, two[None], {})
+    pair = np.asarray(pair)[0]
+    np.testing.assert_allclose(pair[:4], alone[:4], rtol=1e-5)
+    np.testing.assert_allclose(
+        np.sqrt(np.mean(pair[4:] ** 2)), np.sqrt(np.mean(alone[:4] ** 2)), rtol=1e-5
+    )
 
 
 def test_prepare_scales_an_identity_whose_advantages_all_favour_one_action_to_the_median():

@@ -299,6 +299,67 @@ def test_one_actor_counts_for_at_most_its_share_of_a_batch(share):
         assert store.last_batch_max_share == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("mix_hold", [0.0, 1.0])
+def test_a_request_of_many_envs_shares_each_batch_with_the_others_when_the_store_mixes(mix_hold):
+    """Sessions 1 and 2 (1 env each, obs 1 and 2) act every tick, session 3 (4 envs, obs 3)
+    every other one: per 4 ticks each small one completes 2 unrolls and session 3 four, at once.
+    In arrival order (mix_hold 0) batches of 4 alternate between the small ones' alone and
+    session 3's alone; mixed, once session 3 has delivered, every batch holds 1, 2, 3 and 3."""
+    store, batches = store_of(2, batch_unrolls=4, mix_hold=mix_hold)
+    server = Server(store)
+    for session, envs in ((1, 1), (2, 1), (3, 4)):
+        server.open(session, num_envs=envs)
+    for t in range(1, 22):
+        server.feed(1, rows([1.0], [0.0]), action=0)
+        server.feed(2, rows([2.0], [0.0]), action=0)
+        if t % 2:
+            server.feed(3, rows([3.0] * 4, [0.0] * 4), action=0)
+    made = []
+    for batch in iter(lambda: batches.next_batch(timeout=0), None):
+        made.append(sorted(batch.unroll().obs["obs"][:, 0, 0].tolist()))
+        batch.release()
+    assert 4 * len(made) + store.unrolls_held == store.unrolls_emitted == 40  # none lost
+    if mix_hold:  # before session 3's first unrolls, the small ones' fill the first batch
+        assert made == [[1, 1, 2, 2]] + [[1, 2, 3, 3]] * 8
+        assert store.unrolls_held == 4  # session 3's last four, waiting for 1's and 2's next
+    else:
+        assert made == [[1, 1, 2, 2], [3, 3, 3, 3]] * 5
+
+
+def test_an_identity_that_trickles_holds_no_batch_back_and_one_that_floods_keeps_its_newest():
+    """Session 2 (1 env) completes one unroll and then idles, connected: session 1's batches
+    (4 envs, 4 unrolls per round) are not held for it and nothing is dropped. Session 3 (12
+    envs) then completes 12 at once beside session 1's 4: waiting, it keeps its newest B + hold
+    (8), and every batch from then on holds both."""
+    store, batches = store_of(2, batch_unrolls=4, mix_hold=1.0)
+    server = Server(store)
+    server.open(1, num_envs=4)
+    server.open(2, num_envs=1)
+    for t in range(21):
+        server.feed(1, rows([1.0] * 4, [0.0] * 4), action=0)
+        if t < 3:
+            server.feed(2, rows([2.0], [0.0]), action=0)
+    assert store.unrolls_emitted == 41 and store.unrolls_capped == 0
+    made = []
+    for batch in iter(lambda: batches.next_batch(timeout=0), None):
+        made.append(sorted(batch.unroll().obs["obs"][:, 0, 0].tolist()))
+        batch.release()
+    assert 4 * len(made) + store.unrolls_held == 41 and store.unrolls_held < 4
+    assert [1, 1, 1, 2] in made
+    server.open(3, num_envs=12)
+    for _ in range(3):
+        server.feed(3, rows([3.0] * 12, [0.0] * 12), action=0)
+        server.feed(1, rows([1.0] * 4, [0.0] * 4), action=0)
+    assert store.unrolls_capped == 4  # session 3's oldest 4 of 12: beyond B + hold waiting
+    for _ in range(4):
+        server.feed(1, rows([1.0] * 4, [0.0] * 4), action=0)
+    made = []
+    for batch in iter(lambda: batches.next_batch(timeout=0), None):
+        made.append(sorted(set(batch.unroll().obs["obs"][:, 0, 0].tolist())))
+        batch.release()
+    assert made and all(m == [1.0, 3.0] for m in made[1:])
+
+
 def two_small_and_a_big_one(store, big_envs: int, big_reward: float) -> None:
     """Sessions 1 and 2 (1 env each, obs 1 and 2, reward 1) and 3 (big_envs envs, obs 3, reward
     big_reward) complete one round of horizon-2 unrolls."""
