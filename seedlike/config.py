@@ -454,7 +454,9 @@ def _identity_bounds(c: ml_collections.ConfigDict) -> None:
     c.reward_scale = 2.0
     c.reward_floor = 1.0
     # PPO: advantages of an identity whose policy scores agree more than coherence_tolerance x the
-    # median identity's (z; of two, the other's) are scaled to it (train_state.make_prepare).
+    # median identity's (z; of two, the other's) are scaled to it, and so are those of one whose
+    # push lies further from the median's, in one batch or summed over fair_window_s
+    # (train_state.make_prepare, DeviationWindow).
     c.coherence_tolerance = 3.0
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import collections
+
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from networks import normalization
@@ -187,8 +190,9 @@ def apply_gradients(state: TrainState, grads, metrics, optimizer, learning_rate_
 # an identity's advantages were scaled by for their size and for their coherence, and the
 # largest identity's coherence z against the median identity's; for direction, the smallest
 # factor and the largest distance (in z) of an identity's push from where the median identity
-# pushes (NaN where a bound does not apply: no advantages, no score, one identity alone for
-# coherence, fewer than three for direction).
+# pushes, and over a window of batches (DeviationWindow, set by the learner) the smallest factor
+# and the largest z of an identity's deviations summed (NaN where a bound does not apply: no
+# advantages, no score, one identity alone for coherence, fewer than three for direction).
 INFLUENCE_METRICS = (
     "influence/advantage_scale_min",
     "influence/coherence_scale_min",
@@ -196,7 +200,48 @@ INFLUENCE_METRICS = (
     "influence/coherence_z_median",
     "influence/direction_scale_min",
     "influence/direction_z_max",
+    "influence/window_scale_min",
+    "influence/window_z_max",
 )
+# prepare's output (with `held`) of each identity's deviation from the median push, its noise
+# squared, and whether the direction bound applied: what a DeviationWindow adds.
+WINDOW = "_window"
+
+
+class DeviationWindow:
+    """Each identity's deviations from the median push (make_prepare's direction bound) summed
+    over the batches of the last `seconds`, host side. Per batch a push may lie within the
+    honest noise and still point the same way in every batch, which honest noise does not: the
+    sum of k such deviations grows like k, their noise like sqrt(k), so z = |sum| / sqrt(sum of
+    noise squared) stays about 1 for an honest identity and grows for a steady pull. `factors`
+    holds an identity's next advantages to tolerance / z where z exceeds the tolerance."""
+
+    def __init__(self, seconds: float = 30.0):
+        self.seconds = float(seconds)
+        self._added: collections.deque = collections.deque()  # (time, name, deviation, noise2)
+        self._sums: dict = {}  # name -> [sum of deviations, sum of noise squared, batches]
+
+    def add(self, now: float, name, deviation: np.ndarray, noise2: float) -> None:
+        self._added.append((now, name, deviation, noise2))
+        total = self._sums.setdefault(name, [np.zeros_like(deviation), 0.0, 0])
+        total[0] = total[0] + deviation
+        total[1] += noise2
+        total[2] += 1
+
+    def z(self, now: float, name) -> float:
+        """The identity's deviations' z over the window (0 with none in it)."""
+        while self._added and self._added[0][0] < now - self.seconds:
+            _, who, deviation, noise2 = self._added.popleft()
+            total = self._sums[who]
+            total[0] = total[0] - deviation
+            total[1] -= noise2
+            total[2] -= 1
+            if not total[2]:
+                del self._sums[who]  # float sums of nothing are not quite 0
+        if name not in self._sums or self._sums[name][1] <= 0:
+            return 0.0
+        total = self._sums[name]
+        return float(np.linalg.norm(total[0]) / np.sqrt(total[1]))
 
 
 def _within(push, expected, room):
@@ -222,7 +267,7 @@ def _direction(push, n, present, noise, tolerance):
     along = jnp.where(many, _within(push, expected, tolerance * noise), 1.0)
     distance = jnp.linalg.norm(push - expected, axis=-1) / noise
     largest = jnp.where(jnp.any(many), jnp.max(jnp.where(many, distance, -jnp.inf)), jnp.nan)
-    return along, largest
+    return along, largest, expected, many
 
 
 def _rms_bound(advantage, valid, identity, groups, psum):
@@ -278,7 +323,11 @@ def make_prepare(
     it), an identity that pulls against the others keeps the part of its push they share,
     whatever its z. (A batch holds the identities the store put in it: it mixes them,
     server.mix_hold, so that one that sends whole requests of many envs does not fill batches
-    alone, where neither bound could apply.)
+    alone, where neither bound could apply.) With `held` [groups], the factors of a
+    DeviationWindow (1.0 for none), each identity's advantages are scaled by it too, and the
+    influence holds WINDOW: each identity's deviation from where the median pushes (its push
+    as scaled, minus n x the median's per step), its noise squared as scaled, and whether the
+    direction bound applied, for the window to add.
     The returned
     obs_norm merges `moments`, key -> (count, mean, M2) of this batch's observations as this
     process computed them (networks.normalization.IdentityWindow, given to each of its `parts`
@@ -292,7 +341,7 @@ def make_prepare(
     def per_identity(x, identity):
         return psum(jax.ops.segment_sum(x, identity, num_segments=groups))
 
-    def coherent(state, unrolls, advantage, valid, identity):
+    def coherent(state, unrolls, advantage, valid, identity, held):
         """Advantages with the policy bound of the docstring (`score`) applied."""
         mask = valid.astype(jnp.float32)
         delta = score(state.params, state.obs_norm, unrolls)
@@ -317,7 +366,7 @@ def make_prepare(
         bound = tolerance * jnp.maximum(jnp.where(count >= 3, median, smaller), 1.0)
         over = present & (z > bound) & (count >= 2)
         factor = jnp.where(over, bound / jnp.maximum(z, 1e-12), 1.0)
-        along, deviation = _direction(push, n, present, noise, tolerance)
+        along, deviation, expected, many = _direction(push, n, present, noise, tolerance)
         seen = {
             "influence/coherence_scale_min": jnp.min(factor),
             "influence/coherence_z_max": jnp.max(jnp.where(present, z, -jnp.inf)),
@@ -325,9 +374,12 @@ def make_prepare(
             "influence/direction_scale_min": jnp.min(along),
             "influence/direction_z_max": deviation,
         }
-        return advantage * jnp.minimum(factor, along)[identity][:, None], seen
+        f = jnp.minimum(factor, along) if held is None else jnp.minimum(factor, along) * held
+        if held is not None:  # what the window adds: the push as scaled, where it was bounded
+            seen[WINDOW] = (f[:, None] * push - expected, jnp.square(f * noise), many)
+        return advantage * f[identity][:, None], seen
 
-    def prepare(state: TrainState, unrolls, identity, moments):
+    def prepare(state: TrainState, unrolls, identity, moments, held=None):
         influence = dict.fromkeys(INFLUENCE_METRICS, jnp.float32(jnp.nan))
         if advantages is not None:
             advantage, value_target = jax.vmap(advantages)(unrolls)
@@ -338,7 +390,7 @@ def make_prepare(
             value_target = value_target - advantage + scaled
             advantage = scaled
             if score is not None:
-                advantage, seen = coherent(state, unrolls, advantage, valid, identity)
+                advantage, seen = coherent(state, unrolls, advantage, valid, identity, held)
                 influence.update(seen)
         else:
             advantage = value_target = jnp.zeros_like(unrolls.reward)

@@ -110,6 +110,7 @@ class Learner:
             tolerance=float(self.config.server.coherence_tolerance),
         )
         self._advantages = advantages is not None
+        self._windowed = advantages is not None  # the direction bound's window (PPO's score)
         self._prepare = jax.pmap(prepare, ts.AXIS, devices=self.devices)
 
     def _init_devices(self, config, network, window_s, devices, shuffle_blocks) -> None:
@@ -142,6 +143,7 @@ class Learner:
         # Identities are labelled per process; each process's labels get a range of their own.
         self._identity_offset = me * self.local_batch_unrolls
         self.obs_window = normalization.IdentityWindow(float(window_s), network.obs_clip)
+        self.push_window = ts.DeviationWindow(float(window_s))
         self._state = None
         self._version = 0
         self.steps_before = 0  # the run's env steps before this process (a resumed run)
@@ -268,6 +270,7 @@ class Learner:
             identity = np.unique(names, return_inverse=True)[1].reshape(batch).astype(np.int32)
             identity += np.int32(self._identity_offset)
         moments = self._obs_moments(unrolls, names)
+        held, window_z = self._held(names, time.monotonic())
 
         # The sgd steps gather their minibatches on the devices, from the whole batch that every
         # local device holds (a minibatch draws from anywhere in a host's block). With one device
@@ -279,7 +282,7 @@ class Learner:
             sharded = jax.tree.map(lambda x: x.reshape((n, batch // n) + x.shape[1:]), unrolls)
             identity = identity.reshape(n, batch // n)
         advantage, value_target, obs_norm, influence = self.guard(
-            self._prepare, self._state, sharded, identity, moments
+            self._prepare, self._state, sharded, identity, moments, held
         )
         if not all(np.all(np.isfinite(x)) for x in jax.tree.leaves(obs_norm)):
             # Finite observations can still overflow the float32 sums (values near 1e19); the
@@ -327,8 +330,35 @@ class Learner:
         metrics, influence = jax.device_get((metrics, influence))
         metrics = jax.tree.map(lambda *xs: float(np.mean([x[0] for x in xs])), *metrics)
         committed = self._commit(old_state, metrics, obs_norm=obs_norm)
+        window = influence.pop(ts.WINDOW, None)
         influence = {k: float(np.asarray(v)[0]) for k, v in influence.items()}
+        if window is not None:
+            self._add_deviations(names, window, time.monotonic())
+            influence["influence/window_scale_min"] = float(np.min(held))
+            influence["influence/window_z_max"] = window_z
         return {**metrics, **influence, "nonfinite": 0.0 if committed else 1.0}
+
+    def _held(self, names: np.ndarray, now: float):
+        """The window's factor for each label of this batch ([num_local, groups], 1.0 where
+        none applies; None without the direction bound) and the largest identity's z."""
+        if not self._windowed:
+            return None, float("nan")
+        held = np.ones(int(self.config.batch_unrolls), np.float32)
+        tolerance = float(self.config.server.coherence_tolerance)
+        z = [self.push_window.z(now, name) for name in np.unique(names).tolist()]
+        for label, zi in enumerate(z):
+            if zi > tolerance:
+                held[self._identity_offset + label] = tolerance / zi
+        return np.broadcast_to(held, (self.num_local, held.size)), max(z)
+
+    def _add_deviations(self, names: np.ndarray, window, now: float) -> None:
+        """This batch's deviations (prepare's WINDOW, as every device holds them) into the
+        window, for this process's identities where the direction bound applied."""
+        deviation, noise2, many = (np.asarray(x)[0] for x in window)
+        for label, name in enumerate(np.unique(names).tolist()):
+            j = self._identity_offset + label
+            if many[j]:
+                self.push_window.add(now, name, deviation[j], float(noise2[j]))
 
     def _obs_moments(self, unrolls: Unroll, names: np.ndarray) -> dict:
         """This process's bounded observation moments (IdentityWindow) from the host batch: every

@@ -30,6 +30,7 @@ REPEATED = [
     (influence.reward_scales, "floor", "server.reward_floor"),
     (ts.make_prepare, "tolerance", "server.coherence_tolerance"),
     (normalization.IdentityWindow, "seconds", "server.fair_window_s"),
+    (ts.DeviationWindow, "seconds", "server.fair_window_s"),
     (normalization.IdentityWindow, "row_clip", "network.obs_clip"),
     (normalization.normalize, "clip", "network.obs_clip"),
     (checkpoint.Checkpointer, "max_to_keep", "checkpoint.max_to_keep"),

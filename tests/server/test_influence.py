@@ -144,10 +144,11 @@ def test_window_sums_equal_a_scan_of_the_window_at_every_step():
         assert sums.means() == {who: a / n for who, (a, n) in scanned.items()}
 
 
-def _scored(sign, action, identity, t=8):
+def _scored(sign, action, identity, t=8, held=None):
     """make_prepare's advantages [B, t] and influence metrics for unit advantages `sign` [B, t]
     (the unrolls' rewards stand for the advantages) under the score d log pi / d logits of a
-    uniform two-action policy, onehot(a) - 1/2, of the unrolls' actions [B, t + 1]."""
+    uniform two-action policy, onehot(a) - 1/2, of the unrolls' actions [B, t + 1]; with `held`
+    [groups] the window's factors, and the metrics' ts.WINDOW its terms."""
 
     def advantages(unroll):
         return unroll.reward, unroll.reward
@@ -162,8 +163,13 @@ def _scored(sign, action, identity, t=8):
     )
     state = ts.TrainState({}, (), {}, *(jnp.zeros((), jnp.int32),) * 3)
     one = jax.tree.map(lambda x: x[None], (state, _unrolls(sign)._replace(action=action)))
-    advantage, _, _, influence = prepare(*one, identity[None], {})
-    return np.asarray(advantage)[0], {k: float(v[0]) for k, v in influence.items()}
+    held = None if held is None else np.asarray(held, np.float32)[None]
+    advantage, _, _, influence = prepare(*one, identity[None], {}, held)
+    window = influence.pop(ts.WINDOW, None)
+    seen = {k: float(v[0]) for k, v in influence.items()}
+    if window is not None:
+        seen[ts.WINDOW] = tuple(np.asarray(x)[0] for x in window)
+    return np.asarray(advantage)[0], seen
 
 
 def test_prepare_scales_an_identity_with_outsized_advantages_down_to_the_median():
@@ -299,6 +305,50 @@ def test_prepare_holds_an_identity_that_pulls_against_the_others_to_what_they_sh
     assert np.isnan(seen["influence/direction_z_max"])
     assert seen["influence/direction_scale_min"] == pytest.approx(1.0, rel=1e-6)
     assert np.abs(two[4:]).min() > 0.5  # the z bound of two holds the first, not the fourth
+
+
+def test_a_pull_inside_the_noise_of_every_batch_adds_up_over_the_window_and_is_held():
+    """Four identities of four unrolls per batch, random signs, but identity 3 pays action 0 at
+    6 of its 32 steps in every batch: per batch its push lies inside the direction bound's
+    tolerance (factor 1), but it points the same way each time. Summed over the batches
+    (DeviationWindow) its deviations from the median push grow like their number and their
+    noise like its root: once z passes the tolerance (3) its next advantages are held to
+    3 / z, while the honest identities' z stays below it. Each batch's terms are checked
+    against the closed form (f x push - expected, (f x noise)^2) and z against their sums."""
+    rng = np.random.default_rng(3)
+    t, identity = 8, np.repeat(np.arange(4, dtype=np.int32), 4)
+    window = ts.DeviationWindow(seconds=100.0)
+    sums, zs, factors = np.zeros((4, 2)), [], []
+    squares = np.zeros(4)
+    for k in range(12):
+        action = rng.integers(0, 2, (16, t + 1)).astype(np.int32)
+        sign = rng.choice([-1.0, 1.0], (16, t))
+        bad = sign[12:].reshape(32)
+        bad[:6] = np.where(action[12:, :t].reshape(32)[:6] == 0, 1.0, -1.0)
+        sign[12:] = bad.reshape(4, t)
+        z = [window.z(float(k), g) for g in range(4)]
+        held = np.where(np.array(z) > 3.0, 3.0 / np.maximum(z, 1e-9), 1.0)
+        advantage, seen = _scored(sign, action, identity, held=np.concatenate([held, [1.0] * 12]))
+        assert seen["influence/direction_scale_min"] == pytest.approx(1.0)  # inside, per batch
+        np.testing.assert_allclose(advantage, held[identity][:, None] * sign, rtol=1e-5)
+        step = sign[..., None] * (np.eye(2)[action[:, :t]] - 0.5)
+        push = np.stack([step[identity == g].sum((0, 1)) for g in range(4)])
+        noise = np.sqrt([np.square(step[identity == g]).sum() for g in range(4)])
+        expected = 32 * np.median(push / 32, axis=0)
+        deviation, noise2, many = seen[ts.WINDOW]
+        np.testing.assert_allclose(deviation[:4], held[:, None] * push - expected, atol=1e-4)
+        np.testing.assert_allclose(noise2[:4], np.square(held * noise), rtol=1e-4)
+        assert many[:4].all() and not many[4:].any()
+        for g in range(4):
+            window.add(float(k), g, deviation[g], float(noise2[g]))
+        sums += deviation[:4]
+        squares += noise2[:4]
+        zs.append(np.linalg.norm(sums, axis=1) / np.sqrt(squares))
+        factors.append(held)
+    np.testing.assert_allclose([window.z(11.0, g) for g in range(4)], zs[-1], rtol=1e-4)
+    assert max(np.max(z[:3]) for z in zs) < 3.0 and zs[-1][3] > 3.0
+    assert factors[-1][3] < 1.0 and all((f[:3] == 1.0).all() for f in factors)
+    assert window.z(200.0, 3) == 0.0  # out of the window: nothing left
 
 
 def test_episode_board_reports_the_plain_mean_and_the_median_identity_of_recent_episodes():
