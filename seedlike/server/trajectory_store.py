@@ -503,10 +503,11 @@ class TrajectoryStore:
         window's batches and waiting come to at least 2 / B of the median identity's. A batch
         needs one of a slow identity's unrolls, so one that delivers more never loses data to
         the wait, and one that connects and trickles (or sends nothing) holds no one back."""
-        if self._hold <= 0:
+        connected = self.connected_identities() if self._hold > 0 else ()
+        if len(connected) < 2:  # the usual run: nothing to count on the recorder's path
             return 1
         recent = self._offered + collections.Counter(self._held_identity.tolist())
-        connected = set(self.connected_identities().tolist())
+        connected = set(connected.tolist())
         sizes = [n for who, n in recent.items() if who in connected]
         if len(sizes) < 2:
             return 1
