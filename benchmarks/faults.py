@@ -63,7 +63,7 @@ and reports:
                   60 s: rows/s served to it against an honest identity's (issue 76: 10.8x).
   subtle_poison   one certificate's stream of 16 real CartPole envs that it steps with its own
                   controller (honest observations and episode lengths), paid 1 for the policy's
-                  action 0 and 0 for action 1, for 150 s from a settled policy: the robust return
+                  action 0 and 0 for action 1, for 150 s: the robust return
                   during, the greedy return after, and what the influence metrics saw (issue 76:
                   the honest return fell to 291-342).
   partition       learner and two actors each on a host of its own (network namespaces); actor
@@ -75,6 +75,8 @@ and reports:
                   its own; process 1's host cut off: how and when process 0 ends, then both
                   restarted with the same flags: whether they resume from the last checkpoint.
 
+Issue 76's five attacks start 10 s after the run first reaches --learned, or with
+--attack_from=settled once its robust return has stayed at 495 or more for 30 s.
 Writes JSON (benchmarks/results/ or --out) and prints a Markdown table. The partition scenarios
 need root (network namespaces) and fail saying so without. All 22 take about 40 minutes.
 """
@@ -131,6 +133,14 @@ _ATTACK_S = flags.DEFINE_float("attack_s", 30.0, "How long the malicious actor p
 _WORST_S = flags.DEFINE_float("worst_s", 60.0, "How long worst_actor's attacker plays.")
 _IDENTITY_S = flags.DEFINE_float(
     "identity_attack_s", 60.0, "How long identity_attack's attacker plays."
+)
+_ATTACK_FROM = flags.DEFINE_enum(
+    "attack_from",
+    "learned",
+    ["learned", "settled"],
+    "When issue 76's attacks (identity_attack, flood_two, seat_lockout, oversize, subtle_poison) "
+    "start: 10 s after the return first reaches --learned, or once it has stayed at 495 or "
+    "more for 30 rows (30 s) in a row.",
 )
 _PARTITION_S = flags.DEFINE_float("partition_s", 60.0, "How long partition cuts an actor off.")
 _OUT = flags.DEFINE_string("out", None, "JSON output path.")
@@ -248,6 +258,19 @@ class Run:
 
     def wait_learned(self, timeout: float = 180.0) -> float:
         return self.wait(lambda: (self.latest(RETURN) or 0) >= _LEARNED.value, timeout, "learn")
+
+    def wait_attack_start(self) -> None:
+        """Until the moment --attack_from names."""
+        self.wait_learned()
+        if _ATTACK_FROM.value == "learned":
+            time.sleep(10)
+            return
+
+        def settled() -> bool:
+            returns = [r.get(RETURN) for r in self.rows()[-30:]]
+            return len(returns) == 30 and all((r or 0) >= 495 for r in returns)
+
+        self.wait(settled, 300, "settle at 495")
 
     def settled_sps(self) -> float:
         """Env steps/s over the last 5 metrics rows, 5 s after the policy learned."""
@@ -771,8 +794,7 @@ def identity_attack(workdir: str, honest: int = 2) -> dict:
     actors with certificates of their own."""
     run = Run(workdir, actors=honest)
     try:
-        run.wait_learned()
-        time.sleep(10)
+        run.wait_attack_start()
         before = [r for r in run.rows() if r.get("loss/value") is not None]
         # Once CartPole plays 500 its value loss is ~0 (no termination to mispredict): the level
         # to compare with is what it reached while the run learned.
@@ -825,7 +847,7 @@ def flood_two(workdir: str) -> dict:
 def seat_lockout(workdir: str) -> dict:
     run = Run(workdir, ["--config.server.max_actors=8"])
     try:
-        run.wait_learned()
+        run.wait_attack_start()
         threads, out = run.attack(
             60.0, 8, envs=16, reward=1.0, steer=False, episode=200, retry_s=0.1
         )
@@ -857,8 +879,7 @@ def seat_lockout(workdir: str) -> dict:
 def oversize(workdir: str) -> dict:
     run = Run(workdir)
     try:
-        run.wait_learned()
-        time.sleep(5)
+        run.wait_attack_start()
         threads, out = run.attack(60.0, 16, envs=4096, reward=1.0, steer=False, episode=200)
         time.sleep(20)  # pacing measures a window first; then the steady state
         t0, sent0, mark = time.monotonic(), out.get("steps_sent", 0), len(run.rows())
@@ -884,8 +905,7 @@ def oversize(workdir: str) -> dict:
 def subtle_poison(workdir: str) -> dict:
     run = Run(workdir)
     try:
-        run.wait_learned()
-        time.sleep(10)
+        run.wait_attack_start()
         mark = len(run.rows())
         threads, out = run.attack(150.0, 1, envs=16, real=True)
         for thread in threads:
@@ -1220,7 +1240,8 @@ def main(argv):
                 results[name] = globals()[name](workdir)
             results[name]["scenario_s"] = round(time.monotonic() - start, 1)
         print(name, json.dumps(results[name]), flush=True)
-    results_io.write("faults", {"config": CONFIG, "results": results}, _OUT.value, echo={})
+    record = {"config": CONFIG, "attack_from": _ATTACK_FROM.value, "results": results}
+    results_io.write("faults", record, _OUT.value, echo={})
     print("| scenario | result |\n| --- | --- |")
     for name, r in results.items():
         print(f"| {name} | " + ", ".join(f"{k} {v}" for k, v in r.items()) + " |")

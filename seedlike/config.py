@@ -455,9 +455,15 @@ def _identity_bounds(c: ml_collections.ConfigDict) -> None:
     c.reward_floor = 1.0
     # PPO: advantages of an identity whose policy scores agree more than coherence_tolerance x the
     # median identity's (z; of two, the other's) are scaled to it, and so are those of one whose
-    # push lies further from the median's, in one batch or summed over fair_window_s
-    # (train_state.make_prepare, DeviationWindow).
+    # push lies further from the median's in one batch; summed over fair_window_s, its samples
+    # weigh tolerance / z in the loss (train_state.make_prepare, DeviationWindow).
     c.coherence_tolerance = 3.0
+    # PPO: the identities of a run's first probation_cohort_s (from its first learner batch: the
+    # actors started with it) weigh 1 in the loss; one that comes later weighs its seconds since
+    # its first batch over probation_s, from 0 to 1, and teaches the value function nothing until
+    # then (train_state.Probation; metric influence/probation_scale_min; 0: off).
+    c.probation_s = 300.0
+    c.probation_cohort_s = 10.0
 
 
 def check_server(config, need) -> None:
@@ -480,6 +486,8 @@ def check_server(config, need) -> None:
     need(c.reward_scale >= 0, "server.reward_scale must be >= 0")
     need(c.coherence_tolerance >= 1, "server.coherence_tolerance must be >= 1 (z of honest data)")
     need(c.reward_floor > 0, "server.reward_floor must be > 0")
+    need(c.probation_s >= 0, "server.probation_s must be >= 0 (seconds; 0: off)")
+    need(c.probation_cohort_s >= 0, "server.probation_cohort_s must be >= 0 (seconds)")
 
 
 def transport_section() -> ml_collections.ConfigDict:

@@ -46,11 +46,14 @@ class SampleBatch(NamedTuple):
 
 class SequenceBatch(NamedTuple):
     """Unrolls [b, T+1, ...] (seedlike.types.Unroll with `first` and `carry`) and, for PPO, the
-    advantages and value targets of steps 0..T-1 [b, T] (None for V-trace)."""
+    advantages and value targets of steps 0..T-1 [b, T] (None for V-trace); weight [b] float32
+    what each unroll's valid steps count for in the loss (None: 1; the learner's per-identity
+    factors, update.Learner._weights)."""
 
     unroll: object
     advantage: jax.Array | None = None
     value_target: jax.Array | None = None
+    weight: jax.Array | None = None
 
 
 class Transitions(NamedTuple):
@@ -116,9 +119,10 @@ def forward_sequence(network, params, obs_norm, unroll, steps: int):
     )
 
 
-def step_source(unrolls, advantage, value_target) -> SampleBatch:
+def step_source(unrolls, advantage, value_target, weight=None) -> SampleBatch:
     """What feed-forward PPO samples steps from: the unrolls' fields [B, T+1, ...] (step T only
-    bootstraps, so it is never drawn) beside the advantages and value targets [B, T]."""
+    bootstraps, so it is never drawn) beside the advantages and value targets [B, T]; weight
+    [B] as SequenceBatch's, in the mask."""
     return SampleBatch(
         obs=unrolls.obs,
         extras=unrolls.extras,
@@ -127,8 +131,15 @@ def step_source(unrolls, advantage, value_target) -> SampleBatch:
         behaviour_value=unrolls.behaviour_value,
         advantage=advantage,
         value_target=value_target,
-        mask=unrolls.valid,
+        mask=unrolls.valid if weight is None else unrolls.valid * weight[..., None],
     )
+
+
+def step_mask(items: SequenceBatch, steps: int):
+    """What steps 0..steps-1 of a SequenceBatch's unrolls count for in the loss [b, steps]: the
+    valid ones their unroll's weight."""
+    mask = items.unroll.valid[:, :steps].astype(jnp.float32)
+    return mask if items.weight is None else mask * items.weight[:, None]
 
 
 def take_steps(source: SampleBatch, idx) -> SampleBatch:

@@ -7,7 +7,13 @@ import jax.numpy as jnp
 
 from networks import heads
 from seedlike.algos import gae
-from seedlike.algos.batches import LossAux, SampleBatch, SequenceBatch, forward_sequence
+from seedlike.algos.batches import (
+    LossAux,
+    SampleBatch,
+    SequenceBatch,
+    forward_sequence,
+    step_mask,
+)
 
 
 def make_ppo_loss(network, config, axis_name: str | None = None):
@@ -48,7 +54,7 @@ def make_ppo_loss(network, config, axis_name: str | None = None):
                 behaviour_value=step(u.behaviour_value),
                 advantage=batch.advantage,
                 value_target=batch.value_target,
-                mask=step(u.valid).astype(jnp.float32),
+                mask=step_mask(batch, horizon),
             )
         else:
             samples = batch

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from seedlike.algos import gae
-from seedlike.algos.batches import LossAux, SequenceBatch, forward_sequence
+from seedlike.algos.batches import LossAux, SequenceBatch, forward_sequence, step_mask
 
 
 def make_pqn_loss(network, config, axis_name: str | None = None):
@@ -40,7 +40,7 @@ def make_pqn_loss(network, config, axis_name: str | None = None):
             u = batch.unroll
             horizon = u.reward.shape[1]
             outputs, _ = forward_sequence(network, params, obs_norm, u, horizon)
-            action, mask = u.action[:, :horizon], u.valid[:, :horizon]
+            action, mask = u.action[:, :horizon], step_mask(batch, horizon)
         else:
             outputs, _ = network.apply(params, obs_norm, batch.obs, batch.extras)
             action, mask = batch.action, batch.mask

@@ -191,7 +191,8 @@ def apply_gradients(state: TrainState, grads, metrics, optimizer, learning_rate_
 # largest identity's coherence z against the median identity's; for direction, the smallest
 # factor and the largest distance (in z) of an identity's push from where the median identity
 # pushes, and over a window of batches (DeviationWindow, set by the learner) the smallest factor
-# and the largest z of an identity's deviations summed (NaN where a bound does not apply: no
+# and the largest z of an identity's deviations summed, and the smallest probation factor
+# (Probation, set by the learner) (NaN where a bound does not apply: no
 # advantages, no score, one identity alone for coherence, fewer than three for direction).
 INFLUENCE_METRICS = (
     "influence/advantage_scale_min",
@@ -200,10 +201,11 @@ INFLUENCE_METRICS = (
     "influence/coherence_z_median",
     "influence/direction_scale_min",
     "influence/direction_z_max",
+    "influence/probation_scale_min",
     "influence/window_scale_min",
     "influence/window_z_max",
 )
-# prepare's output (with `held`) of each identity's deviation from the median push, its noise
+# prepare's output (with `window`) of each identity's deviation from the median push, its noise
 # squared, and whether the direction bound applied: what a DeviationWindow adds.
 WINDOW = "_window"
 
@@ -213,8 +215,8 @@ class DeviationWindow:
     over the batches of the last `seconds`, host side. Per batch a push may lie within the
     honest noise and still point the same way in every batch, which honest noise does not: the
     sum of k such deviations grows like k, their noise like sqrt(k), so z = |sum| / sqrt(sum of
-    noise squared) stays about 1 for an honest identity and grows for a steady pull. `factors`
-    holds an identity's next advantages to tolerance / z where z exceeds the tolerance."""
+    noise squared) stays about 1 for an honest identity and grows for a steady pull; the learner
+    weighs an identity's next samples by tolerance / z where z exceeds the tolerance."""
 
     def __init__(self, seconds: float = 30.0):
         self.seconds = float(seconds)
@@ -242,6 +244,40 @@ class DeviationWindow:
             return 0.0
         total = self._sums[name]
         return float(np.linalg.norm(total[0]) / np.sqrt(total[1]))
+
+
+class Probation:
+    """Each identity's weight in the loss (the learner's) grows with its tenure. The identities
+    of the run's first `cohort_s` (its actors as they start, or reconnect to a resumed run)
+    weigh 1; one that comes later (a fresh certificate, a restarted attacker) weighs its
+    seconds since its first batch over `seconds`, from 0 to 1. An identity unseen for `seconds`
+    starts again. The loss's means are weighted, so only the ratios count: identities that are
+    all new weigh the same, and one alone weighs all."""
+
+    def __init__(self, seconds: float, cohort_s: float):
+        self.seconds = float(seconds)
+        self.cohort_s = float(cohort_s)
+        self._start: float | None = None  # the first batch's time
+        self._seen: dict = {}  # name -> [first batch, last batch]
+
+    def factors(self, now: float, names) -> list[float]:
+        """The factor of each of `names` (the identities of the batch at `now`)."""
+        if self.seconds <= 0:
+            return [1.0] * len(names)
+        if self._start is None:
+            self._start = now
+        for name in names:
+            seen = self._seen.setdefault(name, [now, now])
+            if now - seen[1] > self.seconds:
+                seen[0] = now  # gone for a probation's length: a newcomer again
+            seen[1] = now
+        for name in [n for n, (_, last) in self._seen.items() if now - last > self.seconds]:
+            del self._seen[name]
+        cohort = self._start + self.cohort_s
+        return [
+            1.0 if first <= cohort else min(1.0, (now - first) / self.seconds)
+            for first in (self._seen[n][0] for n in names)
+        ]
 
 
 def _within(push, expected, room):
@@ -292,6 +328,7 @@ def make_prepare(
     parts: int = 1,
     score=None,
     tolerance: float = 3.0,
+    window: bool = False,
 ):
     """Returns prepare(state, unrolls, identity, moments) -> (advantage, value_target, obs_norm,
     influence) for pmap, influence the INFLUENCE_METRICS of this batch.
@@ -323,16 +360,15 @@ def make_prepare(
     it), an identity that pulls against the others keeps the part of its push they share,
     whatever its z. (A batch holds the identities the store put in it: it mixes them,
     server.mix_hold, so that one that sends whole requests of many envs does not fill batches
-    alone, where neither bound could apply.) With `held` [groups], the factors of a
-    DeviationWindow (1.0 for none), each identity's advantages are scaled by it too, and the
-    influence holds WINDOW: each identity's deviation from where the median pushes (its push
-    as scaled, minus n x the median's per step), its noise squared as scaled, and whether the
-    direction bound applied, for the window to add.
-    The returned
-    obs_norm merges `moments`, key -> (count, mean, M2) of this batch's observations as this
-    process computed them (networks.normalization.IdentityWindow, given to each of its `parts`
-    local devices), across processes; the learner installs it after the epochs, so the first
-    epoch sees the network that produced the data.
+    alone, where neither bound could apply.) With `window` (and `score`), the influence holds
+    WINDOW, what a DeviationWindow adds: each identity's deviation from where the median pushes
+    (its push as this batch's bounds scaled it, minus n x the median's per step), its noise
+    squared as so scaled, and whether the direction bound applied. (The window's factors, and a
+    Probation's, weigh the identity's samples in the loss: the learner's, not prepare's.)
+    The returned obs_norm merges `moments`, key -> (count, mean, M2) of this batch's
+    observations as this process computed them (networks.normalization.IdentityWindow, given to
+    each of its `parts` local devices), across processes; the learner installs it after the
+    epochs, so the first epoch sees the network that produced the data.
     """
 
     def psum(x):
@@ -341,7 +377,7 @@ def make_prepare(
     def per_identity(x, identity):
         return psum(jax.ops.segment_sum(x, identity, num_segments=groups))
 
-    def coherent(state, unrolls, advantage, valid, identity, held):
+    def coherent(state, unrolls, advantage, valid, identity):
         """Advantages with the policy bound of the docstring (`score`) applied."""
         mask = valid.astype(jnp.float32)
         delta = score(state.params, state.obs_norm, unrolls)
@@ -374,12 +410,12 @@ def make_prepare(
             "influence/direction_scale_min": jnp.min(along),
             "influence/direction_z_max": deviation,
         }
-        f = jnp.minimum(factor, along) if held is None else jnp.minimum(factor, along) * held
-        if held is not None:  # what the window adds: the push as scaled, where it was bounded
+        f = jnp.minimum(factor, along)
+        if window:  # what a DeviationWindow adds: the push as this batch's bounds left it
             seen[WINDOW] = (f[:, None] * push - expected, jnp.square(f * noise), many)
         return advantage * f[identity][:, None], seen
 
-    def prepare(state: TrainState, unrolls, identity, moments, held=None):
+    def prepare(state: TrainState, unrolls, identity, moments):
         influence = dict.fromkeys(INFLUENCE_METRICS, jnp.float32(jnp.nan))
         if advantages is not None:
             advantage, value_target = jax.vmap(advantages)(unrolls)
@@ -390,7 +426,7 @@ def make_prepare(
             value_target = value_target - advantage + scaled
             advantage = scaled
             if score is not None:
-                advantage, seen = coherent(state, unrolls, advantage, valid, identity, held)
+                advantage, seen = coherent(state, unrolls, advantage, valid, identity)
                 influence.update(seen)
         else:
             advantage = value_target = jnp.zeros_like(unrolls.reward)

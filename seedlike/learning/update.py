@@ -108,6 +108,7 @@ class Learner:
             parts=self.num_local,
             score=_score(self.network) if advantages is not None else None,
             tolerance=float(self.config.server.coherence_tolerance),
+            window=advantages is not None,
         )
         self._advantages = advantages is not None
         self._windowed = advantages is not None  # the direction bound's window (PPO's score)
@@ -144,6 +145,8 @@ class Learner:
         self._identity_offset = me * self.local_batch_unrolls
         self.obs_window = normalization.IdentityWindow(float(window_s), network.obs_clip)
         self.push_window = ts.DeviationWindow(float(window_s))
+        server = config.server
+        self.probation = ts.Probation(float(server.probation_s), float(server.probation_cohort_s))
         self._state = None
         self._version = 0
         self.steps_before = 0  # the run's env steps before this process (a resumed run)
@@ -270,7 +273,7 @@ class Learner:
             identity = np.unique(names, return_inverse=True)[1].reshape(batch).astype(np.int32)
             identity += np.int32(self._identity_offset)
         moments = self._obs_moments(unrolls, names)
-        held, window_z = self._held(names, time.monotonic())
+        weight, window = self._weights(names, time.monotonic())
 
         # The sgd steps gather their minibatches on the devices, from the whole batch that every
         # local device holds (a minibatch draws from anywhere in a host's block). With one device
@@ -282,7 +285,7 @@ class Learner:
             sharded = jax.tree.map(lambda x: x.reshape((n, batch // n) + x.shape[1:]), unrolls)
             identity = identity.reshape(n, batch // n)
         advantage, value_target, obs_norm, influence = self.guard(
-            self._prepare, self._state, sharded, identity, moments, held
+            self._prepare, self._state, sharded, identity, moments
         )
         if not all(np.all(np.isfinite(x)) for x in jax.tree.leaves(obs_norm)):
             # Finite observations can still overflow the float32 sums (values near 1e19); the
@@ -295,13 +298,19 @@ class Learner:
             advantage = np.asarray(advantage).reshape(batch, horizon)
             value_target = np.asarray(value_target).reshape(batch, horizon)
 
+        if weight is not None and (weight < 1).any():
+            if n == 1:
+                weight = weight[None]  # beside the replicated unrolls [1, B, ...]
+            value_target = self.guard(_untaught, weight, unrolls.behaviour_value, value_target)
+        else:
+            weight = None  # every unroll counts once: the batch as it came
         if self.sequences:
             if not self._advantages:
                 advantage = value_target = None
-            items = batches.SequenceBatch(unrolls, advantage, value_target)
+            items = batches.SequenceBatch(unrolls, advantage, value_target, weight)
             num_items = batch
         else:
-            items = batches.step_source(unrolls, advantage, value_target)
+            items = self.guard(batches.step_source, unrolls, advantage, value_target, weight)
             num_items = batch * horizon
         if n > 1:
             items = self.guard(self._replicate, items)  # one transfer per device, no host copy
@@ -330,26 +339,30 @@ class Learner:
         metrics, influence = jax.device_get((metrics, influence))
         metrics = jax.tree.map(lambda *xs: float(np.mean([x[0] for x in xs])), *metrics)
         committed = self._commit(old_state, metrics, obs_norm=obs_norm)
-        window = influence.pop(ts.WINDOW, None)
+        deviations = influence.pop(ts.WINDOW, None)
         influence = {k: float(np.asarray(v)[0]) for k, v in influence.items()}
-        if window is not None:
-            self._add_deviations(names, window, time.monotonic())
-            influence["influence/window_scale_min"] = float(np.min(held))
-            influence["influence/window_z_max"] = window_z
-        return {**metrics, **influence, "nonfinite": 0.0 if committed else 1.0}
+        if deviations is not None:
+            self._add_deviations(names, deviations, time.monotonic())
+        return {**metrics, **influence, **window, "nonfinite": 0.0 if committed else 1.0}
 
-    def _held(self, names: np.ndarray, now: float):
-        """The window's factor for each label of this batch ([num_local, groups], 1.0 where
-        none applies; None without the direction bound) and the largest identity's z."""
+    def _weights(self, names: np.ndarray, now: float):
+        """What each unroll of this batch counts for in the loss ([B] float32; None without
+        PPO's score): its identity's window factor (tolerance / z above the tolerance) times its
+        probation; and their metrics."""
         if not self._windowed:
-            return None, float("nan")
-        held = np.ones(int(self.config.batch_unrolls), np.float32)
+            return None, {}
         tolerance = float(self.config.server.coherence_tolerance)
-        z = [self.push_window.z(now, name) for name in np.unique(names).tolist()]
-        for label, zi in enumerate(z):
-            if zi > tolerance:
-                held[self._identity_offset + label] = tolerance / zi
-        return np.broadcast_to(held, (self.num_local, held.size)), max(z)
+        unique, labels = np.unique(names, return_inverse=True)
+        unique = unique.tolist()
+        z = np.array([self.push_window.z(now, name) for name in unique])
+        window = np.where(z > tolerance, tolerance / np.maximum(z, 1e-12), 1.0)
+        probation = np.array(self.probation.factors(now, unique))
+        factor = (window * probation).astype(np.float32)
+        return factor[labels.reshape(-1)], {
+            "influence/window_scale_min": float(window.min()),
+            "influence/window_z_max": float(z.max()),
+            "influence/probation_scale_min": float(probation.min()),
+        }
 
     def _add_deviations(self, names: np.ndarray, window, now: float) -> None:
         """This batch's deviations (prepare's WINDOW, as every device holds them) into the
@@ -401,6 +414,14 @@ class Learner:
 
 class Interrupted(Exception):
     """A stop request ended an update; the state is the last complete version's."""
+
+
+def _untaught(weight, behaviour_value, value_target):
+    """The value targets with those of unrolls that weigh less than 1 (an identity on probation
+    or held by the window) put back to the values they were met with: however small its weight,
+    targets that pull every update would in time move the values all the way to its returns,
+    where the other identities' advantages are read from them."""
+    return jnp.where((weight < 1)[..., None], behaviour_value[..., :-1], value_target)
 
 
 def _first(tree):

@@ -1,5 +1,7 @@
 """GAE and the PPO loss against independent numpy implementations."""
 
+import types
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -8,7 +10,7 @@ import numpy as np
 import pytest
 
 from networks import make_network
-from seedlike.algos import ALGORITHMS, gae
+from seedlike.algos import ALGORITHMS, batches, gae
 from seedlike.algos.batches import SampleBatch
 from seedlike.algos.ppo import make_ppo_loss
 from seedlike.config import base_config
@@ -102,25 +104,30 @@ def ppo_config(**overrides):
     return c
 
 
-@pytest.mark.parametrize("clip_value", [False, True])
-@pytest.mark.parametrize("normalize", [False, True])
-def test_ppo_loss_matches_reference(clip_value, normalize):
-    rng = np.random.default_rng(0)
-    spec = EnvSpec("test", {"obs": ArraySpec(np.float32, (3,))}, num_actions=4)
+def _random_batch(rng, n, num_actions, mask):
+    """A network on 3 features, its params and obs_norm, and a SampleBatch of n random samples
+    with mask() as their mask."""
+    spec = EnvSpec("test", {"obs": ArraySpec(np.float32, (3,))}, num_actions=num_actions)
     network = make_network(base_config().network, spec)
-    params = network.init(jax.random.key(1))
-    obs_norm = network.init_obs_norm()
-    n = 64
     batch = SampleBatch(
         obs={"obs": rng.normal(size=(n, 3)).astype(np.float32)},
         extras={},
-        action=rng.integers(0, 4, n).astype(np.int32),
+        action=rng.integers(0, num_actions, n).astype(np.int32),
         behaviour_logp=np.log(rng.uniform(0.1, 0.5, n)).astype(np.float32),
         behaviour_value=rng.normal(size=n).astype(np.float32),
         advantage=rng.normal(size=n).astype(np.float32),
         value_target=rng.normal(size=n).astype(np.float32),
-        mask=(rng.random(n) > 0.2).astype(np.float32),
+        mask=np.asarray(mask(), np.float32),
     )
+    return network, network.init(jax.random.key(1)), network.init_obs_norm(), batch
+
+
+@pytest.mark.parametrize("clip_value", [False, True])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_ppo_loss_matches_reference(clip_value, normalize):
+    rng = np.random.default_rng(0)
+    n = 64
+    network, params, obs_norm, batch = _random_batch(rng, n, 4, lambda: rng.random(n) > 0.2)
     config = ppo_config(clip_value=clip_value, normalize_advantages=normalize, clip_eps=0.1)
     loss, (metrics, _) = jax.jit(make_ppo_loss(network, config))(params, {}, obs_norm, batch, None)
     assert set(metrics) == set(ALGORITHMS["ppo"].metrics)
@@ -148,6 +155,32 @@ def test_ppo_loss_matches_reference(clip_value, normalize):
     np.testing.assert_allclose(loss, want_total, rtol=1e-4, atol=1e-6)
     clip_fraction = (np.abs(ratio - 1) > 0.1)[m].mean()
     np.testing.assert_allclose(metrics["loss/clip_fraction"], clip_fraction, atol=1e-6)
+
+
+def test_a_sample_weighs_in_every_term_as_many_copies_of_it():
+    """The mask is each sample's weight (the learner's per-identity factors, Learner._weights):
+    weights 0 and 2 give the loss, its gradient and every metric of the batch with the first
+    sample left out and the last one twice, advantage normalisation included; a SequenceBatch
+    unroll's weight reaches its valid steps (batches.step_mask)."""
+    rng = np.random.default_rng(4)
+    n, weights = 8, np.array([0, 1, 1, 1, 1, 1, 1, 2])
+    network, params, obs_norm, batch = _random_batch(rng, n, 2, lambda: weights)
+    copies = jax.tree.map(lambda x: x[np.array([1, 2, 3, 4, 5, 6, 7, 7])], batch)
+    copies = copies._replace(mask=np.ones(n, np.float32))
+    loss = jax.jit(jax.value_and_grad(make_ppo_loss(network, ppo_config()), has_aux=True))
+    (weighted, (w_metrics, _)), w_grad = loss(params, {}, obs_norm, batch, None)
+    (copied, (c_metrics, _)), c_grad = loss(params, {}, obs_norm, copies, None)
+    np.testing.assert_allclose(weighted, copied, rtol=1e-5)
+    for key in c_metrics:
+        np.testing.assert_allclose(w_metrics[key], c_metrics[key], rtol=1e-5, atol=1e-7)
+    chex.assert_trees_all_close(w_grad, c_grad, rtol=1e-4, atol=1e-7)
+    valid = np.array([[True, True, False], [True, False, True]])
+    unroll = types.SimpleNamespace(valid=valid)
+    np.testing.assert_array_equal(
+        batches.step_mask(batches.SequenceBatch(unroll, weight=np.array([0.5, 2.0])), 2),
+        [[0.5, 0.5], [2.0, 0.0]],
+    )
+    np.testing.assert_array_equal(batches.step_mask(batches.SequenceBatch(unroll), 2), valid[:, :2])
 
 
 def test_masked_actions_get_zero_probability():

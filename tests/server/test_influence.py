@@ -11,6 +11,7 @@ import pytest
 
 from seedlike.algos import ppo
 from seedlike.learning import train_state as ts
+from seedlike.learning.update import _untaught
 from seedlike.server import influence
 from seedlike.server.episodes import EpisodeBoard
 from seedlike.types import Unroll
@@ -144,11 +145,11 @@ def test_window_sums_equal_a_scan_of_the_window_at_every_step():
         assert sums.means() == {who: a / n for who, (a, n) in scanned.items()}
 
 
-def _scored(sign, action, identity, t=8, held=None):
+def _scored(sign, action, identity, t=8, window=False):
     """make_prepare's advantages [B, t] and influence metrics for unit advantages `sign` [B, t]
     (the unrolls' rewards stand for the advantages) under the score d log pi / d logits of a
-    uniform two-action policy, onehot(a) - 1/2, of the unrolls' actions [B, t + 1]; with `held`
-    [groups] the window's factors, and the metrics' ts.WINDOW its terms."""
+    uniform two-action policy, onehot(a) - 1/2, of the unrolls' actions [B, t + 1]; with
+    `window`, the metrics' ts.WINDOW its terms."""
 
     def advantages(unroll):
         return unroll.reward, unroll.reward
@@ -157,14 +158,13 @@ def _scored(sign, action, identity, t=8, held=None):
         return jax.nn.one_hot(unrolls.action[:, :t], 2) - 0.5
 
     prepare = jax.pmap(
-        ts.make_prepare(advantages, groups=identity.size, score=score),
+        ts.make_prepare(advantages, groups=identity.size, score=score, window=window),
         ts.AXIS,
         devices=jax.devices()[:1],
     )
     state = ts.TrainState({}, (), {}, *(jnp.zeros((), jnp.int32),) * 3)
     one = jax.tree.map(lambda x: x[None], (state, _unrolls(sign)._replace(action=action)))
-    held = None if held is None else np.asarray(held, np.float32)[None]
-    advantage, _, _, influence = prepare(*one, identity[None], {}, held)
+    advantage, _, _, influence = prepare(*one, identity[None], {})
     window = influence.pop(ts.WINDOW, None)
     seen = {k: float(v[0]) for k, v in influence.items()}
     if window is not None:
@@ -312,9 +312,10 @@ def test_a_pull_inside_the_noise_of_every_batch_adds_up_over_the_window_and_is_h
     6 of its 32 steps in every batch: per batch its push lies inside the direction bound's
     tolerance (factor 1), but it points the same way each time. Summed over the batches
     (DeviationWindow) its deviations from the median push grow like their number and their
-    noise like its root: once z passes the tolerance (3) its next advantages are held to
-    3 / z, while the honest identities' z stays below it. Each batch's terms are checked
-    against the closed form (f x push - expected, (f x noise)^2) and z against their sums."""
+    noise like its root: once z passes the tolerance (3) its next samples weigh 3 / z in the
+    learner's loss, while the honest identities' z stays below it. Each batch's terms are
+    checked against the closed form (push - expected, noise^2: the batch's own bounds left
+    f = 1) and z against their sums; prepare's advantages are the batch's alone."""
     rng = np.random.default_rng(3)
     t, identity = 8, np.repeat(np.arange(4, dtype=np.int32), 4)
     window = ts.DeviationWindow(seconds=100.0)
@@ -328,16 +329,17 @@ def test_a_pull_inside_the_noise_of_every_batch_adds_up_over_the_window_and_is_h
         sign[12:] = bad.reshape(4, t)
         z = [window.z(float(k), g) for g in range(4)]
         held = np.where(np.array(z) > 3.0, 3.0 / np.maximum(z, 1e-9), 1.0)
-        advantage, seen = _scored(sign, action, identity, held=np.concatenate([held, [1.0] * 12]))
+        advantage, seen = _scored(sign, action, identity, window=True)
         assert seen["influence/direction_scale_min"] == pytest.approx(1.0)  # inside, per batch
-        np.testing.assert_allclose(advantage, held[identity][:, None] * sign, rtol=1e-5)
+        np.testing.assert_allclose(advantage, sign, rtol=1e-5)
         step = sign[..., None] * (np.eye(2)[action[:, :t]] - 0.5)
         push = np.stack([step[identity == g].sum((0, 1)) for g in range(4)])
         noise = np.sqrt([np.square(step[identity == g]).sum() for g in range(4)])
         expected = 32 * np.median(push / 32, axis=0)
         deviation, noise2, many = seen[ts.WINDOW]
-        np.testing.assert_allclose(deviation[:4], held[:, None] * push - expected, atol=1e-4)
-        np.testing.assert_allclose(noise2[:4], np.square(held * noise), rtol=1e-4)
+        # Whatever the window holds: holding an identity does not cancel what holds it.
+        np.testing.assert_allclose(deviation[:4], push - expected, atol=1e-4)
+        np.testing.assert_allclose(noise2[:4], np.square(noise), rtol=1e-4)
         assert many[:4].all() and not many[4:].any()
         for g in range(4):
             window.add(float(k), g, deviation[g], float(noise2[g]))
@@ -413,3 +415,27 @@ def test_result_quota_with_factor_zero_caps_nothing():
     """server.fair_share_factor 0 turns the caps off, the league results' quota included."""
     off = influence.ResultQuota(seconds=30.0, factor=0.0)
     assert off.admit(np.array([1] * 5 + [9] * 100 + [2] * 5), now=0.0).all() and not off.capped
+
+
+def test_a_newcomer_weighs_its_tenure_over_the_probation_and_the_runs_first_identities_one():
+    """Probation (300 s, cohort 30 s): the identities of the run's first 30 s weigh 1; one that
+    joins at 100 s starts at 0 and weighs 60 / 300 at 160 s and 1 from 400 s; one unseen for
+    more than 300 s is a newcomer again, cohort or not; 0 s turns it off."""
+    probation = ts.Probation(seconds=300.0, cohort_s=30.0)
+    assert probation.factors(0.0, ["a"]) == [1.0]
+    assert probation.factors(20.0, ["b", "a"]) == [1.0, 1.0]
+    assert probation.factors(100.0, ["a", "b", "c"]) == [1.0, 1.0, 0.0]
+    assert probation.factors(160.0, ["a", "c"]) == pytest.approx([1.0, 60 / 300])
+    assert probation.factors(400.0, ["c", "a"]) == pytest.approx([1.0, 1.0])
+    assert probation.factors(401.0, ["b"]) == [0.0]  # last seen at 100 s
+    assert probation.factors(402.0, ["b", "a"]) == pytest.approx([1 / 300, 1.0])
+    assert ts.Probation(seconds=0.0, cohort_s=30.0).factors(5.0, ["a", "b"]) == [1.0, 1.0]
+
+
+def test_unrolls_that_weigh_less_than_one_teach_the_values_nothing():
+    """An identity on probation or held by the window (weight < 1) keeps the value targets at
+    the values its steps were met with (step T only bootstraps); weight 1 keeps its own."""
+    behaviour = np.arange(12, dtype=np.float32).reshape(3, 4)
+    target = np.full((3, 3), -1.0, np.float32)
+    got = np.asarray(_untaught(np.array([1.0, 0.5, 0.0], np.float32), behaviour, target))
+    np.testing.assert_array_equal(got, [[-1, -1, -1], [4, 5, 6], [8, 9, 10]])
