@@ -458,10 +458,10 @@ def _identity_bounds(c: ml_collections.ConfigDict) -> None:
     # push lies further from the median's in one batch; summed over fair_window_s, its samples
     # weigh tolerance / z in the loss (train_state.make_prepare, DeviationWindow).
     c.coherence_tolerance = 3.0
-    # PPO: the identities of a run's first probation_cohort_s (from its first learner batch: the
-    # actors started with it) weigh 1 in the loss; one that comes later weighs its seconds since
-    # its first batch over probation_s, from 0 to 1, and teaches the value function nothing until
-    # then (train_state.Probation; metric influence/probation_scale_min; 0: off).
+    # PPO, PQN: the identities of a run's first probation_cohort_s (from its first learner batch:
+    # the actors started with it) weigh 1 in the loss; one that comes later weighs its seconds
+    # since its first batch over probation_s, from 0 to 1, and until then teaches PPO's value
+    # function nothing (train_state.Probation; metric influence/probation_scale_min; 0: off).
     c.probation_s = 300.0
     c.probation_cohort_s = 10.0
 

@@ -112,6 +112,9 @@ class Learner:
         )
         self._advantages = advantages is not None
         self._windowed = advantages is not None  # the direction bound's window (PPO's score)
+        # Where the value targets regress the state values the steps were met with (a policy's
+        # baseline; a "q" head's behaviour values are max_a Q, no target of the action taken).
+        self._values_untaught = self.algorithm.head != "q"
         self._prepare = jax.pmap(prepare, ts.AXIS, devices=self.devices)
 
     def _init_devices(self, config, network, window_s, devices, shuffle_blocks) -> None:
@@ -298,12 +301,7 @@ class Learner:
             advantage = np.asarray(advantage).reshape(batch, horizon)
             value_target = np.asarray(value_target).reshape(batch, horizon)
 
-        if weight is not None and (weight < 1).any():
-            if n == 1:
-                weight = weight[None]  # beside the replicated unrolls [1, B, ...]
-            value_target = self.guard(_untaught, weight, unrolls.behaviour_value, value_target)
-        else:
-            weight = None  # every unroll counts once: the batch as it came
+        weight, value_target = self._weighed(weight, unrolls, value_target)
         if self.sequences:
             if not self._advantages:
                 advantage = value_target = None
@@ -345,10 +343,22 @@ class Learner:
             self._add_deviations(names, deviations, time.monotonic())
         return {**metrics, **influence, **window, "nonfinite": 0.0 if committed else 1.0}
 
+    def _weighed(self, weight, unrolls: Unroll, value_target):
+        """The weights beside the batch's layout (passed whenever there are any, so that every
+        process runs the same program) and the value targets with _untaught's applied."""
+        if weight is None:
+            return None, value_target
+        if self.num_local == 1:
+            weight = weight[None]  # beside the replicated unrolls [1, B, ...]
+        if self._values_untaught and (weight < 1).any():
+            value_target = self.guard(_untaught, weight, unrolls.behaviour_value, value_target)
+        return weight, value_target
+
     def _weights(self, names: np.ndarray, now: float):
-        """What each unroll of this batch counts for in the loss ([B] float32; None without
-        PPO's score): its identity's window factor (tolerance / z above the tolerance) times its
-        probation; and their metrics."""
+        """What each unroll of this batch counts for in the loss ([B] float32, the largest 1: the
+        loss's means are weighted, so only ratios count; None without PPO's score): its
+        identity's window factor (tolerance / z above the tolerance) times its probation; and
+        their metrics."""
         if not self._windowed:
             return None, {}
         tolerance = float(self.config.server.coherence_tolerance)
@@ -357,7 +367,8 @@ class Learner:
         z = np.array([self.push_window.z(now, name) for name in unique])
         window = np.where(z > tolerance, tolerance / np.maximum(z, 1e-12), 1.0)
         probation = np.array(self.probation.factors(now, unique))
-        factor = (window * probation).astype(np.float32)
+        factor = window * probation
+        factor = (factor / max(factor.max(), 1e-12)).astype(np.float32)
         return factor[labels.reshape(-1)], {
             "influence/window_scale_min": float(window.min()),
             "influence/window_z_max": float(z.max()),
@@ -421,7 +432,8 @@ def _untaught(weight, behaviour_value, value_target):
     or held by the window) put back to the values they were met with: however small its weight,
     targets that pull every update would in time move the values all the way to its returns,
     where the other identities' advantages are read from them."""
-    return jnp.where((weight < 1)[..., None], behaviour_value[..., :-1], value_target)
+    xp = np if isinstance(value_target, np.ndarray) else jnp  # host batches stay on the host
+    return xp.where((weight < 1)[..., None], behaviour_value[..., :-1], value_target)
 
 
 def _first(tree):

@@ -73,7 +73,9 @@ def test_rainbow_learns_cartpole_at_the_replay_ratio_it_is_given(tmp_path):
         RAINBOW,
         "--config.total_env_steps=150000",
         "--config.optimizer.anneal_lr=False",  # the rate of the first 150k steps of 500k
-        "--config.stop_at_return=200",
+        # Stopped where the test's threshold is: Rainbow can reach 210 for one row and fall back
+        # below 100 before it held 200 for a second (a clean-clone run, 2026-12-07).
+        "--config.stop_at_return=190",
         "--config.log.stop_hold_s=1",
         *QUICK,
     )

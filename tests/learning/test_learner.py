@@ -1,5 +1,7 @@
 """The learner update: identical on 1 and 2 devices, on-policy at the first step, NaN-safe."""
 
+import time
+
 import jax
 import numpy as np
 import pytest
@@ -314,4 +316,35 @@ def test_a_saved_replay_is_restored_before_the_next_batch(tmp_path):
     np.testing.assert_array_equal(
         second.replay.transitions(kept, np.ones(64)).obs["obs"],
         first.replay.transitions(kept, np.ones(64)).obs["obs"],
+    )
+
+
+@pytest.mark.slow  # 3 s or more on 2 cores: in the whole suite, not --fast
+@pytest.mark.parametrize("devices", [1, 2])
+def test_a_newcomer_on_probation_teaches_what_its_unrolls_left_out_would(devices):
+    """Identity "b" joins a run whose "a" has been there 100 s: its first batch weighs 0 in the
+    loss (server.probation_s), so the update is the one where b's unrolls do not count at all
+    (valid False), on one device and two (the weights travel with the batch in both layouts).
+    b's rewards are 10x a's, so the RMS bound of two scales b's, not a's."""
+    config = small_config()
+    network = make_network(config.network, SPEC)
+    names = np.array(["a", "a", "b", "b"])
+
+    def updated(mask_b: bool):
+        learner = Learner(config, network, window_s=30.0, devices=jax.local_devices()[:devices])
+        state = learner.init_state(jax.random.key(0))
+        learner.set_state(state)
+        batch = random_unrolls(network, state.params, state.obs_norm, 4, 8, seed=3)
+        batch = batch._replace(reward=batch.reward * np.array([1, 1, 10, 10])[:, None])
+        if mask_b:
+            batch = batch._replace(valid=batch.valid & (names != "b")[:, None])
+        learner.probation.factors(time.monotonic() - 100.0, ["a"])  # a: the run's cohort
+        metrics = learner.update(batch, names)
+        return learner.state().params, metrics
+
+    weighed, metrics = updated(mask_b=False)
+    left_out, _ = updated(mask_b=True)
+    assert metrics["influence/probation_scale_min"] == 0.0
+    jax.tree.map(
+        lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), weighed, left_out
     )
