@@ -418,7 +418,9 @@ def test_a_league_of_roles_runs_from_the_command_line_and_shares_its_snapshots(t
     command = [
         sys.executable, "-m", "seedlike.launch.league", "--config=configs/tictactoe_selfplay.py",
         f"--logdir={logdir}", "--config.league.roles=('main','main_exploiter','league_exploiter')",
-        "--config.total_env_steps=60000", "--config.league.reset_env_steps=1000",
+        # 120k: the main agent plays 60k in about 10 s, about when the exploiters first join
+        # (a clean-clone suite run ended before it met either, 2026-12-07).
+        "--config.total_env_steps=120000", "--config.league.reset_env_steps=1000",
         "--config.league.snapshot_every=2", "--config.league.peer_refresh_s=1",
         "--config.league.eval_interval_s=0", "--config.log.interval_s=2",
         "--config.league.shared_games=('main_exploiter',)",
@@ -430,7 +432,7 @@ def test_a_league_of_roles_runs_from_the_command_line_and_shares_its_snapshots(t
     main = read_metrics(str(logdir / "main"))
     exploiter = read_metrics(str(logdir / "main_exploiter"))
     hunter = read_metrics(str(logdir / "league_exploiter"))
-    assert main[-1]["env_steps"] >= 60000
+    assert main[-1]["env_steps"] >= 120000
     # The main exploiter's actors played shared games: both learners recorded their sides.
     for run in (main, exploiter):
         assert sum(r.get("league/games_shared") or 0 for r in run) > 0
