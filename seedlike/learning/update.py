@@ -110,8 +110,8 @@ class Learner:
             tolerance=float(self.config.server.coherence_tolerance),
             window=advantages is not None,
         )
+        # With advantages come PPO's score, its direction bound's window and the weights.
         self._advantages = advantages is not None
-        self._windowed = advantages is not None  # the direction bound's window (PPO's score)
         # Where the value targets regress the state values the steps were met with (a policy's
         # baseline; a "q" head's behaviour values are max_a Q, no target of the action taken).
         self._values_untaught = self.algorithm.head != "q"
@@ -269,14 +269,15 @@ class Learner:
     def _update(self, unrolls: Unroll, identity, old_state) -> dict[str, float]:
         n = self.num_local
         batch, horizon = unrolls.action.shape[0], unrolls.reward.shape[1]
+        names = np.zeros(batch, np.int32) if identity is None else np.asarray(identity)
+        unique, labels = np.unique(names, return_inverse=True)
+        labels = labels.reshape(batch).astype(np.int32)
         if identity is None:  # one identity for the whole batch, across processes
-            names = identity = np.zeros(batch, np.int32)
+            identity = labels
         else:  # dense labels for the devices' segment sums, a range of them per process
-            names = np.asarray(identity)
-            identity = np.unique(names, return_inverse=True)[1].reshape(batch).astype(np.int32)
-            identity += np.int32(self._identity_offset)
+            identity = labels + np.int32(self._identity_offset)
         moments = self._obs_moments(unrolls, names)
-        weight, window = self._weights(names, time.monotonic())
+        weight, window = self._weights(unique.tolist(), labels, time.monotonic())
 
         # The sgd steps gather their minibatches on the devices, from the whole batch that every
         # local device holds (a minibatch draws from anywhere in a host's block). With one device
@@ -354,22 +355,20 @@ class Learner:
             value_target = self.guard(_untaught, weight, unrolls.behaviour_value, value_target)
         return weight, value_target
 
-    def _weights(self, names: np.ndarray, now: float):
+    def _weights(self, unique: list, labels: np.ndarray, now: float):
         """What each unroll of this batch counts for in the loss ([B] float32, the largest 1: the
         loss's means are weighted, so only ratios count; None without PPO's score): its
         identity's window factor (tolerance / z above the tolerance) times its probation; and
-        their metrics."""
-        if not self._windowed:
+        their metrics. unique: the batch's identities in label order, labels [B] each unroll's."""
+        if not self._advantages:
             return None, {}
         tolerance = float(self.config.server.coherence_tolerance)
-        unique, labels = np.unique(names, return_inverse=True)
-        unique = unique.tolist()
         z = np.array([self.push_window.z(now, name) for name in unique])
         window = np.where(z > tolerance, tolerance / np.maximum(z, 1e-12), 1.0)
         probation = np.array(self.probation.factors(now, unique))
         factor = window * probation
         factor = (factor / max(factor.max(), 1e-12)).astype(np.float32)
-        return factor[labels.reshape(-1)], {
+        return factor[labels], {
             "influence/window_scale_min": float(window.min()),
             "influence/window_z_max": float(z.max()),
             "influence/probation_scale_min": float(probation.min()),

@@ -176,11 +176,11 @@ def test_a_sample_weighs_in_every_term_as_many_copies_of_it():
     chex.assert_trees_all_close(w_grad, c_grad, rtol=1e-4, atol=1e-7)
     valid = np.array([[True, True, False], [True, False, True]])
     unroll = types.SimpleNamespace(valid=valid)
-    np.testing.assert_array_equal(
+    np.testing.assert_allclose(
         batches.step_mask(batches.SequenceBatch(unroll, weight=np.array([0.5, 2.0])), 2),
         [[0.5, 0.5], [2.0, 0.0]],
     )
-    np.testing.assert_array_equal(batches.step_mask(batches.SequenceBatch(unroll), 2), valid[:, :2])
+    np.testing.assert_allclose(batches.step_mask(batches.SequenceBatch(unroll), 2), valid[:, :2])
 
 
 def test_masked_actions_get_zero_probability():

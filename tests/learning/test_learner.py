@@ -344,7 +344,7 @@ def test_a_newcomer_on_probation_teaches_what_its_unrolls_left_out_would(devices
 
     weighed, metrics = updated(mask_b=False)
     left_out, _ = updated(mask_b=True)
-    assert metrics["influence/probation_scale_min"] == 0.0
+    assert metrics["influence/probation_scale_min"] == pytest.approx(0.0, abs=1e-9)
     jax.tree.map(
         lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), weighed, left_out
     )
