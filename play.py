@@ -67,7 +67,8 @@ def main(argv):
     if not summary["games"]:
         return
     lo, hi = summary["win_rate_ci95"]
-    print(f"{a.name} vs {b.name} on {env}, {summary['games']} games")
+    game = env if isinstance(env, str) else env.name
+    print(f"{a.name} vs {b.name} on {game}, {summary['games']} games")
     print(
         f"  win {summary['wins']}  draw {summary['draws']}  loss {summary['losses']}   "
         f"win rate {summary['win_rate']:.3f} (95% CI {lo:.3f}-{hi:.3f})"

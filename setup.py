@@ -35,6 +35,7 @@ INSTALL_REQUIRES = [
     # pins gymnasium below the 1.4 above; seaborn is what it imports for its plots.
     "gymnax==0.0.9",
     "seaborn==0.13.2",
+    "pgx==2.6.0",  # env.backend=pgx: two-player board games on the device (svgwrite with it)
 ]
 
 # What an actor process imports (seedlike.actor, seedlike.envs, seedlike.rpc, seedlike.config):

@@ -512,6 +512,10 @@ def league_section() -> ml_collections.ConfigDict:
     c.recent_k = 10  # uniform_recent: over the last k snapshots
     c.snapshot_every = 20  # learner updates between snapshots joining the pool
     c.max_snapshots = 50  # oldest snapshots leave the pool beyond this (0: none leave)
+    # On the device (seedlike.ondevice.selfplay) each device's envs are in this many lanes, each
+    # meeting one snapshot per update (drawn by the sampler's probabilities), so a reply costs
+    # two network applies; more lanes, more snapshots met per update.
+    c.device_lanes = 4
     # Payoff matrix (PFSP's win rates; seedlike.league.payoff): each pair's counts are multiplied
     # by payoff_decay before its next result (1.0: every result at full weight; the learner keeps
     # changing, so results against it go stale), and payoff_prior_games pseudo-games at 0.5 keep

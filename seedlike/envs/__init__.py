@@ -8,6 +8,8 @@ envs an actor steps.
               ("examples.corridor:Corridor")
   gymnax      gymnax's JAX envs (classic control, MinAtar), on-device: stepped inside the
               learner's compiled program (seedlike.ondevice), no actors
+  pgx         pgx's two-player board games (tic_tac_toe, connect_four, othello, go_9x9, ...),
+              on-device, the league's opponents played inside the program
 
 Every backend turns a batch of envs into seedlike.types.Rows of (env, player) seats, with the same
 adapter methods: reset(), recv() -> Rows, send(actions, rows), render(), close(). With
@@ -71,6 +73,7 @@ BACKENDS = {
     "pettingzoo": Backend("pettingzoo", "seedlike.envs.pettingzoo_env"),
     "gymnasium": Backend("gymnasium", "seedlike.envs.gymnasium_env"),
     "gymnax": Backend("gymnax", "seedlike.envs.gymnax_env", on_device=True),
+    "pgx": Backend("pgx", "seedlike.envs.pgx_env", on_device=True),
 }
 
 

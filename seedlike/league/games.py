@@ -32,11 +32,12 @@ class NetworkAgent:
       policy_params: the policy ({"params", "obs_norm"}).
     """
 
-    def __init__(self, runner: PolicyRunner, policy_params, name="network"):
+    def __init__(self, runner: PolicyRunner, policy_params, name="network", env=None):
         self.name = name
         self.runner = runner
         self.network = runner.network
         self.policy_params = policy_params
+        self.env = env  # the env section it was trained in, where known (a checkpoint's)
         self._carry = None
 
     def reset(self, num_envs: int) -> None:
@@ -55,6 +56,11 @@ class NetworkAgent:
 def load_policy(path: str):
     """(network, {"params", "obs_norm"}, label) of a run, a checkpoint or a league snapshot
     (<run>/league/snapshots/<version>; the run's checkpoint supplies the network config)."""
+    return _load(path)[1:]
+
+
+def _load(path: str):
+    """(the run's config, network, policy params, label): `load_policy`'s, with the config."""
     from seedlike.checkpoint import load_checkpoint
     from seedlike.league.league import load_snapshot
 
@@ -62,12 +68,14 @@ def load_policy(path: str):
     snapshots, version = os.path.split(path)
     if os.path.basename(snapshots) == "snapshots" and version.isdigit():
         run = os.path.dirname(os.path.dirname(snapshots))
-        _, network, state, _ = load_checkpoint(run)
+        config, network, state, _ = load_checkpoint(run)
         target = {"params": state.params, "obs_norm": state.obs_norm}
-        return network, load_snapshot(snapshots, int(version), target), f"{run}@v{version}"
-    _, network, state, meta = load_checkpoint(path)
+        params = load_snapshot(snapshots, int(version), target)
+        return config, network, params, f"{run}@v{version}"
+    config, network, state, meta = load_checkpoint(path)
     params = {"params": state.params, "obs_norm": state.obs_norm}
-    return network, params, f"{path}@{meta.get('policy_version', int(state.policy_version))}"
+    version = meta.get("policy_version", int(state.policy_version))
+    return config, network, params, f"{path}@{version}"
 
 
 def checkpoint_agent(
@@ -75,13 +83,12 @@ def checkpoint_agent(
 ):
     """The policy of a run, checkpoint or league snapshot; with search_depth > 0 it plays by
     negamax search to that depth with its value head at the leaves (seedlike.league.search)."""
-    network, params, label = load_policy(path)
+    config, network, params, label = _load(path)
     label = name or label
     if search_depth > 0:
-        return search.SearchAgent(
-            network, params, search_depth, name=f"{label}+search{search_depth}"
-        )
-    return NetworkAgent(PolicyRunner(network, greedy=greedy), params, name=label)
+        name = f"{label}+search{search_depth}"
+        return search.SearchAgent(network, params, search_depth, name=name, env=config.env)
+    return NetworkAgent(PolicyRunner(network, greedy=greedy), params, name=label, env=config.env)
 
 
 def make_agent(spec: str, greedy: bool = False, search_depth: int = 0):
@@ -94,9 +101,15 @@ def make_agent(spec: str, greedy: bool = False, search_depth: int = 0):
     return checkpoint_agent(spec, greedy=greedy, search_depth=search_depth)
 
 
-def game_of(agents) -> str | None:
-    """The game the first checkpoint among `agents` was trained on (None without one)."""
-    return next((a.network.spec.name for a in agents if hasattr(a, "network")), None)
+def game_of(agents):
+    """The game the first checkpoint among `agents` was trained on: its env section (its
+    backend, e.g. pgx's games), or its env's name (None without a checkpoint)."""
+    for agent in agents:
+        if getattr(agent, "env", None) is not None:
+            return agent.env
+        if hasattr(agent, "network"):
+            return agent.network.spec.name
+    return None
 
 
 @dataclasses.dataclass

@@ -120,6 +120,16 @@ class League:
                 picks[bot] = self._rng.choice(self.bots, size=int(bot.sum()))
         return picks
 
+    def probabilities(self) -> dict[int, float]:
+        """The chance of each opponent (LEARNER, a snapshot, a bot) at an episode start, what
+        `opponents` draws from: the sampler's, with league.p_bots shared among the bots."""
+        with self._lock:
+            probs = self.sampler.probabilities()
+        out = {policy: p * (1.0 - self.p_bots) for policy, p in probs.items()}
+        for bot in self.bots:
+            out[bot] = out.get(bot, 0.0) + self.p_bots / len(self.bots)
+        return out
+
     def params(self, policy: int):
         """A snapshot's policy params, or None if it has left the pool."""
         with self._lock:

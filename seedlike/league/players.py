@@ -168,7 +168,8 @@ class Bot:
 
 BOTS = {
     "random": Bot(-2, RandomAgent),
-    "scripted": Bot(-3, ScriptedConnectFour, ("ConnectFour-v1",)),
+    # pgx's connect_four gives the same planes (seedlike.envs.pgx_env)
+    "scripted": Bot(-3, ScriptedConnectFour, ("ConnectFour-v1", "connect_four")),
 }
 _BOT_NAMES = {bot.id: name for name, bot in BOTS.items()}
 

@@ -101,6 +101,9 @@ class LineGame:
 GAMES = {
     "ConnectFour-v1": LineGame(rows=6, cols=7, line=4, gravity=True),
     "TicTacToe-v1": LineGame(rows=3, cols=3, line=3, gravity=False),
+    # pgx's (seedlike.envs.pgx_env): the same planes, the mover's stones first
+    "connect_four": LineGame(rows=6, cols=7, line=4, gravity=True),
+    "tic_tac_toe": LineGame(rows=3, cols=3, line=3, gravity=False),
 }
 
 Evaluate = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -161,9 +164,10 @@ class SearchAgent:
     Args:
       network, policy_params: the policy ({"params", "obs_norm"}).
       depth: plies to look ahead, 1..MAX_DEPTH.
+      env: the env section it was trained in, where known (a checkpoint's; games.game_of).
     """
 
-    def __init__(self, network, policy_params, depth: int, name="search"):
+    def __init__(self, network, policy_params, depth: int, name="search", env=None):
         if not 1 <= depth <= MAX_DEPTH:
             raise ValueError(f"search depth must be 1..{MAX_DEPTH}, got {depth}")
         if network.is_recurrent:
@@ -176,6 +180,7 @@ class SearchAgent:
         self.policy_params = policy_params
         self.depth = depth
         self.name = name
+        self.env = env
         self._dtype = network.spec.observation["obs"].dtype
         self._runner = PolicyRunner(network)
 

@@ -16,16 +16,17 @@ import numpy as np
 from networks import normalization
 from seedlike.algos import ALGORITHMS, UNROLLS, batches, exploration
 from seedlike.config import ConfigError
+from seedlike.envs.device import TurnEnv
 from seedlike.learning import train_state as ts
 from seedlike.ondevice import rollout as rollout_lib
-
-# What the program sums over a call, beside the algorithm's loss metrics.
-COUNTS = ("updates", "nonfinite", "episodes", "episode_return_sum", "episode_length_sum")
+from seedlike.ondevice import selfplay
 
 
 class Totals(NamedTuple):
     """Sums over the updates of one call: the loss metrics' means per kept update (a discarded
-    one adds nothing), and COUNTS."""
+    one adds nothing), and the counts: updates, nonfinite, episodes, episode_return_sum,
+    episode_length_sum and, in a two-player game, outcomes (the episodes that ended, by
+    opponent and result: rollout.by_label)."""
 
     metrics: dict
     counts: dict
@@ -50,6 +51,12 @@ def shape_of(config, network, devices: int) -> Shape:
     sequences = network.is_recurrent or algorithm.batch == UNROLLS
     envs, length, m = int(config.batch_unrolls), int(config.unroll_length), int(c.num_minibatches)
     items = envs // devices if sequences else envs // devices * length
+    lanes = int(config.league.device_lanes) if network.spec.num_players == 2 else 1
+    if envs % devices == 0 and (envs // devices) % lanes:
+        raise ConfigError(
+            f"batch_unrolls={envs} (the on-device envs) must split over {devices} devices and "
+            f"each device's into league.device_lanes={lanes} lanes of equal size"
+        )
     if envs % devices or items % m:
         what = "batch_unrolls" if sequences else "batch_unrolls*unroll_length"
         raise ConfigError(
@@ -85,9 +92,15 @@ def make_epsilon(config, network, shape: Shape, devices: int):
 
 
 def make_update(config, network, env, shape: Shape, sgd_step, devices: int):
-    """update(state, acting) -> (state, acting, metrics, counts) for one device (under pmap):
-    one policy version. A non-finite loss or gradient leaves the state as it was (nonfinite 1)."""
+    """update(state, acting, table) -> (state, acting, metrics, counts) for one device (under
+    pmap): one policy version. A non-finite loss or gradient leaves the state as it was
+    (nonfinite 1). `env` a DeviceEnv (table None), or a two-player game's TurnEnv: the learner's
+    seat against the table's snapshot slots (selfplay.Table without the learner's own row, which
+    the update puts first: this version's params) and config.league.bots."""
     algorithm = ALGORITHMS[config.algo]
+    turns = isinstance(env, TurnEnv)
+    bots = tuple(config.league.bots) if turns else ()
+    lanes = int(config.league.device_lanes)
     epsilon = make_epsilon(config, network, shape, devices)
     c = config[config.algo]
     reward_norm = None
@@ -117,12 +130,14 @@ def make_update(config, network, env, shape: Shape, sgd_step, devices: int):
         state, (metrics, _) = jax.lax.scan(epoch, state, jax.random.split(key, shape.epochs))
         return state, jax.tree.map(jnp.mean, metrics)
 
-    def update(state, acting):
+    def update(state, acting, table=None):
         key, learn_key = jax.random.split(jax.random.wrap_key_data(acting.key))
+        lane_key = jax.random.fold_in(learn_key, 1)  # used where the env is a two-player game's
         acting = acting._replace(key=jax.random.key_data(key))
         version = state.policy_version
+        seat = seat_of(env, network, state, table, lanes, lane_key, bots)
         acting, unroll, episodes = rollout_lib.rollout(
-            network, env, state.params, state.obs_norm, acting, shape.length, version,
+            network, seat, state.params, state.obs_norm, acting, shape.length, version,
             None if epsilon is None else epsilon(version), reward_norm,
         )  # fmt: skip
         new, metrics = learn(state, unroll, learn_key)
@@ -138,9 +153,24 @@ def make_update(config, network, env, shape: Shape, sgd_step, devices: int):
             "episode_return_sum": jax.lax.psum(episodes.return_sum, ts.AXIS),
             "episode_length_sum": jax.lax.psum(episodes.length_sum, ts.AXIS),
         }
+        if turns:
+            counts["outcomes"] = jax.lax.psum(episodes.outcomes, ts.AXIS)
         return state, acting, metrics, counts
 
     return update
+
+
+def seat_of(env, network, state, table, lanes: int, key, bots: tuple[str, ...]):
+    """The env the learner's program steps: `env` itself, or a two-player game's learner seat
+    (selfplay.seat_env, its lanes' snapshots drawn with `key`) against the table's slots, `bots`
+    and this state's own policy (the table's choice 0)."""
+    if not isinstance(env, TurnEnv):
+        return env
+    own = {"params": state.params, "obs_norm": state.obs_norm}
+    players = jax.tree.map(
+        lambda o, pool: jnp.concatenate([o[None].astype(pool.dtype), pool]), own, table.players
+    )
+    return selfplay.seat_env(env, network, table._replace(players=players), lanes, key, bots)
 
 
 def _observed(obs_norm: dict, unroll) -> dict:
@@ -159,32 +189,33 @@ def _observed(obs_norm: dict, unroll) -> dict:
 
 
 def make_program(config, network, env, shape: Shape, sgd_step, devices):
-    """program(state, acting, n) -> (state, acting, Totals) for n [devices] updates per call
-    (the same n on every device; a traced count, so every call size shares one compile).
+    """program(state, acting, n, table) -> (state, acting, Totals) for n [devices] updates per
+    call (the same n on every device; a traced count, so every call size shares one compile).
     state, acting and the Totals carry [devices, seeds, ...]: config.seeds agents side by side,
-    vmapped (each averages its gradients over the devices, with no other agent)."""
+    vmapped (each averages its gradients over the devices, with no other agent). `table`: a
+    two-player game's opponents (make_update), the same on every device and agent; else None."""
     update = make_update(config, network, env, shape, sgd_step, len(devices))
 
-    def run(state, acting, n):
+    def run(state, acting, n, table):
         def body(_, carry):
             state, acting, totals = carry
-            state, acting, metrics, counts = update(state, acting)
+            state, acting, metrics, counts = update(state, acting, table)
             # A discarded update's metrics (non-finite) stay out of the sums.
             kept = 1.0 - counts["nonfinite"]
             metrics = jax.tree.map(lambda m: jnp.where(kept > 0, m, 0.0), metrics)
             return state, acting, Totals(*jax.tree.map(jnp.add, totals, Totals(metrics, counts)))
 
-        zeros = Totals(
-            jax.tree.map(jnp.zeros_like, _metric_shapes(update, state, acting)),
-            {k: jnp.float32(0) for k in COUNTS},
-        )
+        zeros = _zeros(update, state, acting, table)
         return jax.lax.fori_loop(0, n, body, (state, acting, zeros))
 
-    agents = jax.vmap(run, in_axes=(0, 0, None))
-    return jax.pmap(agents, ts.AXIS, devices=devices, donate_argnums=(0, 1))
+    agents = jax.vmap(run, in_axes=(0, 0, None, None))
+    return jax.pmap(
+        agents, ts.AXIS, in_axes=(0, 0, 0, None), devices=devices, donate_argnums=(0, 1)
+    )
 
 
-def _metric_shapes(update, state, acting) -> dict:
-    """The loss metrics' structure (zeros to sum into), traced without running the update."""
-    _, _, metrics, _ = jax.eval_shape(update, state, acting)
-    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metrics)
+def _zeros(update, state, acting, table) -> Totals:
+    """Totals of zeros to sum into, in the structure of an update's, traced without running it."""
+    _, _, metrics, counts = jax.eval_shape(update, state, acting, table)
+    zeros = lambda s: jnp.zeros(s.shape, s.dtype)  # noqa: E731
+    return Totals(jax.tree.map(zeros, metrics), jax.tree.map(zeros, counts))

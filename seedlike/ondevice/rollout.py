@@ -40,17 +40,19 @@ class RewardNorm(NamedTuple):
 
 
 class Episodes(NamedTuple):
-    """The episodes that ended in a rollout: how many, and their returns' and lengths' sums."""
+    """The episodes that ended in a rollout: how many, their returns' and lengths' sums, and
+    their outcomes by label (`by_label`)."""
 
     count: jax.Array
     return_sum: jax.Array
     length_sum: jax.Array
+    outcomes: jax.Array
 
 
 def start(network, env: device.DeviceEnv, num_envs: int, key: jax.Array) -> Acting:
     """`num_envs` envs at their first observations."""
     key, reset = jax.random.split(key)
-    slots = jax.vmap(lambda k: device.start(env, k))(jax.random.split(reset, num_envs))
+    slots = device.start_all(env, jax.random.split(reset, num_envs))
     return Acting(
         slots, network.initial_carry(num_envs), jax.random.key_data(key),
         jnp.zeros(num_envs, jnp.float32), normalization.init_stats(()),
@@ -87,13 +89,12 @@ def rollout(
         slots, carry, key = acting.slots, acting.carry, acting.key
         key, act_key, env_key = jax.random.split(key, 3)
 
+        obs, extras = split(network, slots.obs)
         action, logp, value, new_carry = network.act(
-            params, obs_norm, slots.obs, {}, carry, slots.first, act_key, **explore
+            params, obs_norm, obs, extras, carry, slots.first, act_key, **explore
         )
         keys = jax.random.split(env_key, action.shape[0])
-        new_slots, outcome = jax.vmap(lambda s, a, k: device.advance(env, s, a, k))(
-            slots, action, keys
-        )
+        new_slots, outcome = device.advance_all(env, slots, action, keys)
         acting = acting._replace(slots=new_slots, carry=new_carry, key=key)
         reward = outcome.reward
         if reward_norm is not None:
@@ -103,14 +104,15 @@ def rollout(
 
     carry0 = acting.carry
     acting = acting._replace(key=jax.random.wrap_key_data(acting.key))
-    acting, (obs, action, logp, value, valid, first, outcome, reward) = jax.lax.scan(
+    acting, (seen, action, logp, value, valid, first, outcome, reward) = jax.lax.scan(
         step, acting, None, length
     )
     # The bootstrap step: its value under the same params; its action is chosen again (and
     # kept) by the next rollout's first step.
     key, last_key = jax.random.split(acting.key)
+    last_obs, last_extras = split(network, acting.slots.obs)
     _, _, last_value, _ = network.act(
-        params, obs_norm, acting.slots.obs, {}, acting.carry, acting.slots.first, last_key
+        params, obs_norm, last_obs, last_extras, acting.carry, acting.slots.first, last_key
     )
     acting = acting._replace(key=jax.random.key_data(key))
     zeros = jnp.zeros_like
@@ -118,9 +120,10 @@ def rollout(
     def closed(steps, last):  # [T, B, ...] and the bootstrap step [B, ...] -> [B, T+1, ...]
         return jnp.swapaxes(jnp.concatenate([steps, last[None]]), 0, 1)
 
+    obs, extras = split(network, jax.tree.map(closed, seen, acting.slots.obs))
     unroll = Unroll(
-        obs=jax.tree.map(closed, obs, acting.slots.obs),
-        extras={},
+        obs=obs,
+        extras=extras,
         action=closed(action, zeros(action[0])),
         behaviour_logp=closed(logp, zeros(logp[0])),
         behaviour_value=closed(value, last_value),
@@ -136,5 +139,25 @@ def rollout(
         jnp.sum(outcome.ended, dtype=jnp.float32),
         jnp.sum(outcome.episode_return),
         jnp.sum(outcome.episode_length, dtype=jnp.float32),
+        by_label(outcome, env.labels),
     )
     return acting, unroll, episodes
+
+
+def split(network, seen: dict) -> tuple[dict, dict]:
+    """An env's observation dict as the policy's (observation, extras): the spec's extras keys
+    (a legal-action mask) apart."""
+    extras = network.spec.extras
+    return {k: v for k, v in seen.items() if k not in extras}, {
+        k: v for k, v in seen.items() if k in extras
+    }
+
+
+def by_label(outcome: device.Outcome, labels: int) -> jax.Array:
+    """float32 [labels, 3]: the episodes that ended, by label and by the sign of their return
+    (loss, draw, win); [0, 3] for an env without labels."""
+    result = jnp.sign(outcome.episode_return).astype(jnp.int32) + 1
+    counts = jnp.zeros((labels, 3), jnp.float32)
+    return counts.at[outcome.label.reshape(-1), result.reshape(-1)].add(
+        outcome.ended.reshape(-1).astype(jnp.float32), mode="drop"
+    )

@@ -36,6 +36,7 @@ from seedlike import envs
 from seedlike.algos import ALGORITHMS, BATCHES, ON_POLICY, exploration
 from seedlike.learning import train_state as ts
 from seedlike.metrics import MetricsWriter, run_summary, write_config, write_summary
+from seedlike.ondevice import opponents, selfplay
 from seedlike.ondevice import program as program_lib
 from seedlike.ondevice import rollout as rollout_lib
 from seedlike.runtime import distributed
@@ -50,9 +51,22 @@ def check(config) -> None:
     algo, backend = config.algo, config.env.backend
     replay = BATCHES[ALGORITHMS[algo].batch] != ON_POLICY
     here = ", ".join(n for n, a in ALGORITHMS.items() if BATCHES[a.batch] == ON_POLICY)
+    spec = config_lib.env_spec(config)
+    games = spec.num_players == 2
     unsupported = {
         f"algo={algo!r} (it learns from a replay; {here} run here)": replay,
         "population.size > 1": config.population.size > 1,
+        "a two-player game with seeds > 1 (one league per run)": games and config.seeds > 1,
+        "a two-player game on several processes": games and config.distributed.num_processes > 1,
+        "a two-player game with league.roles (python -m seedlike.launch.league)": games
+        and bool(config.league.roles),
+        "a two-player game with league.max_snapshots = 0 (its snapshots are stacked on the "
+        "device: give a bound)": games and int(config.league.max_snapshots) < 1,
+        "a two-player game with a recurrent network (opponents hold no state there)": games
+        and config.network.core != "none",
+        "a two-player game with league.eval_interval_s > 0 (TrueSkill evaluation runs beside "
+        "a SEED run; set it to 0 and rate the run with play.py)": games
+        and float(config.league.eval_interval_s) > 0,
     }
     named = [what for what, used in unsupported.items() if used]
     if named:
@@ -60,6 +74,14 @@ def check(config) -> None:
             f"env.backend={backend!r} runs on the device, which does not take "
             f"{', '.join(named)} yet: leave them at their defaults (docs/ondevice.md)"
         )
+    for bot in config.league.bots if games else ():
+        known = selfplay.BOTS.get(bot)
+        if known is None or (known.envs and spec.name not in known.envs):
+            plays = [n for n, b in selfplay.BOTS.items() if not b.envs or spec.name in b.envs]
+            raise config_lib.ConfigError(
+                f"league.bots has {bot!r}, which does not play {spec.name} on the device; "
+                f"choose from {plays}"
+            )
 
 
 @dataclasses.dataclass
@@ -113,9 +135,17 @@ class DeviceRun:
         )
         # Compiled once for every agent (a new lambda per agent would compile again).
         self._init = jax.jit(lambda k: ts.init_train_state(self.network, self.optimizer, k))
-        self._start_envs = jax.jit(
-            lambda k: rollout_lib.start(self.network, self.env, self.shape.envs, k)
-        )
+        bots = tuple(config.league.bots) if self.spec.num_players == 2 else ()
+
+        lanes = int(config.league.device_lanes)
+
+        def start_envs(key, state, table):
+            lane_key = jax.random.fold_in(key, 1)  # used where the env is a two-player game's
+            seat = program_lib.seat_of(self.env, self.network, state, table, lanes, lane_key, bots)
+            return rollout_lib.start(self.network, seat, self.shape.envs, key)
+
+        self._start_envs = jax.jit(start_envs)
+        self.league = None  # a two-player game's (opponents.DeviceLeague), made with the state
         seeds = int(config.seeds)
         self.agents = []
         for k in range(seeds):
@@ -166,9 +196,15 @@ class DeviceRun:
         key = jax.random.key(int(agent.config.seed))
         init_key, env_key = jax.random.split(key)
         state = jax.device_get(self._init(init_key))
+        if self.spec.num_players == 2:
+            policy = {"params": state.params, "obs_norm": state.obs_norm}
+            self.league = opponents.DeviceLeague(agent.config, agent.logdir, policy)
+        table = self.league.table() if self.league is not None else None
         keys = jax.random.split(env_key, len(self.devices))  # device i's envs, on any host
         acting = jax.device_get(
-            jax.tree.map(lambda *xs: np.stack(xs), *map(self._start_envs, keys))
+            jax.tree.map(
+                lambda *xs: np.stack(xs), *(self._start_envs(k, state, table) for k in keys)
+            )
         )
         restored = None if agent.checkpointer is None else agent.checkpointer.restore(
             state, older=ts.older_layout
@@ -181,6 +217,8 @@ class DeviceRun:
             config_lib.check_resumed(agent.config, meta, agent.logdir)
             counts.update(env_steps=int(meta["env_steps"]), episodes=int(meta.get("episodes", 0)))
             acting = self._restore_acting(agent, int(state.policy_version), acting)
+            if self.league is not None and "league" in meta:
+                self.league.load_state_dict(meta["league"])
             logging.info(
                 "resumed from %s at env step %d, policy version %d (params %s)",
                 agent.checkpointer.directory, counts["env_steps"], int(state.policy_version),
@@ -223,8 +261,9 @@ class DeviceRun:
     def call(self, updates: int) -> list[program_lib.Totals]:
         """`updates` policy versions of every agent; each agent's totals (on the host)."""
         n = np.full(len(self.local), updates, np.int32)
+        table = self.league.table() if self.league is not None else None
         self.in_call = True
-        self.state, self.acting, totals = self.program(self.state, self.acting, n)
+        self.state, self.acting, totals = self.program(self.state, self.acting, n, table)
         # One transfer, then device 0's copy (every device holds the same sums).
         totals = jax.tree.map(lambda x: x[0], jax.device_get(totals))
         each = [jax.tree.map(lambda x, k=k: x[k], totals) for k in range(len(self.agents))]
@@ -233,7 +272,22 @@ class DeviceRun:
             agent.episodes += int(own.counts["episodes"])
             agent.version += updates - int(own.counts["nonfinite"])
         self.in_call = False
+        if self.league is not None:  # one agent (check)
+            agent = self.agents[0]
+            self.league.record(each[0].counts.pop("outcomes"))
+            self.league.after_update(agent.version, agent.env_steps, self.policy)
         return each
+
+    def policy(self) -> dict:
+        """The first agent's policy now, {"params", "obs_norm"} on the host (a snapshot)."""
+        state = jax.device_get(jax.tree.map(lambda x: x[0, 0], self.state))
+        return {"params": state.params, "obs_norm": state.obs_norm}
+
+    def updates_before_snapshot(self) -> int | None:
+        """Updates until the league's next snapshot (a call ends there); None without one."""
+        if self.league is None:
+            return None
+        return self.league.updates_until_snapshot(self.agents[0].version)
 
     def save(self) -> list[str]:
         """A checkpoint for every agent (its state and every device's acting), written by
@@ -255,6 +309,8 @@ class DeviceRun:
                 "policy_version": int(own.policy_version),
                 "config": json.loads(agent.config.to_json()),
             }
+            if self.league is not None:
+                meta["league"] = self.league.state_dict()
             extra = None if acting is None else jax.tree.map(lambda x, k=k: x[:, k], acting)
             agent.checkpointer.save(int(own.policy_version), own, meta, extra=extra)
             paths.append(os.path.join(agent.checkpointer.directory, str(int(own.policy_version))))
@@ -384,13 +440,16 @@ def _loop(run: DeviceRun, writers: list[MetricsWriter], stop, peers) -> dict:
             run.save()
             last_save = time.monotonic()
         left = -(-(total - run.env_steps) // run.steps_per_update)
+        size = min(updates, left, run.updates_before_snapshot() or left)
         started, steps_before = time.monotonic(), run.env_steps
-        totals = _shared(run, run.call, min(updates, left))
+        totals = _shared(run, run.call, size)
         seconds = time.monotonic() - started
         steps = run.env_steps - steps_before
         rows = [
             row_of(t, agent, run.network, seconds, steps) for t, agent in zip(totals, run.agents)
         ]
+        if run.league is not None:
+            rows[0].update(run.league.metrics())
         for writer, row in zip(writers, rows):
             writer.write(row)
         hold.update(rows, time.monotonic())

@@ -153,7 +153,9 @@ def test_bots_are_mixed_in_at_their_share_and_checked():
         League(league_config(bots=("minimax",), p_bots=0.5))
     with pytest.raises(ValueError, match=r"p_bots = 0.2 with league.bots = \(\)"):
         League(league_config(p_bots=0.2))
-    with pytest.raises(ValueError, match="scripted bot plays ConnectFour-v1, not TicTacToe-v1"):
+    with pytest.raises(
+        ValueError, match="scripted bot plays ConnectFour-v1, connect_four, not TicTacToe-v1"
+    ):
         players.make_bot("scripted", SPEC)
 
 

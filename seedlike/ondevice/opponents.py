@@ -1,0 +1,118 @@
+"""The league of an on-device two-player run, on the host between the program's calls: the SEED
+path's League (seedlike.league.league: pool, payoff, sampler, bots, snapshots on disk, metrics)
+and its snapshots as the program holds them, `league.max_snapshots` slots of stacked params.
+
+Before each call `table()` gives the program its opponents (seedlike.ondevice.selfplay.Table):
+the slots' params and the log-probability of each choice (the learner itself, each slot, each
+bot), read from the league's sampler, so an episode on the device draws its opponent as a SEED
+episode start does. After each call `record` keeps the games' outcomes, and at each snapshot's
+version (the runtime ends a call there: `updates_until_snapshot`) `after_update` puts them
+into the payoff and the sampler (OpenAI Five's qualities, PFSP's win rates) and adds the
+snapshot. The probabilities stand still from one snapshot to the next.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from seedlike.league import roles
+from seedlike.league.league import League
+from seedlike.league.players import LEARNER
+from seedlike.ondevice.selfplay import Table
+
+
+class DeviceLeague:
+    """Args: the run's config and logdir; `template` a policy's {"params", "obs_norm"} (the
+    slots' shapes; fresh slots hold copies of it and are never drawn)."""
+
+    def __init__(self, config, logdir: str, template):
+        self.config = config.league
+        snapshots = roles.snapshot_dir(logdir)
+        self.league = League(config.league, seed=int(config.seed), snapshot_dir=snapshots)
+        self.size = int(config.league.max_snapshots)
+        self.template = jax.tree.map(np.asarray, template)
+        self.slots: list[int | None] = [None] * self.size  # the policy id in each slot
+        self.players = jax.tree.map(lambda x: np.stack([x] * self.size), self.template)
+        self._table = None  # the device copy, until the slots change
+        self.pending = np.zeros((len(self.choices()), 3))  # games not yet in the league
+
+    def choices(self) -> list[int | None]:
+        """The policy id of each of the program's choices: the learner, the slots, the bots."""
+        return [LEARNER, *self.slots, *self.league.bots]
+
+    def logits(self) -> np.ndarray:
+        probs = self.league.probabilities()
+        p = np.array([probs.get(c, 0.0) if c is not None else 0.0 for c in self.choices()])
+        with np.errstate(divide="ignore"):
+            return np.log(p / p.sum()).astype(np.float32)
+
+    def table(self) -> Table:
+        """The program's opponents now (the params on the device, moved once per change)."""
+        if self._table is None:
+            self._table = jax.device_put(self.players)
+        return Table(self._table, jax.numpy.asarray(self.logits()))
+
+    def record(self, outcomes: np.ndarray) -> None:
+        """The games of a call: float32 [choices, 3], counts of (loss, draw, win) by choice.
+        They reach the league at the next snapshot (`after_update`): its state, and so the
+        probabilities, then change where the run's updates are, not where its calls end, and a
+        resumed run draws what an unbroken one does."""
+        self.pending = self.pending + np.asarray(outcomes, np.float64)
+
+    def updates_until_snapshot(self, version: int) -> int:
+        """Updates before the next snapshot is due (the call ends there)."""
+        every = int(self.config.snapshot_every)
+        return every - version % every
+
+    def after_update(self, version: int, env_steps: int, policy_params) -> None:
+        """After update `version`: at a snapshot's version the games since the last one go
+        into the payoff and the sampler (in the order of the choices), then the league's
+        schedule (a new snapshot into the pool and a slot)."""
+        if version % int(self.config.snapshot_every):
+            return
+        for choice, counts in zip(self.choices(), self.pending):
+            for outcome, n in zip((-1, 0, 1), counts):
+                for _ in range(int(round(float(n))) if choice is not None else 0):
+                    self.league.record(choice, outcome)
+        self.pending = np.zeros_like(self.pending)
+        self.league.after_update(version, env_steps, policy_params)
+        self._sync()
+
+    def _sync(self) -> None:
+        """Slots of the snapshots that left the pool freed, and new snapshots put into the
+        first free ones."""
+        self.slots = [p if p in self.league.pool else None for p in self.slots]
+        new = [p for p in self.league.pool.ids if p not in self.slots]
+        for policy in new:
+            self.slots[self.slots.index(None)] = policy  # the pool holds at most `size`
+        self._fill([self.slots.index(p) for p in new])
+
+    def _fill(self, indices) -> None:
+        """The params of the snapshots in slots `indices` written into the table."""
+        for i in indices:
+            params = self.league.params(self.slots[i])
+            for store, leaf in zip(jax.tree.leaves(self.players), jax.tree.leaves(params)):
+                store[i] = np.asarray(leaf)
+            self._table = None
+
+    def state_dict(self) -> dict:
+        return {
+            **self.league.state_dict(),
+            "device_slots": list(self.slots),
+            "device_pending": self.pending.tolist(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """The league as saved (its snapshots from disk), each in the slot it held."""
+        self.league.load_state_dict(state, self.template)
+        saved = [None if p is None else int(p) for p in state.get("device_slots", [])]
+        saved = (saved + [None] * self.size)[: self.size]
+        self.slots = [p if p in self.league.pool else None for p in saved]
+        self._fill([i for i, p in enumerate(self.slots) if p is not None])
+        self._sync()
+        if "device_pending" in state:
+            self.pending = np.asarray(state["device_pending"], np.float64)
+
+    def metrics(self) -> dict:
+        return self.league.take_metrics()
