@@ -1,5 +1,7 @@
-"""On-device env steps/s at accelerator sizes, one device: gymnax CartPole-v1 at 2^12-2^16 envs
-and MinAtar Breakout at 2^10-2^13 envs, seedlike's compiled program beside PureJaxRL's
+"""On-device env steps/s at accelerator sizes, one device: gymnax CartPole-v1 at 2^12-2^16 envs,
+MinAtar Breakout at 2^10-2^13 envs and pgx Connect Four self-play with the league
+(configs/pgx_connect4.py; learner moves/s, each with the opponent's reply; about 14 per game) at
+2^12-2^14 envs, seedlike's compiled program beside PureJaxRL's
 purejaxrl/ppo.py at the same sizes and settings (128 steps per env and update, its 64 x 64 MLPs
 on the flattened observation; CartPole at ppo.py's own settings, Breakout at those PureJaxRL
 tuned for MinAtar, as configs/gymnax_minatar_ppo.py has them), one size after another:
@@ -8,7 +10,7 @@ tuned for MinAtar, as configs/gymnax_minatar_ppo.py has them), one size after an
       --out=$OUT/ondevice.json
 
 Made for the accelerator host of ../shared/gpu/README.md, within 5 minutes there: --site puts
-.gpu's site-packages (which must hold gymnax and its imports) on every process's path, and
+.gpu's site-packages (which must hold gymnax, pgx and their imports) on every process's path, and
 PureJaxRL's ppo.py and wrappers.py travel in the working tree in a folder git ignores (fetched
 from github luchris429/purejaxrl, not committed); without --purejaxrl only seedlike runs. Each
 side trains --updates policy versions per size in a process of its own
@@ -29,6 +31,7 @@ from benchmarks import results_io
 
 _CARTPOLE = flags.DEFINE_list("cartpole_envs", ["4096", "16384", "65536"], "CartPole env counts.")
 _BREAKOUT = flags.DEFINE_list("breakout_envs", ["1024", "8192"], "MinAtar Breakout env counts.")
+_CONNECT4 = flags.DEFINE_list("connect4_envs", ["4096", "16384"], "pgx Connect Four env counts.")
 _UPDATES = flags.DEFINE_integer("updates", 6, "Policy versions each side trains per size.")
 _PUREJAXRL = flags.DEFINE_string("purejaxrl", "", "Folder of purejaxrl's ppo.py and wrappers.py.")
 _SITE = flags.DEFINE_string("site", "", "Packages for every process (.gpu/site on the host).")
@@ -36,13 +39,15 @@ _BUDGET = flags.DEFINE_float("budget_s", 270.0, "No new size starts after this m
 _OUT = flags.DEFINE_string("out", None, "JSON path (default benchmarks/results/...).")
 
 LENGTH = 128  # PureJaxRL's NUM_STEPS
-# task -> (seedlike config, PureJaxRL's settings for it: ppo.py's own for CartPole)
+# task -> (seedlike config, PureJaxRL's settings for it: ppo.py's own for CartPole; None: no
+# PureJaxRL side)
 TASKS = {
     "CartPole": ("configs/gymnax_cartpole_ppo.py", {"ENV_NAME": "CartPole-v1"}),
     "Breakout": (
         "configs/gymnax_minatar_ppo.py:Breakout",
         {**sides.PUREJAXRL_MINATAR, "ENV_NAME": "Breakout-MinAtar"},
     ),
+    "ConnectFour": ("configs/pgx_connect4.py", None),
 }
 
 
@@ -58,10 +63,10 @@ def child_env() -> dict:
 def measure(task: str, envs: int, logdir: str) -> dict:
     """Both sides at one size: {side: its JSON line}."""
     config, anchor = TASKS[task]
-    steps = envs * LENGTH * _UPDATES.value
+    steps = envs * (LENGTH if anchor is not None else 16) * _UPDATES.value  # 16: pgx_connect4's
     ours = sides.Side(steps, 0, config, overrides={"batch_unrolls": envs})
     out = {"seedlike_program": sides.run_side("seedlike_program", ours, logdir, child_env())}
-    if _PUREJAXRL.value:
+    if _PUREJAXRL.value and anchor is not None:
         theirs = sides.Side(steps, 0, _PUREJAXRL.value,
                             overrides={**anchor, "NUM_ENVS": envs})  # fmt: skip
         out["purejaxrl"] = sides.run_side("purejaxrl", theirs, logdir, child_env())
@@ -94,6 +99,7 @@ def main(argv):
     started, logdir, rows = time.monotonic(), tempfile.mkdtemp(prefix="accel-ondevice-"), []
     sizes = [("CartPole", int(n)) for n in _CARTPOLE.value]
     sizes += [("Breakout", int(n)) for n in _BREAKOUT.value]
+    sizes += [("ConnectFour", int(n)) for n in _CONNECT4.value]
     for task, envs in sizes:
         if time.monotonic() - started > _BUDGET.value:
             print(f"budget spent: {task} at {envs} envs and later sizes not run", flush=True)
