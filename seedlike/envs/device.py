@@ -228,6 +228,7 @@ class TurnAdapter:
     league's evaluation games."""
 
     def __init__(self, env_config, spec, seed: int, env: TurnEnv):
+        del spec
         self.n = int(env_config.num_envs)
         self._key = jax.random.key(int(seed))
         players = jnp.arange(2, dtype=jnp.int32)

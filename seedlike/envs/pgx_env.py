@@ -1,6 +1,7 @@
 """pgx (github sotetsuk/pgx): board games as JAX functions, stepped on the accelerator inside one
 compiled program (seedlike.ondevice): `env.backend = "pgx"`, `env.name` a pgx id
-("tic_tac_toe", "connect_four", "othello", "go_9x9", "hex", ...). Two-player games only.
+("tic_tac_toe", "connect_four": tested; "othello", "go_9x9", "hex", ...: untried). Two-player
+games only.
 
 Every (env, player) is a seat, as with envpool's board games: the observation "obs" is a
 player's own view (pgx's `observe`), the legal-action mask travels with it, and the first mover

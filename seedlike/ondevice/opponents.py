@@ -35,13 +35,14 @@ class DeviceLeague:
         self.slots: list[int | None] = [None] * self.size  # the policy id in each slot
         self.players = jax.tree.map(lambda x: np.stack([x] * self.size), self.template)
         self._table = None  # the device copy, until the slots change
-        self.pending = np.zeros((len(self.choices()), 3))  # games not yet in the league
+        self.pending: dict[int, np.ndarray] = {}  # games not yet in the league, by opponent
 
     def choices(self) -> list[int | None]:
         """The policy id of each of the program's choices: the learner, the slots, the bots."""
         return [LEARNER, *self.slots, *self.league.bots]
 
     def logits(self) -> np.ndarray:
+        """The table's log-probability of each choice (`choices`)."""
         probs = self.league.probabilities()
         p = np.array([probs.get(c, 0.0) if c is not None else 0.0 for c in self.choices()])
         with np.errstate(divide="ignore"):
@@ -54,11 +55,14 @@ class DeviceLeague:
         return Table(self._table, jax.numpy.asarray(self.logits()))
 
     def record(self, outcomes: np.ndarray) -> None:
-        """The games of a call: float32 [choices, 3], counts of (loss, draw, win) by choice.
+        """The games of a call: float32 [labels, 3], counts of (loss, draw, win) by the program's
+        label (`choices`, then the games whose lane's snapshot changed under them: left out).
         They reach the league at the next snapshot (`after_update`): its state, and so the
         probabilities, then change where the run's updates are, not where its calls end, and a
         resumed run draws what an unbroken one does."""
-        self.pending = self.pending + np.asarray(outcomes, np.float64)
+        for choice, counts in zip(self.choices(), np.asarray(outcomes)):
+            if choice is not None:
+                self.pending[choice] = self.pending.get(choice, np.zeros(3)) + counts
 
     def updates_until_snapshot(self, version: int) -> int:
         """Updates before the next snapshot is due (the call ends there)."""
@@ -67,15 +71,14 @@ class DeviceLeague:
 
     def after_update(self, version: int, env_steps: int, policy_params) -> None:
         """After update `version`: at a snapshot's version the games since the last one go
-        into the payoff and the sampler (in the order of the choices), then the league's
-        schedule (a new snapshot into the pool and a slot)."""
+        into the payoff and the sampler (opponent by opponent, results interleaved), then the
+        league's schedule (a new snapshot into the pool and a slot)."""
         if version % int(self.config.snapshot_every):
             return
-        for choice, counts in zip(self.choices(), self.pending):
-            for outcome, n in zip((-1, 0, 1), counts):
-                for _ in range(int(round(float(n))) if choice is not None else 0):
-                    self.league.record(choice, outcome)
-        self.pending = np.zeros_like(self.pending)
+        for choice in sorted(self.pending):
+            for outcome in _interleaved(self.pending[choice]):
+                self.league.record(choice, outcome)
+        self.pending = {}
         self.league.after_update(version, env_steps, policy_params)
         self._sync()
 
@@ -92,7 +95,8 @@ class DeviceLeague:
         """The params of the snapshots in slots `indices` written into the table."""
         for i in indices:
             params = self.league.params(self.slots[i])
-            for store, leaf in zip(jax.tree.leaves(self.players), jax.tree.leaves(params)):
+            leaves = zip(jax.tree.leaves(self.players), jax.tree.leaves(params), strict=True)
+            for store, leaf in leaves:
                 store[i] = np.asarray(leaf)
             self._table = None
 
@@ -100,7 +104,7 @@ class DeviceLeague:
         return {
             **self.league.state_dict(),
             "device_slots": list(self.slots),
-            "device_pending": self.pending.tolist(),
+            "device_pending": [[p, *map(float, c)] for p, c in sorted(self.pending.items())],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -111,8 +115,16 @@ class DeviceLeague:
         self.slots = [p if p in self.league.pool else None for p in saved]
         self._fill([i for i, p in enumerate(self.slots) if p is not None])
         self._sync()
-        if "device_pending" in state:
-            self.pending = np.asarray(state["device_pending"], np.float64)
+        self.pending = {int(p): np.asarray(c) for p, *c in state.get("device_pending", [])}
 
     def metrics(self) -> dict:
         return self.league.take_metrics()
+
+
+def _interleaved(counts) -> list[int]:
+    """(losses, draws, wins) as one sequence of outcomes (-1, 0, 1) with each kind spread
+    evenly through it, in a fixed order: a payoff that decays before each result
+    (league.payoff_decay < 1) then weighs the call's kinds alike, not the last kind most."""
+    position = [(k + 0.5) / n for n in (int(round(float(c))) for c in counts) for k in range(n)]
+    kinds = [o for o, c in zip((-1, 0, 1), counts) for _ in range(int(round(float(c))))]
+    return [kinds[i] for i in np.argsort(position, kind="stable")]

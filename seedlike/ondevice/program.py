@@ -101,6 +101,8 @@ def make_update(config, network, env, shape: Shape, sgd_step, devices: int):
     turns = isinstance(env, TurnEnv)
     bots = tuple(config.league.bots) if turns else ()
     lanes = int(config.league.device_lanes)
+    every = int(config.league.snapshot_every)
+    lanes_key = jax.random.key(int(config.seed))
     epsilon = make_epsilon(config, network, shape, devices)
     c = config[config.algo]
     reward_norm = None
@@ -132,10 +134,15 @@ def make_update(config, network, env, shape: Shape, sgd_step, devices: int):
 
     def update(state, acting, table=None):
         key, learn_key = jax.random.split(jax.random.wrap_key_data(acting.key))
-        lane_key = jax.random.fold_in(learn_key, 1)  # used where the env is a two-player game's
         acting = acting._replace(key=jax.random.key_data(key))
         version = state.policy_version
-        seat = seat_of(env, network, state, table, lanes, lane_key, bots)
+        # A two-player game's lanes hold their snapshots from one snapshot to the next (the
+        # table's period), each device's its own.
+        period = version // every
+        lane_key = jax.random.fold_in(
+            jax.random.fold_in(lanes_key, period), jax.lax.axis_index(ts.AXIS)
+        )
+        seat = seat_of(env, network, state, table, lanes, lane_key, period, bots)
         acting, unroll, episodes = rollout_lib.rollout(
             network, seat, state.params, state.obs_norm, acting, shape.length, version,
             None if epsilon is None else epsilon(version), reward_norm,
@@ -160,17 +167,18 @@ def make_update(config, network, env, shape: Shape, sgd_step, devices: int):
     return update
 
 
-def seat_of(env, network, state, table, lanes: int, key, bots: tuple[str, ...]):
+def seat_of(env, network, state, table, lanes: int, key, period, bots: tuple[str, ...]):
     """The env the learner's program steps: `env` itself, or a two-player game's learner seat
-    (selfplay.seat_env, its lanes' snapshots drawn with `key`) against the table's slots, `bots`
-    and this state's own policy (the table's choice 0)."""
+    (selfplay.seat_env: its lanes' snapshots drawn with `key`, fixed through `period`) against
+    the table's slots, `bots` and this state's own policy (the table's choice 0)."""
     if not isinstance(env, TurnEnv):
         return env
     own = {"params": state.params, "obs_norm": state.obs_norm}
     players = jax.tree.map(
         lambda o, pool: jnp.concatenate([o[None].astype(pool.dtype), pool]), own, table.players
     )
-    return selfplay.seat_env(env, network, table._replace(players=players), lanes, key, bots)
+    table = table._replace(players=players)
+    return selfplay.seat_env(env, network, table, lanes, key, period, bots)
 
 
 def _observed(obs_norm: dict, unroll) -> dict:

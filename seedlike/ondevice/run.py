@@ -140,8 +140,12 @@ class DeviceRun:
         lanes = int(config.league.device_lanes)
 
         def start_envs(key, state, table):
-            lane_key = jax.random.fold_in(key, 1)  # used where the env is a two-player game's
-            seat = program_lib.seat_of(self.env, self.network, state, table, lanes, lane_key, bots)
+            # A two-player game's first episodes: lanes of their own (period -1, so their games
+            # stay out of the payoff: the program's lanes differ).
+            lane_key = jax.random.fold_in(key, 1)
+            seat = program_lib.seat_of(
+                self.env, self.network, state, table, lanes, lane_key, -1, bots
+            )
             return rollout_lib.start(self.network, seat, self.shape.envs, key)
 
         self._start_envs = jax.jit(start_envs)

@@ -91,15 +91,32 @@ BOTS = {
 }
 
 
+def _policy_move(network, policy, turn: Turn, key) -> jax.Array:
+    """The move a network policy ({"params", "obs_norm"}) samples for the mover of one env."""
+    one = lambda x: jnp.asarray(x)[None]  # noqa: E731 - a batch of one
+    obs = {k: one(v) for k, v in turn.obs.items() if k != LEGAL_ACTION_MASK}
+    extras = {LEGAL_ACTION_MASK: one(turn.obs[LEGAL_ACTION_MASK])}
+    action, _, _, _ = network.act(
+        policy["params"], policy["obs_norm"], obs, extras, network.initial_carry(1),
+        jnp.ones(1, bool), key,
+    )  # fmt: skip
+    return action[0]
+
+
 def seat_env(
-    env: TurnEnv, network, table: Table, lanes: int, key: jax.Array, bots: tuple[str, ...] = ()
-) -> Lanes:
-    """The learner's seat of `env` against the table's players and `bots` (names in BOTS), for
-    one update. Its envs are in `lanes` lanes: each lane draws (with `key`) one snapshot from the
-    table's snapshot probabilities, and an episode start draws the learner itself, its lane's
-    snapshot or a bot, so each snapshot is met as often as the table says over updates, while a
-    reply runs two networks (the learner's, the lane's) rather than one per env. An episode's
-    label is its choice in the table (0 the learner, 1 + slot, 1 + P + bot)."""
+    env: TurnEnv, network, table: Table, lanes: int, key: jax.Array, period: jax.Array,
+    bots: tuple[str, ...] = (),
+) -> Lanes:  # fmt: skip
+    """The learner's seat of `env` against the table's players and `bots` (names in BOTS).
+
+    Its envs are in `lanes` lanes: each lane draws (with `key`, the same for the whole of
+    `period`, the table's time between two snapshots) one snapshot from the table's snapshot
+    probabilities, and an episode start draws the learner itself, its lane's snapshot or a bot,
+    so each snapshot is met as often as the table says, while a reply runs two networks (the
+    learner's, the lane's) rather than one per env. An episode's label is its choice in the
+    table (0 the learner, 1 + slot, 1 + P + bot), and 1 + P + bots for a game against a lane's
+    snapshot that began in an earlier period (its opponent changed with the period: the host
+    leaves it out of the payoff)."""
     count = jax.tree.leaves(table.players)[0].shape[0]  # 1 + P
     moves = [BOTS[name].move for name in bots]
     logp = jax.nn.log_softmax(table.logits)
@@ -110,73 +127,82 @@ def seat_env(
     slots = 1 + jax.random.categorical(key, drawn, shape=(lanes,)).astype(jnp.int32)
     own = jax.tree.map(lambda x: x[0], table.players)
     at = jax.tree.map(lambda x: x[slots], table.players)  # [lanes, ...]: one copy per lane
+    period = jnp.asarray(period, jnp.int32)
+    mixed = count + len(bots)
 
     def make(data) -> DeviceEnv:
         lane, slot = data
 
-        def act(policy, turn, key):
-            one = lambda x: jnp.asarray(x)[None]  # noqa: E731 - a batch of one
-            obs = {k: one(v) for k, v in turn.obs.items() if k != LEGAL_ACTION_MASK}
-            extras = {LEGAL_ACTION_MASK: one(turn.obs[LEGAL_ACTION_MASK])}
-            action, _, _, _ = network.act(
-                policy["params"], policy["obs_norm"], obs, extras, network.initial_carry(1),
-                jnp.ones(1, bool), key,
-            )  # fmt: skip
-            return action[0]
-
         def opponent_move(turn: Turn, kind, key):
             own_key, lane_key, bot_key = jax.random.split(key, 3)
-            action = jnp.where(kind == 1, act(lane, turn, lane_key), act(own, turn, own_key))
+            action = jnp.where(
+                kind == 1,
+                _policy_move(network, lane, turn, lane_key),
+                _policy_move(network, own, turn, own_key),
+            )
             for i, move in enumerate(moves):
                 action = jnp.where(kind == 2 + i, move(turn, bot_key), action)
             return action
 
         def reply(turn: Turn, kind, key):
-            """The opponent's moves until the learner's turn or the end; what they gave player
-            0."""
+            return _reply(env, lambda t, k: opponent_move(t, kind, k), turn, key)
 
-            def waiting(carry):
-                t = carry[0]
-                return ~(t.terminated | t.truncated) & (t.mover != LEARNER_SEAT)
-
-            def move(carry):
-                t, reward, key = carry
-                key, move_key, step_key = jax.random.split(key, 3)
-                t = _typed(t, env.step(t, opponent_move(t, kind, move_key), step_key))
-                return t, reward + t.rewards[LEARNER_SEAT], key
-
-            turn, reward, _ = jax.lax.while_loop(waiting, move, (turn, jnp.float32(0), key))
-            return turn, reward
+        def begin(turn: Turn, key):
+            """A new game's episode: (its opponent's kind, the period it began in)."""
+            kind = jax.random.categorical(key, kinds).astype(jnp.int32)
+            return turn, kind, period
 
         def reset(key):
             game_key, kind_key, reply_key = jax.random.split(key, 3)
-            kind = jax.random.categorical(kind_key, kinds).astype(jnp.int32)
-            turn, _ = reply(env.reset(game_key), kind, reply_key)
-            return (turn, kind), turn.obs
+            turn, kind, began = begin(env.reset(game_key), kind_key)
+            turn, _, view = reply(turn, kind, reply_key)
+            return (turn, kind, began), view
 
         def step(state, action, key):
             """The learner's move and the replies, or where the game is over a new one (and
             its opponent): one reply loop either way, as resetting beside each step would
             run the replies' networks twice."""
-            turn, kind = state
+            turn, kind, began = state
             game_key, kind_key, step_key, reply_key = jax.random.split(key, 4)
             over = turn.terminated | turn.truncated
             moved = _typed(turn, env.step(turn, action, step_key))
-            fresh = _typed(turn, env.reset(game_key))
-            turn = jax.tree.map(lambda a, b: jnp.where(over, a, b), fresh, moved)
-            kind = jnp.where(over, jax.random.categorical(kind_key, kinds).astype(jnp.int32), kind)
+            fresh = begin(_typed(turn, env.reset(game_key)), kind_key)
+            turn, kind, began = jax.tree.map(
+                lambda a, b: jnp.where(over, a, b), fresh, (moved, kind, began)
+            )
             reward = jnp.where(over, 0.0, turn.rewards[LEARNER_SEAT])
-            turn, replied = reply(turn, kind, reply_key)
+            turn, replied, view = reply(turn, kind, reply_key)
             truncated = turn.truncated & ~turn.terminated
-            return (turn, kind), turn.obs, reward + replied, turn.terminated, truncated
+            return (turn, kind, began), view, reward + replied, turn.terminated, truncated
 
         def label(state):
-            kind = state[1]
-            return jnp.where(kind == 0, 0, jnp.where(kind == 1, slot, count + kind - 2))
+            _, kind, began = state
+            snapshot = jnp.where(began == period, slot, mixed)
+            return jnp.where(kind == 0, 0, jnp.where(kind == 1, snapshot, count + kind - 2))
 
-        return DeviceEnv(reset, step, label=label, labels=count + len(bots), resets=True)
+        return DeviceEnv(reset, step, label=label, resets=True)
 
-    return Lanes(make, (at, slots), count + len(bots))
+    return Lanes(make, (at, slots), mixed + 1)
+
+
+def _reply(env: TurnEnv, opponent_move, turn: Turn, key):
+    """The opponent's moves (opponent_move(turn, key)) until the learner's turn or the end: the
+    turn then, what the moves gave player 0, and the learner's view (its own, also where a
+    truncated game bootstraps)."""
+
+    def waiting(carry):
+        t = carry[0]
+        return ~(t.terminated | t.truncated) & (t.mover != LEARNER_SEAT)
+
+    def move(carry):
+        t, reward, key = carry
+        key, move_key, step_key = jax.random.split(key, 3)
+        t = _typed(t, env.step(t, opponent_move(t, move_key), step_key))
+        return t, reward + t.rewards[LEARNER_SEAT], key
+
+    turn, reward, _ = jax.lax.while_loop(waiting, move, (turn, jnp.float32(0), key))
+    view = env.observe(turn, jnp.int32(LEARNER_SEAT))
+    return turn, reward, {**view, LEGAL_ACTION_MASK: turn.obs[LEGAL_ACTION_MASK]}
 
 
 def _typed(like: Turn, turn: Turn) -> Turn:

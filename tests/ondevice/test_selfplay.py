@@ -120,10 +120,18 @@ def test_episodes_draw_their_opponents_with_the_seed_paths_probabilities(tmp_pat
         league.after_update(version, 0, lambda: jax.device_get(
             {"params": state.params, "obs_norm": state.obs_norm}
         ))  # fmt: skip
-    outcomes = np.zeros((len(league.choices()), 3), np.float32)
+    outcomes = np.zeros((len(league.choices()) + 1, 3), np.float32)  # + the games left out
     outcomes[1] = (0, 1, 5)  # v10: beaten 5 times
     outcomes[2] = (3, 0, 1)
+    outcomes[-1] = (50, 0, 0)  # against a lane's snapshot that changed: never counted
     league.record(outcomes)
+    before = league.league.probabilities()
+    league.after_update(35, 0, None)  # not a snapshot's version: the games wait
+    assert league.league.probabilities() == before
+    league.after_update(40, 0, lambda: jax.device_get(
+        {"params": state.params, "obs_norm": state.obs_norm}
+    ))  # fmt: skip
+    assert league.league.payoff.state_dict() != {} and len(league.league.pool) == 4
     want = league.league.probabilities()
     assert want[LEARNER] == pytest.approx(0.7 * league.league.sampler.probabilities()[LEARNER])
     got = dict(zip(league.choices(), np.exp(league.logits()).tolist()))
@@ -134,7 +142,7 @@ def test_episodes_draw_their_opponents_with_the_seed_paths_probabilities(tmp_pat
 
     def labels(key):
         lane_key, reset_key = jax.random.split(key)
-        seat = program.seat_of(env, network, state, table, lanes, lane_key, tuple(c.league.bots))
+        seat = program.seat_of(env, network, state, table, lanes, lane_key, 0, c.league.bots)
         slots = device.start_all(seat, jax.random.split(reset_key, 64))
         return slots.env_state[1], seat.data[1]  # each env's kind, each lane's slot
 
@@ -173,11 +181,11 @@ def test_no_illegal_move_is_played_on_either_side(tmp_path):
     env = _tracked(envs.device_env(c.env, spec))
     lanes = int(c.league.device_lanes)
     seat = program.seat_of(
-        env, network, state, league.table(), lanes, jax.random.key(3), tuple(c.league.bots)
+        env, network, state, league.table(), lanes, jax.random.key(3), 0, tuple(c.league.bots)
     )
     acting = rollout.start(network, seat, 64, jax.random.key(0))
     go = jax.jit(lambda a: rollout.rollout(network, seat, state.params, state.obs_norm, a, 50, 0))
-    ends = np.zeros((league.table().logits.shape[0], 3))
+    ends = np.zeros((league.table().logits.shape[0] + 1, 3))
     for _ in range(60):
         acting, unroll, episodes = go(acting)
         ends += np.asarray(episodes.outcomes)
@@ -187,7 +195,11 @@ def test_no_illegal_move_is_played_on_either_side(tmp_path):
         assert taken[valid].all()
         assert float(episodes.return_sum) <= float(episodes.count)  # +1 at most per game
         assert np.all(np.abs(np.asarray(unroll.reward)) <= 1.0)
-    assert ends.sum() > 1000 and ends[-1].sum() > 100  # many games, the scripted bot's too
+    # Many games, each counted against its opponent: the snapshot's at its slot (label 1), the
+    # scripted bot's (label -2) mostly lost (its replies' rewards reach the learner), none left
+    # out (one period: no lane changed under a game).
+    assert ends.sum() > 1000 and ends[1].sum() > 50 and ends[-1].sum() == 0
+    assert ends[-2].sum() > 100 and ends[-2, 0] > ends[-2, 2]
 
 
 def test_self_play_on_the_device_beats_random_play_and_resumes_exactly(tmp_path):
@@ -197,9 +209,12 @@ def test_self_play_on_the_device_beats_random_play_and_resumes_exactly(tmp_path)
     parameters, pool and qualities of the unbroken one, bit for bit."""
     # The learning rate held (annealed, the half run would anneal over its own budget).
     small = {"total_env_steps": 60 * 64 * 8, "log.interval_s": 0.5, "optimizer.anneal_lr": False}
+    small["league.max_snapshots"] = 2
     whole = run.train(config(**small), str(tmp_path / "whole"))
     assert whole["policy_version"] == 60
-    run.train(config(**{**small, "total_env_steps": 30 * 64 * 8}), str(tmp_path / "broken"))
+    # Stopped between snapshots (games pending) after the pool has dropped one (2 at most): the
+    # pending games and the slots come back from the checkpoint.
+    run.train(config(**{**small, "total_env_steps": 35 * 64 * 8}), str(tmp_path / "broken"))
     resumed = run.train(config(**small), str(tmp_path / "broken"))
     assert resumed["policy_version"] == 60
     saved = []
@@ -209,10 +224,10 @@ def test_self_play_on_the_device_beats_random_play_and_resumes_exactly(tmp_path)
     for a, b in zip(saved[0][0], saved[1][0], strict=True):
         np.testing.assert_array_equal(a, b)
     pools = [[(e["id"], e["quality"]) for e in league["pool"]["entries"]] for _, league in saved]
-    assert pools[0] == pools[1] and len(pools[0]) == 6  # the qualities, not the clock times
+    assert pools[0] == pools[1] and len(pools[0]) == 2  # the qualities, not the clock times
     assert saved[0][1]["device_slots"] == saved[1][1]["device_slots"]
     rows = read_metrics(str(tmp_path / "whole"))
-    assert rows[-1]["league/pool_size"] == 6 and rows[-1]["league/win_rate_vs_random"] is not None
+    assert rows[-1]["league/pool_size"] == 2 and rows[-1]["league/win_rate_vs_random"] is not None
     # As play.py does it: the checkpoint names its game (pgx's, through the host adapter).
     agent, rand = games.make_agent(str(tmp_path / "whole")), games.make_agent("random")
     result = games.play_match(games.game_of((agent, rand)), agent, rand, 400, seed=1)
