@@ -153,3 +153,19 @@ def take_steps(source: SampleBatch, idx) -> SampleBatch:
 def take_unrolls(items: SequenceBatch, idx) -> SequenceBatch:
     """The minibatch of whole unrolls idx [S]."""
     return jax.tree.map(lambda x: x[idx], items)
+
+
+def strength(batch) -> jax.Array | None:
+    """How much of a step a minibatch of weighed samples makes: its heaviest sample's weight,
+    capped at 1 (float32 []), or None for a batch without such weights (a replay batch's are
+    importance weights). The loss's means are weighted, so within a minibatch only the ratios
+    count; this is the absolute part: a minibatch of nothing but identities on probation
+    (update.Learner._weights, relative to the run's most trusted identity) moves the
+    parameters that much less, instead of as much as any other."""
+    if isinstance(batch, SampleBatch):
+        weights = batch.mask
+    elif isinstance(batch, SequenceBatch) and batch.weight is not None:
+        weights = batch.weight
+    else:
+        return None
+    return jnp.minimum(1.0, jnp.max(jnp.asarray(weights, jnp.float32)))

@@ -11,6 +11,7 @@ import numpy as np
 import optax
 
 from networks import normalization
+from seedlike.algos import batches
 
 # The one pmap axis every collective in the learner reduces over.
 AXIS = "devices"
@@ -154,6 +155,10 @@ def make_sgd_step(
         (_, (metrics, priority)), grads = grad_fn(
             state.params, state.target_params, state.obs_norm, batch, key
         )
+        scale = batches.strength(batch)
+        if scale is not None:  # the same on every device: the heaviest weight of all of them
+            scale = jax.lax.pmax(scale, axis_name)
+            grads = jax.tree.map(lambda g: g * scale.astype(g.dtype), grads)
         state, metrics = apply_gradients(
             state, grads, metrics, optimizer, learning_rate_fn, axis_name
         )
@@ -251,8 +256,10 @@ class Probation:
     of the run's first `cohort_s` (its actors as they start, or reconnect to a resumed run)
     weigh 1; one that comes later (a fresh certificate, a restarted attacker) weighs its
     seconds since its first batch over `seconds`, from 0 to 1. An identity unseen for `seconds`
-    starts again. The loss's means are weighted, so only the ratios count: identities that are
-    all new weigh the same, and one alone weighs all."""
+    starts again. The learner weighs them relative to `peak`, the most trusted identity of the
+    run now (1 while any trusted one is there), so identities that are all new teach as one
+    alone does, and a batch of nothing but newcomers beside trusted ones moves the parameters
+    by its weight (batches.strength), not as far as any other batch."""
 
     def __init__(self, seconds: float, cohort_s: float):
         self.seconds = float(seconds)
@@ -273,11 +280,19 @@ class Probation:
             seen[1] = now
         for name in [n for n, (_, last) in self._seen.items() if now - last > self.seconds]:
             del self._seen[name]
-        cohort = self._start + self.cohort_s
-        return [
-            1.0 if first <= cohort else min(1.0, (now - first) / self.seconds)
-            for first in (self._seen[n][0] for n in names)
-        ]
+        return [self._factor(first, now) for first in (self._seen[n][0] for n in names)]
+
+    def peak(self, now: float) -> float:
+        """The largest factor among the identities seen within `seconds` (after `factors`): 1
+        while any of the run's trusted ones is there, else its most senior newcomer's."""
+        if self.seconds <= 0 or not self._seen:
+            return 1.0
+        return max(self._factor(first, now) for first, _ in self._seen.values())
+
+    def _factor(self, first: float, now: float) -> float:
+        if first <= self._start + self.cohort_s:
+            return 1.0
+        return min(1.0, (now - first) / self.seconds)
 
 
 def _within(push, expected, room):

@@ -356,18 +356,23 @@ class Learner:
         return weight, value_target
 
     def _weights(self, unique: list, labels: np.ndarray, now: float):
-        """What each unroll of this batch counts for in the loss ([B] float32, the largest 1: the
-        loss's means are weighted, so only ratios count; None without PPO's score): its
-        identity's window factor (tolerance / z above the tolerance) times its probation; and
-        their metrics. unique: the batch's identities in label order, labels [B] each unroll's."""
+        """What each unroll of this batch counts for in the loss ([B] float32 in [0, 1]; None
+        without PPO's score): its identity's window factor (tolerance / z above the tolerance,
+        relative to the batch's largest) times its probation (relative to the run's most trusted
+        identity); and their metrics. unique: the batch's identities in label order, labels [B]
+        each unroll's."""
         if not self._advantages:
             return None, {}
         tolerance = float(self.config.server.coherence_tolerance)
         z = np.array([self.push_window.z(now, name) for name in unique])
         window = np.where(z > tolerance, tolerance / np.maximum(z, 1e-12), 1.0)
         probation = np.array(self.probation.factors(now, unique))
-        factor = window * probation
-        factor = (factor / max(factor.max(), 1e-12)).astype(np.float32)
+        # The window's factors relative to this batch's largest, as before; probation relative
+        # to the run's most trusted identity: a batch of newcomers alone then counts for less
+        # (batches.strength), where relative to the batch it counted in full.
+        window_part = window / max(window.max(), 1e-12)
+        probation_part = probation / max(self.probation.peak(now), 1e-12)
+        factor = (window_part * probation_part).astype(np.float32)
         return factor[labels], {
             "influence/window_scale_min": float(window.min()),
             "influence/window_z_max": float(z.max()),

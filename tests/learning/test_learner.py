@@ -348,3 +348,45 @@ def test_a_newcomer_on_probation_teaches_what_its_unrolls_left_out_would(devices
     jax.tree.map(
         lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), weighed, left_out
     )
+
+
+def test_a_minibatch_of_light_samples_alone_steps_by_its_heaviest_weight():
+    """The loss's weighted mean is the same for weights w and 0.1 w (only ratios count); the
+    sgd step scales the gradients by the minibatch's heaviest weight capped at 1
+    (batches.strength). With plain SGD at learning rate 1 and loss = mean_w(x) * sum(params),
+    each parameter moves by -strength * mean_w(x): weights [1, 0.1] (a trusted sample beside a
+    newcomer's) step in full, [0.1, 0.1] (newcomers alone) a tenth, [2, 0] in full."""
+    import jax.numpy as jnp
+    import optax
+
+    from seedlike.algos import batches
+
+    def loss_fn(params, target, obs_norm, batch, key):
+        del target, obs_norm, key
+        mask = batch.mask.astype(jnp.float32)
+        mean = jnp.sum(mask * batch.advantage) / jnp.sum(mask)
+        total = sum(jnp.sum(p) for p in jax.tree.leaves(params))
+        return mean * total, ({}, None)
+
+    optimizer = optax.inject_hyperparams(optax.sgd)(learning_rate=1.0)
+    step = jax.pmap(ts.make_sgd_step(loss_fn, optimizer, lambda _: jnp.float32(1.0)), ts.AXIS)
+    x = np.array([[3.0, 1.0]], np.float32)
+
+    def moved(weights):
+        params = {"w": jnp.zeros(2)}
+        zero = jnp.zeros((), jnp.int32)
+        state = ts.TrainState(params, optimizer.init(params), {}, zero, zero, zero)
+        state = jax.tree.map(lambda v: v[None], state)  # one device
+        mask = jnp.asarray(np.array([weights], np.float32))
+        zeros = jnp.zeros((1, 2))
+        batch = batches.SampleBatch(
+            obs={}, extras={}, action=zeros.astype(jnp.int32), behaviour_logp=zeros,
+            behaviour_value=zeros, advantage=jnp.asarray(x), value_target=zeros, mask=mask,
+        )  # fmt: skip
+        new, _ = step(state, batch)
+        return float(np.asarray(new.params["w"])[0, 0])  # [devices, 2]
+
+    mean = lambda w: float(np.sum(np.array(w) * x[0]) / np.sum(w))  # noqa: E731
+    assert moved([1.0, 0.1]) == pytest.approx(-mean([1.0, 0.1]), rel=1e-6)
+    assert moved([0.1, 0.1]) == pytest.approx(-0.1 * mean([0.1, 0.1]), rel=1e-5)
+    assert moved([2.0, 0.0]) == pytest.approx(-mean([2.0, 0.0]), rel=1e-6)

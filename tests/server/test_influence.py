@@ -432,6 +432,16 @@ def test_a_newcomer_weighs_its_tenure_over_the_probation_and_the_runs_first_iden
     assert ts.Probation(seconds=0.0, cohort_s=30.0).factors(5.0, ["a", "b"]) == pytest.approx(
         [1.0, 1.0]
     )
+    # The run's most trusted identity now: a (the cohort) while it is there; once only
+    # newcomers are left, the most senior of them.
+    assert probation.peak(402.0) == pytest.approx(1.0)
+    newcomers = ts.Probation(seconds=300.0, cohort_s=10.0)
+    newcomers.factors(0.0, ["a"])
+    newcomers.factors(100.0, ["b"])
+    newcomers.factors(130.0, ["c"])
+    assert newcomers.peak(130.0) == pytest.approx(1.0)  # a, seen at 0 s, is still there
+    newcomers.factors(350.0, ["b", "c"])  # a unseen for 350 s: gone
+    assert newcomers.peak(350.0) == pytest.approx(250 / 300)  # b's
 
 
 def test_unrolls_that_weigh_less_than_one_teach_the_values_nothing():
