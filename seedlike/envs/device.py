@@ -146,11 +146,7 @@ def advance(env: DeviceEnv, slot: Slot, action: jax.Array, key: jax.Array) -> tu
     episode (the action ignored, reward 0)."""
     reset_key, step_key = jax.random.split(key)
     state, obs, reward, terminated, truncated = env.step(slot.env_state, action, step_key)
-    # The carried dtypes: an env's step may give a field another type (a weak float32 for an
-    # int), and the runtime's loop carries one type.
-    state, obs = jax.tree.map(
-        lambda f, x: jnp.asarray(x, f.dtype), (slot.env_state, slot.obs), (state, obs)
-    )
+    state, obs = conform((slot.env_state, slot.obs), (state, obs))
     if env.resets:  # the step began the next episode itself
         zero = jnp.zeros((), jnp.float32)
         fresh = Slot(state, obs, jnp.ones((), bool), jnp.zeros((), bool), zero, jnp.int32(0))
@@ -172,21 +168,36 @@ def advance(env: DeviceEnv, slot: Slot, action: jax.Array, key: jax.Array) -> tu
     return pick(fresh, stepped), pick(nothing, outcome)
 
 
-class HostAdapter:
+class _FromHost:
+    """What the host adapters of on-device envs share: `env.num_envs` envs, a key split for
+    each batched call, no frames."""
+
+    def __init__(self, env_config, seed: int):
+        self.n = int(env_config.num_envs)
+        self._key = jax.random.key(int(seed))
+
+    def _keys(self):
+        self._key, key = jax.random.split(self._key)
+        return jax.random.split(key, self.n)
+
+    def render(self) -> np.ndarray:
+        # The backend's takes_render_mode is False, so watch.py says so before it would call this.
+        raise ValueError("an on-device env gives no frames; score it with evaluate.py instead")
+
+    def close(self) -> None:
+        pass
+
+
+class HostAdapter(_FromHost):
     """An on-device env stepped from the host through the adapter contract (seedlike.envs), for
     what plays outside the learner's program: evaluate.py, play.py, a league's evaluation games.
     `env.num_envs` envs, advanced by the same `advance`, jitted over the batch."""
 
     def __init__(self, env_config, spec, seed: int, env: DeviceEnv):
         del spec
-        self.n = int(env_config.num_envs)
-        self._key = jax.random.key(int(seed))
+        super().__init__(env_config, seed)
         self._start = jax.jit(jax.vmap(lambda k: start(env, k)))
         self._advance = jax.jit(jax.vmap(lambda s, a, k: advance(env, s, a, k)))
-
-    def _keys(self):
-        self._key, key = jax.random.split(self._key)
-        return jax.random.split(key, self.n)
 
     def reset(self) -> None:
         self._slots = self._start(self._keys())
@@ -212,15 +223,8 @@ class HostAdapter:
         acted[rows.env_id] = action
         self._slots, self._outcome = self._advance(self._slots, acted, self._keys())
 
-    def render(self) -> np.ndarray:
-        # The backend's takes_render_mode is False, so watch.py says so before it would call this.
-        raise ValueError("an on-device env gives no frames; score it with evaluate.py instead")
 
-    def close(self) -> None:
-        pass
-
-
-class TurnAdapter:
+class TurnAdapter(_FromHost):
     """A two-player on-device game stepped from the host through the adapter contract, two rows
     per env (one per player) as envpool's board games give them: each player's own view, the
     legal-action mask on the mover's row (all False on the other), `acting` for the mover alone.
@@ -229,8 +233,7 @@ class TurnAdapter:
 
     def __init__(self, env_config, spec, seed: int, env: TurnEnv):
         del spec
-        self.n = int(env_config.num_envs)
-        self._key = jax.random.key(int(seed))
+        super().__init__(env_config, seed)
         players = jnp.arange(2, dtype=jnp.int32)
 
         def view(turn: Turn):  # [2, ...] per env: both players' observations and masks
@@ -241,17 +244,13 @@ class TurnAdapter:
         def advance(turn: Turn, action, key):
             reset_key, step_key = jax.random.split(key)
             fresh, stepped = env.reset(reset_key), env.step(turn, action, step_key)
-            stepped = jax.tree.map(lambda f, x: jnp.asarray(x, f.dtype), fresh, stepped)
+            stepped = conform(fresh, stepped)
             ended = turn.terminated | turn.truncated
             return jax.tree.map(lambda a, b: jnp.where(ended, a, b), fresh, stepped)
 
         self._reset = jax.jit(jax.vmap(env.reset))
         self._advance = jax.jit(jax.vmap(advance))
         self._view = jax.jit(jax.vmap(view))
-
-    def _keys(self):
-        self._key, key = jax.random.split(self._key)
-        return jax.random.split(key, self.n)
 
     def reset(self) -> None:
         self._turn = self._reset(self._keys())
@@ -276,11 +275,11 @@ class TurnAdapter:
         acted[rows.env_id[rows.acting]] = np.asarray(action)[rows.acting]
         self._turn = self._advance(self._turn, acted, self._keys())
 
-    def render(self) -> np.ndarray:
-        raise ValueError("an on-device env gives no frames; score it with evaluate.py instead")
 
-    def close(self) -> None:
-        pass
+def conform(like, tree):
+    """`tree` with the dtypes of `like`'s leaves: an env's step may give a field another type (a
+    weak float32 for an int), and a loop carries one type."""
+    return jax.tree.map(lambda a, b: jnp.asarray(b, jnp.asarray(a).dtype), like, tree)
 
 
 def _strong(tree):

@@ -156,8 +156,10 @@ def split(network, seen: dict) -> tuple[dict, dict]:
 def by_label(outcome: device.Outcome, labels: int) -> jax.Array:
     """float32 [labels, 3]: the episodes that ended, by label and by the sign of their return
     (loss, draw, win); [0, 3] for an env without labels."""
-    result = jnp.sign(outcome.episode_return).astype(jnp.int32) + 1
     counts = jnp.zeros((labels, 3), jnp.float32)
+    if not labels:
+        return counts
+    result = jnp.sign(outcome.episode_return).astype(jnp.int32) + 1
     return counts.at[outcome.label.reshape(-1), result.reshape(-1)].add(
-        outcome.ended.reshape(-1).astype(jnp.float32), mode="drop"
+        outcome.ended.reshape(-1).astype(jnp.float32)
     )

@@ -47,11 +47,11 @@ FIRST_CALL_UPDATES = 1  # the first call compiles; each later one is sized by th
 def check(config) -> None:
     """ConfigError (one line) for a config the on-device runtime cannot run as written."""
     config_lib.validate(config)
-    config_lib.validate_network(config, config_lib.env_spec(config))
+    spec = config_lib.env_spec(config)
+    config_lib.validate_network(config, spec)
     algo, backend = config.algo, config.env.backend
     replay = BATCHES[ALGORITHMS[algo].batch] != ON_POLICY
     here = ", ".join(n for n, a in ALGORITHMS.items() if BATCHES[a.batch] == ON_POLICY)
-    spec = config_lib.env_spec(config)
     games = spec.num_players == 2
     unsupported = {
         f"algo={algo!r} (it learns from a replay; {here} run here)": replay,

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from seedlike.envs.device import DeviceEnv, Lanes, Turn, TurnEnv
+from seedlike.envs.device import DeviceEnv, Lanes, Turn, TurnEnv, conform
 from seedlike.types import LEGAL_ACTION_MASK
 
 LEARNER_SEAT = 0
@@ -165,8 +165,8 @@ def seat_env(
             turn, kind, began = state
             game_key, kind_key, step_key, reply_key = jax.random.split(key, 4)
             over = turn.terminated | turn.truncated
-            moved = _typed(turn, env.step(turn, action, step_key))
-            fresh = begin(_typed(turn, env.reset(game_key)), kind_key)
+            moved = conform(turn, env.step(turn, action, step_key))
+            fresh = begin(conform(turn, env.reset(game_key)), kind_key)
             turn, kind, began = jax.tree.map(
                 lambda a, b: jnp.where(over, a, b), fresh, (moved, kind, began)
             )
@@ -197,14 +197,9 @@ def _reply(env: TurnEnv, opponent_move, turn: Turn, key):
     def move(carry):
         t, reward, key = carry
         key, move_key, step_key = jax.random.split(key, 3)
-        t = _typed(t, env.step(t, opponent_move(t, move_key), step_key))
+        t = conform(t, env.step(t, opponent_move(t, move_key), step_key))
         return t, reward + t.rewards[LEARNER_SEAT], key
 
     turn, reward, _ = jax.lax.while_loop(waiting, move, (turn, jnp.float32(0), key))
     view = env.observe(turn, jnp.int32(LEARNER_SEAT))
     return turn, reward, {**view, LEGAL_ACTION_MASK: turn.obs[LEGAL_ACTION_MASK]}
-
-
-def _typed(like: Turn, turn: Turn) -> Turn:
-    """`turn` with the dtypes of `like` (a loop carries one type; pgx's step can weaken one)."""
-    return jax.tree.map(lambda a, b: jnp.asarray(b, jnp.asarray(a).dtype), like, turn)
