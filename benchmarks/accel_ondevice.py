@@ -1,7 +1,8 @@
 """On-device env steps/s at accelerator sizes, one device: gymnax CartPole-v1 at 2^12-2^16 envs,
-MinAtar Breakout at 2^10-2^13 envs and pgx Connect Four self-play with the league
+MinAtar Breakout at 2^10-2^13 envs, pgx Connect Four self-play with the league
 (configs/pgx_connect4.py; learner moves/s, each with the opponent's reply; about 14 per game) at
-2^12-2^14 envs, seedlike's compiled program beside PureJaxRL's
+2^12-2^14 envs and brax ant (configs/brax_ppo.py:ant, 5 steps per env and update) at 2^12-2^14
+envs, seedlike's compiled program beside PureJaxRL's
 purejaxrl/ppo.py at the same sizes and settings (128 steps per env and update, its 64 x 64 MLPs
 on the flattened observation; CartPole at ppo.py's own settings, Breakout at those PureJaxRL
 tuned for MinAtar, as configs/gymnax_minatar_ppo.py has them), one size after another:
@@ -10,10 +11,10 @@ tuned for MinAtar, as configs/gymnax_minatar_ppo.py has them), one size after an
       --out=$OUT/ondevice.json
 
 Made for the accelerator host of ../shared/gpu/README.md, within 5 minutes there: --site puts
-.gpu's site-packages (which must hold gymnax, pgx and their imports) on every process's path, and
-PureJaxRL's ppo.py and wrappers.py travel in the working tree in a folder git ignores (fetched
-from github luchris429/purejaxrl, not committed); without --purejaxrl only seedlike runs. Each
-side trains --updates policy versions per size in a process of its own
+.gpu's site-packages (which must hold gymnax, pgx, brax and their imports) on every process's
+path, and PureJaxRL's ppo.py and wrappers.py travel in the working tree in a folder git ignores
+(fetched from github luchris429/purejaxrl, not committed); without --purejaxrl only seedlike
+runs. Each side trains --updates policy versions per size in a process of its own
 (benchmarks/ondevice_sides.py: seedlike's program alone, three timed calls after two warm-up
 ones; PureJaxRL's whole jitted run, compiled apart). --budget_s stops starting new sizes.
 Writes JSON and prints a Markdown table.
@@ -32,6 +33,7 @@ from benchmarks import results_io
 _CARTPOLE = flags.DEFINE_list("cartpole_envs", ["4096", "16384", "65536"], "CartPole env counts.")
 _BREAKOUT = flags.DEFINE_list("breakout_envs", ["1024", "8192"], "MinAtar Breakout env counts.")
 _CONNECT4 = flags.DEFINE_list("connect4_envs", ["4096", "16384"], "pgx Connect Four env counts.")
+_ANT = flags.DEFINE_list("ant_envs", ["4096", "16384"], "brax ant env counts.")
 _UPDATES = flags.DEFINE_integer("updates", 6, "Policy versions each side trains per size.")
 _PUREJAXRL = flags.DEFINE_string("purejaxrl", "", "Folder of purejaxrl's ppo.py and wrappers.py.")
 _SITE = flags.DEFINE_string("site", "", "Packages for every process (.gpu/site on the host).")
@@ -40,14 +42,16 @@ _OUT = flags.DEFINE_string("out", None, "JSON path (default benchmarks/results/.
 
 LENGTH = 128  # PureJaxRL's NUM_STEPS
 # task -> (seedlike config, PureJaxRL's settings for it: ppo.py's own for CartPole; None: no
-# PureJaxRL side)
+# PureJaxRL side, and steps per env and update)
 TASKS = {
-    "CartPole": ("configs/gymnax_cartpole_ppo.py", {"ENV_NAME": "CartPole-v1"}),
+    "CartPole": ("configs/gymnax_cartpole_ppo.py", {"ENV_NAME": "CartPole-v1"}, LENGTH),
     "Breakout": (
         "configs/gymnax_minatar_ppo.py:Breakout",
         {**sides.PUREJAXRL_MINATAR, "ENV_NAME": "Breakout-MinAtar"},
+        LENGTH,
     ),
-    "ConnectFour": ("configs/pgx_connect4.py", None),
+    "ConnectFour": ("configs/pgx_connect4.py", None, 16),
+    "Ant": ("configs/brax_ppo.py:ant", None, 5),
 }
 
 
@@ -62,8 +66,8 @@ def child_env() -> dict:
 
 def measure(task: str, envs: int, logdir: str) -> dict:
     """Both sides at one size: {side: its JSON line}."""
-    config, anchor = TASKS[task]
-    steps = envs * (LENGTH if anchor is not None else 16) * _UPDATES.value  # 16: pgx_connect4's
+    config, anchor, length = TASKS[task]
+    steps = envs * length * _UPDATES.value
     ours = sides.Side(steps, 0, config, overrides={"batch_unrolls": envs})
     out = {"seedlike_program": sides.run_side("seedlike_program", ours, logdir, child_env())}
     if _PUREJAXRL.value and anchor is not None:
@@ -100,6 +104,7 @@ def main(argv):
     sizes = [("CartPole", int(n)) for n in _CARTPOLE.value]
     sizes += [("Breakout", int(n)) for n in _BREAKOUT.value]
     sizes += [("ConnectFour", int(n)) for n in _CONNECT4.value]
+    sizes += [("Ant", int(n)) for n in _ANT.value]
     for task, envs in sizes:
         if time.monotonic() - started > _BUDGET.value:
             print(f"budget spent: {task} at {envs} envs and later sizes not run", flush=True)

@@ -136,7 +136,7 @@ tail = [r for rs in rows for r in rs if r["env_steps"] > 0.9 * last["env_steps"]
 print(json.dumps({"compile_s": first["time"] - start, "train_s": last["time"] - first["time"],
                   "env_steps": c.seeds * (last["env_steps"] - first["env_steps"]),
                   "final_return": sum(r["episode_return_mean"] * r["episodes"] for r in tail)
-                  / sum(r["episodes"] for r in tail)}))
+                  / sum(r["episodes"] for r in tail) if tail else None}))
 """
 
 # seedlike's program alone: three calls that make the run's env steps together, after two warm-up

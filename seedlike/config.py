@@ -94,7 +94,8 @@ def env_section() -> ml_collections.ConfigDict:
     """The environment every actor steps: its backend (seedlike.envs.BACKENDS), task and spaces."""
     c = ml_collections.ConfigDict()
     # envpool | pettingzoo (any PettingZoo parallel env) | gymnasium (any single-agent Gymnasium
-    # env); seedlike/envs/__init__.py
+    # env) through actors; gymnax | pgx | brax on the device (docs/ondevice.md);
+    # seedlike/envs/__init__.py
     c.backend = "envpool"
     # envpool: a task id. pettingzoo: the module with parallel_env(), or module:function, e.g.
     # "magent2.environments.battle_v4" (pip install -e .[magent]) or "seedlike.envs.coins".

@@ -57,6 +57,24 @@ def rows(n, value=0.0, env_id=None):
 LEARNER_SPEC = EnvSpec("test", {"obs": ArraySpec(np.float32, (4,))}, num_actions=3)
 
 
+def config_file(path: str, **values) -> ml_collections.ConfigDict:
+    """The config file's config (path[:arg]) with wandb off and `values` set by dotted key
+    ("ppo.epochs": 2), locked again."""
+    from seedlike.config import load_config_file
+
+    c = load_config_file(path)
+    c.unlock()
+    c.log.wandb_mode = "disabled"
+    for key, value in values.items():
+        *path_, last = key.split(".")
+        target = c
+        for part in path_:
+            target = target[part]
+        target[last] = value
+    c.lock()
+    return c
+
+
 def learner_config(**overrides) -> ml_collections.ConfigDict:
     c = base_config()
     c.unroll_length = 8

@@ -10,6 +10,8 @@ envs an actor steps.
               learner's compiled program (seedlike.ondevice), no actors
   pgx         pgx's two-player board games (tic_tac_toe, connect_four, othello, go_9x9, ...),
               on-device, the league's opponents played inside the program
+  brax        brax's continuous control (inverted_double_pendulum, halfcheetah, ant, humanoid,
+              ...; MJX through brax's backend="mjx"), on-device
 
 Every backend turns a batch of envs into seedlike.types.Rows of (env, player) seats, with the same
 adapter methods: reset(), recv() -> Rows, send(actions, rows), render(), close(). With
@@ -74,6 +76,7 @@ BACKENDS = {
     "gymnasium": Backend("gymnasium", "seedlike.envs.gymnasium_env"),
     "gymnax": Backend("gymnax", "seedlike.envs.gymnax_env", on_device=True),
     "pgx": Backend("pgx", "seedlike.envs.pgx_env", on_device=True),
+    "brax": Backend("brax", "seedlike.envs.brax_env", on_device=True),
 }
 
 

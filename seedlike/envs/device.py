@@ -33,8 +33,8 @@ class DeviceEnv(NamedTuple):
     """One env as pure functions (no auto-reset: `advance` does it).
 
     reset(key) -> (env_state, obs: dict key -> [*spec.shape])
-    step(env_state, action int32 [], key) -> (env_state, obs, reward float32 [],
-        terminated bool [], truncated bool [])
+    step(env_state, action, key) -> (env_state, obs, reward float32 [], terminated bool [],
+        truncated bool [])  (action: int32 [], or float32 [K] where the spec is continuous)
 
     An observation dict holds the spec's observation keys and, where the spec has it, its
     legal_action_mask (the policy's input; seedlike.ondevice.rollout splits them). `label(state)`
@@ -219,7 +219,8 @@ class HostAdapter(_FromHost):
         )  # fmt: skip
 
     def send(self, action: np.ndarray, rows: Rows) -> None:
-        acted = np.zeros(self.n, np.int32)
+        action = np.asarray(action)  # int32 [rows], or float32 [rows, K] (continuous)
+        acted = np.zeros((self.n, *action.shape[1:]), action.dtype)
         acted[rows.env_id] = action
         self._slots, self._outcome = self._advance(self._slots, acted, self._keys())
 

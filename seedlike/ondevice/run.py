@@ -67,6 +67,9 @@ def check(config) -> None:
         "a two-player game with league.eval_interval_s > 0 (TrueSkill evaluation runs beside "
         "a SEED run; set it to 0 and rate the run with play.py)": games
         and float(config.league.eval_interval_s) > 0,
+        "network.action_squash (the env gets the policy's sample clipped to its bounds)": bool(
+            spec.continuous and config.network.action_squash
+        ),
     }
     named = [what for what, used in unsupported.items() if used]
     if named:

@@ -15,6 +15,7 @@ from seedlike import checkpoint as ckpt_lib
 from seedlike.config import ConfigError, load_config_file
 from seedlike.metrics import read_metrics, read_summary
 from seedlike.ondevice import run
+from tests.helpers import config_file
 
 pytest.importorskip("gymnax")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -23,17 +24,7 @@ PQN = os.path.join(ROOT, "configs", "gymnax_cartpole_pqn.py")
 
 
 def config(path=CONFIG, **values):
-    c = load_config_file(path)
-    c.unlock()
-    c.log.wandb_mode = "disabled"
-    for key, value in values.items():
-        node, *path = key.split(".")
-        target = c
-        for part in [node, *path][:-1]:
-            target = target[part]
-        target[[node, *path][-1]] = value
-    c.lock()
-    return c
+    return config_file(path, **values)
 
 
 @pytest.mark.slow

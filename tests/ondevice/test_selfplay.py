@@ -11,13 +11,14 @@ import pytest
 
 from seedlike import checkpoint as ckpt_lib
 from seedlike import envs
-from seedlike.config import ConfigError, load_config_file
+from seedlike.config import ConfigError
 from seedlike.envs import device
 from seedlike.envs.device import Turn, TurnEnv
 from seedlike.league import connect_four, games
 from seedlike.league.players import LEARNER
 from seedlike.metrics import read_metrics
 from seedlike.ondevice import opponents, program, rollout, run, selfplay
+from tests.helpers import config_file
 
 pytest.importorskip("pgx")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -25,17 +26,7 @@ CONFIG = os.path.join(ROOT, "configs", "pgx_tictactoe.py")
 
 
 def config(**values):
-    c = load_config_file(CONFIG)
-    c.unlock()
-    c.log.wandb_mode = "disabled"
-    for key, value in values.items():
-        *path, last = key.split(".")
-        target = c
-        for part in path:
-            target = target[part]
-        target[last] = value
-    c.lock()
-    return c
+    return config_file(CONFIG, **values)
 
 
 def game(name="connect_four"):
