@@ -36,8 +36,9 @@ INSTALL_REQUIRES = [
     "gymnax==0.0.9",
     "seaborn==0.13.2",
     "pgx==2.6.0",  # env.backend=pgx: two-player board games on the device (svgwrite with it)
-    # env.backend=brax: continuous control on the device (MuJoCo's MJX comes with it, pinned
-    # with mujoco above); its own PPO trainer is benchmarks/brax_ppo.py's anchor.
+    # env.backend=brax: continuous control on the device; its own PPO trainer is
+    # benchmarks/brax_ppo.py's anchor. mujoco-mjx: the version pip chose beside mujoco 4.0.0
+    # above (brax's backend="mjx"; seen working, not tested in the suite).
     "brax==0.14.2",
     "mujoco-mjx==3.17.0",
 ]

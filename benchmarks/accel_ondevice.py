@@ -41,17 +41,16 @@ _BUDGET = flags.DEFINE_float("budget_s", 270.0, "No new size starts after this m
 _OUT = flags.DEFINE_string("out", None, "JSON path (default benchmarks/results/...).")
 
 LENGTH = 128  # PureJaxRL's NUM_STEPS
-# task -> (seedlike config, PureJaxRL's settings for it: ppo.py's own for CartPole; None: no
-# PureJaxRL side, and steps per env and update)
+# task -> (seedlike config, PureJaxRL's settings for it: ppo.py's own for CartPole; None where
+# no PureJaxRL side runs, and the config's own unroll_length is the steps per env and update)
 TASKS = {
-    "CartPole": ("configs/gymnax_cartpole_ppo.py", {"ENV_NAME": "CartPole-v1"}, LENGTH),
+    "CartPole": ("configs/gymnax_cartpole_ppo.py", {"ENV_NAME": "CartPole-v1"}),
     "Breakout": (
         "configs/gymnax_minatar_ppo.py:Breakout",
         {**sides.PUREJAXRL_MINATAR, "ENV_NAME": "Breakout-MinAtar"},
-        LENGTH,
     ),
-    "ConnectFour": ("configs/pgx_connect4.py", None, 16),
-    "Ant": ("configs/brax_ppo.py:ant", None, 5),
+    "ConnectFour": ("configs/pgx_connect4.py", None),
+    "Ant": ("configs/brax_ppo.py:ant", None),
 }
 
 
@@ -64,9 +63,16 @@ def child_env() -> dict:
     return env
 
 
+def unroll_length(config: str) -> int:
+    from seedlike.config import load_config_file
+
+    return int(load_config_file(os.path.join(sides.ROOT, config)).unroll_length)
+
+
 def measure(task: str, envs: int, logdir: str) -> dict:
     """Both sides at one size: {side: its JSON line}."""
-    config, anchor, length = TASKS[task]
+    config, anchor = TASKS[task]
+    length = LENGTH if anchor is not None else unroll_length(config)
     steps = envs * length * _UPDATES.value
     ours = sides.Side(steps, 0, config, overrides={"batch_unrolls": envs})
     out = {"seedlike_program": sides.run_side("seedlike_program", ours, logdir, child_env())}

@@ -12,14 +12,21 @@ trainer is set to collect one unroll per env per update (batch_size x num_miniba
 which is what seedlike's program does, so the two consume the same data per update. What stays
 each side's own: brax's tanh-squashed normal with a softplus std and its reward scaling constant
 (the task's published one) against seedlike's clipped Gaussian with return-based reward
-normalization (configs/mujoco_ppo.py's), and brax's truncations, which do not bootstrap.
+normalization (configs/mujoco_ppo.py's), seedlike's gradient clipping (norm 0.5) and Adam eps
+(1e-5) against brax's none and 1e-8, and brax's truncations, which do not bootstrap. seedlike
+counts the step that resets an ended episode as an env step (brax's auto-reset takes none): about
+1% of inverted_double_pendulum's late steps.
 
 Reported apart for each run: compile time (brax: its first training epoch less a later one's
-time; seedlike: its first call) and training time, env steps/s of training (brax: its
-`training/walltime`, which leaves its evaluations out; seedlike: its rows' times), and the
-return: brax's `eval/episode_reward` at the end (128 stochastic episodes), seedlike's mean return
-of the episodes that ended in the last 10% of its env steps. Each run is a process of its own with
-one CPU device. Writes JSON (--out).
+time, within its epochs' noise; seedlike: its whole start, the first call included) and training
+time, env steps/s of training (brax: its `training/walltime` over its epochs after the first,
+which leaves its evaluations out; seedlike: its rows after the first call), and the return
+measured alike: brax's `eval/episode_reward` at the end (128 sampled episodes from fresh
+starts; its `final_return`), and for seedlike the same of its last checkpoint (evaluate.py, 128
+sampled episodes; `eval_return`). seedlike's `final_return` is another thing: the mean return of
+its training episodes that ended in the last 10% of its env steps (short episodes weigh toward
+it; None where none ended there, as on halfcheetah, whose episodes all run 1000 steps). Each run
+is a process of its own with one CPU device. Writes JSON (--out).
 """
 
 import json
@@ -60,7 +67,7 @@ with contextlib.redirect_stdout(io.StringIO()):
 from brax.training.agents.ppo import networks, train as ppo
 import jax, jax.numpy as jnp
 if "device_put_replicated" not in vars(jax):  # brax 0.14.2 calls what jax 0.10 removed
-    def device_put_replicated(x, devices):  # what it did: x stacked once per device
+    def device_put_replicated(x, devices):  # what it did on one device: x stacked per device
         return jax.device_put(jax.tree.map(lambda a: jnp.stack([a] * len(devices)), x),
                               devices[0])
     jax.device_put_replicated = device_put_replicated
@@ -132,6 +139,10 @@ def main(argv):
 
     source = f"configs/brax_ppo.py:{_TASK.value}"
     config = load_config_file(os.path.join(ROOT, source))
+    if _EVALS.value < 3:
+        raise app.UsageError(
+            "--evals must be >= 3: brax's speed is read from its epochs after the first"
+        )
     if _ENVS.value % int(config.ppo.num_minibatches):
         raise app.UsageError(f"--envs must split into {config.ppo.num_minibatches} minibatches")
     logdir = tempfile.mkdtemp(prefix="brax-ppo-")
@@ -144,7 +155,7 @@ def main(argv):
         result["eval_return"] = evaluated(os.path.join(logdir, f"seed_{seed}"))
         runs["seedlike"].append(result)
 
-    def median(values):  # of the runs that report the value (see final_return's note)
+    def median(values):  # of the runs that report the value (final_return may be None)
         values = sorted(v for v in values if v is not None)
         return values[len(values) // 2] if values else None
 

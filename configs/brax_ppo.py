@@ -8,12 +8,14 @@ normalizes observations and multiplies rewards by a per-task constant). One vari
     scripts/train.sh --config=configs/brax_ppo.py:inverted_double_pendulum
     scripts/train.sh --config=configs/brax_ppo.py:halfcheetah --config.env.num_envs=...
 
-What differs from brax's trainer, on purpose: one unroll per env per policy version (brax
-collects batch_size x num_minibatches unrolls per update from its envs; here every env's unroll
-of `unroll_length` steps is the batch, so envs x unroll_length steps per version), the Gaussian
-head of configs/mujoco_ppo.py (a state-independent log-std; brax squashes a tanh normal),
-64-64 silu torsos for policy and value (brax: 4 x 32 and 5 x 256 swish), and a truncated
-episode's last value bootstraps (brax's trainer, by default, does not). benchmarks/brax_ppo.py
+What differs from brax's trainer: one unroll per env per policy version (brax collects
+batch_size x num_minibatches unrolls per update from its envs; here every env's unroll of
+`unroll_length` steps is the batch, so envs x unroll_length steps per version), the Gaussian
+head the MuJoCo configs use (a state-independent log-std, here from 0: std 1, as brax's starts;
+brax squashes a tanh normal), 64-64 silu torsos for policy and value (brax: 4 x 32 and 5 x 256
+swish), seedlike's optimizer defaults (gradients clipped at norm 0.5, Adam eps 1e-5; brax: no
+clipping, 1e-8), and a truncated episode's last value bootstraps (brax's trainer, by default,
+does not). benchmarks/brax_ppo.py
 runs brax's own trainer beside it at the same envs, unroll length and network.
 """
 

@@ -66,9 +66,9 @@ def config_file(path: str, **values) -> ml_collections.ConfigDict:
     c.unlock()
     c.log.wandb_mode = "disabled"
     for key, value in values.items():
-        *path_, last = key.split(".")
+        *parents, last = key.split(".")
         target = c
-        for part in path_:
+        for part in parents:
             target = target[part]
         target[last] = value
     c.lock()

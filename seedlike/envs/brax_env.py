@@ -34,7 +34,7 @@ def _split_kwargs(env_config) -> tuple[int, tuple]:
     kwargs = env_config.get("kwargs") or {}
     kwargs = dict(kwargs.to_dict() if hasattr(kwargs, "to_dict") else kwargs)
     length = kwargs.pop("episode_length", EPISODE_LENGTH)
-    if not isinstance(length, int) or length < 1:
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
         raise ValueError(f"env.kwargs.episode_length={length!r} must be an int >= 1")
     return length, tuple(sorted(kwargs.items()))
 
@@ -49,7 +49,7 @@ def _made(name: str, kwargs: tuple):
         raise ValueError(
             "env.backend='brax' needs the brax package: scripts/train.sh installs it"
         ) from None
-    known = sorted(envs._envs)
+    known = sorted(envs._envs)  # brax's registry (no public list)
     if name not in known:
         raise ValueError(f"env.name={name!r} is not a brax env; brax has {known}")
     try:
@@ -60,11 +60,21 @@ def _made(name: str, kwargs: tuple):
 
 def _make(env_config):
     length, kwargs = _split_kwargs(env_config)
+    try:
+        hash(kwargs)
+    except TypeError:
+        raise ValueError(f"env.kwargs {dict(kwargs)}: brax's arguments here are numbers, "
+                         "strings or tuples") from None  # fmt: skip
     return _made(env_config.name, kwargs), length
 
 
 def check_env(env_config) -> None:
-    _make(env_config)
+    env, _ = _make(env_config)
+    if not isinstance(env.observation_size, int):
+        raise ValueError(
+            f"env.name={env_config.name!r} gives a dict observation "
+            f"({env.observation_size}); the brax backend takes brax's flat ones"
+        )
 
 
 def make_env_spec(env_config) -> EnvSpec:

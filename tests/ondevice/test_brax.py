@@ -9,7 +9,6 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from seedlike import envs
@@ -28,22 +27,24 @@ def config(task="inverted_pendulum", **values):
     return config_file(f"{CONFIG}:{task}", **values)
 
 
-def test_the_spec_is_braxs_and_actions_beyond_the_bounds_act_as_the_bounds():
-    """inverted_double_pendulum: brax's 8 observations and one action in [-1, 1]; an action of
-    5 moves the cart exactly as 1 does (the env gets the sample clipped), -5 as -1, and 0.5
-    otherwise."""
+def test_the_spec_is_braxs_and_actions_beyond_the_bounds_are_paid_as_the_bounds():
+    """inverted_double_pendulum: brax's 8 observations and one action in [-1, 1]. halfcheetah
+    charges its control cost on the action it is given (brax clips the actuators, not the cost):
+    an action of 5 in every joint earns exactly what 1 does (the env gets the sample clipped),
+    where unclipped it would cost 25 times as much, and 0.5 earns something else."""
     c = config("inverted_double_pendulum")
     spec = envs.make_env_spec(c.env)
     assert spec.observation["obs"].shape == (8,) and spec.continuous == 1
     assert spec.action_low == (-1.0,) and spec.action_high == (1.0,) and spec.num_actions == 0
+    c = config("halfcheetah", **{"env.kwargs": {"backend": "spring"}})
+    spec = envs.make_env_spec(c.env)
     env = envs.device_env(c.env, spec)
     state, _ = env.reset(jax.random.key(0))
     step = jax.jit(env.step)
-    after = {a: np.asarray(step(state, jnp.array([a]), jax.random.key(1))[1]["obs"]) for a in
-             (5.0, 1.0, 0.5, -1.0, -5.0)}  # fmt: skip
-    np.testing.assert_array_equal(after[5.0], after[1.0])
-    np.testing.assert_array_equal(after[-5.0], after[-1.0])
-    assert not np.allclose(after[0.5], after[1.0])
+    paid = {a: float(step(state, jnp.full((6,), a), jax.random.key(1))[2]) for a in
+            (5.0, 1.0, 0.5, -1.0, -5.0)}  # fmt: skip
+    assert paid[5.0] == paid[1.0] and paid[-5.0] == paid[-1.0], paid
+    assert paid[0.5] != paid[1.0], paid
 
 
 def test_an_episode_is_truncated_at_its_length_and_the_next_step_starts_another():
@@ -62,7 +63,7 @@ def test_an_episode_is_truncated_at_its_length_and_the_next_step_starts_another(
         assert not bool(out.terminated)
         assert bool(out.truncated) == (i == 6), i
         if i == 6:
-            assert float(out.episode_return) == pytest.approx(sum(rewards[:6]), rel=1e-5)
+            assert float(out.episode_return) == pytest.approx(sum(rewards[:6]), abs=1e-4)
             assert int(out.episode_length) == 6
     assert bool(slot.first) and rewards[-1] == 0.0  # step 7 was the reset
 
@@ -78,15 +79,18 @@ def test_ppo_learns_inverted_pendulum_on_the_device_and_plays_from_the_host(tmp_
     run.train(config(**values), logdir)
     rows = read_metrics(logdir)
     assert rows[-1]["env_steps"] >= 200_000
-    assert rows[-1]["episode_return_mean"] >= 150, rows[-1]
+    # The episodes that ended in the last 20% of the env steps (a last call may end none).
+    tail = [r for r in rows if r["env_steps"] > 160_000 and r["episodes"]]
+    returns = sum(r["episode_return_mean"] * r["episodes"] for r in tail)
+    assert returns / sum(r["episodes"] for r in tail) >= 150, tail[-3:]
     played = subprocess.run(
-        [sys.executable, "evaluate.py", f"--checkpoint={logdir}", "--episodes=4"],
+        [sys.executable, "evaluate.py", f"--checkpoint={logdir}", "--episodes=8"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert played.returncode == 0, played.stderr[-2000:]
     with open(os.path.join(logdir, "evaluation.json")) as f:
         evaluation = json.load(f)
-    assert evaluation["episodes"] == 4 and evaluation["return"]["mean"] >= 150, evaluation
+    assert evaluation["episodes"] == 8 and evaluation["return"]["mean"] >= 150, evaluation
 
 
 def test_what_brax_cannot_make_or_run_is_one_line():
