@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import subprocess
+import sys
 
 import jax
 import ml_collections
@@ -73,6 +74,17 @@ def config_file(path: str, **values) -> ml_collections.ConfigDict:
         target[last] = value
     c.lock()
     return c
+
+
+def evaluated(logdir: str, episodes: int, timeout: float = 300) -> dict:
+    """evaluate.py run on the run's last checkpoint (a process of its own): its evaluation.json."""
+    played = subprocess.run(
+        [sys.executable, "evaluate.py", f"--checkpoint={logdir}", f"--episodes={episodes}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    assert played.returncode == 0, played.stderr[-2000:]
+    with open(os.path.join(logdir, "evaluation.json")) as f:
+        return json.load(f)
 
 
 def learner_config(**overrides) -> ml_collections.ConfigDict:

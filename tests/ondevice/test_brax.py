@@ -2,10 +2,7 @@
 bounds, episodes truncated at their length, a run that learns a task quickly and plays from the
 host, and configs refused in one line."""
 
-import json
 import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +13,7 @@ from seedlike.config import ConfigError
 from seedlike.envs import UnknownEnv, device
 from seedlike.metrics import read_metrics
 from seedlike.ondevice import run
-from tests.helpers import config_file
+from tests.helpers import config_file, evaluated
 
 pytest.importorskip("brax")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -43,6 +40,7 @@ def test_the_spec_is_braxs_and_actions_beyond_the_bounds_are_paid_as_the_bounds(
     step = jax.jit(env.step)
     paid = {a: float(step(state, jnp.full((6,), a), jax.random.key(1))[2]) for a in
             (5.0, 1.0, 0.5, -1.0, -5.0)}  # fmt: skip
+    # Bitwise: the clipped 5 and the 1 are the same input to the same computation.
     assert paid[5.0] == paid[1.0] and paid[-5.0] == paid[-1.0], paid
     assert paid[0.5] != paid[1.0], paid
 
@@ -65,7 +63,7 @@ def test_an_episode_is_truncated_at_its_length_and_the_next_step_starts_another(
         if i == 6:
             assert float(out.episode_return) == pytest.approx(sum(rewards[:6]), abs=1e-4)
             assert int(out.episode_length) == 6
-    assert bool(slot.first) and rewards[-1] == 0.0  # step 7 was the reset
+    assert bool(slot.first) and rewards[-1] == 0.0  # step 7 was the reset (its reward a literal 0)
 
 
 @pytest.mark.slow
@@ -83,13 +81,7 @@ def test_ppo_learns_inverted_pendulum_on_the_device_and_plays_from_the_host(tmp_
     tail = [r for r in rows if r["env_steps"] > 160_000 and r["episodes"]]
     returns = sum(r["episode_return_mean"] * r["episodes"] for r in tail)
     assert returns / sum(r["episodes"] for r in tail) >= 150, tail[-3:]
-    played = subprocess.run(
-        [sys.executable, "evaluate.py", f"--checkpoint={logdir}", "--episodes=8"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert played.returncode == 0, played.stderr[-2000:]
-    with open(os.path.join(logdir, "evaluation.json")) as f:
-        evaluation = json.load(f)
+    evaluation = evaluated(logdir, episodes=8)
     assert evaluation["episodes"] == 8 and evaluation["return"]["mean"] >= 150, evaluation
 
 

@@ -15,7 +15,7 @@ from seedlike import checkpoint as ckpt_lib
 from seedlike.config import ConfigError, load_config_file
 from seedlike.metrics import read_metrics, read_summary
 from seedlike.ondevice import run
-from tests.helpers import config_file
+from tests.helpers import config_file, evaluated
 
 pytest.importorskip("gymnax")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -199,13 +199,7 @@ def test_train_sh_runs_an_on_device_config_without_actors(tmp_path):
     assert not [f for f in os.listdir(logdir) if f.startswith("actor_")]
     assert read_summary(logdir)["env_steps"] == 20_480
     # Its checkpoint plays outside the program, through the backend's host adapter.
-    played = subprocess.run(
-        [sys.executable, "evaluate.py", f"--checkpoint={logdir}", "--episodes=3"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert played.returncode == 0, played.stderr[-2000:]
-    with open(os.path.join(logdir, "evaluation.json")) as f:
-        assert json.load(f)["episodes"] == 3
+    assert evaluated(logdir, episodes=3, timeout=120)["episodes"] == 3
     again = subprocess.run(
         [sys.executable, "learner.py", f"--config={CONFIG}", f"--logdir={logdir}",
          "--config.algo=rainbow", "--config.total_env_steps=40000"],
