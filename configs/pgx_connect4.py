@@ -19,7 +19,6 @@ def get_config():
     c.env.name = "connect_four"
     c.batch_unrolls = 256  # on the device: the envs, each one unroll of unroll_length per update
     c.league.max_snapshots = 32  # stacked on the device
-    c.league.eval_interval_s = 0.0  # TrueSkill evaluation is the SEED path's (docs/ondevice.md)
     c.log.interval_s = 10.0
     c.lock()
     return c

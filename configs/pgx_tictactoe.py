@@ -21,7 +21,6 @@ def get_config():
     c.league.max_snapshots = 16  # stacked on the device
     c.league.bots = ("random",)
     c.league.p_bots = 0.2
-    c.league.eval_interval_s = 0.0  # TrueSkill evaluation is the SEED path's (docs/ondevice.md)
     c.log.interval_s = 2.0
     c.lock()
     return c

@@ -47,6 +47,12 @@ def make_role_sampler(league_config, pool, payoff):
     return make_sampler(name, pool=pool, payoff=payoff, **sampler_kwargs(league_config))
 
 
+def bots_of(league_config) -> tuple[str, ...]:
+    """The bots a league's learner plays: league.bots, none for an exploiter (it learns against
+    the league alone)."""
+    return () if league_config.role in roles.EXPLOITERS else tuple(league_config.bots)
+
+
 def sampler_kwargs(league_config) -> dict:
     name = league_config.sampler
     kwargs = {}
@@ -98,16 +104,15 @@ class League:
         unknown = sorted(set(league_config.bots) - set(players.BOTS))
         if unknown:
             raise ValueError(f"unknown league.bots {unknown}; choose from {sorted(players.BOTS)}")
-        self.bot_names = tuple(league_config.bots)
-        self.bots = [players.bot_id(name) for name in self.bot_names]
-        self.p_bots = float(league_config.p_bots)
-        if not 0.0 <= self.p_bots <= 1.0 or (self.p_bots > 0) != bool(self.bots):
+        p_bots = float(league_config.p_bots)
+        if not 0.0 <= p_bots <= 1.0 or (p_bots > 0) != bool(league_config.bots):
             raise ValueError(
-                f"league.p_bots = {self.p_bots} with league.bots = {tuple(league_config.bots)}: "
+                f"league.p_bots = {p_bots} with league.bots = {tuple(league_config.bots)}: "
                 "set p_bots in (0, 1] together with at least one bot, or p_bots = 0 and no bots"
             )
-        if self.rule is not None:  # exploiters learn against the league alone
-            self.bot_names, self.bots, self.p_bots = (), [], 0.0
+        self.bot_names = bots_of(league_config)
+        self.bots = [players.bot_id(name) for name in self.bot_names]
+        self.p_bots = p_bots if self.bot_names else 0.0
 
     # Inference thread -------------------------------------------------------------------------
 
@@ -130,13 +135,27 @@ class League:
             out[bot] = out.get(bot, 0.0) + self.p_bots / len(self.bots)
         return out
 
+    def pool_ids(self) -> list[int]:
+        """The pool's policy ids now, oldest first (the other roles' join from their thread)."""
+        with self._lock:
+            return self.pool.ids
+
     def params(self, policy: int):
         """A snapshot's policy params, or None if it has left the pool."""
         with self._lock:
             return self._params.get(int(policy))
 
-    def record(self, opponent: int, outcome: int) -> None:
-        """The learning policy's result (+1/0/-1) against `opponent` in one game."""
+    def past_probabilities(self) -> dict[int, float]:
+        """Each snapshot's probability given a past opponent is played (the samplers' past
+        mixture; {} for a sampler without one)."""
+        with self._lock:
+            if not len(self.pool) or not hasattr(self.sampler, "past_probabilities"):
+                return {}
+            return dict(zip(self.pool.ids, self.sampler.past_probabilities().tolist()))
+
+    def record(self, opponent: int, outcome: int, drawn: float | None = None) -> None:
+        """The learning policy's result (+1/0/-1) against `opponent` in one game (`drawn`: the
+        past-mixture probability it was drawn with, where draws stood still: samplers.py)."""
         with self._lock:
             self._results.append((int(opponent), int(outcome)))
             if opponent == UNSEEN and self.role == "main_exploiter":
@@ -145,7 +164,7 @@ class League:
                     return
             if opponent >= 0:  # a snapshot in the pool
                 self.payoff.record(LEARNER, int(opponent), int(outcome))
-                self.sampler.update(int(opponent), int(outcome))
+                self.sampler.update(int(opponent), int(outcome), drawn)
 
     # Learner thread ---------------------------------------------------------------------------
 

@@ -116,7 +116,7 @@ class MainExploiterSampler:
         w = w / w.sum() if w.sum() > 0 else np.full(len(mains), 1.0 / len(mains))
         return dict(zip(mains, w.tolist()))
 
-    def update(self, opponent: int, outcome: int) -> None:
+    def update(self, opponent: int, outcome: int, drawn: float | None = None) -> None:
         pass
 
 

@@ -24,8 +24,11 @@ from seedlike.league.pool import OpponentPool
 class OpponentSampler(Protocol):
     """What the server needs from a sampler."""
 
-    def update(self, opponent: int, outcome: int) -> None:
-        """Reports a finished game against `opponent`; outcome +1/0/-1 for the learner."""
+    def update(self, opponent: int, outcome: int, drawn: float | None = None) -> None:
+        """Reports a finished game against `opponent`; outcome +1/0/-1 for the learner. `drawn`:
+        the past-mixture probability the opponent was drawn with, where the draws stood still
+        while the games were played (an on-device run's snapshot period); None: the present
+        one (the SEED path: each game is reported as it ends)."""
 
     def probabilities(self) -> dict[int, float]:
         """The current distribution over opponents (`LEARNER` or a snapshot id), summing to 1."""
@@ -46,7 +49,7 @@ class LatestSampler:
     def __init__(self, pool: OpponentPool | None = None, payoff: PayoffMatrix | None = None):
         del pool, payoff  # uniform constructor for make_sampler; nothing to read
 
-    def update(self, opponent: int, outcome: int) -> None:
+    def update(self, opponent: int, outcome: int, drawn: float | None = None) -> None:
         pass
 
     def probabilities(self) -> dict[int, float]:
@@ -68,7 +71,7 @@ class _PastMixtureSampler:
         order of `pool.ids`; sums to 1 (N > 0)."""
         raise NotImplementedError
 
-    def update(self, opponent: int, outcome: int) -> None:
+    def update(self, opponent: int, outcome: int, drawn: float | None = None) -> None:
         pass
 
     def probabilities(self) -> dict[int, float]:
@@ -112,14 +115,15 @@ class OpenAIFiveSampler(_PastMixtureSampler):
     def past_probabilities(self) -> np.ndarray:
         return _softmax(self.pool.qualities())
 
-    def update(self, opponent: int, outcome: int) -> None:
+    def update(self, opponent: int, outcome: int, drawn: float | None = None) -> None:
         opponent = policy_id(opponent)
         # A snapshot may have left the pool (max_size) while the game was running.
         if outcome != WIN or opponent == LEARNER or opponent not in self.pool:
             return
-        p = self.past_probabilities()
-        i = self.pool.ids.index(opponent)
-        quality = self.pool[opponent].quality - self.eta / (len(self.pool) * p[i])
+        # The games' own draw probability: a period's wins reported together at the probability
+        # of the period's last one would drive q_i to -inf (p_i underflows) within it.
+        p = drawn if drawn is not None else self.past_probabilities()[self.pool.ids.index(opponent)]
+        quality = self.pool[opponent].quality - self.eta / (len(self.pool) * p)
         self.pool.set_quality(opponent, quality)
 
 

@@ -9,17 +9,28 @@ episode start does. After each call `record` keeps the games' outcomes, and at e
 version (the runtime ends a call there: `updates_until_snapshot`) `after_update` puts them
 into the payoff and the sampler (OpenAI Five's qualities, PFSP's win rates) and adds the
 snapshot. The probabilities stand still from one snapshot to the next.
+
+A league role (`league.role`, started by seedlike.launch.league: one on-device run per role)
+reads the other roles' snapshots from their directories in a thread of its own
+(seedlike.league.league.PeerSnapshots, as a SEED role does); they take slots at the next
+snapshot's version, with the role's own. An exploiter's reset rule (seedlike.league.roles) is
+judged there too, every `league.snapshot_every` updates rather than after every update, and
+`after_update` says when the run resets it.
 """
 
 from __future__ import annotations
+
+import os
 
 import jax
 import numpy as np
 
 from seedlike.league import roles
-from seedlike.league.league import League
+from seedlike.league.evaluation import Evaluation, EvaluationThread
+from seedlike.league.league import League, PeerSnapshots
 from seedlike.league.players import LEARNER
 from seedlike.ondevice.selfplay import Table
+from seedlike.policy import PolicyRegistry
 
 
 class DeviceLeague:
@@ -27,7 +38,7 @@ class DeviceLeague:
     slots' shapes; fresh slots hold copies of it and are never drawn)."""
 
     def __init__(self, config, logdir: str, template):
-        self.config = config.league
+        self.config, self.logdir = config.league, logdir
         snapshots = roles.snapshot_dir(logdir)
         self.league = League(config.league, seed=int(config.seed), snapshot_dir=snapshots)
         self.size = int(config.league.max_snapshots)
@@ -35,7 +46,48 @@ class DeviceLeague:
         self.slots: list[int | None] = [None] * self.size  # the policy id in each slot
         self.players = jax.tree.map(lambda x: np.stack([x] * self.size), self.template)
         self._table = None  # the device copy, until the slots change
+        # The period's draws (logits of `choices`, each snapshot's past-mixture probability),
+        # held from one snapshot's version to the next: the other roles' snapshots join the
+        # pool at any time, and the games of a period are reported at the odds they were drawn.
+        self._period: tuple[np.ndarray, dict[int, float]] | None = None
         self.pending: dict[int, np.ndarray] = {}  # games not yet in the league, by opponent
+        self.peers: PeerSnapshots | None = None  # a role's reader of the others' snapshots
+        self.registry = PolicyRegistry()  # the policy the TrueSkill evaluation rates
+        self.evaluator: EvaluationThread | None = None
+
+    def start(self, config, network, meta: dict, guard=None) -> None:
+        """The league as the checkpoint's `meta` saved it (none: a new run), then its threads:
+        a role's reader of the other roles' snapshots, and with league.eval_interval_s > 0 the
+        TrueSkill evaluation a SEED learner runs (seedlike.league.evaluation: the published
+        policy against fixed references, on host envs of the same game, beside the program)."""
+        if "league" in meta:
+            self.load_state_dict(meta["league"])
+        role = self.league.role
+        if role:
+            others = [r for r in roles.OPPONENT_ROLES[role] if r != role]
+            self.peers = PeerSnapshots(
+                self.league, self.league.role_dir, others, self.template,
+                float(self.config.peer_refresh_s), guard,
+            ).start()  # fmt: skip
+        interval = float(self.config.eval_interval_s)
+        if interval > 0:
+            references = os.path.join(roles.league_dir(self.logdir), "references")
+            evaluation = Evaluation(
+                self.config, config.env, network, references, int(config.seed), guard
+            )
+            evaluation.load_state_dict(meta.get("evaluation", {}), self.template)
+            self.evaluator = EvaluationThread(evaluation, self.registry, interval)
+            self.evaluator.start()
+
+    def publish(self, version: int, policy) -> None:
+        """The learning policy of `version` ({"params", "obs_norm"} on the host), for the
+        evaluation to rate."""
+        self.registry.publish(version, policy)
+
+    def close(self) -> None:
+        for thread in (self.evaluator, self.peers):
+            if thread is not None:
+                thread.stop()
 
     def choices(self) -> list[int | None]:
         """The policy id of each of the program's choices: the learner, the slots, the bots."""
@@ -45,14 +97,19 @@ class DeviceLeague:
         """The table's log-probability of each choice (`choices`)."""
         probs = self.league.probabilities()
         p = np.array([probs.get(c, 0.0) if c is not None else 0.0 for c in self.choices()])
+        if p.sum() <= 0:  # all of it on another role's snapshot that has no slot yet
+            p[0] = 1.0  # self-play until the next snapshot's version gives it one
         with np.errstate(divide="ignore"):
             return np.log(p / p.sum()).astype(np.float32)
 
     def table(self) -> Table:
-        """The program's opponents now (the params on the device, moved once per change)."""
+        """The program's opponents in this period (the params on the device, moved once per
+        change)."""
         if self._table is None:
             self._table = jax.device_put(self.players)
-        return Table(self._table, jax.numpy.asarray(self.logits()))
+        if self._period is None:
+            self._period = (self.logits(), self.league.past_probabilities())
+        return Table(self._table, jax.numpy.asarray(self._period[0]))
 
     def record(self, outcomes: np.ndarray) -> None:
         """The games of a call: float32 [labels, 3], counts of (loss, draw, win) by the program's
@@ -69,32 +126,41 @@ class DeviceLeague:
         every = int(self.config.snapshot_every)
         return every - version % every
 
-    def after_update(self, version: int, env_steps: int, policy_params) -> None:
+    def after_update(self, version: int, env_steps: int, policy_params) -> bool:
         """After update `version`: at a snapshot's version the games since the last one go
         into the payoff and the sampler (opponent by opponent, results interleaved), then the
-        league's schedule (a new snapshot into the pool and a slot)."""
+        league's schedule (a new snapshot into the pool and a slot; an exploiter's reset rule),
+        and the other roles' new snapshots take slots. True: an exploiter resets now."""
         if version % int(self.config.snapshot_every):
-            return
+            return False
+        past = self._period[1] if self._period is not None else {}
         for choice in sorted(self.pending):
             for outcome in _interleaved(self.pending[choice]):
-                self.league.record(choice, outcome)
+                self.league.record(choice, outcome, past.get(choice))
         self.pending = {}
-        self.league.after_update(version, env_steps, policy_params)
+        reset = self.league.after_update(version, env_steps, policy_params)
         self._sync()
+        self._period = None
+        return reset
 
     def _sync(self) -> None:
         """Slots of the snapshots that left the pool freed, and new snapshots put into the
-        first free ones."""
-        self.slots = [p if p in self.league.pool else None for p in self.slots]
-        new = [p for p in self.league.pool.ids if p not in self.slots]
+        first free ones (the pool read once: the other roles' join from their thread)."""
+        pool = self.league.pool_ids()
+        self.slots = [p if p in pool else None for p in self.slots]
+        new = [p for p in pool if p not in self.slots]
         for policy in new:
             self.slots[self.slots.index(None)] = policy  # the pool holds at most `size`
         self._fill([self.slots.index(p) for p in new])
 
     def _fill(self, indices) -> None:
-        """The params of the snapshots in slots `indices` written into the table."""
+        """The params of the snapshots in slots `indices` written into the table (a slot whose
+        snapshot left the pool since it was read is freed)."""
         for i in indices:
             params = self.league.params(self.slots[i])
+            if params is None:
+                self.slots[i] = None
+                continue
             leaves = zip(jax.tree.leaves(self.players), jax.tree.leaves(params), strict=True)
             for store, leaf in leaves:
                 store[i] = np.asarray(leaf)
@@ -115,10 +181,16 @@ class DeviceLeague:
         self.slots = [p if p in self.league.pool else None for p in saved]
         self._fill([i for i, p in enumerate(self.slots) if p is not None])
         self._sync()
+        self._period = None
         self.pending = {int(p): np.asarray(c) for p, *c in state.get("device_pending", [])}
 
+    def evaluation_state(self) -> dict | None:
+        """The TrueSkill evaluation's state after its last completed round (None without)."""
+        return None if self.evaluator is None else self.evaluator.state_dict()
+
     def metrics(self) -> dict:
-        return self.league.take_metrics()
+        evaluation = self.evaluator.metrics() if self.evaluator is not None else {}
+        return {**self.league.take_metrics(), **evaluation}
 
 
 def _interleaved(counts) -> list[int]:

@@ -17,6 +17,7 @@ from networks import normalization
 from seedlike.algos import ALGORITHMS, UNROLLS, batches, exploration
 from seedlike.config import ConfigError
 from seedlike.envs.device import TurnEnv
+from seedlike.league.league import bots_of
 from seedlike.learning import train_state as ts
 from seedlike.ondevice import rollout as rollout_lib
 from seedlike.ondevice import selfplay
@@ -96,10 +97,11 @@ def make_update(config, network, env, shape: Shape, sgd_step, devices: int):
     pmap): one policy version. A non-finite loss or gradient leaves the state as it was
     (nonfinite 1). `env` a DeviceEnv (table None), or a two-player game's TurnEnv: the learner's
     seat against the table's snapshot slots (selfplay.Table without the learner's own row, which
-    the update puts first: this version's params) and config.league.bots."""
+    the update puts first: this version's params) and the league's bots (none for an
+    exploiter)."""
     algorithm = ALGORITHMS[config.algo]
     turns = isinstance(env, TurnEnv)
-    bots = tuple(config.league.bots) if turns else ()
+    bots = bots_of(config.league) if turns else ()
     lanes = int(config.league.device_lanes)
     every = int(config.league.snapshot_every)
     lanes_key = jax.random.key(int(config.seed))

@@ -34,12 +34,14 @@ from seedlike import checkpoint as ckpt_lib
 from seedlike import config as config_lib
 from seedlike import envs
 from seedlike.algos import ALGORITHMS, BATCHES, ON_POLICY, exploration
+from seedlike.league.league import bots_of
 from seedlike.learning import train_state as ts
 from seedlike.metrics import MetricsWriter, run_summary, write_config, write_summary
 from seedlike.ondevice import opponents, selfplay
 from seedlike.ondevice import program as program_lib
 from seedlike.ondevice import rollout as rollout_lib
 from seedlike.runtime import distributed
+from seedlike.runtime.devices import ComputeGuard
 
 FIRST_CALL_UPDATES = 1  # the first call compiles; each later one is sized by the one before
 
@@ -58,15 +60,12 @@ def check(config) -> None:
         "population.size > 1": config.population.size > 1,
         "a two-player game with seeds > 1 (one league per run)": games and config.seeds > 1,
         "a two-player game on several processes": games and config.distributed.num_processes > 1,
-        "a two-player game with league.roles (python -m seedlike.launch.league)": games
-        and bool(config.league.roles),
+        "league.shared_games (an exploiter's actors playing the main agent's live policy)": games
+        and bool(config.league.shared_games),
         "a two-player game with league.max_snapshots = 0 (its snapshots are stacked on the "
         "device: give a bound)": games and int(config.league.max_snapshots) < 1,
         "a two-player game with a recurrent network (opponents hold no state there)": games
         and config.network.core != "none",
-        "a two-player game with league.eval_interval_s > 0 (TrueSkill evaluation runs beside "
-        "a SEED run; set it to 0 and rate the run with play.py)": games
-        and float(config.league.eval_interval_s) > 0,
         "network.action_squash (the env gets the policy's sample clipped to its bounds)": bool(
             spec.continuous and config.network.action_squash
         ),
@@ -119,6 +118,9 @@ class DeviceRun:
         me = jax.process_index()
         self.local = [d for d in self.devices if d.process_index == me]
         self.positions = [i for i, d in enumerate(self.devices) if d.process_index == me]
+        # Host work beside the program (TrueSkill games, snapshot restores) runs through it: on a
+        # CPU with several devices it waits for the program (seedlike.runtime.devices).
+        self.guard = ComputeGuard(self.local)
         self.spec = envs.make_env_spec(config.env)
         self.network = make_network(config.network, self.spec)
         self.env = envs.device_env(config.env, self.spec)
@@ -138,7 +140,7 @@ class DeviceRun:
         )
         # Compiled once for every agent (a new lambda per agent would compile again).
         self._init = jax.jit(lambda k: ts.init_train_state(self.network, self.optimizer, k))
-        bots = tuple(config.league.bots) if self.spec.num_players == 2 else ()
+        bots = bots_of(config.league) if self.spec.num_players == 2 else ()
 
         lanes = int(config.league.device_lanes)
 
@@ -153,6 +155,7 @@ class DeviceRun:
 
         self._start_envs = jax.jit(start_envs)
         self.league = None  # a two-player game's (opponents.DeviceLeague), made with the state
+        self.initial_state = None  # what a league exploiter resets to (league.roles)
         seeds = int(config.seeds)
         self.agents = []
         for k in range(seeds):
@@ -175,6 +178,8 @@ class DeviceRun:
             raise
 
     def close(self) -> None:
+        if self.league is not None:
+            self.league.close()
         for agent in self.agents:
             if agent.checkpointer is not None:
                 agent.checkpointer.close()
@@ -216,6 +221,8 @@ class DeviceRun:
         restored = None if agent.checkpointer is None else agent.checkpointer.restore(
             state, older=ts.older_layout
         )  # fmt: skip
+        if self.league is not None and self.league.league.rule is not None:
+            self.initial_state = self._initial(agent, state)
         if restored is None and agent.config.init_from:  # fine-tuning: a new run's start
             state = ckpt_lib.init_from(agent.config.init_from, state)
         counts = {"env_steps": 0, "episodes": 0, "resumed": int(restored is not None)}
@@ -224,8 +231,6 @@ class DeviceRun:
             config_lib.check_resumed(agent.config, meta, agent.logdir)
             counts.update(env_steps=int(meta["env_steps"]), episodes=int(meta.get("episodes", 0)))
             acting = self._restore_acting(agent, int(state.policy_version), acting)
-            if self.league is not None and "league" in meta:
-                self.league.load_state_dict(meta["league"])
             logging.info(
                 "resumed from %s at env step %d, policy version %d (params %s)",
                 agent.checkpointer.directory, counts["env_steps"], int(state.policy_version),
@@ -234,7 +239,19 @@ class DeviceRun:
         (state, acting), counts = distributed.broadcast_start((state, acting), counts)
         agent.env_steps, agent.episodes = counts["env_steps"], counts["episodes"]
         agent.version = int(state.policy_version)
+        if self.league is not None:
+            self.league.start(agent.config, self.network, restored[1] if restored else {},
+                              self.guard)  # fmt: skip
+            self.league.publish(agent.version, {"params": state.params, "obs_norm": state.obs_norm})
         return state, jax.tree.map(lambda x: x[np.array(self.positions)], acting)
+
+    @staticmethod
+    def _initial(agent: Agent, fresh):
+        """A league exploiter's reset state: the run's start (`init_from`'s params where set),
+        as a SEED role's (seedlike.learner.start_league)."""
+        return (
+            ckpt_lib.init_from(agent.config.init_from, fresh) if agent.config.init_from else fresh
+        )
 
     def _restore_acting(self, agent: Agent, step: int, fresh):
         """The envs, carry and key saved with step; `fresh` ones where it holds none that fit (a
@@ -270,7 +287,9 @@ class DeviceRun:
         n = np.full(len(self.local), updates, np.int32)
         table = self.league.table() if self.league is not None else None
         self.in_call = True
-        self.state, self.acting, totals = self.program(self.state, self.acting, n, table)
+        self.state, self.acting, totals = self.guard(
+            self.program, self.state, self.acting, n, table
+        )
         # One transfer, then device 0's copy (every device holds the same sums).
         totals = jax.tree.map(lambda x: x[0], jax.device_get(totals))
         each = [jax.tree.map(lambda x, k=k: x[k], totals) for k in range(len(self.agents))]
@@ -282,8 +301,26 @@ class DeviceRun:
         if self.league is not None:  # one agent (check)
             agent = self.agents[0]
             self.league.record(each[0].counts.pop("outcomes"))
-            self.league.after_update(agent.version, agent.env_steps, self.policy)
+            if self.league.after_update(agent.version, agent.env_steps, self.policy):
+                self._reset(agent)
+            self.league.publish(agent.version, self.policy())
         return each
+
+    def _reset(self, agent: Agent) -> None:
+        """A league exploiter starts again (seedlike.league.roles): the league's reset state
+        with a fresh optimizer as the next policy version, the gradient-step count and the
+        learning-rate schedule going on (the SEED learner's reset). Its envs play on."""
+        now = jax.device_get(jax.tree.map(lambda x: x[0, 0], self.state))
+        new = self.league.league.reset_state(self.initial_state).replace(
+            policy_version=np.asarray(now.policy_version) + np.int32(1),
+            sgd_steps=now.sgd_steps,
+            lr_zero_until=now.lr_zero_until,
+        )
+        n = len(self.local)
+        self.state = self._shard(
+            jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (n, 1, *np.shape(x))), new)
+        )
+        agent.version += 1
 
     def policy(self) -> dict:
         """The first agent's policy now, {"params", "obs_norm"} on the host (a snapshot)."""
@@ -318,6 +355,9 @@ class DeviceRun:
             }
             if self.league is not None:
                 meta["league"] = self.league.state_dict()
+                evaluation = self.league.evaluation_state()
+                if evaluation is not None:
+                    meta["evaluation"] = evaluation
             extra = None if acting is None else jax.tree.map(lambda x, k=k: x[:, k], acting)
             agent.checkpointer.save(int(own.policy_version), own, meta, extra=extra)
             paths.append(os.path.join(agent.checkpointer.directory, str(int(own.policy_version))))

@@ -172,6 +172,24 @@ def test_openai_five_quality_update_by_hand():
     assert len(pool) == 4
 
 
+def test_openai_five_wins_reported_at_their_draw_probability_decrease_linearly():
+    """300 wins of one period against snapshot 1 of 2 (drawn at p = 1/2 the whole period, as on
+    the device): q_1 = -300 * eta / (2 * 1/2) = -3.0 exactly. At the present p each win divides
+    by a smaller p_1: q_1 falls to -inf (p_1 underflows) within 200 such wins, where a SEED run
+    would have drawn snapshot 1 less and less."""
+    pool = pool_of(1, 2)
+    sampler = OpenAIFiveSampler(pool, eta=0.01)
+    for _ in range(300):
+        sampler.update(1, 1, drawn=0.5)
+    np.testing.assert_allclose(pool.qualities(), [-3.0, 0.0])
+    runaway = pool_of(1, 2)
+    sampler = OpenAIFiveSampler(runaway, eta=0.01)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for _ in range(300):
+            sampler.update(1, 1)
+    assert not np.isfinite(runaway.qualities()[0])
+
+
 def test_openai_five_sampling_frequencies():
     pool = pool_of(1, 2)
     pool.set_quality(1, math.log(3.0))  # softmax -> p = [3/4, 1/4] of the past 20%

@@ -243,5 +243,5 @@ def test_what_a_two_player_game_cannot_run_on_the_device_is_one_line():
         run.check(config(**{"league.bots": ("scripted",)}))
     with pytest.raises(ConfigError, match="league.max_snapshots = 0"):
         run.check(config(**{"league.max_snapshots": 0}))
-    with pytest.raises(ConfigError, match=r"league.eval_interval_s > 0 \(TrueSkill"):
-        run.check(config(**{"league.eval_interval_s": 60.0}))
+    with pytest.raises(ConfigError, match=r"league.shared_games \(an exploiter's actors"):
+        run.check(config(**{"league.shared_games": ("main_exploiter",)}))
