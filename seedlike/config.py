@@ -439,9 +439,9 @@ def _identity_bounds(c: ml_collections.ConfigDict) -> None:
     # identities in a batch can act (influence.mixed_batch; metric unrolls_held; an identity's
     # unrolls beyond its newest B + hold waiting count in unrolls_capped; 0: arrival order).
     c.mix_hold = 1.0
-    # An identity served faster than pace_factor x the median identity's rows/s (over 5 s, with
-    # 3+ identities) gets its replies at that rate: an actor with thousands of envs cannot take
-    # the server from the others (seedlike/server/pacing.py; 0: off).
+    # An identity served faster than pace_factor x the other identities' median rows/s (over
+    # 5 s, with 3+ identities) gets its replies at that rate: an actor with thousands of envs
+    # cannot take the server from the others (seedlike/server/pacing.py; 0: off).
     c.pace_factor = 2.0
     # Unrolls with a step acted more than max_policy_lag policy versions before the newest are
     # kept out of the loss (metric unrolls_stale; 0: no limit): a paced or stalled actor's data.

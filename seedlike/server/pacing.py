@@ -2,12 +2,12 @@
 from taking the server from everyone else (issue 33, finding 7).
 
 The reply thread asks `hold_s` for every answered request. With three actor identities or more
-served in the last `window_s`, an identity served faster than `factor` x the median identity's
-rows per second gets its replies released at that rate (a leaky bucket): its actor, which waits
-for each reply before its next request, acts no faster, and the server's batches, recorder and
-learner batches stay with the others. Identities at or below that rate are never held. What a
-paced actor delivers beyond its share would be kept out of the loss anyway
-(seedlike.server.influence.loss_mask). `Pacer` releases held replies on a thread of its own.
+served in the last `window_s`, an identity served faster than `factor` x the median of the
+other identities' rows per second gets its replies released at that rate (a leaky bucket): its
+actor, which waits for each reply before its next request, acts no faster, and the server's
+batches, recorder and learner batches stay with the others. Identities at or below that rate
+are never held. What a paced actor delivers beyond its share would be kept out of the loss
+anyway (seedlike.server.influence.loss_mask). `Pacer` releases held replies on a thread of its own.
 
 The bucket holds whatever the request size: an identity's replies leave one after another at
 the allowed rate, each waiting for the ones before it, so 16 streams of 4,096 envs under one
@@ -15,6 +15,11 @@ certificate are served at the rate of one actor at the bound (issue 76 measured 
 when no reply waited more than 1 s: a big enough request passed once a second). Pacing starts
 once the rates cover a whole window (rates over the first few rows would hold replies for
 minutes), and an identity is let go only when its bucket has been empty for a window.
+
+The median is of the others: with two honest identities at unequal rates, the median of all
+three is the faster honest one's, and the attacker was served 2x that, up to 2.6x the honest
+mean (issue 76's oversize runs); the others' median is the honest mean there, and an honest
+identity's others include the attacker, so it is never held.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ class RowRates:
         self._served: collections.deque = collections.deque()  # (time, identity, rows)
         self._totals: collections.Counter = collections.Counter()
         self._free_at: dict[int, float] = {}  # identity -> when its bucket is empty
-        self._allowed = (None, 0.0)  # (at, rows/s): one median per batch (the replies share now)
+        self._allowed = (None, {})  # (at, {identity: rows/s}): one reading per batch (its now)
         self._since: float | None = None  # the first reply's time: rates cover a window after
 
     def hold_s(self, identity: int, rows: int, now: float) -> float:
@@ -59,9 +64,12 @@ class RowRates:
         if self.factor <= 0 or len(self._totals) < 3 or now < self._since + self.window_s:
             return 0.0
         if self._allowed[0] != now:
-            median = statistics.median(self._totals.values())  # a few identities: no numpy
-            self._allowed = (now, self.factor * median / self.window_s)
-        allowed = self._allowed[1]
+            self._allowed = (now, {})
+        allowed = self._allowed[1].get(identity)
+        if allowed is None:
+            others = [n for who, n in self._totals.items() if who != identity]
+            median = statistics.median(others)  # a few identities: no numpy
+            allowed = self._allowed[1][identity] = self.factor * median / self.window_s
         free_at = self._free_at.get(identity, now)
         # Let go once at the bound and drained for a window: a bucket let go as soon as it
         # drained would pass a burst of every stream's request each time (13% over, simulated).

@@ -65,6 +65,18 @@ def test_oversize_requests_are_paced_to_the_factor_and_honest_replies_are_never_
     assert rates[9] >= 1.5 * 6400  # held to its share, not starved
 
 
+def test_beside_two_honest_identities_of_unequal_pace_the_bound_is_the_others_median():
+    """The faults benchmark's oversize run: two honest identities, one served half as fast
+    (64 rows per 10 ms and per 20 ms). The median of the others (their mean, 4,800 rows/s) bounds
+    the attacker at 2x that; the median of all three was the faster honest one's, which let it
+    have 2x 6,400 = 2.67x the honest mean."""
+    honest = [(0, 64, 0.01), (1, 64, 0.02)]
+    rates = served_rows_per_s(honest + [(9, 4096, 0.001)] * 16)
+    assert rates[0] == pytest.approx(6400, rel=0.01) and rates[1] == pytest.approx(3200, rel=0.01)
+    mean = (rates[0] + rates[1]) / 2
+    assert 1.5 * mean <= rates[9] <= 2.0 * mean * 1.05
+
+
 def test_the_pacer_calls_in_time_order_and_drops_the_rest_when_stopped():
     pacer, calls, done = Pacer(), [], threading.Event()
     now = time.monotonic()
