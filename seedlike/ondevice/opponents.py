@@ -80,9 +80,10 @@ class DeviceLeague:
             self.evaluator.start()
 
     def publish(self, version: int, policy) -> None:
-        """The learning policy of `version` ({"params", "obs_norm"} on the host), for the
-        evaluation to rate."""
-        self.registry.publish(version, policy)
+        """The learning policy of `version` (`policy()`: {"params", "obs_norm"} on the host), for
+        the evaluation to rate; nothing is copied without one."""
+        if self.evaluator is not None:
+            self.registry.publish(version, policy())
 
     def close(self) -> None:
         for thread in (self.evaluator, self.peers):

@@ -242,7 +242,9 @@ class DeviceRun:
         if self.league is not None:
             self.league.start(agent.config, self.network, restored[1] if restored else {},
                               self.guard)  # fmt: skip
-            self.league.publish(agent.version, {"params": state.params, "obs_norm": state.obs_norm})
+            self.league.publish(
+                agent.version, lambda: {"params": state.params, "obs_norm": state.obs_norm}
+            )
         return state, jax.tree.map(lambda x: x[np.array(self.positions)], acting)
 
     @staticmethod
@@ -303,7 +305,7 @@ class DeviceRun:
             self.league.record(each[0].counts.pop("outcomes"))
             if self.league.after_update(agent.version, agent.env_steps, self.policy):
                 self._reset(agent)
-            self.league.publish(agent.version, self.policy())
+            self.league.publish(agent.version, self.policy)
         return each
 
     def _reset(self, agent: Agent) -> None:

@@ -26,7 +26,8 @@ CONFIG = os.path.join(ROOT, "configs", "pgx_tictactoe.py")
 
 
 def config(**values):
-    return config_file(CONFIG, **values)
+    """The shipped config, its TrueSkill evaluation off unless asked (test_roles rates one)."""
+    return config_file(CONFIG, **{"league.eval_interval_s": 0.0, **values})
 
 
 def game(name="connect_four"):
