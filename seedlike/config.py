@@ -460,11 +460,13 @@ def _identity_bounds(c: ml_collections.ConfigDict) -> None:
     # weigh tolerance / z in the loss (train_state.make_prepare, DeviationWindow).
     c.coherence_tolerance = 3.0
     # PPO, PQN: the identities of a run's first probation_cohort_s (from its first learner batch:
-    # the actors started with it) weigh 1 in the loss; one that comes later weighs its seconds
-    # since its first batch over probation_s, from 0 to 1, and until then teaches PPO's value
-    # function nothing (train_state.Probation; metric influence/probation_scale_min; 0: off).
+    # the actors started with it) weigh 1 in the loss; one that comes later weighs nothing for
+    # its first probation_hold_s, then grows in a line to 1 at probation_s after its first batch,
+    # and until then teaches PPO's value function nothing (train_state.Probation; metric
+    # influence/probation_scale_min; 0: off).
     c.probation_s = 300.0
     c.probation_cohort_s = 10.0
+    c.probation_hold_s = 60.0
 
 
 def check_server(config, need) -> None:
@@ -489,6 +491,11 @@ def check_server(config, need) -> None:
     need(c.reward_floor > 0, "server.reward_floor must be > 0")
     need(c.probation_s >= 0, "server.probation_s must be >= 0 (seconds; 0: off)")
     need(c.probation_cohort_s >= 0, "server.probation_cohort_s must be >= 0 (seconds)")
+    need(
+        c.probation_s <= 0 or 0 <= c.probation_hold_s < c.probation_s,
+        f"server.probation_hold_s={c.probation_hold_s} must lie in [0, server.probation_s="
+        f"{c.probation_s}) (seconds)",
+    )
 
 
 def transport_section() -> ml_collections.ConfigDict:

@@ -254,16 +254,22 @@ class DeviationWindow:
 class Probation:
     """Each identity's weight in the loss (the learner's) grows with its tenure. The identities
     of the run's first `cohort_s` (its actors as they start, or reconnect to a resumed run)
-    weigh 1; one that comes later (a fresh certificate, a restarted attacker) weighs its
-    seconds since its first batch over `seconds`, from 0 to 1. An identity unseen for `seconds`
-    starts again. The learner weighs them relative to `peak`, the most trusted identity of the
-    run now (1 while any trusted one is there), so identities that are all new teach as one
-    alone does, and a batch of nothing but newcomers beside trusted ones moves the parameters
-    by its weight (batches.strength), not as far as any other batch."""
+    weigh 1; one that comes later (a fresh certificate, a restarted attacker) weighs nothing
+    for its first `hold_s` and then grows in a line to 1 at `seconds` after its first batch. An
+    identity unseen for `seconds` starts again. The learner weighs them relative to `peak`,
+    the most trusted identity of the run now (1 while any trusted one is there), so identities
+    that are all new teach as one alone does, and a batch of nothing but newcomers beside
+    trusted ones moves the parameters by its weight (batches.strength), not as far as any other
+    batch. The hold: however small its weight, a newcomer's data pulls a made policy the same
+    way in every batch, and on a made policy the others' advantages are noise that pulls nowhere
+    (benchmarks/RESULTS.md, issue 76)."""
 
-    def __init__(self, seconds: float, cohort_s: float):
+    def __init__(self, seconds: float, cohort_s: float, hold_s: float = 0.0):
+        if seconds > 0 and not 0 <= hold_s < seconds:
+            raise ValueError(f"probation hold_s={hold_s} must lie in [0, seconds={seconds})")
         self.seconds = float(seconds)
         self.cohort_s = float(cohort_s)
+        self.hold_s = float(hold_s)
         self._start: float | None = None  # the first batch's time
         self._seen: dict = {}  # name -> [first batch, last batch]
 
@@ -292,7 +298,8 @@ class Probation:
     def _factor(self, first: float, now: float) -> float:
         if first <= self._start + self.cohort_s:
             return 1.0
-        return min(1.0, (now - first) / self.seconds)
+        grown = (now - first - self.hold_s) / (self.seconds - self.hold_s)
+        return min(1.0, max(0.0, grown))
 
 
 def _within(push, expected, room):

@@ -149,7 +149,10 @@ class Learner:
         self.obs_window = normalization.IdentityWindow(float(window_s), network.obs_clip)
         self.push_window = ts.DeviationWindow(float(window_s))
         server = config.server
-        self.probation = ts.Probation(float(server.probation_s), float(server.probation_cohort_s))
+        self.probation = ts.Probation(
+            float(server.probation_s), float(server.probation_cohort_s),
+            float(server.probation_hold_s),
+        )  # fmt: skip
         self._state = None
         self._version = 0
         self.steps_before = 0  # the run's env steps before this process (a resumed run)

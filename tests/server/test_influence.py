@@ -442,6 +442,15 @@ def test_a_newcomer_weighs_its_tenure_over_the_probation_and_the_runs_first_iden
     assert newcomers.peak(130.0) == pytest.approx(1.0)  # a, seen at 0 s, is still there
     newcomers.factors(350.0, ["b", "c"])  # a unseen for 350 s: gone
     assert newcomers.peak(350.0) == pytest.approx(250 / 300)  # b's
+    # With a hold of 60 s: nothing until 60 s after its first batch, then a line to 1 at 300 s.
+    held = ts.Probation(seconds=300.0, cohort_s=10.0, hold_s=60.0)
+    held.factors(0.0, ["a"])
+    assert held.factors(100.0, ["d"]) == pytest.approx([0.0])
+    assert held.factors(159.0, ["d"]) == pytest.approx([0.0])
+    assert held.factors(220.0, ["d"]) == pytest.approx([60 / 240])
+    assert held.factors(400.0, ["d"]) == pytest.approx([1.0])
+    with pytest.raises(ValueError, match="hold_s=300.0 must lie in"):
+        ts.Probation(seconds=300.0, cohort_s=10.0, hold_s=300.0)
 
 
 def test_unrolls_that_weigh_less_than_one_teach_the_values_nothing():
