@@ -41,6 +41,9 @@ _PUREJAXRL = flags.DEFINE_string("purejaxrl", None, "Folder of purejaxrl's ppo.p
 _PUREJAXQL = flags.DEFINE_string("purejaxql", None, "Folder of purejaxql's pqn_gymnax.py.")
 _PAIRS = flags.DEFINE_integer("pairs", 3, "Alternating runs of each side.")
 _STEPS = flags.DEFINE_integer("steps", 500_000, "Env steps per run (per seed).")
+_FIRST_SEED = flags.DEFINE_integer(
+    "first_seed", 0, "The first pair's seed (pair k runs first_seed + k): new seeds for a rerun."
+)
 _PROGRAM = flags.DEFINE_bool("program", True, "Also time seedlike's program alone (a third side).")
 _GAME = flags.DEFINE_string(
     "game", "", "A gymnax MinAtar game (Breakout, ...) instead of CartPole."
@@ -83,7 +86,7 @@ def main(argv):
     if not {"purejaxrl": _PUREJAXRL, "purejaxql": _PUREJAXQL}[anchor].value:
         raise app.UsageError(f"--algo={_ALGO.value} runs against {anchor}: pass --{anchor}=FOLDER")
     runs = {anchor: [], "seedlike": [], **({"seedlike_program": []} if _PROGRAM.value else {})}
-    for seed in range(_PAIRS.value):
+    for seed in range(_FIRST_SEED.value, _FIRST_SEED.value + _PAIRS.value):
         for name in runs:
             runs[name].append(side(name, seed, logdir))
 

@@ -1,6 +1,7 @@
 """The sides of the on-device benchmarks (benchmarks/ondevice.py on this machine,
 benchmarks/accel_ondevice.py on an accelerator host): each a driver run in a process of its own
-that prints one JSON line (compile_s, train_s, env_steps, final_return).
+that prints one JSON line (compile_s, train_s, env_steps, final_return, and seed_returns: each
+seed's, where a side has returns).
 
 * purejaxrl: PureJaxRL's purejaxrl/ppo.py as it is, with a three-method stand-in for
   distrax.Categorical (distrax's TFP substrate does not load with this jax) and empty brax and
@@ -69,7 +70,8 @@ ended = steps_seen[:, -last:]
 returns = info["returned_episode_returns"].reshape(seeds, -1, envs)[:, -last:]
 steps = seeds * (int(config["TOTAL_TIMESTEPS"]) // per * per)
 print(json.dumps({"compile_s": compiled_at - start, "train_s": done - compiled_at,
-                  "env_steps": steps, "final_return": float(returns[ended].mean())}))
+                  "env_steps": steps, "final_return": float(returns[ended].mean()),
+                  "seed_returns": [float(r[e].mean()) for r, e in zip(returns, ended)]}))
 """
 
 PUREJAXQL_DRIVER = r"""
@@ -111,7 +113,8 @@ returns = np.asarray(out["metrics"]["returned_episode_returns"])  # [seeds, upda
 last = max(returns.shape[1] // 10, 1)
 print(json.dumps({"compile_s": compiled_at - start, "train_s": done - compiled_at,
                   "env_steps": int(np.asarray(out["metrics"]["env_step"])[:, -1].sum()),
-                  "final_return": float(returns[:, -last:].mean())}))
+                  "final_return": float(returns[:, -last:].mean()),
+                  "seed_returns": returns[:, -last:].mean(axis=1).tolist()}))
 """
 
 SEEDLIKE_DRIVER = r"""
@@ -132,11 +135,15 @@ run.train(c, sys.argv[1])
 dirs = [sys.argv[1]] if c.seeds == 1 else [f"{sys.argv[1]}/seed_{k}" for k in range(c.seeds)]
 rows = [read_metrics(d) for d in dirs]
 first, last = rows[0][0], rows[0][-1]  # the first call compiles (and makes one update)
-tail = [r for rs in rows for r in rs if r["env_steps"] > 0.9 * last["env_steps"] and r["episodes"]]
+tails = [[r for r in rs if r["env_steps"] > 0.9 * last["env_steps"] and r["episodes"]]
+         for rs in rows]
+def mean_return(tail):
+    n = sum(r["episodes"] for r in tail)
+    return sum(r["episode_return_mean"] * r["episodes"] for r in tail) / n if n else None
 print(json.dumps({"compile_s": first["time"] - start, "train_s": last["time"] - first["time"],
                   "env_steps": c.seeds * (last["env_steps"] - first["env_steps"]),
-                  "final_return": sum(r["episode_return_mean"] * r["episodes"] for r in tail)
-                  / sum(r["episodes"] for r in tail) if tail else None}))
+                  "final_return": mean_return([r for t in tails for r in t]),
+                  "seed_returns": [mean_return(t) for t in tails]}))
 """
 
 # seedlike's program alone: three calls that make the run's env steps together, after two warm-up
