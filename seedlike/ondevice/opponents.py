@@ -12,15 +12,18 @@ snapshot. The probabilities stand still from one snapshot to the next.
 
 A league role (`league.role`, started by seedlike.launch.league: one on-device run per role)
 reads the other roles' snapshots from their directories in a thread of its own
-(seedlike.league.league.PeerSnapshots, as a SEED role does); they take slots at the next
-snapshot's version, with the role's own. An exploiter's reset rule (seedlike.league.roles) is
-judged there too, every `league.snapshot_every` updates rather than after every update, and
-`after_update` says when the run resets it.
+(seedlike.league.league.PeerSnapshots, as a SEED role does), and they join its pool at the next
+snapshot's version, with its own (`Arrivals`): the pool, the table and an exploiter's target
+stand still through a period, so the games reported at its end are against the snapshots the
+table held. An exploiter's reset rule (seedlike.league.roles) is judged there too, every
+`league.snapshot_every` updates rather than after every update, and `after_update` says when
+the run resets it.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 import jax
 import numpy as np
@@ -46,12 +49,9 @@ class DeviceLeague:
         self.slots: list[int | None] = [None] * self.size  # the policy id in each slot
         self.players = jax.tree.map(lambda x: np.stack([x] * self.size), self.template)
         self._table = None  # the device copy, until the slots change
-        # The period's draws (logits of `choices`, each snapshot's past-mixture probability),
-        # held from one snapshot's version to the next: the other roles' snapshots join the
-        # pool at any time, and the games of a period are reported at the odds they were drawn.
-        self._period: tuple[np.ndarray, dict[int, float]] | None = None
         self.pending: dict[int, np.ndarray] = {}  # games not yet in the league, by opponent
         self.peers: PeerSnapshots | None = None  # a role's reader of the others' snapshots
+        self.arrivals = Arrivals(self.league)
         self.registry = PolicyRegistry()  # the policy the TrueSkill evaluation rates
         self.evaluator: EvaluationThread | None = None
 
@@ -66,7 +66,7 @@ class DeviceLeague:
         if role:
             others = [r for r in roles.OPPONENT_ROLES[role] if r != role]
             self.peers = PeerSnapshots(
-                self.league, self.league.role_dir, others, self.template,
+                self.arrivals, self.league.role_dir, others, self.template,
                 float(self.config.peer_refresh_s), guard,
             ).start()  # fmt: skip
         interval = float(self.config.eval_interval_s)
@@ -98,19 +98,14 @@ class DeviceLeague:
         """The table's log-probability of each choice (`choices`)."""
         probs = self.league.probabilities()
         p = np.array([probs.get(c, 0.0) if c is not None else 0.0 for c in self.choices()])
-        if p.sum() <= 0:  # all of it on another role's snapshot that has no slot yet
-            p[0] = 1.0  # self-play until the next snapshot's version gives it one
         with np.errstate(divide="ignore"):
             return np.log(p / p.sum()).astype(np.float32)
 
     def table(self) -> Table:
-        """The program's opponents in this period (the params on the device, moved once per
-        change)."""
+        """The program's opponents now (the params on the device, moved once per change)."""
         if self._table is None:
             self._table = jax.device_put(self.players)
-        if self._period is None:
-            self._period = (self.logits(), self.league.past_probabilities())
-        return Table(self._table, jax.numpy.asarray(self._period[0]))
+        return Table(self._table, jax.numpy.asarray(self.logits()))
 
     def record(self, outcomes: np.ndarray) -> None:
         """The games of a call: float32 [labels, 3], counts of (loss, draw, win) by the program's
@@ -129,24 +124,25 @@ class DeviceLeague:
 
     def after_update(self, version: int, env_steps: int, policy_params) -> bool:
         """After update `version`: at a snapshot's version the games since the last one go
-        into the payoff and the sampler (opponent by opponent, results interleaved), then the
-        league's schedule (a new snapshot into the pool and a slot; an exploiter's reset rule),
-        and the other roles' new snapshots take slots. True: an exploiter resets now."""
+        into the payoff and the sampler (opponent by opponent, results interleaved, each at the
+        probability the period drew it with), then the league's schedule (a new snapshot into
+        the pool and a slot; an exploiter's reset rule, on the period's games), and the other
+        roles' new snapshots join. True: an exploiter resets now."""
         if version % int(self.config.snapshot_every):
             return False
-        past = self._period[1] if self._period is not None else {}
+        past = self.league.past_probabilities()  # the period's: the league stood still
         for choice in sorted(self.pending):
             for outcome in _interleaved(self.pending[choice]):
                 self.league.record(choice, outcome, past.get(choice))
         self.pending = {}
         reset = self.league.after_update(version, env_steps, policy_params)
+        self.arrivals.release()
         self._sync()
-        self._period = None
         return reset
 
     def _sync(self) -> None:
         """Slots of the snapshots that left the pool freed, and new snapshots put into the
-        first free ones (the pool read once: the other roles' join from their thread)."""
+        first free ones."""
         pool = self.league.pool_ids()
         self.slots = [p if p in pool else None for p in self.slots]
         new = [p for p in pool if p not in self.slots]
@@ -155,13 +151,9 @@ class DeviceLeague:
         self._fill([self.slots.index(p) for p in new])
 
     def _fill(self, indices) -> None:
-        """The params of the snapshots in slots `indices` written into the table (a slot whose
-        snapshot left the pool since it was read is freed)."""
+        """The params of the snapshots in slots `indices` written into the table."""
         for i in indices:
             params = self.league.params(self.slots[i])
-            if params is None:
-                self.slots[i] = None
-                continue
             leaves = zip(jax.tree.leaves(self.players), jax.tree.leaves(params), strict=True)
             for store, leaf in leaves:
                 store[i] = np.asarray(leaf)
@@ -182,7 +174,6 @@ class DeviceLeague:
         self.slots = [p if p in self.league.pool else None for p in saved]
         self._fill([i for i, p in enumerate(self.slots) if p is not None])
         self._sync()
-        self._period = None
         self.pending = {int(p): np.asarray(c) for p, *c in state.get("device_pending", [])}
 
     def evaluation_state(self) -> dict | None:
@@ -201,3 +192,37 @@ def _interleaved(counts) -> list[int]:
     position = [(k + 0.5) / n for n in (int(round(float(c))) for c in counts) for k in range(n)]
     kinds = [o for o, c in zip((-1, 0, 1), counts) for _ in range(int(round(float(c))))]
     return [kinds[i] for i in np.argsort(position, kind="stable")]
+
+
+class Arrivals:
+    """What a role's PeerSnapshots adds the other roles' snapshots to: held until `release`
+    (the next snapshot's version) puts them into the league's pool. A snapshot held when the run
+    stops is read again from its directory on a resume (the league has not taken it)."""
+
+    def __init__(self, league: League):
+        self.league = league
+        self._lock = threading.Lock()
+        self._held: list[tuple[str, int, object]] = []  # (role, version, params)
+
+    @property
+    def pool(self):
+        return self.league.pool  # its size bounds what PeerSnapshots reads
+
+    def add_peer_snapshot(self, role: str, version: int, policy_params) -> None:
+        with self._lock:
+            self._held.append((role, int(version), policy_params))
+
+    def skip_peer_version(self, role: str, version: int) -> None:
+        self.league.skip_peer_version(role, version)
+
+    def newest_version(self, role: str) -> int:
+        with self._lock:
+            held = [v for r, v, _ in self._held if r == role]
+        return max([self.league.newest_version(role), *held])
+
+    def release(self) -> None:
+        """The snapshots held so far into the pool, oldest first."""
+        with self._lock:
+            held, self._held = self._held, []
+        for role, version, params in held:
+            self.league.add_peer_snapshot(role, version, params)

@@ -38,9 +38,9 @@ def leaves_equal(a, b) -> None:
 
 
 def test_a_role_plays_the_other_roles_snapshots_from_their_directories(tmp_path):
-    """A main exploiter's snapshot 7 on disk: the main agent's reader adds it to the pool, and at
-    the next snapshot's version (10) it takes a slot that holds its params, drawn with the
-    league's probability for it (OpenAI Five: 0.2 of the games over 2 snapshots, 0.1)."""
+    """A main exploiter's snapshot 7 on disk: the main agent's reader holds it, and at the next
+    snapshot's version (10) it joins the pool and takes a slot that holds its params, drawn with
+    the league's probability for it (OpenAI Five: 0.2 of the games over 2 snapshots, 0.1)."""
     c = config(**{"league.role": "main", "league.role_dir": str(tmp_path),
                   "league.peer_refresh_s": 0.1, "league.max_snapshots": 4,
                   "league.bots": (), "league.p_bots": 0.0})  # fmt: skip
@@ -57,11 +57,13 @@ def test_a_role_plays_the_other_roles_snapshots_from_their_directories(tmp_path)
     try:
         peer = roles.snapshot_id("main_exploiter", 7)
         deadline = time.monotonic() + 120
-        while peer not in league.league.pool_ids():
-            assert time.monotonic() < deadline, "the reader never added the peer's snapshot"
+        while league.arrivals.newest_version("main_exploiter") < 7:
+            assert time.monotonic() < deadline, "the reader never read the peer's snapshot"
             time.sleep(0.05)
-        assert peer not in league.slots  # the period's table stands until its snapshot
-        league.after_update(10, 0, lambda: policy(2))  # main's own v10 joins as well
+        before = league.league.probabilities()
+        league.after_update(5, 0, None)  # not a snapshot's version: the pool stands still
+        assert peer not in league.league.pool_ids() and league.league.probabilities() == before
+        league.after_update(10, 0, lambda: policy(2))  # main's own v10 joins, and the peer's
         slot = league.slots.index(peer)
         leaves_equal(jax.tree.map(lambda x: x[slot], league.players), theirs)
         drawn = dict(zip(league.choices(), np.exp(np.asarray(league.table().logits)).tolist()))
