@@ -42,12 +42,20 @@ def test_ppo_learns_cartpole_on_the_device(tmp_path):
 def test_pqn_learns_cartpole_on_the_device(tmp_path):
     """purejaxql's settings (configs/gymnax_cartpole_pqn.py) at 150k env steps, epsilon annealed
     over the first 50k: 3 of 3 seeds played 464-500 in the median of their last 5 rows
-    (2026-12-02); epsilon 0.2 stays on, so the greedy policy plays better still."""
+    (2026-12-02), 485 over the episodes of the last 20% (2026-12-08); epsilon 0.2 stays on, so
+    the greedy policy plays better still."""
     values = {"total_env_steps": 150_000, "pqn.anneal_steps": 50_000, "log.interval_s": 0.5}
     run.train(config(PQN, **values), str(tmp_path))
     rows = read_metrics(str(tmp_path))
     assert rows[-1]["env_steps"] >= 150_000
-    assert np.median([r["episode_return_mean"] for r in rows[-5:]]) >= 400, rows[-5:]
+    # The episodes of the last 20% of the env steps, however the calls cut them into rows: a
+    # row's mean is of the few episodes that ended in its call, and calls shorten under load
+    # (a suite run on one busy core read a median of 318 from its last five rows).
+    tail = [r for r in rows if r["env_steps"] > 120_000 and r["episodes"]]
+    mean = sum(r["episode_return_mean"] * r["episodes"] for r in tail) / sum(
+        r["episodes"] for r in tail
+    )
+    assert mean >= 400, tail
     assert rows[-1]["exploration/epsilon_0"] == pytest.approx(0.2)
     assert rows[0]["exploration/epsilon_0"] > 0.9  # annealed from 1
 

@@ -245,4 +245,5 @@ def test_what_a_two_player_game_cannot_run_on_the_device_is_one_line():
     with pytest.raises(ConfigError, match="league.max_snapshots = 0"):
         run.check(config(**{"league.max_snapshots": 0}))
     with pytest.raises(ConfigError, match=r"league.shared_games \(an exploiter's actors"):
-        run.check(config(**{"league.shared_games": ("main_exploiter",)}))
+        run.check(config(**{"league.roles": ("main", "main_exploiter"),
+                            "league.shared_games": ("main_exploiter",)}))  # fmt: skip
