@@ -158,7 +158,8 @@ for key, value in json.loads(sys.argv[6]).items():  # dotted keys
     *path, last = key.split("."); node = c
     for part in path: node = node[part]
     node[last] = value
-c.log.wandb_mode = "disabled"; c.lock()
+c.log.wandb_mode = "disabled"; c.league.eval_interval_s = 0.0  # the program alone
+c.lock()
 per_call = max(1, int(sys.argv[2]) // 3 // (c.batch_unrolls * c.unroll_length))
 r = run.DeviceRun(c, sys.argv[1])
 start = time.perf_counter(); r.call(1); compiled = time.perf_counter(); r.call(1)
